@@ -1,0 +1,126 @@
+"""The one error tree of kcompact.
+
+Subtrees are chosen by what the caller should do next, and each maps to a distinct exit code
+(see `ExitCode`): fix the configuration, quarantine the input, or simply rerun.
+Every message says what, where (object key and byte position) and, where it helps, expected vs found.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes that an orchestrator can act on."""
+
+    OK = 0
+    INTERNAL = 1
+    CONFIG = 2
+    CORRUPT_INPUT = 3
+    RETRYABLE = 4
+
+
+class KcompactError(Exception):
+    """Root of every error kcompact raises on purpose."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+
+class ConfigError(KcompactError):
+    """The configuration or the command line is wrong: fix it, a rerun alone will not help."""
+
+    exit_code = ExitCode.CONFIG
+
+
+class CorruptInputError(KcompactError):
+    """An input object is malformed. The partition it belongs to is quarantined; nothing is committed for it.
+
+    `obj` names the file or object key, `position` the byte position where the problem was found.
+    """
+
+    exit_code = ExitCode.CORRUPT_INPUT
+
+    def __init__(self, message: str, *, obj: str | None = None, position: int | None = None) -> None:
+        self.detail = message
+        self.obj = obj
+        self.position = position
+        where = []
+        if obj is not None:
+            where.append(str(obj))
+        if position is not None:
+            where.append(f"byte {position}")
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+    def located(self, obj: str, base_position: int = 0) -> CorruptInputError:
+        """The same error re-anchored on `obj`, with positions shifted by `base_position`."""
+        position = None if self.position is None else self.position + base_position
+        return type(self)(self.detail, obj=obj, position=position)
+
+
+class CorruptBatchError(CorruptInputError):
+    """A record batch or record does not follow the v2 format (lengths, varints, counts)."""
+
+
+class CrcMismatchError(CorruptBatchError):
+    """A batch's stored CRC-32C differs from the one computed over bytes [21, end)."""
+
+
+class InvalidMagicError(CorruptBatchError):
+    """The magic byte is not 0, 1 or 2."""
+
+
+class UnsupportedMagicError(CorruptInputError):
+    """A legacy message set (magic 0 or 1): kcompact reads record batch v2 only."""
+
+
+class TruncatedSegmentError(CorruptBatchError):
+    """The segment ends in the middle of a batch."""
+
+
+class CorruptIndexError(CorruptInputError):
+    """An offset, time or transaction index (or a checkpoint/snapshot file) is malformed."""
+
+
+class MissingObjectError(CorruptInputError):
+    """The metadata points at an object that does not exist in the store."""
+
+
+class RetryableError(KcompactError):
+    """Nothing was committed; rerunning is safe and may succeed."""
+
+    exit_code = ExitCode.RETRYABLE
+
+
+class CommitConflictError(RetryableError):
+    """Another commit landed between planning and committing ("expected …, found …")."""
+
+
+class FencedError(CommitConflictError):
+    """A run with a newer fencing epoch owns the partition; this run is a zombie."""
+
+
+class TransientStoreError(RetryableError):
+    """The object store failed in a way that may pass (throttling, timeouts) after retries ran out."""
+
+
+class ObjectExistsError(KcompactError):
+    """A create-only write found the object already there; the store never overwrites.
+
+    Seen after a crash and rerun, or when two writers chose the same key: pick a fresh key (a new segment
+    id), or read the existing object if it is known to hold the same bytes.
+    """
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        super().__init__(f"{uri}: object already exists; the store never overwrites (write under a new key)")
+
+    def __reduce__(self) -> tuple[type[ObjectExistsError], tuple[str]]:
+        return (type(self), (self.uri,))
+
+
+class StoreAccessError(ConfigError):
+    """The store refused access or does not exist (bucket, credentials, permissions): fix the configuration."""
+
+
+class StoreRequestError(KcompactError):
+    """The store rejected a request for a reason that is neither configuration nor transient."""
