@@ -119,8 +119,42 @@ class ObjectExistsError(KcompactError):
 
 
 class StoreAccessError(ConfigError):
-    """The store refused access or does not exist (bucket, credentials, permissions): fix the configuration."""
+    """The store refused access or is not there (bucket, credentials, permissions): fix the configuration."""
 
 
 class StoreRequestError(KcompactError):
     """The store rejected a request for a reason that is neither configuration nor transient."""
+
+
+class MetadataTableNotFoundError(ConfigError):
+    """No Delta table at the metadata table URI: fix the URI, or create the table first."""
+
+
+class MetadataSchemaError(ConfigError):
+    """The Delta table at the metadata URI is not kcompact's: other columns, types or partitioning."""
+
+
+class MetadataVersionNotFoundError(ConfigError):
+    """Time travel asked for a table version that does not exist (or was vacuumed away)."""
+
+
+class TopicIdMismatchError(ConfigError):
+    """The topic id differs from the one recorded: the topic was deleted and recreated under the same name.
+
+    The old metadata belongs to a topic that no longer exists; a rerun alone will not help.
+    """
+
+
+class CorruptMetadataError(CorruptInputError):
+    """The metadata table holds rows no kcompact commit writes (two partition rows, duplicate segment ids)."""
+
+
+class MetadataInvariantError(KcompactError):
+    """A change set would break an invariant of the metadata table: unknown segment, overlapping live
+    segments, a cleaner offset going back. The change set is wrong; rebuilding it from a fresh snapshot
+    with the same inputs will not help.
+    """
+
+
+class InvalidStateTransitionError(MetadataInvariantError):
+    """A segment state change KIP-405 does not allow (e.g. COPY_SEGMENT_FINISHED -> COPY_SEGMENT_STARTED)."""

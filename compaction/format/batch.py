@@ -209,7 +209,9 @@ def check_magic(buf: bytes | bytearray | memoryview, pos: int) -> int:
     return magic
 
 
-def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *, verify_crc: bool = True) -> RecordBatch:
+def decode_batch(
+    buf: bytes | bytearray | memoryview, pos: int = 0, *, verify_crc: bool = True
+) -> RecordBatch:
     """Decode the complete v2 batch starting at `pos` of `buf`.
 
     Raises a CorruptInputError subclass whose `position` is absolute within `buf`.
@@ -225,16 +227,21 @@ def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *, verify_cr
     )
     size = length + LOG_OVERHEAD
     if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
-        raise CorruptBatchError(f"batch length {length} is smaller than the v2 header", position=pos + LENGTH_OFFSET)
+        raise CorruptBatchError(
+            f"batch length {length} is smaller than the v2 header", position=pos + LENGTH_OFFSET
+        )
     if pos + size > len(mv):
         raise CorruptBatchError(
-            f"batch of {size} bytes runs past the end ({len(mv) - pos} bytes left)", position=pos + LENGTH_OFFSET
+            f"batch of {size} bytes runs past the end ({len(mv) - pos} bytes left)",
+            position=pos + LENGTH_OFFSET,
         )
     body = mv[pos + ATTRIBUTES_OFFSET : pos + size]
     if verify_crc:
         computed = crc32c(body)
         if computed != crc:
-            raise CrcMismatchError(f"CRC-32C mismatch: stored {crc}, computed {computed}", position=pos + CRC_OFFSET)
+            raise CrcMismatchError(
+                f"CRC-32C mismatch: stored {crc}, computed {computed}", position=pos + CRC_OFFSET
+            )
     if count < 0:
         raise CorruptBatchError(f"negative record count {count}", position=pos + RECORDS_COUNT_OFFSET)
     codec_id = attrs & CODEC_MASK
@@ -302,7 +309,8 @@ def _decode_records(
         records.append(Record(base_offset + offset_delta, timestamp, key, value, tuple(headers), attributes))
     if pos != len(data):
         raise CorruptBatchError(
-            f"incorrect declared batch size: {len(data) - pos} bytes remain after {count} records", position=pos
+            f"incorrect declared batch size: {len(data) - pos} bytes remain after {count} records",
+            position=pos,
         )
     return tuple(records)
 
@@ -404,10 +412,8 @@ def build_batch(
         base_offset = records[0].offset
     if last_offset is None:
         last_offset = records[-1].offset if records else base_offset
-    if delete_horizon_ms is not None:
-        base_ts = delete_horizon_ms
-    else:
-        base_ts = records[0].timestamp if records else NO_TIMESTAMP
+    first_ts = records[0].timestamp if records else NO_TIMESTAMP
+    base_ts = delete_horizon_ms if delete_horizon_ms is not None else first_ts
     if max_timestamp is None:
         max_timestamp = max((r.timestamp for r in records), default=NO_TIMESTAMP)
     attrs = make_attributes(codec, timestamp_type, transactional, control, delete_horizon_ms is not None)

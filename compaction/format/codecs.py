@@ -64,7 +64,9 @@ def compress(codec: Codec, data: bytes) -> bytes:
             )
         )
     if codec is Codec.ZSTD:
-        return bytes(zstandard.ZstdCompressor(level=_ZSTD_DEFAULT_LEVEL, write_content_size=False).compress(data))
+        return bytes(
+            zstandard.ZstdCompressor(level=_ZSTD_DEFAULT_LEVEL, write_content_size=False).compress(data)
+        )
     raise ValueError(f"unknown codec {codec!r}")
 
 
@@ -100,7 +102,9 @@ def _snappy_decompress(data: bytes) -> bytes:
         (size,) = struct.unpack_from(">i", data, pos)
         pos += 4
         if size < 0 or pos + size > len(data):
-            raise CorruptBatchError(f"xerial snappy block of {size} bytes overruns the stream", position=pos - 4)
+            raise CorruptBatchError(
+                f"xerial snappy block of {size} bytes overruns the stream", position=pos - 4
+            )
         chunks.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + size])))
         pos += size
     return b"".join(chunks)

@@ -48,7 +48,9 @@ def parse_control_record(record: Record) -> ControlRecord:
         raise CorruptBatchError(f"control record at offset {record.offset} has a key shorter than 4 bytes")
     version, type_id = _KEY.unpack_from(record.key)
     if version < 0:
-        raise CorruptBatchError(f"control record at offset {record.offset} has negative key version {version}")
+        raise CorruptBatchError(
+            f"control record at offset {record.offset} has negative key version {version}"
+        )
     try:
         kind = ControlType(type_id)
     except ValueError:
@@ -56,7 +58,9 @@ def parse_control_record(record: Record) -> ControlRecord:
     epoch = None
     if kind in (ControlType.ABORT, ControlType.COMMIT):
         if record.value is None or len(record.value) < _MARKER_VALUE.size:
-            raise CorruptBatchError(f"transaction marker at offset {record.offset} has a value shorter than 6 bytes")
+            raise CorruptBatchError(
+                f"transaction marker at offset {record.offset} has a value shorter than 6 bytes"
+            )
         _v, epoch = _MARKER_VALUE.unpack_from(record.value)
     return ControlRecord(version, kind, type_id, epoch)
 

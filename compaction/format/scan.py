@@ -15,16 +15,18 @@ against each other on generated segments.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
 import pyarrow as pa
 
-from compaction.errors import CorruptBatchError, CorruptInputError
+from compaction.errors import CorruptBatchError, CorruptInputError, CrcMismatchError
 from compaction.format.batch import (
     ATTRIBUTES_OFFSET,
     CODEC_MASK,
     CONTROL_FLAG_MASK,
+    CRC_OFFSET,
     DELETE_HORIZON_FLAG_MASK,
     LOG_OVERHEAD,
     RECORDS_OFFSET,
@@ -37,14 +39,26 @@ from compaction.format.codecs import Codec, decompress
 from compaction.format.segment import iter_batch_headers
 
 # Batch-table columns produced by `_walk_batches`, in order.
-_B_POS, _B_SIZE, _B_BASE, _B_PLE, _B_CRC, _B_ATTR, _B_LOD, _B_BTS, _B_MTS, _B_PID, _B_PEPOCH, _B_BSEQ, _B_COUNT = (
-    range(13)
-)
+(
+    _B_POS,
+    _B_SIZE,
+    _B_BASE,
+    _B_PLE,
+    _B_CRC,
+    _B_ATTR,
+    _B_LOD,
+    _B_BTS,
+    _B_MTS,
+    _B_PID,
+    _B_PEPOCH,
+    _B_BSEQ,
+    _B_COUNT,
+) = range(13)
 _N_BATCH_FIELDS = 13
 
 
 @numba.njit(cache=True, nogil=True)
-def _be(buf: np.ndarray, pos: int, n: int) -> int:
+def _be(buf: np.ndarray, pos: int, n: int) -> Any:
     v = np.int64(0)
     for i in range(n):
         v = (v << 8) | np.int64(buf[pos + i])
@@ -94,7 +108,7 @@ def _walk_batches(buf: np.ndarray) -> tuple[np.ndarray, int, int]:
 
 
 @numba.njit(cache=True, nogil=True)
-def _varint(buf: np.ndarray, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
+def _varint(buf: np.ndarray, pos: int, end: int, max_bytes: int) -> tuple[Any, int]:
     """Zigzag varint at pos -> (value, next pos); next pos = -1 on error."""
     result = np.uint64(0)
     shift = 0
@@ -207,7 +221,12 @@ def _decode_records(
 
 @numba.njit(cache=True, nogil=True)
 def _gather(
-    main: np.ndarray, side: np.ndarray, use_side: np.ndarray, batch_of: np.ndarray, pos: np.ndarray, length: np.ndarray
+    main: np.ndarray,
+    side: np.ndarray,
+    use_side: np.ndarray,
+    batch_of: np.ndarray,
+    pos: np.ndarray,
+    length: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Copy byte ranges (length < 0 = null) into one buffer; returns (int64 offsets, data)."""
     n = pos.shape[0]
@@ -281,8 +300,9 @@ def _reference_error(data: memoryview, obj: str, batch_position: int | None) -> 
                 decode_batch(data, h.position, verify_crc=False)
     except CorruptInputError as exc:
         return exc if exc.obj is not None else exc.located(obj)
-    return CorruptBatchError("malformed records (scan kernel and reference decoder disagree)",
-                             obj=obj, position=batch_position)
+    return CorruptBatchError(
+        "malformed records (scan kernel and reference decoder disagree)", obj=obj, position=batch_position
+    )
 
 
 def scan_segment(
@@ -301,20 +321,26 @@ def scan_segment(
     """
     mv = memoryview(data)
     buf = np.frombuffer(mv, dtype=np.uint8)
-    fields, status, err_pos = _walk_batches(buf)
+    fields, status, _err_pos = _walk_batches(buf)
     if status:
         raise _reference_error(mv, obj, None)
     if verify_crc:
         for i in range(fields.shape[0]):
             p, size = int(fields[i, _B_POS]), int(fields[i, _B_SIZE])
-            if crc32c(mv[p + ATTRIBUTES_OFFSET : p + size]) != fields[i, _B_CRC]:
-                decode_batch(mv, p, verify_crc=True)  # raises the CRC error with its position
+            computed = crc32c(mv[p + ATTRIBUTES_OFFSET : p + size])
+            if computed != fields[i, _B_CRC]:
+                raise CrcMismatchError(
+                    f"CRC-32C mismatch: stored {int(fields[i, _B_CRC])}, computed {computed}",
+                    obj=obj,
+                    position=p + CRC_OFFSET,
+                )
     attrs = fields[:, _B_ATTR]
     codecs = attrs & CODEC_MASK
     if (codecs > Codec.ZSTD).any():
         bad = int(fields[np.argmax(codecs > Codec.ZSTD), _B_POS])
-        raise CorruptBatchError(f"unknown compression codec id {int(codecs.max())}", obj=obj,
-                                position=bad + ATTRIBUTES_OFFSET)
+        raise CorruptBatchError(
+            f"unknown compression codec id {int(codecs.max())}", obj=obj, position=bad + ATTRIBUTES_OFFSET
+        )
     sec_start = fields[:, _B_POS] + RECORDS_OFFSET
     sec_end = fields[:, _B_POS] + fields[:, _B_SIZE]
     use_side = codecs != Codec.NONE
@@ -324,27 +350,38 @@ def scan_segment(
         sec_end = sec_end.copy()
         chunks = []
         cursor = 0
-        for i in np.flatnonzero(use_side):
-            p = int(fields[i, _B_POS])
+        for b in np.flatnonzero(use_side):
+            p = int(fields[b, _B_POS])
             try:
-                raw = decompress(Codec(int(codecs[i])), mv[int(sec_start[i]) : int(sec_end[i])])
+                raw = decompress(Codec(int(codecs[b])), mv[int(sec_start[b]) : int(sec_end[b])])
             except CorruptInputError as exc:
                 raise CorruptBatchError(exc.detail, obj=obj, position=p + RECORDS_OFFSET) from None
             chunks.append(raw)
-            sec_start[i] = cursor
-            cursor += len(raw)
-            sec_end[i] = cursor
+            sec_start[b] = cursor
+            cursor = cursor + len(raw)
+            sec_end[b] = cursor
         side = np.frombuffer(b"".join(chunks), dtype=np.uint8)
     counts = fields[:, _B_COUNT]
     total = int(counts.sum())
     append_ts = np.where(attrs & TIMESTAMP_TYPE_MASK, fields[:, _B_MTS], np.iinfo(np.int64).min)
     hk = np.frombuffer((header_key or "").encode("utf-8"), dtype=np.uint8)
     ints = np.empty((9, total), np.int64)
-    status, bad_batch, _ = _decode_records(
-        buf, side, use_side, sec_start, sec_end, counts, fields[:, _B_BASE], fields[:, _B_BTS], append_ts,
-        hk, header_key is not None, total, ints,
+    decode_status, bad_batch, _ = _decode_records(
+        buf,
+        side,
+        use_side,
+        sec_start,
+        sec_end,
+        counts,
+        fields[:, _B_BASE],
+        fields[:, _B_BTS],
+        append_ts,
+        hk,
+        header_key is not None,
+        total,
+        ints,
     )
-    if status:
+    if decode_status:
         raise _reference_error(mv, obj, int(fields[bad_batch, _B_POS]))
     batch_of = ints[8]
     key_len = ints[3]

@@ -134,13 +134,17 @@ def _read_header(mv: memoryview, pos: int, end: int, verify_crc: bool, max_batch
             position=pos + LENGTH_OFFSET,
         )
     if length > max_batch_size:
-        raise CorruptBatchError(f"batch size {length} exceeds the maximum {max_batch_size}", position=pos + LENGTH_OFFSET)
+        raise CorruptBatchError(
+            f"batch size {length} exceeds the maximum {max_batch_size}", position=pos + LENGTH_OFFSET
+        )
     if end - pos < HEADER_SIZE_UP_TO_MAGIC:
         raise TruncatedSegmentError(f"{end - pos} trailing bytes, too few for a batch header", position=pos)
     check_magic(mv, pos)
     size = length + LOG_OVERHEAD
     if size < RECORD_BATCH_OVERHEAD:
-        raise CorruptBatchError(f"v2 batch size {size} is below the 61-byte header", position=pos + LENGTH_OFFSET)
+        raise CorruptBatchError(
+            f"v2 batch size {size} is below the 61-byte header", position=pos + LENGTH_OFFSET
+        )
     if pos + size > end:
         raise TruncatedSegmentError(
             f"batch of {size} bytes but only {end - pos} bytes left in the segment", position=pos
@@ -152,8 +156,21 @@ def _read_header(mv: memoryview, pos: int, end: int, verify_crc: bool, max_batch
             raise CrcMismatchError(
                 f"CRC-32C mismatch: stored {fields[4]}, computed {computed}", position=pos + CRC_OFFSET
             )
-    return BatchHeader(pos, size, fields[0], fields[2], fields[4], fields[5], fields[6], fields[7], fields[8],
-                       fields[9], fields[10], fields[11], fields[12])
+    return BatchHeader(
+        pos,
+        size,
+        fields[0],
+        fields[2],
+        fields[4],
+        fields[5],
+        fields[6],
+        fields[7],
+        fields[8],
+        fields[9],
+        fields[10],
+        fields[11],
+        fields[12],
+    )
 
 
 def iter_batches(

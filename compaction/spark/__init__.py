@@ -1,0 +1,1 @@
+"""The only package of the library that imports pyspark: DataFrames in and out."""

@@ -1,0 +1,28 @@
+"""Object storage behind a small interface: a local directory or S3, chosen by URI scheme.
+
+`open_store(uri)` opens a store; `store.spec` is the small picklable value that reopens it on a Spark
+executor (`spec.open()`). Backends live in `local.py` and `s3.py` (boto3 is imported only when an S3
+store is opened); the layout of segment object keys is in `layout.py`.
+"""
+
+from __future__ import annotations
+
+from compaction.storage.base import (
+    DEFAULT_STORE_URI,
+    ObjectInfo,
+    ObjectStore,
+    RetryPolicy,
+    StoreSpec,
+    StoreStats,
+    open_store,
+)
+
+__all__ = [
+    "DEFAULT_STORE_URI",
+    "ObjectInfo",
+    "ObjectStore",
+    "RetryPolicy",
+    "StoreSpec",
+    "StoreStats",
+    "open_store",
+]

@@ -1,0 +1,177 @@
+"""A store in a local directory: key `a/b/c` is the file `<root>/a/b/c`.
+
+Create-only writes go to a temporary file in the target's directory, are fsynced, then published with
+`os.link`, which fails atomically if the name exists: two concurrent writers of one key cannot both
+win, and readers never see a partial file. Temporary names start with `TEMP_PREFIX` and are never
+listed. Empty directories left by `delete` stay; they hold no object and are not listed.
+
+Unlike S3, a directory cannot hold both an object `a` and an object `a/b`; kcompact's layout never
+needs that. The root directory is created on the first write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from compaction.errors import MissingObjectError, ObjectExistsError
+from compaction.storage.base import (
+    TEMP_PREFIX,
+    MiB,
+    ObjectInfo,
+    ObjectStore,
+    StoreSpec,
+    check_key,
+    check_prefix,
+    check_range,
+)
+
+if TYPE_CHECKING:
+    from os import PathLike
+
+_COPY_CHUNK = 1 * MiB
+
+
+class LocalStore(ObjectStore):
+    """The `file://` backend. See `compaction.storage.base` for the contract."""
+
+    def __init__(self, spec: StoreSpec) -> None:
+        if spec.scheme != "file":
+            raise ValueError(f"LocalStore needs a file:// spec, got {spec.uri!r}")
+        super().__init__(spec)
+        self._root = Path(spec.uri[len("file://") :])
+
+    @property
+    def root(self) -> Path:
+        """The absolute directory holding the objects."""
+        return self._root
+
+    def put(self, key: str, data: bytes) -> None:
+        self._create(key, lambda out: out.write(data))
+        self._count(puts=1, bytes_written=len(data))
+
+    def put_file(self, key: str, path: str | PathLike[str]) -> None:
+        with open(path, "rb") as src:
+            written = self._create(key, lambda out: shutil.copyfileobj(src, out, _COPY_CHUNK))
+        self._count(puts=1, bytes_written=written)
+
+    def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        check_range(start, end)
+        with self._open(key) as src:
+            src.seek(start)
+            data = src.read() if end is None else src.read(end - start)
+        self._count(gets=1, bytes_read=len(data))
+        return data
+
+    def get_to_file(self, key: str, path: str | PathLike[str]) -> int:
+        dest = Path(path)
+        tmp = dest.parent / f"{TEMP_PREFIX}{uuid.uuid4().hex}"
+        with self._open(key) as src:
+            try:
+                with open(tmp, "xb") as out:
+                    shutil.copyfileobj(src, out, _COPY_CHUNK)
+                    size = out.tell()
+                os.replace(tmp, dest)
+            finally:
+                tmp.unlink(missing_ok=True)
+        self._count(gets=1, bytes_read=size)
+        return size
+
+    def size(self, key: str) -> int:
+        self._count(gets=1)
+        st = self._stat(key)
+        if st is None:
+            raise MissingObjectError("object does not exist", obj=self.object_uri(key))
+        return st.st_size
+
+    def exists(self, key: str) -> bool:
+        self._count(gets=1)
+        return self._stat(key) is not None
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        check_prefix(prefix)
+        self._count(lists=1)
+        for key in sorted(self._walk(prefix)):
+            st = self._stat(key)
+            if st is not None:  # else deleted since the walk
+                yield ObjectInfo(key, st.st_size, st.st_mtime_ns // 1_000_000)
+
+    def delete(self, key: str) -> None:
+        self._count(deletes=1)
+        with contextlib.suppress(IsADirectoryError):  # a directory is not an object: nothing to delete
+            self._path(key).unlink(missing_ok=True)
+
+    def delta_uri(self, name: str) -> str:
+        return str(self._path(name))
+
+    def delta_storage_options(self) -> dict[str, str]:
+        return {}
+
+    def _path(self, key: str) -> Path:
+        return self._root.joinpath(*check_key(key).split("/"))
+
+    def _stat(self, key: str) -> os.stat_result | None:
+        try:
+            st = self._path(key).stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return st if stat.S_ISREG(st.st_mode) else None
+
+    def _open(self, key: str) -> IO[bytes]:
+        try:
+            return open(self._path(key), "rb")
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise MissingObjectError("object does not exist", obj=self.object_uri(key)) from None
+
+    def _create(self, key: str, write: Callable[[IO[bytes]], object]) -> int:
+        """Write a temp file with `write`, then link it to `key` unless `key` exists; returns its size."""
+        target = self._path(key)
+        if target.exists():
+            raise ObjectExistsError(self.object_uri(key))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f"{TEMP_PREFIX}{uuid.uuid4().hex}"
+        try:
+            with open(tmp, "xb") as out:
+                write(out)
+                out.flush()
+                os.fsync(out.fileno())
+                size = out.tell()
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                raise ObjectExistsError(self.object_uri(key)) from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        _fsync_dir(target.parent)
+        return size
+
+    def _walk(self, prefix: str) -> Iterator[str]:
+        base_key = prefix.rpartition("/")[0]
+        base = self._root.joinpath(*base_key.split("/")) if base_key else self._root
+        for dirpath, dirnames, filenames in os.walk(base):
+            rel = Path(dirpath).relative_to(self._root).as_posix()
+            dir_key = "" if rel == "." else rel + "/"
+            dirnames[:] = [d for d in dirnames if _may_match(dir_key + d + "/", prefix)]
+            for name in filenames:
+                key = dir_key + name
+                if key.startswith(prefix) and not name.startswith(TEMP_PREFIX):
+                    yield key
+
+
+def _may_match(dir_key: str, prefix: str) -> bool:
+    return dir_key.startswith(prefix) or prefix.startswith(dir_key)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a new directory entry durable, so a crash cannot lose an object already reported written."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,538 @@
+"""The object-store contract, run against every backend; then what only S3 can get wrong.
+
+The `store` fixture yields a local store and an S3 store on a moto server (127.0.0.1), so each
+contract test runs twice. S3-only tests break the store on purpose: a server that ignores
+If-None-Match, throttling, lost responses, refused access.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from botocore.exceptions import ClientError, ConnectionClosedError
+from deltalake import DeltaTable, write_deltalake
+
+from compaction.errors import (
+    ConfigError,
+    MissingObjectError,
+    ObjectExistsError,
+    StoreAccessError,
+    TransientStoreError,
+)
+from compaction.storage import DEFAULT_STORE_URI, ObjectInfo, ObjectStore, StoreSpec, StoreStats, open_store
+from compaction.storage.base import TEMP_PREFIX, MiB
+from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
+from compaction.storage.local import LocalStore
+from compaction.storage.s3 import S3Store
+from tests.integration.conftest import BUCKET, FAST_RETRY, REGION, TEST_PART_SIZE, make_bucket
+
+SEGMENT_KEY = segment_object_key(
+    "orders.v2-eu", "MWJ6FHTfRYy67jzwZdeqSQ", 3, 1234, new_segment_id(), Suffix.LOG
+)
+PAYLOAD = bytes(range(256)) * 40
+
+
+# --- the contract, every backend ------------------------------------------------------------------
+
+
+def test_put_then_get_round_trips(store: ObjectStore) -> None:
+    store.put(SEGMENT_KEY, PAYLOAD)
+    store.put("empty", b"")
+    assert store.get(SEGMENT_KEY) == PAYLOAD
+    assert store.get("empty") == b""
+    assert store.size(SEGMENT_KEY) == len(PAYLOAD)
+    assert store.exists(SEGMENT_KEY) and store.exists("empty")
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        (0, 1),
+        (1, 17),
+        (100, None),
+        (0, len(PAYLOAD)),
+        (5000, len(PAYLOAD) + 1000),
+        (7, 7),
+        (len(PAYLOAD), None),
+    ],
+)
+def test_ranged_get_behaves_like_a_slice(store: ObjectStore, start: int, end: int | None) -> None:
+    store.put("seg.log", PAYLOAD)
+    assert store.get("seg.log", start, end) == PAYLOAD[start:end]
+
+
+def test_ranged_get_past_the_end_is_empty(store: ObjectStore) -> None:
+    store.put("seg.log", PAYLOAD)
+    store.put("empty", b"")
+    assert store.get("seg.log", len(PAYLOAD) + 10, len(PAYLOAD) + 20) == b""
+    assert store.get("empty", 0, 10) == b""
+
+
+@pytest.mark.parametrize(("start", "end"), [(-1, None), (5, 4)])
+def test_invalid_ranges_are_refused(store: ObjectStore, start: int, end: int | None) -> None:
+    store.put("seg.log", PAYLOAD)
+    with pytest.raises(ValueError, match="invalid byte range"):
+        store.get("seg.log", start, end)
+
+
+def test_put_never_overwrites(store: ObjectStore) -> None:
+    store.put(SEGMENT_KEY, b"first")
+    with pytest.raises(ObjectExistsError) as refused:
+        store.put(SEGMENT_KEY, b"second")
+    assert refused.value.uri == store.object_uri(SEGMENT_KEY)
+    assert store.object_uri(SEGMENT_KEY) in str(refused.value)
+    assert store.get(SEGMENT_KEY) == b"first"
+
+
+def test_put_file_never_overwrites(store: ObjectStore, tmp_path: Path) -> None:
+    source = tmp_path / "segment.log"
+    source.write_bytes(b"second")
+    store.put("k", b"first")
+    with pytest.raises(ObjectExistsError):
+        store.put_file("k", source)
+    assert store.get("k") == b"first"
+
+
+def test_concurrent_creates_of_one_key_have_one_winner(store: ObjectStore) -> None:
+    store.probe_conditional_put()  # S3 probes before its first write; keep that out of the race
+    writers = 8
+    barrier = threading.Barrier(writers)
+    outcomes: dict[int, str] = {}
+
+    def write(n: int) -> None:
+        barrier.wait()
+        try:
+            store.put("contended", f"writer {n}".encode())
+            outcomes[n] = "won"
+        except ObjectExistsError:
+            outcomes[n] = "refused"
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [n for n, outcome in outcomes.items() if outcome == "won"]
+    assert len(outcomes) == writers and len(winners) == 1
+    assert store.get("contended") == f"writer {winners[0]}".encode()
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda s, k, p: s.get(k),
+        lambda s, k, p: s.get(k, 3, 9),
+        lambda s, k, p: s.get(k, 4, 4),
+        lambda s, k, p: s.size(k),
+        lambda s, k, p: s.get_to_file(k, p),
+    ],
+    ids=["get", "ranged-get", "empty-range", "size", "get_to_file"],
+)
+def test_missing_object_raises_naming_its_uri(
+    store: ObjectStore, tmp_path: Path, read: Callable[[ObjectStore, str, Path], object]
+) -> None:
+    store.put("other", b"x")  # the store exists; only the object is missing
+    dest = tmp_path / "dest"
+    with pytest.raises(MissingObjectError) as missing:
+        read(store, SEGMENT_KEY, dest)
+    assert missing.value.obj == store.object_uri(SEGMENT_KEY)
+    assert str(missing.value).startswith(f"{store.uri}/{SEGMENT_KEY}: ")
+    assert not dest.exists()
+    assert not store.exists(SEGMENT_KEY)
+
+
+def test_a_key_that_is_only_a_prefix_of_others_is_not_an_object(store: ObjectStore) -> None:
+    store.put("topic/0/seg.log", b"x")
+    assert not store.exists("topic/0")
+    with pytest.raises(MissingObjectError):
+        store.get("topic")
+    store.delete("topic/0")
+    assert store.exists("topic/0/seg.log")
+
+
+def test_list_by_prefix_in_key_order_with_sizes(store: ObjectStore) -> None:
+    objects = {"a/b/c": 3, "a/bc": 2, "a/b-": 1, "a/b/d/e": 4, "ab": 5, "b/x": 6}
+    for key, size in objects.items():
+        store.put(key, b"z" * size)
+
+    def listed(prefix: str) -> list[tuple[str, int]]:
+        infos = list(store.list(prefix))
+        assert all(isinstance(info, ObjectInfo) and info.mtime_ms > 1_600_000_000_000 for info in infos)
+        return [(info.key, info.size) for info in infos]
+
+    assert listed("") == sorted(objects.items())
+    assert listed("a/") == [("a/b-", 1), ("a/b/c", 3), ("a/b/d/e", 4), ("a/bc", 2)]
+    assert listed("a/b") == [("a/b-", 1), ("a/b/c", 3), ("a/b/d/e", 4), ("a/bc", 2)]
+    assert listed("a/b/") == [("a/b/c", 3), ("a/b/d/e", 4)]
+    assert listed("a") == [("a/b-", 1), ("a/b/c", 3), ("a/b/d/e", 4), ("a/bc", 2), ("ab", 5)]
+    assert listed("a/b/c") == [("a/b/c", 3)]
+    assert listed("nothing/") == []
+
+
+def test_list_of_a_store_never_written_is_empty(store: ObjectStore) -> None:
+    assert list(store.list()) == []
+
+
+def test_delete_is_idempotent(store: ObjectStore) -> None:
+    store.put("k", b"v")
+    store.delete("k")
+    assert not store.exists("k")
+    store.delete("k")
+    store.delete("never/written")
+    store.put("k", b"again")  # a deleted key can be created anew
+    assert store.get("k") == b"again"
+
+
+def test_put_file_then_get_to_file_round_trips(store: ObjectStore, tmp_path: Path) -> None:
+    source = tmp_path / "in.log"
+    source.write_bytes(PAYLOAD)
+    store.put_file(SEGMENT_KEY, source)
+    dest = tmp_path / "out.log"
+    dest.write_bytes(b"stale content is replaced")
+    assert store.get_to_file(SEGMENT_KEY, dest) == len(PAYLOAD)
+    assert dest.read_bytes() == PAYLOAD
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(TEMP_PREFIX)] == []
+
+
+def test_large_files_round_trip(store: ObjectStore, tmp_path: Path) -> None:
+    """Above `part_size` S3 switches to a multipart upload; the contract stays the same."""
+    source = tmp_path / "big.log"
+    big = os.urandom(2 * TEST_PART_SIZE + 12345)
+    source.write_bytes(big)
+    store.put_file("big.log", source)
+    assert store.size("big.log") == len(big)
+    assert (
+        store.get("big.log", TEST_PART_SIZE - 10, TEST_PART_SIZE + 10)
+        == big[TEST_PART_SIZE - 10 : TEST_PART_SIZE + 10]
+    )
+    assert store.get_to_file("big.log", tmp_path / "copy") == len(big)
+    assert (tmp_path / "copy").read_bytes() == big
+    with pytest.raises(ObjectExistsError):
+        store.put_file("big.log", source)
+
+
+@pytest.mark.parametrize(
+    "key", ["", "/abs", "trailing/", "a//b", "../escape", "a/./b", "a/../b", "back\\slash"]
+)
+def test_invalid_keys_are_refused(store: ObjectStore, key: str) -> None:
+    with pytest.raises(ValueError, match="invalid object key"):
+        store.put(key, b"x")
+    with pytest.raises(ValueError, match="invalid object key"):
+        store.get(key)
+
+
+def test_spec_survives_pickling_and_reopens_an_equivalent_store(store: ObjectStore) -> None:
+    store.put(SEGMENT_KEY, PAYLOAD)
+    spec = pickle.loads(pickle.dumps(store.spec))
+    assert spec == store.spec
+    reopened = spec.open()
+    assert type(reopened) is type(store) and reopened.uri == store.uri
+    assert reopened.get(SEGMENT_KEY, 10, 20) == PAYLOAD[10:20]
+    with pytest.raises(TypeError, match=r"send store\.spec"):
+        pickle.dumps(store)
+
+
+def test_stats_count_requests_and_bytes(store: ObjectStore) -> None:
+    store.probe_conditional_put()
+    store.stats = StoreStats()
+    store.put("a/1", b"12345")
+    store.put("a/2", b"678")
+    assert store.get("a/1") == b"12345"
+    assert store.get("a/2", 1, 2) == b"7"
+    assert store.size("a/1") == 5 and store.exists("a/2")
+    assert len(list(store.list("a/"))) == 2
+    store.delete("a/1")
+    assert store.stats == StoreStats(gets=4, puts=2, deletes=1, lists=1, bytes_read=6, bytes_written=8)
+    assert store.stats + store.stats == StoreStats(8, 4, 2, 2, 12, 16)
+
+
+def test_conditional_put_probe_passes_and_cleans_up(store: ObjectStore) -> None:
+    store.probe_conditional_put()
+    assert list(store.list()) == []
+
+
+def test_delta_table_lives_inside_the_store(store: ObjectStore) -> None:
+    uri, options = store.delta_uri("tables/segments"), store.delta_storage_options()
+    write_deltalake(uri, pa.table({"offset": [1, 2]}), storage_options=options)
+    write_deltalake(uri, pa.table({"offset": [3]}), mode="append", storage_options=options)
+    table = DeltaTable(uri, storage_options=options)
+    assert table.version() == 1
+    assert sorted(table.to_pyarrow_table()["offset"].to_pylist()) == [1, 2, 3]
+    log = [info.key for info in store.list("tables/segments/_delta_log/")]
+    assert log[:2] == [f"tables/segments/_delta_log/{v:020d}.json" for v in (0, 1)]
+
+
+# --- opening stores ----------------------------------------------------------------------------------
+
+
+def test_local_paths_and_file_uris_open_local_stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    default = open_store()
+    assert isinstance(default, LocalStore)
+    assert default.uri == f"file://{tmp_path.resolve() / 'kcompact-store'}"
+    assert not (tmp_path / "kcompact-store").exists()  # created on demand
+    default.put("k", b"v")
+    assert (tmp_path / DEFAULT_STORE_URI / "k").read_bytes() == b"v"
+    assert open_store(default.uri).get("k") == b"v"
+    assert open_store("kcompact-store/").uri == default.uri
+
+
+def test_s3_uris_are_normalized(fake_aws_env: None) -> None:
+    assert isinstance(open_store("s3://bucket"), S3Store)
+    assert StoreSpec.parse("s3://bucket/").uri == "s3://bucket"
+    assert StoreSpec.parse("s3://bucket//a/b/").uri == "s3://bucket/a/b"
+    store = open_store("s3://bucket/a/b", endpoint_url="http://127.0.0.1:1", region="eu-west-1")
+    assert store.delta_uri("meta") == "s3://bucket/a/b/meta"
+    assert store.object_uri("x/y") == "s3://bucket/a/b/x/y"
+
+
+@pytest.mark.parametrize(
+    "uri", ["gs://bucket/x", "s3://", "s3:///prefix", "s3://b/p?versionId=1", "file://relative"]
+)
+def test_unusable_uris_are_config_errors(uri: str) -> None:
+    with pytest.raises(ConfigError):
+        open_store(uri)
+
+
+def test_specs_not_built_by_parse_are_refused() -> None:
+    with pytest.raises(ConfigError, match="not normalized"):
+        StoreSpec("relative/dir")
+    with pytest.raises(ConfigError, match="5 MiB"):
+        StoreSpec("s3://bucket", part_size=MiB)
+
+
+def test_s3_options_on_a_local_store_are_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="apply to s3:// only"):
+        open_store(str(tmp_path), endpoint_url="http://127.0.0.1:9000")
+
+
+# --- S3 only: a store that breaks ----------------------------------------------------------------------
+
+
+def drop_if_none_match(client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make `client` behave like an S3 clone that silently ignores If-None-Match on PutObject."""
+    real = client.put_object
+
+    def put_object(**kwargs: Any) -> Any:
+        kwargs.pop("IfNoneMatch", None)
+        return real(**kwargs)
+
+    monkeypatch.setattr(client, "put_object", put_object)
+
+
+def client_error(code: str, status: int, operation: str = "GetObject") -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, operation
+    )
+
+
+def failing(real: Callable[..., Any], errors: list[Exception], calls: list[int]) -> Callable[..., Any]:
+    """A client method that raises `errors` in turn on its first calls, then behaves as `real`."""
+
+    def method(**kwargs: Any) -> Any:
+        calls.append(1)
+        if errors:
+            raise errors.pop(0)
+        return real(**kwargs)
+
+    return method
+
+
+@pytest.mark.s3
+def test_probe_refuses_a_store_that_ignores_if_none_match(
+    s3_store: S3Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drop_if_none_match(s3_store.client, monkeypatch)
+    with pytest.raises(ConfigError, match="does not enforce conditional PUT"):
+        s3_store.probe_conditional_put()
+    assert list(s3_store.list()) == []  # the probe object is gone
+
+
+@pytest.mark.s3
+def test_first_write_to_a_store_that_ignores_if_none_match_is_refused(
+    s3_store: S3Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drop_if_none_match(s3_store.client, monkeypatch)
+    for _ in range(2):  # a refused probe is not remembered as passed
+        with pytest.raises(ConfigError, match="does not enforce conditional PUT"):
+            s3_store.put(SEGMENT_KEY, PAYLOAD)
+    assert not s3_store.exists(SEGMENT_KEY)
+
+
+@pytest.mark.s3
+def test_the_probe_runs_once_per_store(s3_store: S3Store) -> None:
+    s3_store.put("a", b"1")
+    s3_store.put("b", b"2")
+    assert s3_store.stats.puts == 4  # probe (2) + two writes
+    assert s3_store.stats.deletes == 1
+    fresh = s3_store.spec.open()
+    fresh.probe_conditional_put()  # called directly, it counts as the first-write probe too
+    fresh.put("c", b"3")
+    assert (fresh.stats.puts, fresh.stats.deletes) == (3, 1)
+
+
+@pytest.mark.s3
+def test_ranged_get_from_a_clone_that_ignores_range(
+    s3_store: S3Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s3_store.put("k", PAYLOAD)
+    real = s3_store.client.get_object
+
+    def get_object(**kwargs: Any) -> Any:
+        kwargs.pop("Range", None)
+        return real(**kwargs)
+
+    monkeypatch.setattr(s3_store.client, "get_object", get_object)
+    assert s3_store.get("k", 10, 20) == PAYLOAD[10:20]
+    assert s3_store.get("k", 100) == PAYLOAD[100:]
+
+
+@pytest.mark.s3
+def test_throttling_is_retried_until_it_passes(s3_store: S3Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    s3_store.put("k", PAYLOAD)
+    calls: list[int] = []
+    errors: list[Exception] = [client_error("SlowDown", 503), client_error("InternalError", 500)]
+    monkeypatch.setattr(s3_store.client, "get_object", failing(s3_store.client.get_object, errors, calls))
+    gets_before = s3_store.stats.gets
+    assert s3_store.get("k", 0, 100) == PAYLOAD[:100]
+    assert len(calls) == 3
+    assert s3_store.stats.gets - gets_before == 3  # every attempt is a request
+
+
+@pytest.mark.s3
+def test_connection_errors_are_retried(s3_store: S3Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    errors: list[Exception] = [ConnectionClosedError(endpoint_url="http://127.0.0.1")]
+    monkeypatch.setattr(
+        s3_store.client, "list_objects_v2", failing(s3_store.client.list_objects_v2, errors, calls)
+    )
+    assert list(s3_store.list()) == []
+    assert len(calls) == 2
+
+
+@pytest.mark.s3
+def test_exhausted_retries_raise_transient_store_error(
+    s3_store: S3Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s3_store.put("k", PAYLOAD)
+    calls: list[int] = []
+    errors: list[Exception] = [client_error("SlowDown", 503) for _ in range(10)]
+    monkeypatch.setattr(s3_store.client, "get_object", failing(s3_store.client.get_object, errors, calls))
+    with pytest.raises(TransientStoreError, match="still failing after 4 attempts") as exhausted:
+        s3_store.get("k")
+    assert s3_store.object_uri("k") in str(exhausted.value)
+    assert len(calls) == FAST_RETRY.max_attempts
+
+
+@pytest.mark.s3
+def test_permanent_errors_raise_at_once(s3_store: S3Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    s3_store.put("k", PAYLOAD)
+    calls: list[int] = []
+    errors: list[Exception] = [client_error("AccessDenied", 403)]
+    monkeypatch.setattr(s3_store.client, "get_object", failing(s3_store.client.get_object, errors, calls))
+    with pytest.raises(StoreAccessError, match="AccessDenied") as refused:
+        s3_store.get("k")
+    assert s3_store.object_uri("k") in str(refused.value)
+    assert len(calls) == 1
+
+
+@pytest.mark.s3
+def test_missing_bucket_is_an_access_error(moto_endpoint: str, fake_aws_env: None) -> None:
+    store = open_store("s3://kcompact-no-such-bucket/p", endpoint_url=moto_endpoint, region=REGION)
+    with pytest.raises(StoreAccessError, match="NoSuchBucket"):
+        store.get("k")
+    with pytest.raises(StoreAccessError, match="does not exist"):
+        store.exists("k")  # HEAD cannot tell a missing bucket from a missing key; the store asks
+
+
+@pytest.mark.s3
+def test_unreachable_endpoint_is_transient(fake_aws_env: None) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again below: nothing listens there
+    spec = StoreSpec.parse(
+        f"s3://{BUCKET}/p", endpoint_url=f"http://127.0.0.1:{port}", region=REGION, retry=FAST_RETRY
+    )
+    with pytest.raises(TransientStoreError, match="still failing"):
+        spec.open().get("k")
+
+
+@pytest.mark.s3
+def test_a_put_whose_response_was_lost_succeeds_on_retry(
+    s3_store: S3Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s3_store.probe_conditional_put()
+    real = s3_store.client.put_object
+    lost: list[int] = []
+
+    def put_then_lose_response(**kwargs: Any) -> Any:
+        response = real(**kwargs)
+        if not lost:
+            lost.append(1)
+            raise ConnectionClosedError(endpoint_url="http://127.0.0.1")
+        return response
+
+    monkeypatch.setattr(s3_store.client, "put_object", put_then_lose_response)
+    s3_store.put("k", PAYLOAD)  # the retry meets 412, but the object holds exactly our bytes
+    assert s3_store.get("k") == PAYLOAD
+    with pytest.raises(ObjectExistsError):
+        s3_store.put("k", PAYLOAD)  # no ambiguous attempt: a plain refusal, same bytes or not
+
+
+@pytest.mark.s3
+def test_a_retried_put_still_refuses_someone_elses_object(
+    s3_store: S3Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s3_store.put("k", b"theirs")
+    calls: list[int] = []
+    errors: list[Exception] = [ConnectionClosedError(endpoint_url="http://127.0.0.1")]
+    monkeypatch.setattr(s3_store.client, "put_object", failing(s3_store.client.put_object, errors, calls))
+    with pytest.raises(ObjectExistsError):
+        s3_store.put("k", b"ours")
+    assert s3_store.get("k") == b"theirs"
+
+
+@pytest.mark.s3
+def test_multipart_completion_refuses_a_key_created_meanwhile(
+    s3_store: S3Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "big.log"
+    source.write_bytes(b"\x01" * (TEST_PART_SIZE + 1))
+    s3_store.put("big.log", b"theirs")
+    monkeypatch.setattr(s3_store, "exists", lambda key: False)  # the key appears after the early check
+    with pytest.raises(ObjectExistsError):
+        s3_store.put_file("big.log", source)
+    assert s3_store.get("big.log") == b"theirs"
+    uploads = s3_store.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])
+    assert [u for u in uploads if u["Key"].startswith(s3_store.uri.split("/", 3)[3])] == []
+
+
+@pytest.mark.s3
+def test_delta_storage_options_name_endpoint_region_and_credentials(
+    s3_store: S3Store, moto_endpoint: str
+) -> None:
+    assert s3_store.delta_storage_options() == {
+        "AWS_REGION": REGION,
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
+
+
+@pytest.mark.s3
+def test_store_at_bucket_root_lists_the_whole_bucket(moto_endpoint: str, fake_aws_env: None) -> None:
+    make_bucket(moto_endpoint, "kcompact-root")
+    spec = StoreSpec.parse("s3://kcompact-root", endpoint_url=moto_endpoint, region=REGION, part_size=MiB * 5)
+    store = spec.open()
+    store.put("x/y", b"1")
+    assert [info.key for info in store.list()] == ["x/y"]
+    assert store.delta_uri("t") == "s3://kcompact-root/t"
