@@ -1,0 +1,65 @@
+"""The Delta metadata table: KIP-405's RemoteLogMetadataManager for kcompact.
+
+`model` holds the row values and the Arrow schema, `lineage` the cleaner-offset vectors and their
+zombie check, `snapshot` the read-side values, `change_set` the pure commit computation, `table` the
+reads (latest and time travel) and `commit` the atomic, fenced writes.
+"""
+
+from __future__ import annotations
+
+from compaction.metadata.change_set import ChangeSet, NewSegment, PartitionRows, StateChange, apply_change_set
+from compaction.metadata.commit import (
+    CommitResult,
+    acquire_fencing_epoch,
+    commit,
+    mark_deleted_finished,
+    record_tier_finished,
+    record_tier_started,
+)
+from compaction.metadata.lineage import CleanerOffsetLineage, valid_cleaner_offsets
+from compaction.metadata.model import (
+    METADATA_SCHEMA,
+    CleanerOffset,
+    EpochEntry,
+    ObjectKey,
+    ObjectSuffix,
+    PartitionState,
+    SegmentMetadata,
+    SegmentState,
+    TopicPartition,
+    is_valid_transition,
+    new_kafka_uuid,
+)
+from compaction.metadata.snapshot import MetadataSnapshot, PartitionSnapshot, referenced_object_keys
+from compaction.metadata.table import MetadataTable
+
+__all__ = [
+    "METADATA_SCHEMA",
+    "ChangeSet",
+    "CleanerOffset",
+    "CleanerOffsetLineage",
+    "CommitResult",
+    "EpochEntry",
+    "MetadataSnapshot",
+    "MetadataTable",
+    "NewSegment",
+    "ObjectKey",
+    "ObjectSuffix",
+    "PartitionRows",
+    "PartitionSnapshot",
+    "PartitionState",
+    "SegmentMetadata",
+    "SegmentState",
+    "StateChange",
+    "TopicPartition",
+    "acquire_fencing_epoch",
+    "apply_change_set",
+    "commit",
+    "is_valid_transition",
+    "mark_deleted_finished",
+    "new_kafka_uuid",
+    "record_tier_finished",
+    "record_tier_started",
+    "referenced_object_keys",
+    "valid_cleaner_offsets",
+]

@@ -1,0 +1,288 @@
+"""Atomic, fenced commits to the metadata table: one Delta commit per partition change.
+
+How a commit works (`commit`):
+
+1. open the table at its latest version `v` and load the partition's rows at `v` (partition filters);
+2. check the change set's preconditions against them and compute the partition's complete new row set
+   (`change_set.apply_change_set`, pure);
+3. write that row set with `write_deltalake(dt_at_v, rows, mode="overwrite",
+   predicate="topic = '<t>' AND partition = <n>")`: one Delta commit that removes every file of the
+   partition and adds the new one.
+
+Step 3 is what makes the check in step 2 hold at commit time. delta-rs checks every commit that landed
+after `v`: if one added or removed a file of this partition, ours fails with `CommitFailedError`, which
+becomes `CommitConflictError`; nothing of it is visible. Commits to *other* partitions do not conflict
+(the predicate is a literal on both partition columns; the tests check both cases on a local directory).
+A Delta commit is a single log entry written put-if-absent, so the new row set lands whole or not at all;
+files written by a failed attempt are never referenced and vacuum removes them. Blind appends are never
+used for partition data: they would skip the conflict check.
+
+Fencing follows seed 000's table. `acquire_fencing_epoch` bumps the partition's fencing epoch in its own
+commit, like a new leader epoch, and adds the epoch's entry to the cleaner-offset vector. Every change
+set carries the epoch of its run, and a commit whose epoch is not the partition's raises `FencedError`,
+whatever the arrival order (old run commits before or after the new run's commit). Objects a fenced run
+uploaded stay unreferenced; gc finds them with `snapshot.referenced_object_keys`. A fresh partition has
+epoch 0, which a writer may use without acquiring (an unfenced single writer).
+
+`commit` never retries: its change set was planned from a snapshot, and only the caller can re-plan. The
+conveniences (`record_tier_*`, `mark_deleted_finished`) derive their change set from the latest state on
+each attempt, so they retry a plain conflict a bounded number of times; a `FencedError` is never retried.
+A change set that already landed cannot land twice (its `expected_commit_seq` is then stale).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError
+
+from compaction.errors import CommitConflictError, MetadataInvariantError
+from compaction.metadata.change_set import (
+    ChangeSet,
+    NewSegment,
+    PartitionRows,
+    StateChange,
+    acquire_rows,
+    apply_change_set,
+)
+from compaction.metadata.model import SegmentState, TopicPartition, check_topic, rows_to_arrow
+from compaction.metadata.snapshot import PartitionSnapshot
+from compaction.metadata.table import MetadataTable, load_partition
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """Where a commit landed: the table version it created and the partition's new commit_seq."""
+
+    topic: str
+    partition: int
+    version: int
+    commit_seq: int
+    fencing_epoch: int
+
+
+def partition_predicate(topic: str, partition: int) -> str:
+    """The literal Delta predicate selecting exactly one partition's rows."""
+    return f"topic = '{check_topic(topic)}' AND partition = {int(partition)}"
+
+
+def _write(dt: DeltaTable, rows: PartitionRows) -> CommitResult:
+    s = rows.state
+    base = dt.version()
+    metadata = {
+        "kcompact.partition": f"{s.topic}-{s.partition}",
+        "kcompact.commit_seq": str(s.commit_seq),
+        "kcompact.fencing_epoch": str(s.fencing_epoch),
+        "kcompact.writer": s.writer,
+        "kcompact.run_id": s.run_id or "",
+    }
+    try:
+        write_deltalake(
+            dt,
+            rows_to_arrow([s], rows.segments),
+            mode="overwrite",
+            predicate=partition_predicate(s.topic, s.partition),
+            commit_properties=CommitProperties(custom_metadata=metadata),
+        )
+    except CommitFailedError as e:
+        raise CommitConflictError(
+            f"{s.topic}-{s.partition}: expected no commit to the partition after table version {base}, "
+            f"found one (delta-rs: {str(e).splitlines()[0]}); re-plan and retry"
+        ) from e
+    return CommitResult(s.topic, s.partition, int(dt.version()), s.commit_seq, s.fencing_epoch)
+
+
+def commit(table: MetadataTable, change_set: ChangeSet, now_ms: int) -> CommitResult:
+    """Commit `change_set` atomically: all of its rows land in one Delta commit, or none.
+
+    Args:
+        now_ms: the run's clock, stamped as `event_timestamp_ms` / `updated_ms`.
+
+    Raises:
+        FencedError: a run with a newer fencing epoch owns the partition. Stop; do not retry.
+        CommitConflictError: another commit touched the partition since `change_set` was planned (seen
+            in the preconditions, or by delta-rs at commit time). Re-plan from a fresh snapshot.
+        MetadataInvariantError, InvalidStateTransitionError, TopicIdMismatchError: the change set is wrong.
+
+    Not idempotent by design: a replay after success fails with CommitConflictError (expected commit_seq
+    n, found n + 1), which is how a caller that lost the outcome finds out; then read the partition.
+    """
+    dt = table.delta_table()
+    current = load_partition(dt, change_set.topic, change_set.partition, table.table_uri)
+    return _write(dt, apply_change_set(current, change_set, now_ms))
+
+
+def _replanned(
+    table: MetadataTable,
+    tp: TopicPartition,
+    build: Callable[[PartitionSnapshot], PartitionRows],
+    attempts: int,
+) -> CommitResult:
+    """Load the latest partition, build its rows, write; if delta-rs saw a concurrent commit, start over.
+
+    `build` raising (FencedError included) ends the loop at once: only the write's conflict is retried.
+    """
+    for attempt in range(1, attempts + 1):
+        dt = table.delta_table()
+        rows = build(load_partition(dt, tp.topic, tp.partition, table.table_uri))
+        try:
+            return _write(dt, rows)
+        except CommitConflictError:
+            if attempt == attempts:
+                raise
+    raise MetadataInvariantError(f"attempts must be >= 1, found {attempts}")
+
+
+def acquire_fencing_epoch(
+    table: MetadataTable,
+    topic: str,
+    partition: int,
+    writer: str,
+    now_ms: int,
+    *,
+    topic_id: str | None = None,
+    run_id: str | None = None,
+    attempts: int = 5,
+) -> int:
+    """Take ownership of a partition: bump its fencing epoch in its own commit and return the new epoch.
+
+    Every later change set of this run carries the returned epoch; any run holding an older epoch is
+    fenced from then on. Two runs acquiring at once both get distinct epochs (the later one wins).
+    `topic_id` is required for a partition the table does not know yet and checked otherwise.
+
+    Raises:
+        TopicIdMismatchError: `topic_id` differs from the recorded one.
+        CommitConflictError: still conflicting after `attempts` tries.
+    """
+    tp = TopicPartition(topic, partition)
+    result = _replanned(table, tp, lambda current: acquire_rows(current, topic_id, writer, now_ms, run_id), attempts)
+    return result.fencing_epoch
+
+
+def _change(
+    table: MetadataTable,
+    tp: TopicPartition,
+    attempts: int,
+    now_ms: int,
+    plan: Callable[[PartitionSnapshot], ChangeSet],
+) -> CommitResult:
+    return _replanned(table, tp, lambda current: apply_change_set(current, plan(current), now_ms), attempts)
+
+
+def record_tier_started(
+    table: MetadataTable,
+    topic: str,
+    partition: int,
+    segments: Sequence[NewSegment],
+    *,
+    fencing_epoch: int,
+    writer: str,
+    now_ms: int,
+    topic_id: str | None = None,
+    run_id: str | None = None,
+    attempts: int = 3,
+) -> CommitResult:
+    """Add `segments` in COPY_SEGMENT_STARTED, before their objects are uploaded (KIP-405's copy path).
+
+    Raises what `commit` raises; plain conflicts are retried up to `attempts` times.
+    """
+    started = tuple(replace(n, state=SegmentState.COPY_SEGMENT_STARTED) for n in segments)
+    return _change(
+        table,
+        TopicPartition(topic, partition),
+        attempts,
+        now_ms,
+        lambda current: ChangeSet.planned_from(
+            current,
+            fencing_epoch=fencing_epoch,
+            writer=writer,
+            new_segments=started,
+            run_id=run_id,
+            topic_id=topic_id,
+        ),
+    )
+
+
+def record_tier_finished(
+    table: MetadataTable,
+    topic: str,
+    partition: int,
+    segment_ids: Iterable[str],
+    *,
+    fencing_epoch: int,
+    writer: str,
+    now_ms: int,
+    run_id: str | None = None,
+    attempts: int = 3,
+) -> CommitResult:
+    """Move uploaded segments from COPY_SEGMENT_STARTED to COPY_SEGMENT_FINISHED: they become live."""
+    changes = tuple(StateChange(i, SegmentState.COPY_SEGMENT_FINISHED) for i in segment_ids)
+    return _change(
+        table,
+        TopicPartition(topic, partition),
+        attempts,
+        now_ms,
+        lambda current: ChangeSet.planned_from(
+            current, fencing_epoch=fencing_epoch, writer=writer, state_changes=changes, run_id=run_id
+        ),
+    )
+
+
+def mark_deleted_finished(
+    table: MetadataTable,
+    segment_ids: Iterable[str],
+    *,
+    writer: str,
+    now_ms: int,
+    run_id: str | None = None,
+    attempts: int = 3,
+) -> tuple[CommitResult, ...]:
+    """Record that gc deleted the objects of `segment_ids` (DELETE_SEGMENT_STARTED -> FINISHED).
+
+    One commit per partition involved. gc is not fenced: it commits under the partition's current epoch,
+    because finishing a deletion an owner already started cannot hurt any owner. Idempotent: segments
+    already in DELETE_SEGMENT_FINISHED are skipped, and a partition with nothing left gets no commit.
+
+    Raises:
+        MetadataInvariantError: an id the table does not know.
+        InvalidStateTransitionError: a segment that is not in DELETE_SEGMENT_STARTED.
+    """
+    wanted = set(segment_ids)
+    by_tp: dict[TopicPartition, set[str]] = defaultdict(set)
+    for tp, p in table.snapshot().partitions.items():
+        for s in p.segments:
+            if s.segment_id in wanted:
+                by_tp[tp].add(s.segment_id)
+    unknown = wanted - {i for ids in by_tp.values() for i in ids}
+    if unknown:
+        raise MetadataInvariantError(f"{table.table_uri}: unknown segment ids {sorted(unknown)}")
+
+    results = []
+    for tp, ids in sorted(by_tp.items()):
+        if _deletions_pending(table.partition_snapshot(tp.topic, tp.partition), ids):
+            results.append(_change(table, tp, attempts, now_ms, _deletion_plan(ids, writer, run_id)))
+    return tuple(results)
+
+
+def _deletions_pending(current: PartitionSnapshot, ids: Iterable[str]) -> list[str]:
+    return sorted(
+        i for i in ids if (s := current.segment(i)) is not None and s.state is not SegmentState.DELETE_SEGMENT_FINISHED
+    )
+
+
+def _deletion_plan(ids: set[str], writer: str, run_id: str | None) -> Callable[[PartitionSnapshot], ChangeSet]:
+    def plan(current: PartitionSnapshot) -> ChangeSet:
+        return ChangeSet.planned_from(
+            current,
+            fencing_epoch=current.fencing_epoch,
+            writer=writer,
+            state_changes=(
+                StateChange(i, SegmentState.DELETE_SEGMENT_FINISHED) for i in _deletions_pending(current, ids)
+            ),
+            run_id=run_id,
+        )
+
+    return plan

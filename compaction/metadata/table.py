@@ -1,0 +1,148 @@
+"""Opening the metadata table and reading snapshots of it, at the latest version or by time travel.
+
+The table is read only through delta-rs (`DeltaTable.to_pyarrow_table`), never by listing parquet files
+in its directory: old files stay there until vacuum, and only the Delta log says which are current. A
+partition is loaded with a filter on both partition columns, so delta-rs prunes the other partitions'
+files. `MetadataTable` holds nothing but the URI and storage options: it is small, picklable and safe to
+share between threads; every read opens the Delta log afresh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from compaction.errors import MetadataSchemaError, MetadataTableNotFoundError, MetadataVersionNotFoundError
+from compaction.metadata.model import (
+    METADATA_SCHEMA,
+    PARTITION_COLUMNS,
+    RowKind,
+    SegmentMetadata,
+    check_topic,
+    partition_from_row,
+    segment_from_row,
+)
+from compaction.metadata.snapshot import MetadataSnapshot, PartitionSnapshot, build_snapshot
+
+TABLE_NAME = "kcompact_metadata"
+
+
+class MetadataTable:
+    """The Delta table in KIP-405's RemoteLogMetadataManager role; build with `open` or `create_if_missing`.
+
+    Holds only the URI and storage options, so it pickles across the Spark boundary.
+    """
+
+    def __init__(self, table_uri: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self._uri = table_uri
+        self._options = dict(storage_options or {})
+
+    @classmethod
+    def open(cls, table_uri: str, storage_options: Mapping[str, str] | None = None) -> MetadataTable:
+        """Open an existing metadata table and check that it is kcompact's.
+
+        Raises:
+            MetadataTableNotFoundError: no Delta table at `table_uri`.
+            MetadataSchemaError: a Delta table with other columns, types or partition columns.
+        """
+        table = cls(table_uri, storage_options)
+        table._check_schema(table.delta_table())
+        return table
+
+    @classmethod
+    def create_if_missing(cls, table_uri: str, storage_options: Mapping[str, str] | None = None) -> MetadataTable:
+        """Open the metadata table, creating it (empty, version 0) if there is none. Idempotent.
+
+        Two processes creating it at once is fine: the loser of the race to version 0 opens the winner's.
+        """
+        try:
+            return cls.open(table_uri, storage_options)
+        except MetadataTableNotFoundError:
+            pass
+        # Losing the race to create version 0 raises; the open below then reads the winner's table.
+        with contextlib.suppress(DeltaError):
+            DeltaTable.create(
+                table_uri,
+                METADATA_SCHEMA,
+                mode="ignore",
+                partition_by=list(PARTITION_COLUMNS),
+                name=TABLE_NAME,
+                description="kcompact remote log segment metadata (KIP-405 RLMM)",
+                storage_options=dict(storage_options) if storage_options else None,
+            )
+        return cls.open(table_uri, storage_options)
+
+    @property
+    def table_uri(self) -> str:
+        return self._uri
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        return dict(self._options)
+
+    def delta_table(self, version: int | None = None) -> DeltaTable:
+        """A fresh `DeltaTable` at `version` (latest if None).
+
+        Raises:
+            MetadataTableNotFoundError, MetadataVersionNotFoundError.
+        """
+        try:
+            return DeltaTable(self._uri, version=version, storage_options=self._options or None)
+        except TableNotFoundError as e:
+            raise MetadataTableNotFoundError(f"{self._uri}: no Delta table here ({e})") from e
+        except DeltaError as e:
+            if version is None:
+                raise
+            raise MetadataVersionNotFoundError(f"{self._uri}: cannot load table version {version} ({e})") from e
+
+    def version(self) -> int:
+        """The latest table version."""
+        return int(self.delta_table().version())
+
+    def snapshot(self, version: int | None = None) -> MetadataSnapshot:
+        """Every partition at `version` (latest if None)."""
+        dt = self.delta_table(version)
+        return _snapshot_of(dt, dt.to_pyarrow_table(), self._uri)
+
+    def partition_snapshot(self, topic: str, partition: int, version: int | None = None) -> PartitionSnapshot:
+        """One partition at `version` (latest if None), read with partition filters."""
+        return load_partition(self.delta_table(version), topic, partition, self._uri)
+
+    def live_segments(self, topic: str, partition: int, version: int | None = None) -> tuple[SegmentMetadata, ...]:
+        """The partition's live segments (COPY_SEGMENT_FINISHED, not zombie) by start offset."""
+        return self.partition_snapshot(topic, partition, version).live_segments
+
+    def _check_schema(self, dt: DeltaTable) -> None:
+        found = pa.schema(dt.schema().to_arrow())
+        partition_columns = tuple(dt.metadata().partition_columns)
+        if not found.equals(METADATA_SCHEMA) or partition_columns != PARTITION_COLUMNS:
+            raise MetadataSchemaError(
+                f"{self._uri}: not a kcompact metadata table: expected columns {METADATA_SCHEMA.names} "
+                f"partitioned by {list(PARTITION_COLUMNS)}, "
+                f"found {found.names} partitioned by {list(partition_columns)}"
+            )
+
+    def __repr__(self) -> str:
+        return f"MetadataTable({self._uri!r})"
+
+
+def load_partition(dt: DeltaTable, topic: str, partition: int, where: str = "metadata") -> PartitionSnapshot:
+    """One partition of the already opened `dt`, at `dt`'s version, read with partition filters."""
+    filters: Any = [("topic", "=", check_topic(topic)), ("partition", "=", int(partition))]
+    snapshot = _snapshot_of(dt, dt.to_pyarrow_table(filters=filters), where)
+    return snapshot.partition(topic, partition)
+
+
+def _snapshot_of(dt: DeltaTable, rows: pa.Table, where: str) -> MetadataSnapshot:
+    states, segments = [], []
+    for r in rows.to_pylist():
+        if r["row_kind"] == RowKind.PARTITION:
+            states.append(partition_from_row(r))
+        else:
+            segments.append(segment_from_row(r))
+    return build_snapshot(int(dt.version()), states, segments, where)
