@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from compaction.errors import (
     CommitConflictError,
     ConfigError,
@@ -11,6 +13,19 @@ from compaction.errors import (
     RetryableError,
 )
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from compaction.storage import ObjectStore
+
+
+def read_partition(spark: SparkSession, store: ObjectStore, topic: str, partition: int, **options: Any) -> DataFrame:
+    """A partition's consumer view as a DataFrame (see `compaction.spark.read.read_partition`)."""
+    from compaction.spark.read import read_partition as _read
+
+    return _read(spark, store, topic, partition, **options)
+
+
 __all__ = [
     "CommitConflictError",
     "ConfigError",
@@ -18,4 +33,5 @@ __all__ = [
     "FencedError",
     "KcompactError",
     "RetryableError",
+    "read_partition",
 ]

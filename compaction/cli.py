@@ -9,10 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from compaction.errors import ExitCode, KcompactError
+
+if TYPE_CHECKING:
+    from compaction.storage import ObjectStore
 
 EPILOG = """exit codes:
   0  success (or nothing to do)
@@ -178,13 +183,152 @@ def _cmd_dump(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+STORE_HELP = "object store: a local directory (default ./kcompact-store) or s3://bucket/prefix"
+
+
+def _store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default="./kcompact-store", help=STORE_HELP + " (default: %(default)s)")
+    p.add_argument("--endpoint-url", default=None,
+                   help="S3 endpoint (default: AWS_ENDPOINT_URL or the AWS default)")
+
+
+def _open_store(args: argparse.Namespace) -> ObjectStore:
+    from compaction.storage import open_store
+
+    return open_store(args.store, endpoint_url=args.endpoint_url)
+
+
+def _add_tier(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "tier",
+        help="copy the rolled segments of a Kafka log dir into the store (like KIP-405's copy path)",
+        description="Copy every rolled segment (all but the active, highest one) of each <topic>-<partition> "
+        "directory into the store, with its offset/time indexes (rebuilt when missing or inconsistent), "
+        "transaction index, producer snapshot and leader-epoch checkpoint. Each segment is recorded "
+        "COPY_SEGMENT_STARTED, uploaded under a fresh segment id, then COPY_SEGMENT_FINISHED in the metadata "
+        "table. A rerun copies only what is new. A partition with corrupt input is reported (exit 3) and "
+        "nothing of it becomes live; the other partitions are still tiered.",
+    )
+    p.add_argument("--logdir", required=True, type=Path, help="a Kafka log dir (one sub-directory per partition)")
+    _store_args(p)
+    p.add_argument("--now", type=int, default=None, help="clock in epoch ms (default: the wall clock)")
+    p.add_argument("--json", action="store_true", help="print a machine-readable report")
+    p.set_defaults(func=_cmd_tier)
+
+
+def _cmd_tier(args: argparse.Namespace) -> int:
+    from compaction.metadata import table_in_store
+    from compaction.tier import PartitionTierResult, tier_logdir
+
+    now_ms = args.now if args.now is not None else int(time.time() * 1000)
+    store = _open_store(args)
+    table = table_in_store(store, create=True)
+
+    def progress(i: int, n: int, r: PartitionTierResult) -> None:
+        state = f"FAILED: {r.error}" if r.error else (
+            f"copied {len(r.copied)} segments ({r.bytes_copied / 2**20:.1f} MiB), {r.already_tiered} already tiered")
+        print(f"[{i}/{n}] {r.topic}-{r.partition}: {state}", file=sys.stderr)
+
+    results = tier_logdir(args.logdir, store, table, now_ms, progress=progress)
+    if args.json:
+        print(json.dumps({"store": store.uri, "partitions": [r.to_dict() for r in results],
+                          "requests": vars(store.stats)}, indent=2))
+    else:
+        copied = sum(len(r.copied) for r in results)
+        print(f"tiered {copied} segments of {len(results)} partitions into {store.uri} "
+              f"({sum(r.bytes_copied for r in results) / 2**20:.1f} MiB; {store.stats.puts} PUTs)")
+    return max((r.exit_code for r in results), default=0)
+
+
+def _add_partition_args(p: argparse.ArgumentParser) -> None:
+    _store_args(p)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", required=True, type=int)
+
+
+def _add_segments(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "segments",
+        help="list the live remote segments of a partition",
+        description="The live (COPY_SEGMENT_FINISHED) segments of a partition according to the metadata table, "
+        "with start and end offsets, size, state, leader epochs and the URI of the .log object.",
+    )
+    _add_partition_args(p)
+    p.add_argument("--version", type=int, default=None, help="metadata table version to read (time travel)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_segments)
+
+
+def _cmd_segments(args: argparse.Namespace) -> int:
+    from compaction.metadata import ObjectSuffix, table_in_store
+
+    store = _open_store(args)
+    segments = table_in_store(store).live_segments(args.topic, args.partition, args.version)
+    rows = [
+        {
+            "segment_id": s.segment_id,
+            "start_offset": s.start_offset,
+            "end_offset": s.end_offset,
+            "size": s.segment_size_bytes,
+            "state": s.state.name,
+            "leader_epochs": {str(e.epoch): e.start_offset for e in s.segment_leader_epochs},
+            "max_timestamp_ms": s.max_timestamp_ms,
+            "log_uri": store.object_uri(s.object_key(ObjectSuffix.LOG) or ""),
+        }
+        for s in segments
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return ExitCode.OK
+    print(f"{'start_offset':>14} {'end_offset':>14} {'size':>12}  {'state':<22} leader_epochs  log")
+    for r in rows:
+        epochs = ",".join(f"{k}@{v}" for k, v in r["leader_epochs"].items())  # type: ignore[attr-defined]
+        print(f"{r['start_offset']:>14} {r['end_offset']:>14} {r['size']:>12}  {r['state']:<22} {epochs:<13}  "
+              f"{r['log_uri']}")
+    print(f"{len(rows)} live segments")
+    return ExitCode.OK
+
+
+def _add_read(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "read",
+        help="print what a consumer of a partition would receive, as JSON lines",
+        description="Read a partition from its live remote segments in offset order, as a consumer would: "
+        "one JSON object per record, {offset, timestamp, key, value, headers: [{key, value}]}, with key, value "
+        "and header values base64-encoded (null stays null). Control records are not emitted. "
+        "read_committed also drops records of aborted (and still open) transactions.",
+    )
+    _add_partition_args(p)
+    p.add_argument("--from-offset", type=int, default=0, help="first offset to return (default: 0)")
+    p.add_argument("--isolation", default="read_uncommitted", choices=["read_uncommitted", "read_committed"],
+                   help="consumer isolation.level (default: %(default)s, as in Kafka)")
+    p.add_argument("--version", type=int, default=None, help="metadata table version to read (time travel)")
+    p.set_defaults(func=_cmd_read)
+
+
+def _cmd_read(args: argparse.Namespace) -> int:
+    from compaction.metadata import table_in_store
+    from compaction.reader import Isolation, consumer_records, record_json, segment_ref
+
+    store = _open_store(args)
+    segments = table_in_store(store).live_segments(args.topic, args.partition, args.version)
+    refs = [segment_ref(s) for s in segments]
+    out = sys.stdout
+    for record in consumer_records(store, refs, from_offset=args.from_offset,
+                                   isolation=Isolation.parse(args.isolation)):
+        out.write(json.dumps(record_json(record)) + "\n")
+    return ExitCode.OK
+
+
 def _usage(message: str) -> KcompactError:
     from compaction.errors import ConfigError
 
     return ConfigError(message)
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_generate, _add_dump]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_generate, _add_dump, _add_tier, _add_segments, _add_read,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

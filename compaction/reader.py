@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from compaction.errors import ConfigError
+from compaction.errors import ConfigError, CorruptMetadataError
 from compaction.format.batch import Record, RecordBatch
 from compaction.format.indexes import AbortedTxn, read_txn_index
 from compaction.format.segment import iter_batches
+from compaction.metadata import ObjectSuffix, SegmentMetadata
 from compaction.storage.base import ObjectStore
 
 
@@ -46,6 +47,14 @@ class SegmentRef:
     end_offset: int
     log_key: str
     txn_index_key: str | None
+
+
+def segment_ref(segment: SegmentMetadata) -> SegmentRef:
+    """The reader's view of a metadata row."""
+    log_key = segment.object_key(ObjectSuffix.LOG)
+    if log_key is None:
+        raise CorruptMetadataError(f"segment {segment.segment_id} has no .log object key")
+    return SegmentRef(segment.start_offset, segment.end_offset, log_key, segment.object_key(ObjectSuffix.TXN_INDEX))
 
 
 def aborted_ranges(store: ObjectStore, segments: Sequence[SegmentRef]) -> dict[int, list[tuple[int, int]]]:

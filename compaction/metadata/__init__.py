@@ -31,10 +31,11 @@ from compaction.metadata.model import (
     new_kafka_uuid,
 )
 from compaction.metadata.snapshot import MetadataSnapshot, PartitionSnapshot, referenced_object_keys
-from compaction.metadata.table import MetadataTable
+from compaction.metadata.table import METADATA_TABLE_NAME, MetadataTable, table_in_store
 
 __all__ = [
     "METADATA_SCHEMA",
+    "METADATA_TABLE_NAME",
     "ChangeSet",
     "CleanerOffset",
     "CleanerOffsetLineage",
@@ -61,5 +62,6 @@ __all__ = [
     "record_tier_finished",
     "record_tier_started",
     "referenced_object_keys",
+    "table_in_store",
     "valid_cleaner_offsets",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -30,6 +30,14 @@ from compaction.metadata.model import (
 from compaction.metadata.snapshot import MetadataSnapshot, PartitionSnapshot, build_snapshot
 
 TABLE_NAME = "kcompact_metadata"
+
+
+class ObjectStoreLike(Protocol):
+    """What the table needs of `compaction.storage.ObjectStore` (kept structural to avoid the import)."""
+
+    def delta_uri(self, name: str) -> str: ...
+
+    def delta_storage_options(self) -> dict[str, str]: ...
 
 
 class MetadataTable:
@@ -146,3 +154,12 @@ def _snapshot_of(dt: DeltaTable, rows: pa.Table, where: str) -> MetadataSnapshot
         else:
             segments.append(segment_from_row(r))
     return build_snapshot(int(dt.version()), states, segments, where)
+
+
+METADATA_TABLE_NAME = "_kcompact_metadata"
+
+
+def table_in_store(store: ObjectStoreLike, *, create: bool = False) -> MetadataTable:
+    """The metadata table kept inside an object store, at `<store>/_kcompact_metadata`."""
+    uri, options = store.delta_uri(METADATA_TABLE_NAME), store.delta_storage_options()
+    return MetadataTable.create_if_missing(uri, options) if create else MetadataTable.open(uri, options)

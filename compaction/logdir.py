@@ -1,0 +1,144 @@
+"""Reading a broker's log dir for tiering: partitions, rolled segments and everything a remote copy needs.
+
+A segment is prepared as Kafka's RemoteLogManager prepares `LogSegmentData`: the `.log`, its offset and
+time indexes (verified, and rebuilt as Kafka does on load when missing or inconsistent), the transaction
+index, the producer snapshot named after the next segment's base offset, and the leader-epoch checkpoint
+for all epochs up to that base. The active (highest) segment is never tiered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from compaction.errors import ConfigError, CorruptIndexError, CorruptInputError
+from compaction.format.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    EpochEntry,
+    encode_leader_epoch_checkpoint,
+    epochs_in_range,
+    read_leader_epoch_checkpoint,
+    read_partition_metadata,
+)
+from compaction.format.indexes import build_indexes, read_txn_index, verify_indexes
+from compaction.format.producer_snapshot import open_transactions, read_producer_snapshot
+from compaction.format.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    iter_batch_headers,
+    segment_path,
+)
+
+PARTITION_METADATA = "partition.metadata"
+
+
+@dataclass(frozen=True)
+class LocalPartition:
+    """A `<topic>-<partition>` directory of a log dir."""
+
+    topic: str
+    partition: int
+    directory: Path
+
+    @property
+    def topic_id(self) -> str:
+        path = self.directory / PARTITION_METADATA
+        if not path.exists():
+            raise CorruptInputError("missing partition.metadata (the topic id is needed to tier)", obj=str(path))
+        return read_partition_metadata(path.read_bytes(), obj=str(path)).topic_id
+
+    def leader_epochs(self) -> list[EpochEntry]:
+        path = self.directory / LEADER_EPOCH_CHECKPOINT
+        return read_leader_epoch_checkpoint(path.read_bytes(), obj=str(path)) if path.exists() else []
+
+    def segment_bases(self) -> list[int]:
+        return sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in self.directory.glob("*" + LOG_SUFFIX)
+                      if p.name[: -len(LOG_SUFFIX)].isdigit())
+
+
+@dataclass(frozen=True)
+class PreparedSegment:
+    """One rolled segment, validated, with the bytes of every companion object to upload."""
+
+    start_offset: int
+    end_offset: int
+    log_path: Path
+    size: int
+    max_timestamp_ms: int
+    first_batch_max_timestamp_ms: int
+    record_count: int
+    leader_epochs: tuple[EpochEntry, ...]
+    companions: dict[str, bytes]  # suffix (storage layout) -> bytes
+    rebuilt_indexes: bool
+
+
+def partitions(logdir: Path) -> Iterator[LocalPartition]:
+    """Every `<topic>-<partition>` directory, in name order (directories marked -delete are skipped)."""
+    if not logdir.is_dir():
+        raise ConfigError(f"--logdir {logdir}: not a directory")
+    for d in sorted(logdir.iterdir()):
+        topic, sep, part = d.name.rpartition("-")
+        if d.is_dir() and sep and topic and part.isdigit():
+            yield LocalPartition(topic, int(part), d)
+
+
+def prepare_segment(part: LocalPartition, base: int, next_base: int, epochs: list[EpochEntry]) -> PreparedSegment:
+    """Validate segment `base` (CRCs included) and gather what a remote copy needs.
+
+    Raises CorruptInputError naming the file and byte position if the `.log` is malformed. Indexes that are
+    missing or inconsistent are rebuilt; a corrupt transaction index is an error (it cannot be rebuilt
+    without the producer state at the segment's start, which a snapshot may not give).
+    """
+    d = part.directory
+    log_path = segment_path(d, base, LOG_SUFFIX)
+    log = log_path.read_bytes()
+    headers = list(iter_batch_headers(log, obj=str(log_path), verify_crc=True))
+    index_path, time_path = segment_path(d, base, INDEX_SUFFIX), segment_path(d, base, TIME_INDEX_SUFFIX)
+    rebuilt = False
+    try:
+        if not (index_path.exists() and time_path.exists()):
+            raise CorruptIndexError("missing", obj=str(index_path))
+        offset_index, time_index = index_path.read_bytes(), time_path.read_bytes()
+        verify_indexes(log, base, offset_index, time_index, obj=str(log_path),
+                       index_obj=str(index_path), time_index_obj=str(time_path))
+    except CorruptIndexError:
+        carried = _open_txns_at(d, base)
+        built = build_indexes(log, base, obj=str(log_path), txn_first_offsets=carried)
+        offset_index, time_index, rebuilt = built.offset_index, built.time_index, True
+    companions = {"index": offset_index, "timeindex": time_index}
+    txn_path = segment_path(d, base, TXN_INDEX_SUFFIX)
+    if txn_path.exists() and txn_path.stat().st_size:
+        txn = txn_path.read_bytes()
+        read_txn_index(txn, obj=str(txn_path))  # validates
+        companions["txnindex"] = txn
+    snapshot_path = segment_path(d, next_base, SNAPSHOT_SUFFIX)
+    if snapshot_path.exists():
+        snap = snapshot_path.read_bytes()
+        read_producer_snapshot(snap, obj=str(snapshot_path))
+        companions["snapshot"] = snap
+    up_to = [e for e in epochs if e.start_offset < next_base]
+    companions["leader-epoch-checkpoint"] = encode_leader_epoch_checkpoint(up_to)
+    data_headers = headers or []
+    return PreparedSegment(
+        start_offset=base,
+        end_offset=next_base - 1,
+        log_path=log_path,
+        size=len(log),
+        max_timestamp_ms=max((h.max_timestamp for h in data_headers), default=-1),
+        first_batch_max_timestamp_ms=data_headers[0].max_timestamp if data_headers else -1,
+        record_count=sum(h.records_count for h in data_headers),
+        leader_epochs=tuple(epochs_in_range(epochs, base, next_base)),
+        companions=companions,
+        rebuilt_indexes=rebuilt,
+    )
+
+
+def _open_txns_at(directory: Path, base: int) -> dict[int, int]:
+    snap = segment_path(directory, base, SNAPSHOT_SUFFIX)
+    if not snap.exists():
+        return {}
+    return open_transactions(read_producer_snapshot(snap.read_bytes(), obj=str(snap)))

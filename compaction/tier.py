@@ -1,0 +1,154 @@
+"""`kcompact tier`: copy every rolled segment of a Kafka log dir into the store, as KIP-405's copy path does.
+
+Per partition: validate the new segments first (a corrupt one fails the partition before anything is
+committed), record them COPY_SEGMENT_STARTED in one metadata commit, upload every object under a fresh
+segment id, then record COPY_SEGMENT_FINISHED in a second commit. A crash between the two leaves
+STARTED rows that are never live; the next run moves them to DELETE_SEGMENT_STARTED (for gc) in the
+same commit that starts their replacements. A rerun copies only what is new.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from compaction.errors import CorruptInputError, KcompactError
+from compaction.logdir import LocalPartition, PreparedSegment, partitions, prepare_segment
+from compaction.metadata import (
+    ChangeSet,
+    MetadataTable,
+    NewSegment,
+    ObjectKey,
+    SegmentState,
+    StateChange,
+    commit,
+    record_tier_finished,
+)
+from compaction.storage.base import ObjectStore
+from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
+
+
+@dataclass
+class PartitionTierResult:
+    """What one partition's tiering did (or why it failed)."""
+
+    topic: str
+    partition: int
+    copied: list[int] = field(default_factory=list)  # start offsets
+    already_tiered: int = 0
+    bytes_copied: int = 0
+    rebuilt_indexes: int = 0
+    abandoned_attempts: int = 0
+    error: str | None = None
+    error_type: str | None = None
+    exit_code: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(vars(self))
+
+
+def default_writer() -> str:
+    return f"kcompact-tier@{socket.gethostname()}"
+
+
+def _new_segment(store_prefix: str, topic: str, topic_id: str, partition: int, seg: PreparedSegment) -> NewSegment:
+    segment_id = new_segment_id()
+    suffixes = [Suffix.LOG, *(Suffix(s) for s in seg.companions)]
+    keys = tuple(
+        ObjectKey(s, segment_object_key(topic, topic_id, partition, seg.start_offset, segment_id, s, store_prefix))
+        for s in suffixes
+    )
+    return NewSegment(
+        segment_id=segment_id,
+        start_offset=seg.start_offset,
+        end_offset=seg.end_offset,
+        max_timestamp_ms=seg.max_timestamp_ms,
+        segment_leader_epochs=seg.leader_epochs,
+        segment_size_bytes=seg.size,
+        object_keys=keys,
+        record_count=seg.record_count,
+        first_batch_max_timestamp_ms=seg.first_batch_max_timestamp_ms,
+        state=SegmentState.COPY_SEGMENT_STARTED,
+    )
+
+
+def tier_partition(
+    part: LocalPartition, store: ObjectStore, table: MetadataTable, now_ms: int, writer: str
+) -> PartitionTierResult:
+    """Tier the rolled segments of one partition directory that the store does not hold yet."""
+    result = PartitionTierResult(part.topic, part.partition)
+    topic_id = part.topic_id
+    current = table.partition_snapshot(part.topic, part.partition)
+    tiered_end = max((s.end_offset for s in current.live_segments), default=-1)
+    abandoned = [s for s in current.segments if s.state is SegmentState.COPY_SEGMENT_STARTED]
+    bases = part.segment_bases()
+    rolled = list(itertools.pairwise(bases))
+    todo = []
+    for base, next_base in rolled:
+        if next_base - 1 <= tiered_end:
+            result.already_tiered += 1
+        elif base <= tiered_end:
+            raise CorruptInputError(
+                f"local segment [{base}, {next_base - 1}] overlaps the tier, which ends at {tiered_end}",
+                obj=str(part.directory / f"{base:020d}.log"),
+            )
+        else:
+            todo.append((base, next_base))
+    if not todo and not abandoned:
+        return result
+    epochs = part.leader_epochs()
+    prepared = [prepare_segment(part, base, next_base, epochs) for base, next_base in todo]
+    new = [_new_segment("", part.topic, topic_id, part.partition, seg) for seg in prepared]
+    start = ChangeSet.planned_from(
+        current,
+        fencing_epoch=current.fencing_epoch,
+        writer=writer,
+        new_segments=tuple(new),
+        state_changes=tuple(StateChange(s.segment_id, SegmentState.DELETE_SEGMENT_STARTED) for s in abandoned),
+        topic_id=topic_id,
+    )
+    landed = commit(table, start, now_ms)
+    result.abandoned_attempts = len(abandoned)
+    for seg, meta in zip(prepared, new, strict=True):
+        for obj in meta.object_keys:
+            if obj.suffix is Suffix.LOG:
+                store.put_file(obj.key, seg.log_path)
+            else:
+                store.put(obj.key, seg.companions[obj.suffix.value])
+        result.copied.append(seg.start_offset)
+        result.bytes_copied += seg.size
+        result.rebuilt_indexes += int(seg.rebuilt_indexes)
+    if new:
+        record_tier_finished(
+            table, part.topic, part.partition, [n.segment_id for n in new],
+            fencing_epoch=landed.fencing_epoch, writer=writer, now_ms=now_ms,
+        )
+    return result
+
+
+def tier_logdir(
+    logdir: Path,
+    store: ObjectStore,
+    table: MetadataTable,
+    now_ms: int,
+    *,
+    writer: str | None = None,
+    progress: Callable[[int, int, PartitionTierResult], None] | None = None,
+) -> list[PartitionTierResult]:
+    """Tier every partition of `logdir`. A partition that fails (corrupt input, conflict) is reported with its
+    error and the others still go on; nothing of a failed partition becomes live."""
+    parts = list(partitions(logdir))
+    results = []
+    for i, part in enumerate(parts, 1):
+        try:
+            res = tier_partition(part, store, table, now_ms, writer or default_writer())
+        except KcompactError as exc:
+            res = PartitionTierResult(part.topic, part.partition, error=str(exc), error_type=type(exc).__name__,
+                                      exit_code=int(exc.exit_code))
+        results.append(res)
+        if progress:
+            progress(i, len(parts), res)
+    return results

@@ -1,0 +1,201 @@
+"""`kcompact tier`, `segments` and `read` on both backends: tiered data reads back exactly; reruns, crashes converge."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.dataset as pads
+import pytest
+from deltalake import DeltaTable
+
+from compaction.cli import main
+from compaction.format.control import ControlType, batch_control_type
+from compaction.format.segment import iter_batches
+from compaction.metadata import METADATA_SCHEMA, ObjectSuffix, SegmentState, table_in_store
+from compaction.reader import Isolation, consumer_records, segment_ref
+from compaction.storage import ObjectStore
+from compaction.tier import tier_logdir
+from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
+
+NOW = 1_800_000_000_000
+SPEC = WorkloadSpec(topics=(TopicSpec("orders", 2), TopicSpec("users.v2", 1)), records_per_partition=2500,
+                    keys=200, segment_bytes=40 * 1024, seed=11)
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("gen")
+    generate_logdir(root, SPEC)
+    return root
+
+
+@pytest.fixture
+def logdir(generated: Path, tmp_path: Path) -> Path:
+    """A private copy: tests may damage it."""
+    return Path(shutil.copytree(generated, tmp_path / "logdir"))
+
+
+def rolled_records(part_dir: Path) -> list[tuple]:
+    """Decode the original files: every data record of the rolled (non-active) segments."""
+    logs = sorted(part_dir.glob("*.log"))[:-1]
+    out = []
+    for log in logs:
+        for _pos, batch in iter_batches(log.read_bytes()):
+            if not batch.is_control:
+                out.extend((r.offset, r.timestamp, r.key, r.value, r.headers) for r in batch.records)
+    return out
+
+
+def read_back(store: ObjectStore, topic: str, partition: int, isolation: Isolation = Isolation.READ_UNCOMMITTED,
+              from_offset: int = 0) -> list[tuple]:
+    refs = [segment_ref(s) for s in table_in_store(store).live_segments(topic, partition)]
+    return [(r.offset, r.timestamp, r.key, r.value, r.headers)
+            for r in consumer_records(store, refs, isolation=isolation, from_offset=from_offset)]
+
+
+def test_tiered_partitions_read_back_exactly(logdir: Path, store: ObjectStore) -> None:
+    results = tier_logdir(logdir, store, table_in_store(store, create=True), NOW)
+    assert [r.error for r in results] == [None, None, None]
+    for topic, partition in [("orders", 0), ("orders", 1), ("users.v2", 0)]:
+        expected = rolled_records(logdir / f"{topic}-{partition}")
+        assert read_back(store, topic, partition) == expected
+        assert read_back(store, topic, partition, from_offset=1000) == [r for r in expected if r[0] >= 1000]
+        live = table_in_store(store).live_segments(topic, partition)
+        assert len(live) == len(list((logdir / f"{topic}-{partition}").glob("*.log"))) - 1
+        assert all(s.end_offset + 1 == n.start_offset for s, n in itertools.pairwise(live))
+        for seg in live:
+            assert store.get(seg.object_key(ObjectSuffix.LOG) or "") == (
+                logdir / f"{topic}-{partition}" / f"{seg.start_offset:020d}.log").read_bytes()
+
+
+def test_read_committed_drops_aborted_and_open_transactions(logdir: Path, local_store: ObjectStore) -> None:
+    tier_logdir(logdir, local_store, table_in_store(local_store, create=True), NOW)
+    part = logdir / "orders-0"
+    batches = [b for log in sorted(part.glob("*.log"))[:-1] for _p, b in iter_batches(log.read_bytes())]
+    aborted_pids: dict[int, list[tuple[int, int]]] = {}
+    open_first: dict[int, int] = {}
+    for b in batches:
+        if b.is_transactional and not b.is_control:
+            open_first.setdefault(b.producer_id, b.base_offset)
+        if b.is_control:
+            first = open_first.pop(b.producer_id, None)
+            if batch_control_type(b) is ControlType.ABORT and first is not None:
+                aborted_pids.setdefault(b.producer_id, []).append((first, b.base_offset))
+    assert aborted_pids, "the workload must contain aborted transactions"
+
+    def aborted(b) -> bool:  # type: ignore[no-untyped-def]
+        ranges = aborted_pids.get(b.producer_id, [])
+        return b.is_transactional and any(f <= b.base_offset <= last for f, last in ranges)
+
+    def still_open(b) -> bool:  # type: ignore[no-untyped-def]
+        return b.is_transactional and b.producer_id in open_first and b.base_offset >= open_first[b.producer_id]
+
+    expected = [r.offset for b in batches if not b.is_control and not aborted(b) and not still_open(b)
+                for r in b.records]
+    got = [r[0] for r in read_back(local_store, "orders", 0, Isolation.READ_COMMITTED)]
+    assert got == expected
+    assert len(got) < len(read_back(local_store, "orders", 0))
+
+
+def test_rerun_copies_only_new_segments(logdir: Path, tmp_path: Path, local_store: ObjectStore) -> None:
+    table = table_in_store(local_store, create=True)
+    early = tmp_path / "early"
+    for part in logdir.iterdir():
+        (early / part.name).mkdir(parents=True)
+        logs = sorted(part.glob("*.log"))
+        for f in part.iterdir():
+            stem = f.name.split(".")[0]
+            if not stem.isdigit() or int(stem) <= int(logs[3].name.split(".")[0]):
+                shutil.copy(f, early / part.name / f.name)
+    first = tier_logdir(early, local_store, table, NOW)
+    assert all(len(r.copied) == 3 for r in first)
+    version = table.version()
+    again = tier_logdir(early, local_store, table, NOW)
+    assert all(not r.copied for r in again) and table.version() == version
+    later = tier_logdir(logdir, local_store, table, NOW)
+    assert all(r.already_tiered == 3 and r.copied for r in later)
+    assert read_back(local_store, "orders", 1) == rolled_records(logdir / "orders-1")
+
+
+def test_crash_mid_upload_leaves_nothing_live_and_rerun_converges(logdir: Path, store: ObjectStore,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    table = table_in_store(store, create=True)
+    real_put_file = store.put_file
+    calls = {"n": 0}
+
+    def crashing_put_file(key: str, path: object) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("simulated crash mid-upload")
+        real_put_file(key, path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "put_file", crashing_put_file)
+    with pytest.raises(RuntimeError):
+        tier_logdir(logdir, store, table, NOW)
+    snap = table.partition_snapshot("orders", 0)
+    assert snap.live_segments == ()
+    assert {s.state for s in snap.segments} == {SegmentState.COPY_SEGMENT_STARTED}
+    monkeypatch.setattr(store, "put_file", real_put_file)
+    results = tier_logdir(logdir, store, table, NOW)
+    assert results[0].abandoned_attempts == len(snap.segments)
+    assert read_back(store, "orders", 0) == rolled_records(logdir / "orders-0")
+    states = {s.segment_id: s.state for s in table.partition_snapshot("orders", 0).segments}
+    assert all(states[s.segment_id] is SegmentState.DELETE_SEGMENT_STARTED for s in snap.segments)
+
+
+def test_corrupt_segment_fails_only_its_partition(logdir: Path, local_store: ObjectStore,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    victim = sorted((logdir / "orders-1").glob("*.log"))[2]
+    data = bytearray(victim.read_bytes())
+    data[500] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    code = main(["tier", "--logdir", str(logdir), "--store", local_store.uri, "--now", str(NOW), "--json"])
+    assert code == 3
+    report = json.loads(capsys.readouterr().out)
+    failed = [p for p in report["partitions"] if p["error"]]
+    assert [(p["topic"], p["partition"], p["error_type"]) for p in failed] == [("orders", 1, "CrcMismatchError")]
+    assert str(victim) in failed[0]["error"] and "byte" in failed[0]["error"]
+    table = table_in_store(local_store)
+    assert table.partition_snapshot("orders", 1).segments == ()
+    assert table.live_segments("orders", 0)
+
+
+def test_missing_or_garbage_index_is_rebuilt(logdir: Path, local_store: ObjectStore) -> None:
+    part = logdir / "users.v2-0"
+    original = (part / "00000000000000000000.index").read_bytes()
+    (part / "00000000000000000000.index").unlink()
+    second = sorted(part.glob("*.index"))[1]
+    second.write_bytes(b"\xff" * 16)
+    [result] = [r for r in tier_logdir(logdir, local_store, table_in_store(local_store, create=True), NOW)
+                if r.topic == "users.v2"]
+    assert result.rebuilt_indexes == 2
+    first = table_in_store(local_store).live_segments("users.v2", 0)[0]
+    assert local_store.get(first.object_key(ObjectSuffix.OFFSET_INDEX) or "") == original
+
+
+def test_metadata_table_is_plain_delta(logdir: Path, local_store: ObjectStore) -> None:
+    tier_logdir(logdir, local_store, table_in_store(local_store, create=True), NOW)
+    dt = DeltaTable(local_store.delta_uri("_kcompact_metadata"))
+    via_delta = dt.to_pyarrow_table()
+    assert via_delta.schema.names == METADATA_SCHEMA.names
+    via_files = pads.dataset(dt.file_uris(), format="parquet", partitioning=None).to_table()
+    assert via_files.num_rows == via_delta.num_rows
+    assert set(via_delta.column("segment_id").drop_null().to_pylist()) == {
+        s for s in via_files.column("segment_id").drop_null().to_pylist()}
+
+
+def test_cli_segments_and_read(logdir: Path, local_store: ObjectStore, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tier", "--logdir", str(logdir), "--store", local_store.uri, "--now", str(NOW)]) == 0
+    capsys.readouterr()
+    assert main(["segments", "--store", local_store.uri, "--topic", "orders", "--partition", "0", "--json"]) == 0
+    segs = json.loads(capsys.readouterr().out)
+    assert segs[0]["start_offset"] == 0 and segs[0]["state"] == "COPY_SEGMENT_FINISHED"
+    assert segs[0]["log_uri"].endswith(".log") and "orders-" in segs[0]["log_uri"]
+    assert main(["read", "--store", local_store.uri, "--topic", "orders", "--partition", "0",
+                 "--from-offset", "5"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[0]["offset"] >= 5 and set(lines[0]) == {"offset", "timestamp", "key", "value", "headers"}
+    assert len(lines) == len([r for r in rolled_records(logdir / "orders-0") if r[0] >= 5])
