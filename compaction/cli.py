@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 from compaction.errors import ExitCode, KcompactError
 
 if TYPE_CHECKING:
+    from compaction.cleaner import RunPlan
     from compaction.storage import ObjectStore
 
 EPILOG = """exit codes:
@@ -320,6 +322,153 @@ def _cmd_read(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _plan_args(p: argparse.ArgumentParser) -> None:
+    _store_args(p)
+    p.add_argument("--config", required=True, type=Path,
+                   help="YAML config with Kafka topic-level names (see conf/kcompact.yaml)")
+    p.add_argument("--now", type=int, default=None, help="the run's clock in epoch ms (default: the wall clock)")
+    p.add_argument("--topic", action="append", default=None, help="only this topic (repeatable)")
+    p.add_argument("--partition", type=int, default=None, help="only this partition (with --topic)")
+    p.add_argument("--force", action="store_true",
+                   help="recompact every partition below its first uncleanable offset, whatever the dirty ratio "
+                   "(e.g. to drop tombstones whose delete horizon has passed)")
+
+
+def _build_plan(args: argparse.Namespace) -> RunPlan:
+    from compaction.cleaner import plan
+    from compaction.config import load_config
+
+    if args.partition is not None and not args.topic:
+        raise _usage("--partition needs --topic")
+    now_ms = args.now if args.now is not None else int(time.time() * 1000)
+    return plan(_open_store(args), load_config(args.config), now_ms, topics=args.topic,
+                partition=args.partition, force=args.force)
+
+
+def _add_plan(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="show what a compaction run would do, and why, without doing it",
+        description="Plan like Kafka's cleaner manager: per partition the cleaned, dirty and uncleanable regions "
+        "(min.compaction.lag.ms, open transactions), bytes, dirty ratio, KIP-354 compaction delay, the decision "
+        "and why (including what would make an ineligible partition eligible). Must-clean partitions first, then "
+        "the filthiest. Reads only.",
+    )
+    _plan_args(p)
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=_cmd_plan)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    run = _build_plan(args)
+    if args.json:
+        print(json.dumps({"run_id": run.run_id, **run.plan.to_dict()}, indent=2))
+    else:
+        print(run.plan.render_text())
+    return ExitCode.OK
+
+
+def _add_compact(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compact",
+        help="compact the eligible partitions on Spark and commit the swap",
+        description="plan -> stage -> commit. Eligible partitions (see `kcompact plan`) are scanned and compacted on "
+        "Spark (local[2] unless --master or spark-submit says otherwise); every output segment is uploaded under "
+        "a fresh segment id and becomes live in one metadata commit per partition. Replaced segments are marked "
+        "DELETE_SEGMENT_STARTED; `kcompact gc` deletes them later. Rerunning is always safe. Exit codes: 0 done or "
+        "nothing to do, 2 config error, 3 corrupt input in some partition (the others are committed), "
+        "4 fenced or conflicting commit (rerun).",
+    )
+    _plan_args(p)
+    p.add_argument("--dry-run", action="store_true", help="print the plan and stop (same as `kcompact plan`)")
+    p.add_argument("--master", default=None, help="Spark master URL (default: local[2])")
+    p.add_argument("--report-json", type=Path, default=None, help="also write the run report as JSON to this file")
+    p.add_argument("--json", action="store_true", help="print the run report as JSON instead of text")
+    p.set_defaults(func=_cmd_compact)
+
+
+def _cmd_compact(args: argparse.Namespace) -> int:
+    from compaction.cleaner import commit, stage
+    from compaction.report import render_text, run_report
+
+    run = _build_plan(args)
+    if args.dry_run or not run.plan.eligible:
+        print(run.plan.render_text())
+        if not run.plan.eligible:
+            print("nothing to compact")
+        return ExitCode.OK
+    from compaction.spark.session import build_session
+
+    print(f"compacting {len(run.plan.eligible)} partitions (run {run.run_id})", file=sys.stderr)
+    spark = build_session(args.master)
+    try:
+        staged = stage(spark, run)
+    finally:
+        spark.stop()
+    outcomes = commit(staged)
+    report = run_report(staged, outcomes)
+    if args.report_json:
+        args.report_json.write_text(json.dumps(report, indent=2))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for line in render_text(report):
+            print(line)
+    return max((o.exit_code for o in outcomes), default=0)
+
+
+def _add_gc(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "gc",
+        help="delete the objects of replaced, abandoned and orphaned segments once past their grace period",
+        description="Garbage-collect the store, metadata first. Segments in DELETE_SEGMENT_STARTED (replaced by "
+        "a compaction) for longer than the grace (file.delete.delay.ms) lose their objects, then are recorded "
+        "DELETE_SEGMENT_FINISHED. Tier attempts stuck in COPY_SEGMENT_STARTED for longer than the grace are "
+        "retired and deleted the same way; zombie rows are retired now and deleted a grace later. Objects under "
+        "segment keys that no metadata row references (uploads of failed or fenced runs) are deleted once older "
+        "than the orphan grace. Live segments, the metadata table and keys that are not segment keys are never "
+        "touched. Idempotent: a rerun, also after a crash, converges.",
+    )
+    _store_args(p)
+    p.add_argument("--now", type=int, default=None, help="clock in epoch ms (default: the wall clock)")
+    p.add_argument("--config", type=Path, default=None,
+                   help="kcompact YAML config: each topic's grace is its file.delete.delay.ms")
+    p.add_argument("--grace-ms", type=int, default=None,
+                   help="grace for every topic, overriding --config (default: file.delete.delay.ms, 60000)")
+    p.add_argument("--orphan-grace-ms", type=int, default=None,
+                   help="minimum age of an unreferenced object before it is deleted; keep it above the longest "
+                   "upload-to-commit time of a compaction run (default: 86400000, one day)")
+    p.add_argument("--dry-run", action="store_true", help="report what would be deleted; change nothing")
+    p.add_argument("--json", action="store_true", help="print a machine-readable report")
+    p.set_defaults(func=_cmd_gc)
+
+
+def _cmd_gc(args: argparse.Namespace) -> int:
+    from compaction.config import load_config
+    from compaction.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS, GraceMs, collect_garbage
+    from compaction.metadata import table_in_store
+
+    if any(v is not None and v < 0 for v in (args.grace_ms, args.orphan_grace_ms)):
+        raise _usage("--grace-ms and --orphan-grace-ms must be >= 0")
+    config = load_config(args.config) if args.config is not None else None
+
+    def topic_grace(topic: str) -> int:
+        return config.for_topic(topic).file_delete_delay_ms if config else DEFAULT_GRACE_MS
+
+    grace: GraceMs = args.grace_ms if args.grace_ms is not None else topic_grace
+    orphan_grace = args.orphan_grace_ms if args.orphan_grace_ms is not None else DEFAULT_ORPHAN_GRACE_MS
+    now_ms = args.now if args.now is not None else int(time.time() * 1000)
+    store = _open_store(args)
+    report = collect_garbage(store, table_in_store(store), now_ms, grace_ms=grace, orphan_grace_ms=orphan_grace,
+                             dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps({"store": store.uri, **report.to_dict(), "requests": vars(store.stats)}, indent=2))
+    else:
+        for line in report.summary():
+            print(line)
+    return ExitCode.OK
+
+
 def _usage(message: str) -> KcompactError:
     from compaction.errors import ConfigError
 
@@ -327,7 +476,7 @@ def _usage(message: str) -> KcompactError:
 
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_generate, _add_dump, _add_tier, _add_segments, _add_read,
+    _add_generate, _add_dump, _add_tier, _add_segments, _add_read, _add_plan, _add_compact, _add_gc,
 ]
 
 
@@ -357,5 +506,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.OK
 
 
+def run() -> None:
+    """The console script: `main`, then leave without running interpreter teardown.
+
+    deltalake's Rust runtime can abort the interpreter at shutdown ("terminate called without an active
+    exception", delta-rs#2184) after a table was read, which would turn a success into exit 134 for an
+    orchestrator. Everything is flushed first; Spark was stopped by the command that started it.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -300,9 +300,7 @@ def _end_transaction(
     )
     writer.append(marker, encode_batch(marker), producers)
     producer.txn_first_offset = None
-    producer.last_offset = offset
-    producer.last_offset_delta = 0
-    producer.last_timestamp = clock
+    producer.last_timestamp = clock  # a marker is not a data batch: lastOffset (Kafka's lastDataOffset) stays
     if kind is ControlType.ABORT:
         others = [p.txn_first_offset for p in producers.values() if p.txn_first_offset is not None]
         lso = min(others) if others else offset + 1

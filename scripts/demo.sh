@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make demo`: generate a realistic Kafka log dir, tier it into ./kcompact-store, and show what is there.
-# Compaction itself (plan/compact/gc) joins this demo as those commands land.
+# `make demo`: generate a realistic Kafka log dir, tier it into ./kcompact-store, look at it,
+# then plan and compact it on Spark local[2] and print the report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KC=.venv/bin/kcompact
@@ -31,3 +31,21 @@ uncommitted=$($KC read --store "$STORE" --topic orders --partition 0 | wc -l)
 committed=$($KC read --store "$STORE" --topic orders --partition 0 --isolation read_committed | wc -l)
 echo "read_uncommitted: $uncommitted records; read_committed: $committed records (aborted transactions dropped)"
 $KC read --store "$STORE" --topic orders --partition 0 --from-offset 100 | head -1
+
+echo
+echo "== 6. plan: what compaction would do, and why (conf/kcompact.yaml)"
+$KC plan --store "$STORE" --config conf/kcompact.yaml
+
+echo
+echo "== 7. compact on Spark local[2]: stage (rewrite + upload) and commit the swap atomically"
+$KC compact --store "$STORE" --config conf/kcompact.yaml --report-json kcompact-report.json
+
+echo
+echo "== 8. orders-0 after compaction: same latest value per key, fewer segments and bytes"
+$KC segments --store "$STORE" --topic orders --partition 0 | tail -2
+after=$($KC read --store "$STORE" --topic orders --partition 0 --isolation read_committed | wc -l)
+echo "read_committed: $committed records before, $after after"
+
+echo
+echo "== 9. a rerun finds nothing to do"
+$KC compact --store "$STORE" --config conf/kcompact.yaml | tail -1

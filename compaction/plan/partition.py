@@ -135,7 +135,7 @@ def plan_partition(
     if decision is Decision.FORCED:
         reason = f"forced (without --force: {reason})"
     elif force:
-        reason += "; --force cannot help: nothing is cleanable"
+        reason += "; --force cannot help: nothing lies below the first uncleanable offset"
     if not decision.eligible:
         return plan(regions, decision, reason)
     below = [s for s in segments if s.start_offset < regions.first_uncleanable_offset]

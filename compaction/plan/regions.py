@@ -227,11 +227,16 @@ def regions_of(
 
 
 def decide(regions: Regions, config: TopicConfig, *, force: bool = False) -> Decision:
-    """Kafka's eligibility test of `grabFilthiestCompactedLog`, plus kcompact's `--force`."""
+    """Kafka's eligibility test of `grabFilthiestCompactedLog`, plus kcompact's `--force`.
+
+    `--force` recompacts everything below the first uncleanable offset even when nothing is dirty: Kafka
+    only drops an expired tombstone or marker when some later round happens to run, an operator may
+    want that round now.
+    """
+    if force and regions.clean_bytes + regions.cleanable_bytes > 0:
+        return Decision.FORCED
     if regions.cleanable_bytes <= 0:
         return Decision.NOTHING_CLEANABLE
-    if force:
-        return Decision.FORCED
     if regions.must_clean:
         return Decision.MUST_CLEAN
     if regions.dirty_ratio > config.min_cleanable_dirty_ratio:

@@ -22,7 +22,7 @@ LOCAL_DEFAULTS: dict[str, str] = {
 def build_session(
     master: str | None = None, app_name: str = "kcompact", conf: Mapping[str, str] | None = None
 ) -> SparkSession:
-    """Get or create the SparkSession; `master` defaults to local[2] when nothing else is configured.
+    """Get or create the SparkSession; `master` defaults to local[2] unless launched by spark-submit.
 
     Workers must run this interpreter (pyarrow, numba and kcompact live in its environment), so
     PYSPARK_PYTHON defaults to `sys.executable`.
@@ -31,7 +31,8 @@ def build_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(app_name)
-    if master or not os.environ.get("SPARK_MASTER"):
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ or "SPARK_MASTER" in os.environ
+    if master or not under_submit:  # spark-submit passes its --master through the gateway: keep it
         builder = builder.master(master or "local[2]")
     for key, value in {**LOCAL_DEFAULTS, **(conf or {})}.items():
         builder = builder.config(key, value)

@@ -359,7 +359,7 @@ REASONS = [
      "eligible after ~1 B more cleanable bytes (no dirty segment records a first-batch timestamp"),
     (part(MAX_LAG, 40), LAG_1H, False, Decision.MUST_CLEAN, "must clean: the oldest dirty batch (2023-11-14T22:13"),
     (part(EIGHT, 70), cfg(), True, Decision.FORCED, "forced (without --force: not eligible: dirty ratio 0.12"),
-    (part(EIGHT, 80), cfg(), True, Decision.NOTHING_CLEANABLE, "; --force cannot help: nothing is cleanable"),
+    (part(EIGHT, 80), cfg(), True, Decision.FORCED, "forced (without --force: not eligible: nothing dirty"),
     (part(EIGHT, 100), cfg(), False, Decision.DIRTY_RATIO, "cleaner checkpoint 100 is outside the log [0, 80]"),
 ]  # fmt: skip
 
@@ -473,7 +473,7 @@ def test_plan_records_version_clock_and_aggregates() -> None:
     assert plan.partitions[0].commit_seq == 3 and plan.partitions[0].fencing_epoch == 1
 
 
-def test_force_makes_every_partition_with_dirty_bytes_eligible() -> None:
+def test_force_makes_every_compacted_partition_with_data_below_its_bound_eligible() -> None:
     dirty = part(chain([100, 1]), checkpoint=10, topic="dirty")
     clean = part(chain([100, 1]), checkpoint=20, topic="clean")
     deleted = part(chain([100, 1]), topic="deleted")
@@ -481,8 +481,9 @@ def test_force_makes_every_partition_with_dirty_bytes_eligible() -> None:
     plan = build_plan(snapshot(dirty, clean, deleted), config, T0, force=True)
     by_topic = {p.topic: p for p in plan.partitions}
     assert by_topic["dirty"].decision is Decision.FORCED and by_topic["dirty"].reason.startswith("forced")
-    assert not by_topic["clean"].eligible and not by_topic["deleted"].eligible
-    assert plan.forced and [p.topic for p in plan.eligible] == ["dirty"]
+    assert by_topic["clean"].decision is Decision.FORCED, "a clean partition is recompacted (tombstone expiry)"
+    assert not by_topic["deleted"].eligible
+    assert plan.forced and sorted(p.topic for p in plan.eligible) == ["clean", "dirty"]
 
 
 def test_selection_by_topic_and_partition() -> None:
@@ -575,8 +576,10 @@ def test_regions_partition_the_log(
     assert r.clean_bytes + r.cleanable_bytes + r.uncleanable_bytes == sum(s.segment_size_bytes for s in segs)
     assert r.log_start_offset <= r.first_dirty_offset <= r.first_uncleanable_offset <= r.log_end_offset
     assert 0.0 <= r.dirty_ratio <= 1.0
-    assert plan.eligible <= (r.cleanable_bytes > 0)
-    assert plan.eligible is (r.cleanable_bytes > 0 and (force or r.must_clean or r.dirty_ratio > ratio))
+    below = r.clean_bytes + r.cleanable_bytes
+    assert plan.eligible <= (r.cleanable_bytes > 0 or (force and below > 0))
+    natural = r.cleanable_bytes > 0 and (r.must_clean or r.dirty_ratio > ratio)
+    assert plan.eligible is ((force and below > 0) or natural)
     if plan.decision is Decision.FORCED:
         assert plan.reason.startswith("forced (without --force: ")
     else:

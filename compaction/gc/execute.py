@@ -1,0 +1,130 @@
+"""gc's execution: list, snapshot, plan, then retire -> delete objects -> finish, in that order.
+
+The order is Redpanda's manifest-first rule (peers.md §2.2): no metadata row that a reader could serve
+ever points at a deleted object. A row is moved to DELETE_SEGMENT_STARTED before any of its objects
+go, and DELETE_SEGMENT_FINISHED is recorded only after they went. A crash between two steps leaves a
+state the next run finishes: deleting a missing object succeeds, `mark_deleted_finished` skips finished
+rows, and a DELETE_SEGMENT_STARTED row whose objects are all gone needs no grace.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from dataclasses import replace
+
+from compaction.errors import CommitConflictError
+from compaction.gc.plan import (
+    DEFAULT_GRACE_MS,
+    DEFAULT_ORPHAN_GRACE_MS,
+    GcPlan,
+    GraceMs,
+    PartitionGcPlan,
+    grace_function,
+    plan_gc,
+    segment_action,
+)
+from compaction.gc.report import GcReport
+from compaction.metadata import (
+    ChangeSet,
+    MetadataTable,
+    SegmentState,
+    StateChange,
+    commit,
+    mark_deleted_finished,
+)
+from compaction.storage.base import ObjectStore
+
+
+def default_writer() -> str:
+    return f"kcompact-gc@{socket.gethostname()}"
+
+
+def collect_garbage(
+    store: ObjectStore,
+    table: MetadataTable,
+    now_ms: int,
+    *,
+    grace_ms: GraceMs = DEFAULT_GRACE_MS,
+    orphan_grace_ms: int = DEFAULT_ORPHAN_GRACE_MS,
+    dry_run: bool = False,
+    writer: str | None = None,
+) -> GcReport:
+    """Delete the objects no reader needs any more and record it in the metadata table.
+
+    Lists the store first, then reads the metadata snapshot, plans (`compaction.gc.plan`) and, unless
+    `dry_run`, executes it. Idempotent: a rerun after success changes nothing, a rerun after a crash at
+    any point converges. Never deletes an object of a live segment, of the metadata table, or under a
+    key that is not a segment object key.
+
+    Args:
+        now_ms: the run's clock; every grace is measured against it.
+        grace_ms: file.delete.delay.ms, for every topic or as a function of the topic name.
+        orphan_grace_ms: the minimum age of an unreferenced object before it is deleted; keep it above the
+            longest time a compaction run takes from its first upload to its commit.
+        dry_run: plan and report only; nothing in the store or the table changes.
+        writer: recorded as the writer of gc's metadata commits (default `kcompact-gc@<host>`).
+
+    Raises:
+        CommitConflictError: a partition kept changing under gc; rerun.
+        TransientStoreError: the store kept failing; rerun.
+    """
+    listing = list(store.list(""))
+    plan = plan_gc(listing, table.snapshot(), now_ms, grace_ms=grace_ms, orphan_grace_ms=orphan_grace_ms)
+    if dry_run:
+        return plan.report(dry_run=True)
+    done = execute_gc(plan, store, table, grace_ms=grace_ms, writer=writer or default_writer())
+    return done.report(dry_run=False)
+
+
+def execute_gc(plan: GcPlan, store: ObjectStore, table: MetadataTable, *, grace_ms: GraceMs, writer: str) -> GcPlan:
+    """Carry out `plan`; returns it as executed (rows that a concurrent commit moved first are dropped)."""
+    grace = grace_function(grace_ms)
+    done = []
+    for p in plan.partitions:
+        retired = _retire(table, p, plan.now_ms, grace(p.topic), writer) if p.retire else frozenset()
+        deletions = tuple(d for d in p.deletions if not d.retire_first or d.segment_id in retired)
+        done.append(replace(p, retire=tuple(i for i in p.retire if i in retired), deletions=deletions))
+    _delete(store, (k for p in done for d in p.deletions for k in d.keys))
+    finished = [d.segment_id for p in done for d in p.deletions]
+    if finished:
+        mark_deleted_finished(table, finished, writer=writer, now_ms=plan.now_ms)
+    _delete(store, (o.key for p in done for o in p.orphans))
+    return replace(plan, partitions=tuple(done))
+
+
+def _delete(store: ObjectStore, keys: Iterable[str]) -> None:
+    for key in keys:
+        store.delete(key)
+
+
+def _retire(
+    table: MetadataTable, p: PartitionGcPlan, now_ms: int, grace_ms: int, writer: str, attempts: int = 3
+) -> frozenset[str]:
+    """Move `p.retire` to DELETE_SEGMENT_STARTED in one commit, re-deciding each row on the latest table.
+
+    gc is not fenced: like `mark_deleted_finished` it commits under the partition's current epoch, and a
+    row that a concurrent commit moved meanwhile (a tier run finishing or retiring it) is left alone.
+    Returns the ids this commit retired.
+    """
+    for attempt in range(1, attempts + 1):
+        current = table.partition_snapshot(p.topic, p.partition)
+        rows = [s for s in map(current.segment, p.retire) if s is not None]
+        todo = [s for s in rows if segment_action(current, s, now_ms, grace_ms, ()).retires]
+        if not todo:
+            return frozenset()
+        change_set = ChangeSet.planned_from(
+            current,
+            fencing_epoch=current.fencing_epoch,
+            writer=writer,
+            state_changes=[StateChange(s.segment_id, SegmentState.DELETE_SEGMENT_STARTED) for s in todo],
+            topic_id=todo[0].topic_id,
+        )
+        try:
+            commit(table, change_set, now_ms)
+        except CommitConflictError:
+            if attempt == attempts:
+                raise
+            continue
+        return frozenset(s.segment_id for s in todo)
+    return frozenset()

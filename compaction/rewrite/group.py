@@ -1,0 +1,325 @@
+"""Rewrite one group of consecutive segments into one cleaned segment: Kafka's `cleanSegments` (spec §3.6-3.9).
+
+The winners (one offset per key over the whole cleaned range, decided upstream) say which data records
+survive; `compaction.strategies` says what each batch retains; this module only moves bytes:
+
+* every input batch is copied verbatim (byte for byte), rebuilt (`rebuild.py`), written as a 61-byte empty
+  header (RETAIN_EMPTY) or dropped, in offset order, so offsets strictly increase and every kept batch keeps
+  its base and last offset;
+* no Python code runs per record: the counts that decide a data batch's fate come from the columnar scan
+  (`facts.py`), changed data batches are re-encoded by a compiled kernel (`records.py`), and only control
+  batches (one record each) are decoded in Python;
+* the offset and time indexes are rebuilt from the output with `build_indexes`, each kept batch being one
+  append. Kafka appends multi-batch chunks of up to its I/O buffer size, so its cleaned indexes are sparser;
+  ours follow the same rule (`> index.interval.bytes` since the last entry) at batch granularity;
+* the txn index holds the ABORT entries re-indexed in this pass (original entries, lastStableOffset
+  included), in marker order;
+* every input CRC is verified (by the scan) before anything is written: Kafka's cleaner never checks CRCs
+  and would copy a corrupt batch forward; here it is a CorruptInputError naming the object and byte.
+
+Transaction state runs across the groups of a round: `rewrite_group` takes a `TransactionState` and returns
+the next one; rewrite a partition's groups in offset order, threading it through. Pure: the same inputs give
+the same bytes (re-running a group is safe; only the caller's upload has effects).
+
+No pyspark here: this runs on executors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from compaction.errors import CorruptBatchError, CorruptInputError, KcompactError
+from compaction.format.batch import RecordBatch, decode_batch, encode_batch
+from compaction.format.control import ControlType, parse_control_record
+from compaction.format.indexes import DEFAULT_INDEX_INTERVAL_BYTES, AbortedTxn, build_indexes, encode_txn_index
+from compaction.format.segment import BatchHeader, iter_batch_headers
+from compaction.rewrite.facts import RecordFacts, scan_facts
+from compaction.rewrite.rebuild import empty_header, rebuild_batch
+from compaction.rewrite.records import rebuild_data_batch
+from compaction.rewrite.stats import RewriteStats
+from compaction.strategies.retention import (
+    ActiveProducer,
+    BatchDecision,
+    BatchRetention,
+    check_batch_retention,
+    rebuilt_delete_horizon,
+    retains_deletes,
+)
+from compaction.strategies.transactions import CleanedTransactionMetadata, TransactionState
+
+__all__ = ["ActiveProducer", "RewriteOutput", "RewriteStats", "SegmentInput", "TransactionState", "rewrite_group"]
+
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True)
+class SegmentInput:
+    """One input segment: its `.log` bytes, base offset and object key (named in errors)."""
+
+    data: Buffer
+    base_offset: int
+    obj: str
+
+
+@dataclass(frozen=True)
+class RewriteOutput:
+    """The cleaned segment of a group.
+
+    `base_offset` is the first input's base offset (the output segment's name); `next_offset` the input's
+    next offset (after its last batch, or the last input's base offset if later), which compaction never
+    moves. An empty `log` means the group kept no batch at all (`stats.empty_outputs` = 1): Kafka would
+    still swap in an empty segment; the caller may write one or drop the range, offsets may have gaps.
+    """
+
+    log: bytes
+    offset_index: bytes
+    time_index: bytes
+    txn_index: bytes | None
+    base_offset: int
+    next_offset: int
+    stats: RewriteStats
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.log
+
+
+def rewrite_group(
+    inputs: Sequence[SegmentInput],
+    winners: np.ndarray,
+    *,
+    upper_bound_offset: int,
+    now_ms: int,
+    delete_retention_ms: int,
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+    aborted: Sequence[AbortedTxn] = (),
+    active_producers: Mapping[int, ActiveProducer] | None = None,
+    txn_state: TransactionState | None = None,
+) -> tuple[RewriteOutput, TransactionState]:
+    """Clean `inputs` (consecutive segments, in offset order) into one segment.
+
+    Args:
+        inputs: the group's segments.
+        winners: sorted int64 offsets of the records that win their key (may cover more than the group).
+        upper_bound_offset: the round's first uncleanable offset; the batch ending just below it is kept,
+            empty if need be (KAFKA-17076).
+        now_ms: the run's clock, for delete horizons.
+        delete_retention_ms: delete.retention.ms, for horizons set in this pass.
+        index_interval_bytes: index.interval.bytes, for the rebuilt offset and time indexes.
+        aborted: aborted transactions (txn-index entries) overlapping the group, added to `txn_state`;
+            duplicates and already closed ones are ignored.
+        active_producers: producer id -> its last entry; that batch is kept, empty if need be.
+        txn_state: the state returned for the previous group of the round; None starts a round.
+
+    Returns:
+        The cleaned segment and the transaction state to pass to the next group.
+
+    Raises:
+        CorruptInputError (subclasses) naming the input object and byte position: malformed batches or
+            records, CRC mismatches, offsets that go backwards.
+        ValueError: no inputs, winners not a strictly increasing 1-d array, or a `txn_state` from a later group.
+    """
+    if not inputs:
+        raise ValueError("a group has at least one segment")
+    state = (txn_state or TransactionState.start()).with_aborted(aborted)
+    if state.position is not None and state.position > inputs[0].base_offset:
+        raise ValueError(
+            f"groups must be rewritten in offset order: the transaction state is at offset {state.position}, "
+            f"this group starts at {inputs[0].base_offset}"
+        )
+    rewriter = _GroupRewriter(
+        _checked_winners(winners),
+        now_ms=now_ms,
+        delete_retention_ms=delete_retention_ms,
+        upper_bound_offset=upper_bound_offset,
+        active_producers=active_producers or {},
+        txns=CleanedTransactionMetadata(state),
+    )
+    for segment in inputs:
+        rewriter.rewrite_segment(segment)
+    return rewriter.finish(inputs, index_interval_bytes), rewriter.txns.state()
+
+
+def _checked_winners(winners: np.ndarray) -> np.ndarray:
+    array = np.asarray(winners, dtype=np.int64)
+    if array.ndim != 1:
+        raise ValueError(f"winners must be a 1-d array of offsets, got shape {array.shape}")
+    if array.size > 1 and not bool(np.all(array[1:] > array[:-1])):
+        raise ValueError("winners must be strictly increasing")
+    return array
+
+
+class _GroupRewriter:
+    """The per-batch loop of one group; accumulates the output parts and the stats."""
+
+    def __init__(
+        self,
+        winners: np.ndarray,
+        *,
+        now_ms: int,
+        delete_retention_ms: int,
+        upper_bound_offset: int,
+        active_producers: Mapping[int, ActiveProducer],
+        txns: CleanedTransactionMetadata,
+    ) -> None:
+        self.winners = winners
+        self.now_ms = now_ms
+        self.delete_retention_ms = delete_retention_ms
+        self.upper_bound_offset = upper_bound_offset
+        self.active_producers = active_producers
+        self.txns = txns
+        self.stats = RewriteStats()
+        self.parts: list[bytes | memoryview] = []
+        self.next_offset: int | None = None
+
+    def rewrite_segment(self, segment: SegmentInput) -> None:
+        data = memoryview(segment.data)
+        headers = list(iter_batch_headers(data, obj=segment.obj))
+        facts = scan_facts(data, headers, self.winners, obj=segment.obj)
+        self.stats.bytes_read += len(data)
+        for i, header in enumerate(headers):
+            self._check_order(header, segment)
+            self.stats.batches_read += 1
+            self.stats.records_read += header.records_count
+            if header.is_control:
+                self._control_batch(data, header, segment.obj)
+            else:
+                self._data_batch(data, header, facts, i, segment.obj)
+        self.next_offset = self._floor(segment)
+
+    def _floor(self, segment: SegmentInput) -> int:
+        """The lowest offset the next batch of `segment` may start at."""
+        return segment.base_offset if self.next_offset is None else max(segment.base_offset, self.next_offset)
+
+    def _check_order(self, header: BatchHeader, segment: SegmentInput) -> None:
+        floor = self._floor(segment)
+        if header.base_offset < floor or header.last_offset_delta < 0:
+            raise CorruptInputError(
+                f"batch offsets [{header.base_offset}, {header.last_offset}] do not start at or above {floor}, "
+                "the segment's base offset or the previous batch's next offset: offsets must strictly increase",
+                obj=segment.obj,
+                position=header.position,
+            )
+        self.next_offset = header.next_offset
+
+    def _decide(self, header: BatchHeader, can_discard: bool) -> BatchDecision:
+        return check_batch_retention(
+            header,
+            can_discard,
+            now_ms=self.now_ms,
+            upper_bound_offset=self.upper_bound_offset,
+            active_producers=self.active_producers,
+        )
+
+    def _data_batch(self, data: memoryview, header: BatchHeader, facts: RecordFacts, i: int, obj: str) -> None:
+        decision = self._decide(header, self.txns.on_batch_read(header))
+        if decision.discard_records:
+            self.stats.aborted_records_removed += header.records_count
+            self._write_nothing(header, decision)
+            return
+        self.stats.invalid_records += facts.keyless[i]
+        retain_deletes = retains_deletes(header.delete_horizon_ms, self.now_ms)
+        kept_tombstones = facts.winning_tombstones[i] if retain_deletes else 0
+        kept = facts.winning[i] - facts.winning_tombstones[i] + kept_tombstones
+        self.stats.tombstones_retained += kept_tombstones
+        self.stats.tombstones_removed += facts.tombstones[i] - kept_tombstones
+        sets_horizon = kept_tombstones > 0 and header.delete_horizon_ms is None
+        if kept == 0:
+            self._write_nothing(header, decision)
+        elif kept == header.records_count and not sets_horizon:
+            self._copy(data, header)
+        else:
+            self._rebuild_data(
+                data, header, obj, expected=kept, retain_deletes=retain_deletes, needs_horizon=kept_tombstones > 0
+            )
+
+    def _control_batch(self, data: memoryview, header: BatchHeader, obj: str) -> None:
+        batch = _decode(data, header, obj)
+        control = _control_type(batch, header, obj)
+        decision = self._decide(header, self.txns.on_control_batch_read(header, control))
+        if decision.discard_records or not batch.records:
+            self.stats.markers_removed += header.records_count
+            self._write_nothing(header, decision)
+        elif decision.contains_marker_for_empty_txn and header.delete_horizon_ms is None:
+            self._rebuild_marker(batch)
+        else:
+            self._copy(data, header)
+
+    def _rebuild_data(
+        self, data: memoryview, header: BatchHeader, obj: str, *, expected: int, retain_deletes: bool,
+        needs_horizon: bool,
+    ) -> None:
+        """Re-encode a data batch with its retained records (compiled path, `records.py`)."""
+        horizon = rebuilt_delete_horizon(header.delete_horizon_ms, needs_horizon, self.now_ms, self.delete_retention_ms)
+        rebuilt = rebuild_data_batch(
+            data, header, self.winners, retain_deletes=retain_deletes, delete_horizon_ms=horizon, obj=obj
+        )
+        if rebuilt.records != expected:
+            raise KcompactError(
+                f"{obj}, byte {header.position}: the scan counted {expected} records to keep, the rebuild "
+                f"{rebuilt.records}; a bug, not bad input"
+            )
+        self._emit(rebuilt.data, rebuilt.max_timestamp, rebuilt.records)
+        self.stats.batches_rebuilt += 1
+
+    def _rebuild_marker(self, batch: RecordBatch) -> None:
+        """Re-encode a discardable marker with a delete horizon (reference path, `rebuild.py`)."""
+        horizon = rebuilt_delete_horizon(None, True, self.now_ms, self.delete_retention_ms)
+        rebuilt = rebuild_batch(batch, batch.records, horizon)
+        self._emit(encode_batch(rebuilt), rebuilt.max_timestamp, len(rebuilt.records))
+        self.stats.batches_rebuilt += 1
+
+    def _copy(self, data: memoryview, header: BatchHeader) -> None:
+        self._emit(data[header.position : header.position + header.size], header.max_timestamp, header.records_count)
+        self.stats.batches_copied_verbatim += 1
+
+    def _write_nothing(self, header: BatchHeader, decision: BatchDecision) -> None:
+        """No record kept: the empty header under RETAIN_EMPTY, else nothing."""
+        if decision.retention is BatchRetention.RETAIN_EMPTY:
+            self._emit(empty_header(header), header.max_timestamp, 0)
+            self.stats.batches_emptied += 1
+        else:
+            self.stats.batches_dropped += 1
+
+    def _emit(self, batch: bytes | memoryview, max_timestamp: int, records: int) -> None:
+        if not self.parts:
+            self.stats.first_batch_max_timestamp = max_timestamp
+        self.parts.append(batch)
+        self.stats.max_timestamp = max(self.stats.max_timestamp, max_timestamp)
+        self.stats.records_written += records
+        self.stats.bytes_written += len(batch)
+
+    def finish(self, inputs: Sequence[SegmentInput], index_interval_bytes: int) -> RewriteOutput:
+        log = b"".join(self.parts)
+        base_offset = inputs[0].base_offset
+        indexes = build_indexes(log, base_offset, index_interval_bytes, obj=f"cleaned {inputs[0].obj}")
+        reindexed = self.txns.reindexed
+        self.stats.empty_outputs = 0 if log else 1
+        return RewriteOutput(
+            log=log,
+            offset_index=indexes.offset_index,
+            time_index=indexes.time_index,
+            txn_index=encode_txn_index(reindexed) if reindexed else None,
+            base_offset=base_offset,
+            next_offset=self.next_offset if self.next_offset is not None else base_offset,
+            stats=self.stats,
+        )
+
+
+def _decode(data: memoryview, header: BatchHeader, obj: str) -> RecordBatch:
+    try:
+        return decode_batch(data, header.position, verify_crc=False)  # the scan verified every CRC
+    except CorruptInputError as exc:
+        raise exc.located(obj) if exc.obj is None else exc from None
+
+
+def _control_type(batch: RecordBatch, header: BatchHeader, obj: str) -> ControlType | None:
+    if not batch.records:
+        return None
+    try:
+        return parse_control_record(batch.records[0]).type
+    except CorruptInputError as exc:
+        raise CorruptBatchError(exc.detail, obj=obj, position=header.position) from None

@@ -1,0 +1,61 @@
+"""What one group's rewrite read, wrote and removed: Kafka's `CleanerStats` counters and more (spec §3.12)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+NO_TIMESTAMP = -1
+
+
+@dataclass
+class RewriteStats:
+    """Counters of one rewrite; filled while a group is rewritten, a value once returned.
+
+    Records are counted as physically present (`recordsCount`), control records included, so
+    `records_read - records_written` is everything removed. Kafka's `messagesRead` skips the records of
+    batches deleted unread (aborted data), so ours can be higher for transactional logs.
+
+    * `invalid_records`: keyless records of data batches (dropped), Kafka's `invalidMessagesRead`.
+    * `batches_*`: every input batch is exactly one of copied verbatim, rebuilt (some records dropped or a
+      horizon set), emptied (written as a 61-byte empty header) or dropped.
+    * `tombstones_retained` / `tombstones_removed`: keyed null-value records of non-aborted data batches kept /
+      dropped (superseded or past their horizon).
+    * `aborted_records_removed`: records of aborted transactions' data batches.
+    * `markers_removed`: control records not written.
+    * `max_timestamp` / `first_batch_max_timestamp`: over the written batches' headers (−1 if none), for
+      the segment metadata and max.compaction.lag.ms.
+    * `empty_outputs`: 1 if the group wrote no batch at all (see `rewrite_group`), else 0.
+    """
+
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_written: int = 0
+    invalid_records: int = 0
+    batches_read: int = 0
+    batches_copied_verbatim: int = 0
+    batches_rebuilt: int = 0
+    batches_emptied: int = 0
+    batches_dropped: int = 0
+    tombstones_retained: int = 0
+    tombstones_removed: int = 0
+    aborted_records_removed: int = 0
+    markers_removed: int = 0
+    empty_outputs: int = 0
+    max_timestamp: int = NO_TIMESTAMP
+    first_batch_max_timestamp: int = NO_TIMESTAMP
+
+    def to_dict(self) -> dict[str, int]:
+        """Plain ints by field name (JSON-ready)."""
+        return asdict(self)
+
+    def combined(self, later: RewriteStats) -> RewriteStats:
+        """The stats of this rewrite followed by `later` (a partition's groups in offset order): counters add,
+        `max_timestamp` is the max, `first_batch_max_timestamp` the first written one."""
+        summed = {f.name: getattr(self, f.name) + getattr(later, f.name) for f in fields(self)}
+        summed["max_timestamp"] = max(self.max_timestamp, later.max_timestamp)
+        first_written = self.batches_copied_verbatim + self.batches_rebuilt + self.batches_emptied > 0
+        summed["first_batch_max_timestamp"] = (
+            self.first_batch_max_timestamp if first_written else later.first_batch_max_timestamp
+        )
+        return RewriteStats(**summed)

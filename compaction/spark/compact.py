@@ -1,0 +1,217 @@
+"""The compaction data path on Spark: scan → key → winner → rewrite, for every eligible partition at once.
+
+1. **Scan** (`mapInArrow` over segment descriptors, one task per segment): each executor opens the store from
+   its picklable spec, reads the object and runs the numba columnar scan, emitting one row per record that
+   can win its key: keyed, not a control record, not in an aborted transaction.
+2. **Winners** (a shuffle): `groupBy(topic, partition, key).max(offset)` — the offset strategy. Keys are
+   compared by their **full bytes** (Spark's binary ordering), so two keys can never be confused: no hash,
+   no collision bound to argue about. There is no key-count limit and no driver-side map; the only
+   per-key state lives in the shuffle, bounded by the cluster. (Measured: an aggregate is ~2.5x cheaper than a
+   window `row_number` dedup here, see dependencies.md.)
+3. **Assignment**: winners are joined to their output group (Kafka's groupSegmentsBySize, planned on the
+   driver; a small broadcast table of offset ranges) and collected per group as a sorted offset array.
+4. **Rewrite** (`groupBy(topic, partition).applyInArrow`): one task per partition walks its groups in offset
+   order — the transaction-marker state of Kafka's cleaner runs across the groups of a round — and calls the
+   pyspark-free `compaction.rewrite.rewrite_group` for each, uploading every output under a fresh segment
+   id. Nothing is visible until the driver commits the metadata.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
+
+from compaction.rewrite.upload import PartitionTask, rewrite_partition
+from compaction.storage.base import StoreSpec
+from compaction.storage.layout import Suffix
+
+_SEGMENTS = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("log_key", StringType(), False),
+        StructField("start_offset", LongType(), False),
+    ]
+)
+_RECORDS = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("key", BinaryType(), False),
+        StructField("offset", LongType(), False),
+    ]
+)
+_GROUPS = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("group_id", IntegerType(), False),
+        StructField("start_offset", LongType(), False),
+        StructField("end_offset", LongType(), False),
+    ]
+)
+_RESULTS = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("group_id", IntegerType(), False),
+        StructField("result", StringType(), False),
+    ]
+)
+_ARROW_RECORDS = pa.schema(
+    [
+        pa.field("topic", pa.string(), False),
+        pa.field("partition", pa.int32(), False),
+        pa.field("key", pa.binary(), False),
+        pa.field("offset", pa.int64(), False),
+    ]
+)
+_ARROW_RESULTS = pa.schema(
+    [
+        pa.field("topic", pa.string(), False),
+        pa.field("partition", pa.int32(), False),
+        pa.field("group_id", pa.int32(), False),
+        pa.field("result", pa.string(), False),
+    ]
+)
+
+AbortedRanges = Mapping[tuple[str, int], Sequence[tuple[int, int, int]]]  # (pid, first, last)
+
+
+@dataclass(frozen=True)
+class SegmentScanTask:
+    topic: str
+    partition: int
+    log_key: str
+    start_offset: int
+
+
+def _scanner(spec: StoreSpec, aborted: AbortedRanges) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    from compaction.format.scan import scan_segment
+
+    def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        store = spec.open()
+        for descriptors in batches:
+            for d in descriptors.to_pylist():
+                key = d["log_key"]
+                records = scan_segment(store.get(key), obj=store.object_uri(key)).records
+                keep = pc.and_(pc.invert(records["control"]), pc.is_valid(records["key"]))
+                ranges = aborted.get((d["topic"], d["partition"]), ())
+                if ranges:
+                    keep = pc.and_(keep, pc.invert(_in_aborted(records, ranges)))
+                kept = records.filter(keep)
+                n = kept.num_rows
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        pa.array([d["topic"]] * n, pa.string()),
+                        pa.array([d["partition"]] * n, pa.int32()),
+                        kept["key"].cast(pa.binary()).combine_chunks(),
+                        kept["offset"].combine_chunks(),
+                    ],
+                    schema=_ARROW_RECORDS,
+                )
+
+    return scan
+
+
+def _in_aborted(records: pa.Table, ranges: Sequence[tuple[int, int, int]]) -> pa.ChunkedArray:
+    """Records of transactional batches that an AbortedTxn(pid, first..last) covers."""
+    hit = pc.equal(records["offset"], -1)  # all false
+    for pid, first, last in ranges:
+        covered = pc.and_(
+            pc.equal(records["producer_id"], pid),
+            pc.and_(
+                pc.greater_equal(records["batch_base_offset"], first),
+                pc.less_equal(records["batch_base_offset"], last),
+            ),
+        )
+        hit = pc.or_(hit, covered)
+    return pc.and_(hit, records["transactional"])
+
+
+def winners_by_group(
+    spark: SparkSession,
+    spec: StoreSpec,
+    segments: Sequence[SegmentScanTask],
+    groups: Sequence[tuple[str, int, int, int, int]],
+    aborted: AbortedRanges,
+) -> DataFrame:
+    """(topic, partition, group_id, winners: sorted array<long>) for every group that holds a winner."""
+    descriptors = spark.createDataFrame(
+        [(s.topic, s.partition, s.log_key, s.start_offset) for s in segments], _SEGMENTS
+    ).repartition(max(1, len(segments)), "log_key")
+    records = descriptors.mapInArrow(_scanner(spec, aborted), _RECORDS)
+    winners = records.groupBy("topic", "partition", "key").agg(F.max("offset").alias("offset"))
+    ranges = F.broadcast(spark.createDataFrame(list(groups), _GROUPS))
+    joined = winners.join(
+        ranges,
+        (winners["topic"] == ranges["topic"])
+        & (winners["partition"] == ranges["partition"])
+        & (winners["offset"] >= ranges["start_offset"])
+        & (winners["offset"] <= ranges["end_offset"]),
+    )
+    return joined.groupBy(ranges["topic"], ranges["partition"], ranges["group_id"]).agg(
+        F.sort_array(F.collect_list(winners["offset"])).alias("winners")
+    )
+
+
+def _rewriter(
+    spec: StoreSpec, tasks: Mapping[tuple[str, int], PartitionTask]
+) -> Callable[[pa.Table], pa.Table]:
+    def rewrite(table: pa.Table) -> pa.Table:
+        rows = table.to_pylist()
+        topic, partition = rows[0]["topic"], rows[0]["partition"]
+        winners = {r["group_id"]: r["winners"] or [] for r in rows}
+        task = tasks[(topic, partition)]
+        store = spec.open()
+        results = rewrite_partition(store, task, winners)
+        return pa.Table.from_pylist(
+            [{"topic": topic, "partition": partition, "group_id": g, "result": json.dumps(res)}
+             for g, res in results],
+            schema=_ARROW_RESULTS,
+        )
+
+    return rewrite
+
+
+def stage_partitions(
+    spark: SparkSession,
+    spec: StoreSpec,
+    tasks: Sequence[PartitionTask],
+    aborted: AbortedRanges,
+) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """Run scan → winners → rewrite for `tasks`; returns per partition the rewrite results of its groups.
+
+    Uploads the output segments (fresh ids); commits nothing.
+    """
+    if not tasks:
+        return {}
+    segments = [
+        SegmentScanTask(t.topic, t.partition, seg.keys[Suffix.LOG.value], seg.start_offset)
+        for t in tasks
+        for g in t.groups
+        for seg in g.inputs
+    ]
+    groups = [(t.topic, t.partition, g.group_id, g.start_offset, g.end_offset) for t in tasks for g in t.groups]
+    by_group = winners_by_group(spark, spec, segments, groups, aborted)
+    all_groups = spark.createDataFrame(
+        [(t.topic, t.partition, g.group_id) for t in tasks for g in t.groups],
+        StructType([_GROUPS["topic"], _GROUPS["partition"], _GROUPS["group_id"]]),
+    )
+    work = all_groups.join(by_group, ["topic", "partition", "group_id"], "left").select(
+        "topic", "partition", "group_id", F.coalesce("winners", F.array().cast(ArrayType(LongType()))).alias("winners")
+    )
+    task_map = {(t.topic, t.partition): t for t in tasks}
+    results = work.groupBy("topic", "partition").applyInArrow(_rewriter(spec, task_map), _RESULTS).collect()
+    out: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in sorted(results, key=lambda r: (r.topic, r.partition, r.group_id)):
+        out.setdefault((row.topic, row.partition), []).append(json.loads(row.result))
+    return out

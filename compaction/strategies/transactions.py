@@ -1,0 +1,151 @@
+"""Kafka's `CleanedTransactionMetadata` (spec §3.8): which data is aborted and which markers may go.
+
+One cleaning round walks the batches of a partition in offset order, across all its groups. Along the way
+it tracks the aborted transactions reached so far (from the txn indexes, ordered by first offset), the
+transactions whose data was traversed in *this* pass, and the ABORT markers that must stay indexed.
+
+* A transactional data batch of a producer with an ongoing aborted transaction is discarded.
+* A COMMIT marker is discardable only if no batch of its transaction was traversed in this pass.
+* An ABORT marker is kept, and re-indexed into the cleaned txn index, while some batch of its transaction was
+  traversed in this pass (even if that batch is being dropped now); otherwise it is discardable.
+* An emptied control batch is discardable; other control types (KRaft) never are.
+
+`TransactionState` is the state between two groups, as a frozen, picklable value: `rewrite_group` takes one
+and returns the next, so a caller threads it through a partition's groups in offset order. Within a group
+the mutable `CleanedTransactionMetadata` does the work.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from compaction.format.control import ControlType
+from compaction.format.indexes import AbortedTxn
+
+
+class TxnBatch(Protocol):
+    """The header fields the transaction rules read (`BatchHeader` and `RecordBatch` provide them)."""
+
+    @property
+    def producer_id(self) -> int: ...
+
+    @property
+    def last_offset(self) -> int: ...
+
+    @property
+    def is_transactional(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class OngoingAbort:
+    """An aborted transaction reached by the walk whose ABORT marker is not yet read.
+
+    `last_observed_offset` is the last offset of its latest data batch traversed in this pass, None if none.
+    """
+
+    txn: AbortedTxn
+    last_observed_offset: int | None = None
+
+
+@dataclass(frozen=True)
+class TransactionState:
+    """`CleanedTransactionMetadata` between two groups of one cleaning round.
+
+    `pending`: aborted transactions not reached yet, ordered by first offset. `ongoing_aborted`: reached,
+    marker not read yet (one per producer). `ongoing_committed`: producers with transactional data traversed
+    in this pass whose marker is not read yet. `position`: the next offset after the last batch read (None
+    before the first batch); an aborted transaction whose marker lies below it is already closed and is
+    ignored if offered again, as are duplicates (same producer and first offset), so the caller may pass
+    each group the txn-index entries overlapping it, or everything at `start`.
+    """
+
+    pending: tuple[AbortedTxn, ...] = ()
+    ongoing_aborted: tuple[OngoingAbort, ...] = ()
+    ongoing_committed: frozenset[int] = frozenset()
+    position: int | None = None
+
+    @classmethod
+    def start(cls, aborted: Iterable[AbortedTxn] = ()) -> TransactionState:
+        """The state at the start of a round, knowing the aborted transactions of its txn indexes."""
+        return cls().with_aborted(aborted)
+
+    def with_aborted(self, aborted: Iterable[AbortedTxn]) -> TransactionState:
+        """This state plus the aborted transactions not already known or closed. Idempotent."""
+        known = {(t.producer_id, t.first_offset) for t in self.pending}
+        known |= {(o.txn.producer_id, o.txn.first_offset) for o in self.ongoing_aborted}
+        added = []
+        for txn in aborted:
+            key = (txn.producer_id, txn.first_offset)
+            closed = self.position is not None and txn.last_offset < self.position
+            if key not in known and not closed:
+                known.add(key)
+                added.append(txn)
+        if not added:
+            return self
+        pending = tuple(sorted((*self.pending, *added), key=lambda t: (t.first_offset, t.producer_id)))
+        return TransactionState(pending, self.ongoing_aborted, self.ongoing_committed, self.position)
+
+
+class CleanedTransactionMetadata:
+    """The mutable walker over one group's batches, started from and exported as a `TransactionState`.
+
+    Call `on_batch_read` for every data batch and `on_control_batch_read` for every control batch, in offset
+    order; `reindexed` lists the ABORT entries to write into the cleaned txn index, in marker order.
+    """
+
+    def __init__(self, state: TransactionState) -> None:
+        self._pending = [(t.first_offset, t.producer_id, t) for t in state.pending]
+        heapq.heapify(self._pending)
+        self._aborted = {o.txn.producer_id: o for o in state.ongoing_aborted}
+        self._committed = set(state.ongoing_committed)
+        self._position = state.position
+        self.reindexed: list[AbortedTxn] = []
+
+    def on_batch_read(self, batch: TxnBatch) -> bool:
+        """A data batch was read; True if its records are discarded (its transaction was aborted)."""
+        self._advance(batch.last_offset)
+        if not batch.is_transactional:
+            return False
+        ongoing = self._aborted.get(batch.producer_id)
+        if ongoing is not None:
+            self._aborted[batch.producer_id] = OngoingAbort(ongoing.txn, batch.last_offset)
+            return True
+        self._committed.add(batch.producer_id)
+        return False
+
+    def on_control_batch_read(self, batch: TxnBatch, control: ControlType | None) -> bool:
+        """A control batch was read (`control` None if it has no record); True if it is discardable."""
+        self._advance(batch.last_offset)
+        if control is None:
+            return True  # already emptied by an earlier clean
+        if control is ControlType.ABORT:
+            ongoing = self._aborted.pop(batch.producer_id, None)
+            if ongoing is not None and ongoing.last_observed_offset is not None:
+                self.reindexed.append(ongoing.txn)
+                return False
+            return True
+        if control is ControlType.COMMIT:
+            if batch.producer_id in self._committed:
+                self._committed.discard(batch.producer_id)
+                return False
+            return True
+        return False
+
+    def state(self) -> TransactionState:
+        """The state after the batches read so far, to hand to the next group."""
+        return TransactionState(
+            tuple(t for _f, _p, t in sorted(self._pending)),
+            tuple(self._aborted.values()),
+            frozenset(self._committed),
+            self._position,
+        )
+
+    def _advance(self, last_offset: int) -> None:
+        """`consumeAbortedTxnsUpTo`: every aborted txn starting at or before `last_offset` becomes ongoing."""
+        while self._pending and self._pending[0][0] <= last_offset:
+            _first, pid, txn = heapq.heappop(self._pending)
+            self._aborted.setdefault(pid, OngoingAbort(txn))
+        self._position = last_offset + 1

@@ -1,0 +1,16 @@
+"""spark-submit entry point for `kcompact plan`, with the CLI's flags:
+
+    spark-submit --master yarn jobs/plan.py --store s3://bucket/prefix --config conf/kcompact.yaml
+
+Thin by design: it hands its arguments to the CLI, which builds the session (keeping spark-submit's
+master), runs the step and exits with kcompact's exit codes (see `kcompact --help`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from compaction.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["plan", *sys.argv[1:]]))

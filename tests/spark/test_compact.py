@@ -1,0 +1,115 @@
+"""End to end on Spark: generate → tier → plan → stage → commit, and the latest-per-key property."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from compaction.cleaner import commit, plan, stage
+from compaction.config import KcompactConfig, TopicConfig
+from compaction.format.segment import iter_batches
+from compaction.metadata import ObjectSuffix, SegmentState, table_in_store
+from compaction.reader import Isolation, consumer_records, segment_ref
+from compaction.storage import ObjectStore, open_store
+from compaction.tier import tier_logdir
+from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from kafka.record.memory_records import MemoryRecords
+
+NOW = 1_800_000_000_000
+DAY = 86_400_000
+CONFIG = KcompactConfig(defaults=TopicConfig.from_kafka({"cleanup.policy": "compact",
+                                                         "min.cleanable.dirty.ratio": "0.01"}))
+
+
+def latest_per_key(store: ObjectStore, topic: str, partition: int, below: int | None = None) -> dict:
+    refs = [segment_ref(s) for s in table_in_store(store).live_segments(topic, partition)]
+    latest: dict = {}
+    for r in consumer_records(store, refs, isolation=Isolation.READ_COMMITTED):
+        if r.key is not None and (below is None or r.offset < below):
+            latest[r.key] = (r.offset, r.value)
+    return latest
+
+
+def all_records(store: ObjectStore, topic: str, partition: int) -> list:
+    refs = [segment_ref(s) for s in table_in_store(store).live_segments(topic, partition)]
+    return list(consumer_records(store, refs))
+
+
+@pytest.fixture
+def tiered(tmp_path: Path) -> ObjectStore:
+    spec = WorkloadSpec(topics=(TopicSpec("orders", 2),), records_per_partition=4000, keys=300,
+                        segment_bytes=64 * 1024, tombstone_ratio=0.05, seed=21)
+    generate_logdir(tmp_path / "logs", spec)
+    store = open_store(str(tmp_path / "store"))
+    tier_logdir(tmp_path / "logs", store, table_in_store(store, create=True), NOW - 10 * DAY)
+    return store
+
+
+@pytest.mark.spark
+def test_compaction_keeps_latest_per_key_and_writes_real_segments(spark: SparkSession, tiered: ObjectStore) -> None:
+    store = tiered
+    before = {p: latest_per_key(store, "orders", p) for p in (0, 1)}
+    sizes_before = {p: sum(s.segment_size_bytes for s in table_in_store(store).live_segments("orders", p))
+                    for p in (0, 1)}
+    run = plan(store, CONFIG, NOW)
+    assert [(p.topic, p.partition) for p in run.plan.eligible] == [("orders", 0), ("orders", 1)] or len(
+        run.plan.eligible) == 2
+    staged = stage(spark, run)
+    outcomes = commit(staged)
+    assert all(o.committed for o in outcomes), outcomes
+    table = table_in_store(store)
+    for p in (0, 1):
+        after = latest_per_key(store, "orders", p)
+        assert after == before[p]
+        records = all_records(store, "orders", p)
+        offsets = [r.offset for r in records]
+        assert offsets == sorted(set(offsets))
+        cleaned_below = table.partition_snapshot("orders", p).lineage.current
+        keyed = [r for r in records if r.key is not None and r.offset < cleaned_below]
+        assert len({r.key for r in keyed}) == len(keyed), "exactly one record per key survives"
+        assert cleaned_below == next(x for x in run.plan.eligible if x.partition == p).regions.first_uncleanable_offset
+        live = table.live_segments("orders", p)
+        assert sum(s.segment_size_bytes for s in live) < sizes_before[p]
+        assert all(a.end_offset + 1 == b.start_offset for a, b in itertools.pairwise(live))
+        for seg in live:
+            data = store.get(seg.object_key(ObjectSuffix.LOG) or "")
+            ref = MemoryRecords(data)
+            while ref.has_next():
+                assert ref.next_batch().validate_crc()
+            assert [b.last_offset for _p, b in iter_batches(data)][-1] == seg.end_offset
+        snap = table.partition_snapshot("orders", p)
+        assert snap.lineage.current in [s.start_offset for s in live] + [live[-1].end_offset + 1]
+        assert any(s.state is SegmentState.DELETE_SEGMENT_STARTED for s in snap.segments)
+
+
+@pytest.mark.spark
+def test_rerun_with_nothing_new_changes_nothing(spark: SparkSession, tiered: ObjectStore) -> None:
+    store = tiered
+    commit(stage(spark, plan(store, CONFIG, NOW)))
+    version = table_in_store(store).version()
+    run = plan(store, CONFIG, NOW)
+    assert run.plan.eligible == ()
+    staged = stage(spark, run)
+    assert commit(staged) == []
+    assert table_in_store(store).version() == version
+
+
+@pytest.mark.spark
+def test_tombstones_go_after_their_delete_horizon(spark: SparkSession, tiered: ObjectStore) -> None:
+    store = tiered
+    before = latest_per_key(store, "orders", 0)
+    commit(stage(spark, plan(store, CONFIG, NOW, force=True)))
+    tombstones = [r for r in all_records(store, "orders", 0) if r.value is None]
+    assert tombstones, "first run keeps tombstones and sets their horizon"
+    commit(stage(spark, plan(store, CONFIG, NOW + DAY + 1, force=True)))
+    cleaned_below = table_in_store(store).partition_snapshot("orders", 0).lineage.current
+    assert not [r for r in all_records(store, "orders", 0) if r.value is None and r.offset < cleaned_below]
+    after = latest_per_key(store, "orders", 0)
+    assert after == {k: v for k, v in before.items() if v[1] is not None or v[0] >= cleaned_below}
