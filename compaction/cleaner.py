@@ -77,15 +77,19 @@ class StagedPartition:
     replaced: tuple[str, ...]
     cleaner_offset: int
     stats: dict[str, int]
-    map_seconds: float
-    rewrite_seconds: float
+    map_seconds: float  # the run's scan + winners phase (shared by every partition of the run)
+    rewrite_seconds: float  # this partition's rewrite + upload, summed over its groups on the executor
 
 
 @dataclass
 class StagedRun:
+    """The uploaded output of a run. Phase times are wall clock for the whole run (all partitions together)."""
+
     run: RunPlan
     partitions: list[StagedPartition] = field(default_factory=list)
     failed: dict[tuple[str, int], KcompactError] = field(default_factory=dict)
+    map_seconds: float = 0.0
+    rewrite_seconds: float = 0.0
 
 
 def _writer() -> str:
@@ -226,11 +230,9 @@ def stage(spark: SparkSession, run: RunPlan) -> StagedRun:
             staged.failed[tp] = exc
     aborted = {tp: [(t.producer_id, t.first_offset, t.last_offset) for t in entry[3].aborted]
                for tp, entry in tasks.items()}
-    started = time.monotonic()
-    results = stage_partitions(spark, run.store, [t[3] for t in tasks.values()], aborted)
-    elapsed = time.monotonic() - started
+    result = stage_partitions(spark, run.store, [t[3] for t in tasks.values()], aborted)
     for tp, (p, snap, epoch, task) in tasks.items():
-        outputs = results.get(tp, [])
+        outputs = result.groups.get(tp, [])
         stats: dict[str, int] = {}
         for r in outputs:
             for k, v in r["stats"].items():
@@ -245,15 +247,12 @@ def stage(spark: SparkSession, run: RunPlan) -> StagedRun:
                 replaced=tuple(s.segment_id for g in p.groups for s in g),
                 cleaner_offset=task.upper_bound_offset,
                 stats=stats,
-                map_seconds=results_map_seconds(outputs),
-                rewrite_seconds=elapsed,
+                map_seconds=result.map_seconds,
+                rewrite_seconds=float(sum(r.get("seconds", 0.0) for r in outputs)),
             )
         )
+    staged.map_seconds, staged.rewrite_seconds = result.map_seconds, result.rewrite_seconds
     return staged
-
-
-def results_map_seconds(outputs: Sequence[dict[str, Any]]) -> float:
-    return float(sum(r.get("seconds", 0.0) for r in outputs))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ def partition_report(sp: StagedPartition, outcome: PartitionOutcome | None) -> d
         "segments_replaced": len(sp.replaced),
         "segments_written": len(sp.new_segments),
         "map_seconds": round(sp.map_seconds, 3),
-        "total_seconds": round(sp.rewrite_seconds, 3),
+        "rewrite_seconds": round(sp.rewrite_seconds, 3),
+        "total_seconds": round(sp.map_seconds + sp.rewrite_seconds, 3),
         "fencing_epoch": sp.fencing_epoch,
         "cleaner_offset": sp.cleaner_offset,
         "committed": outcome.committed if outcome else False,
@@ -51,6 +52,7 @@ def run_report(staged: StagedRun, outcomes: Sequence[PartitionOutcome]) -> dict[
         "failed": [vars(o) for o in outcomes if not o.committed],
         "bytes_read": sum(p["bytes_read"] for p in parts),
         "bytes_written": sum(p["bytes_written"] for p in parts),
+        "time_split_seconds": {"map": round(staged.map_seconds, 3), "rewrite": round(staged.rewrite_seconds, 3)},
     }
 
 
@@ -84,8 +86,10 @@ def render_text(report: dict[str, Any]) -> Iterator[str]:
         yield from kafka_summary(part)
         yield ""
     committed = sum(1 for p in report["partitions"] if p["committed"])
+    split = report["time_split_seconds"]
     yield (f"run {report['run_id']}: {committed} partitions compacted, {len(report['failed'])} failed; "
            f"{_mb(report['bytes_read']):,.1f} MB read, {_mb(report['bytes_written']):,.1f} MB written; "
-           f"max compaction delay {report['max_compaction_delay_secs']} s")
+           f"max compaction delay {report['max_compaction_delay_secs']} s; "
+           f"time: map {split['map']:.1f} s, rewrite + upload {split['rewrite']:.1f} s")
     for f in report["failed"]:
         yield f"  {f['topic']}-{f['partition']}: {f['error_type']}: {f['error']}"

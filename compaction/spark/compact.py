@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -182,18 +183,24 @@ def _rewriter(
     return rewrite
 
 
+@dataclass(frozen=True)
+class StageResult:
+    """Per partition the rewrite results of its groups (in order), and the wall time of each phase."""
+
+    groups: dict[tuple[str, int], list[dict[str, Any]]]
+    map_seconds: float
+    rewrite_seconds: float
+
+
 def stage_partitions(
     spark: SparkSession,
     spec: StoreSpec,
     tasks: Sequence[PartitionTask],
     aborted: AbortedRanges,
-) -> dict[tuple[str, int], list[dict[str, Any]]]:
-    """Run scan → winners → rewrite for `tasks`; returns per partition the rewrite results of its groups.
-
-    Uploads the output segments (fresh ids); commits nothing.
-    """
+) -> StageResult:
+    """Run scan → winners → rewrite for `tasks`. Uploads the output segments (fresh ids); commits nothing."""
     if not tasks:
-        return {}
+        return StageResult({}, 0.0, 0.0)
     segments = [
         SegmentScanTask(t.topic, t.partition, seg.keys[Suffix.LOG.value], seg.start_offset)
         for t in tasks
@@ -201,7 +208,10 @@ def stage_partitions(
         for seg in g.inputs
     ]
     groups = [(t.topic, t.partition, g.group_id, g.start_offset, g.end_offset) for t in tasks for g in t.groups]
-    by_group = winners_by_group(spark, spec, segments, groups, aborted)
+    started = time.monotonic()
+    by_group = winners_by_group(spark, spec, segments, groups, aborted).persist()
+    by_group.count()  # materialise the map phase (scan + winners) so its time is its own
+    map_seconds = time.monotonic() - started
     all_groups = spark.createDataFrame(
         [(t.topic, t.partition, g.group_id) for t in tasks for g in t.groups],
         StructType([_GROUPS["topic"], _GROUPS["partition"], _GROUPS["group_id"]]),
@@ -211,7 +221,8 @@ def stage_partitions(
     )
     task_map = {(t.topic, t.partition): t for t in tasks}
     results = work.groupBy("topic", "partition").applyInArrow(_rewriter(spec, task_map), _RESULTS).collect()
+    by_group.unpersist()
     out: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for row in sorted(results, key=lambda r: (r.topic, r.partition, r.group_id)):
         out.setdefault((row.topic, row.partition), []).append(json.loads(row.result))
-    return out
+    return StageResult(out, map_seconds, time.monotonic() - started - map_seconds)

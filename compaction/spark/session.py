@@ -12,6 +12,7 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.shuffle.partitions": "8",
     "spark.default.parallelism": "4",
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "2g",
