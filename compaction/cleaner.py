@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from compaction.config import KcompactConfig
-from compaction.errors import CommitConflictError, KcompactError
+from compaction.errors import CommitConflictError, CorruptInputError, KcompactError
 from compaction.format.indexes import AbortedTxn, read_txn_index
 from compaction.format.producer_snapshot import expire_producers, read_producer_snapshot
 from compaction.metadata import (
@@ -181,6 +181,8 @@ def _partition_task(store: ObjectStore, p: PartitionPlan, snapshot: PartitionSna
         aborted=_aborted(store, members),
         active_producers=_active_producers(store, snapshot.live_segments, now_ms, p.config.producer_id_expiration_ms),
         groups=tuple(groups),
+        strategy=p.config.compaction_strategy.value,
+        strategy_header=p.config.compaction_strategy_header,
     )
 
 
@@ -232,12 +234,17 @@ def stage(spark: SparkSession, run: RunPlan) -> StagedRun:
                for tp, entry in tasks.items()}
     result = stage_partitions(spark, run.store, [t[3] for t in tasks.values()], aborted)
     for tp, (p, snap, epoch, task) in tasks.items():
+        problem = result.problems.get(tp, {})
+        if "error" in problem:
+            staged.failed[tp] = CorruptInputError(f"partition quarantined, nothing committed: {problem['error']}")
+            continue
         outputs = result.groups.get(tp, [])
         stats: dict[str, int] = {}
         for r in outputs:
             for k, v in r["stats"].items():
                 if isinstance(v, int) and not k.endswith("timestamp"):  # counters add up, timestamps don't
                     stats[k] = stats.get(k, 0) + v
+        stats["invalid_versions"] = int(problem.get("invalid_versions", 0))
         staged.partitions.append(
             StagedPartition(
                 plan=p,

@@ -506,14 +506,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.OK
 
 
-def run() -> None:
+def run(argv: Sequence[str] | None = None) -> None:
     """The console script: `main`, then leave without running interpreter teardown.
 
     deltalake's Rust runtime can abort the interpreter at shutdown ("terminate called without an active
     exception", delta-rs#2184) after a table was read, which would turn a success into exit 134 for an
     orchestrator. Everything is flushed first; Spark was stopped by the command that started it.
     """
-    code = main()
+    code = main(argv)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from compaction.cli import main
+from compaction.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main(["compact", *sys.argv[1:]]))
+    run(["compact", *sys.argv[1:]])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from compaction.cli import main
+from compaction.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main(["gc", *sys.argv[1:]]))
+    run(["gc", *sys.argv[1:]])

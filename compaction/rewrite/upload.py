@@ -52,6 +52,8 @@ class PartitionTask:
     aborted: tuple[AbortedTxn, ...]
     active_producers: Mapping[int, ActiveProducer]
     groups: tuple[GroupTask, ...]
+    strategy: str = "offset"  # compaction.strategy: the Spark side ranks records with it
+    strategy_header: str | None = None
 
 
 # Companions copied from the group's last member: the producer state and the epoch lineage as of its end,

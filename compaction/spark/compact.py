@@ -21,15 +21,26 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    ByteType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
+from compaction.errors import KcompactError
 from compaction.rewrite.upload import PartitionTask, rewrite_partition
 from compaction.storage.base import StoreSpec
 from compaction.storage.layout import Suffix
@@ -47,6 +58,8 @@ _RECORDS = StructType(
         StructField("topic", StringType(), False),
         StructField("partition", IntegerType(), False),
         StructField("key", BinaryType(), False),
+        StructField("has_version", ByteType(), False),
+        StructField("version", LongType(), False),
         StructField("offset", LongType(), False),
     ]
 )
@@ -72,6 +85,8 @@ _ARROW_RECORDS = pa.schema(
         pa.field("topic", pa.string(), False),
         pa.field("partition", pa.int32(), False),
         pa.field("key", pa.binary(), False),
+        pa.field("has_version", pa.int8(), False),
+        pa.field("version", pa.int64(), False),
         pa.field("offset", pa.int64(), False),
     ]
 )
@@ -95,26 +110,58 @@ class SegmentScanTask:
     start_offset: int
 
 
-def _scanner(spec: StoreSpec, aborted: AbortedRanges) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+class _Problems(AccumulatorParam):
+    """Merges per-partition counters and errors raised on executors: {(topic, partition): {name: value}}."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, a: dict, b: dict) -> dict:
+        for tp, items in b.items():
+            into = a.setdefault(tp, {})
+            for name, value in items.items():
+                into[name] = into.get(name, 0) + value if isinstance(value, int) else value
+        return a
+
+
+def _scanner(
+    spec: StoreSpec, aborted: AbortedRanges, strategies: Mapping[tuple[str, int], tuple[str, str | None]],
+    problems: Accumulator,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    from compaction.config import CompactionStrategy
+    from compaction.errors import CorruptInputError
     from compaction.format.scan import scan_segment
+    from compaction.strategies.winner import ranks
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store = spec.open()
         for descriptors in batches:
             for d in descriptors.to_pylist():
+                tp = (d["topic"], d["partition"])
+                strategy_name, header = strategies[tp]
+                strategy = CompactionStrategy(strategy_name)
                 key = d["log_key"]
-                records = scan_segment(store.get(key), obj=store.object_uri(key)).records
+                try:
+                    records = scan_segment(store.get(key), obj=store.object_uri(key), header_key=header).records
+                except CorruptInputError as exc:  # quarantine the partition, keep the run going
+                    problems.add({tp: {"error": f"{type(exc).__name__}: {exc}"}})
+                    continue
                 keep = pc.and_(pc.invert(records["control"]), pc.is_valid(records["key"]))
-                ranges = aborted.get((d["topic"], d["partition"]), ())
+                ranges = aborted.get(tp, ())
                 if ranges:
                     keep = pc.and_(keep, pc.invert(_in_aborted(records, ranges)))
                 kept = records.filter(keep)
+                rank = ranks(kept, strategy)
+                if rank.invalid_versions:
+                    problems.add({tp: {"invalid_versions": rank.invalid_versions}})
                 n = kept.num_rows
                 yield pa.RecordBatch.from_arrays(
                     [
                         pa.array([d["topic"]] * n, pa.string()),
                         pa.array([d["partition"]] * n, pa.int32()),
                         kept["key"].cast(pa.binary()).combine_chunks(),
+                        pa.array(rank.has_version, pa.int8()),
+                        pa.array(rank.version, pa.int64()),
                         kept["offset"].combine_chunks(),
                     ],
                     schema=_ARROW_RECORDS,
@@ -144,13 +191,20 @@ def winners_by_group(
     segments: Sequence[SegmentScanTask],
     groups: Sequence[tuple[str, int, int, int, int]],
     aborted: AbortedRanges,
+    strategies: Mapping[tuple[str, int], tuple[str, str | None]],
+    problems: Accumulator,
 ) -> DataFrame:
-    """(topic, partition, group_id, winners: sorted array<long>) for every group that holds a winner."""
+    """(topic, partition, group_id, winners: sorted array<long>) for every group that holds a winner.
+
+    The winner of a key is its record with the greatest (has_version, version, offset): see
+    `compaction.strategies.winner`. Struct comparison in Spark is field by field, left to right.
+    """
     descriptors = spark.createDataFrame(
         [(s.topic, s.partition, s.log_key, s.start_offset) for s in segments], _SEGMENTS
     ).repartition(max(1, len(segments)), "log_key")
-    records = descriptors.mapInArrow(_scanner(spec, aborted), _RECORDS)
-    winners = records.groupBy("topic", "partition", "key").agg(F.max("offset").alias("offset"))
+    records = descriptors.mapInArrow(_scanner(spec, aborted, strategies, problems), _RECORDS)
+    best = F.max(F.struct("has_version", "version", "offset"))
+    winners = records.groupBy("topic", "partition", "key").agg(best.getField("offset").alias("offset"))
     ranges = F.broadcast(spark.createDataFrame(list(groups), _GROUPS))
     joined = winners.join(
         ranges,
@@ -173,7 +227,10 @@ def _rewriter(
         winners = {r["group_id"]: r["winners"] or [] for r in rows}
         task = tasks[(topic, partition)]
         store = spec.open()
-        results = rewrite_partition(store, task, winners)
+        try:
+            results = rewrite_partition(store, task, winners)
+        except KcompactError as exc:  # quarantine this partition: what it uploaded stays unreferenced (gc)
+            results = [(-1, {"error": f"{type(exc).__name__}: {exc}", "exit_code": int(exc.exit_code)})]
         return pa.Table.from_pylist(
             [{"topic": topic, "partition": partition, "group_id": g, "result": json.dumps(res)}
              for g, res in results],
@@ -190,6 +247,7 @@ class StageResult:
     groups: dict[tuple[str, int], list[dict[str, Any]]]
     map_seconds: float
     rewrite_seconds: float
+    problems: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # "error", counters
 
 
 def stage_partitions(
@@ -208,8 +266,10 @@ def stage_partitions(
         for seg in g.inputs
     ]
     groups = [(t.topic, t.partition, g.group_id, g.start_offset, g.end_offset) for t in tasks for g in t.groups]
+    strategies = {(t.topic, t.partition): (t.strategy, t.strategy_header) for t in tasks}
+    problems = spark.sparkContext.accumulator({}, _Problems())
     started = time.monotonic()
-    by_group = winners_by_group(spark, spec, segments, groups, aborted).persist()
+    by_group = winners_by_group(spark, spec, segments, groups, aborted, strategies, problems).persist()
     by_group.count()  # materialise the map phase (scan + winners) so its time is its own
     map_seconds = time.monotonic() - started
     all_groups = spark.createDataFrame(
@@ -223,6 +283,11 @@ def stage_partitions(
     results = work.groupBy("topic", "partition").applyInArrow(_rewriter(spec, task_map), _RESULTS).collect()
     by_group.unpersist()
     out: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    found: dict[tuple[str, int], dict[str, Any]] = {tp: dict(v) for tp, v in problems.value.items()}
     for row in sorted(results, key=lambda r: (r.topic, r.partition, r.group_id)):
-        out.setdefault((row.topic, row.partition), []).append(json.loads(row.result))
-    return StageResult(out, map_seconds, time.monotonic() - started - map_seconds)
+        result = json.loads(row.result)
+        if "error" in result:
+            found.setdefault((row.topic, row.partition), {})["error"] = result["error"]
+        else:
+            out.setdefault((row.topic, row.partition), []).append(result)
+    return StageResult(out, map_seconds, time.monotonic() - started - map_seconds, found)

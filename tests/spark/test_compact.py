@@ -113,3 +113,71 @@ def test_tombstones_go_after_their_delete_horizon(spark: SparkSession, tiered: O
     assert not [r for r in all_records(store, "orders", 0) if r.value is None and r.offset < cleaned_below]
     after = latest_per_key(store, "orders", 0)
     assert after == {k: v for k, v in before.items() if v[1] is not None or v[0] >= cleaned_below}
+
+
+def expected_winners(store: ObjectStore, topic: str, partition: int, below: int, strategy: str) -> dict:
+    """Reference: the winner per key among consumable records below `below`, written out plainly."""
+    refs = [segment_ref(s) for s in table_in_store(store).live_segments(topic, partition)]
+    best: dict = {}
+    for r in consumer_records(store, refs, isolation=Isolation.READ_COMMITTED):
+        if r.key is None or r.offset >= below:
+            continue
+        if strategy == "timestamp":
+            rank = (1, r.timestamp, r.offset)
+        else:
+            values = [h.value for h in r.headers if h.key == "version"]
+            last = values[-1] if values else None
+            rank = (1, int.from_bytes(last, "big", signed=True), r.offset) if last is not None and len(last) == 8 \
+                else (0, 0, r.offset)
+        if r.key not in best or rank > best[r.key][0]:
+            best[r.key] = (rank, r.offset)
+    return {k: v[1] for k, v in best.items()}
+
+
+@pytest.mark.spark
+def test_timestamp_and_header_strategies_keep_the_strategy_winner(spark: SparkSession, tmp_path: Path) -> None:
+    spec = WorkloadSpec(topics=(TopicSpec("ts", 1), TopicSpec("hdr", 1)), records_per_partition=3000, keys=200,
+                        segment_bytes=64 * 1024, out_of_order_ratio=0.3, seed=8)
+    generate_logdir(tmp_path / "logs", spec)
+    store = open_store(str(tmp_path / "store"))
+    tier_logdir(tmp_path / "logs", store, table_in_store(store, create=True), NOW - DAY)
+    config = KcompactConfig(
+        defaults=TopicConfig.from_kafka({"cleanup.policy": "compact"}),
+        topics={
+            "ts": TopicConfig.from_kafka({"cleanup.policy": "compact", "compaction.strategy": "timestamp"}),
+            "hdr": TopicConfig.from_kafka({"cleanup.policy": "compact", "compaction.strategy": "header",
+                                           "compaction.strategy.header": "version"}),
+        },
+    )
+    run = plan(store, config, NOW, force=True)
+    bounds = {p.topic: p.regions.first_uncleanable_offset for p in run.plan.eligible if p.regions}
+    expected = {t: expected_winners(store, t, 0, bounds[t], "timestamp" if t == "ts" else "header") for t in bounds}
+    by_offset = {t: {k: v[0] for k, v in latest_per_key(store, t, 0, below=bounds[t]).items()} for t in bounds}
+    for t in bounds:
+        assert expected[t] != by_offset[t], f"{t}: the workload must make the strategy matter"
+    staged = stage(spark, run)
+    assert all(o.committed for o in commit(staged))
+    invalid = {sp.plan.topic: sp.stats["invalid_versions"] for sp in staged.partitions}
+    assert invalid["hdr"] > 0 and invalid["ts"] == 0, "missing/short version headers are counted"
+    for topic, want in expected.items():
+        survivors = {r.key: r.offset for r in all_records(store, topic, 0)
+                     if r.key is not None and r.offset < bounds[topic]}
+        assert survivors == want, topic
+
+
+@pytest.mark.spark
+def test_corrupt_segment_quarantines_only_its_partition(spark: SparkSession, tiered: ObjectStore) -> None:
+    store = tiered
+    table = table_in_store(store)
+    victim = table.live_segments("orders", 1)[2]
+    key = victim.object_key(ObjectSuffix.LOG) or ""
+    path = Path(store.object_uri(key).removeprefix("file://"))
+    data = bytearray(path.read_bytes())
+    data[200] ^= 0xFF
+    path.write_bytes(bytes(data))
+    before = table.live_segments("orders", 1)
+    outcomes = {o.partition: o for o in commit(stage(spark, plan(store, CONFIG, NOW)))}
+    assert outcomes[0].committed
+    assert not outcomes[1].committed and outcomes[1].exit_code == 3
+    assert key in (outcomes[1].error or "") and "byte" in (outcomes[1].error or "")
+    assert table_in_store(store).live_segments("orders", 1) == before

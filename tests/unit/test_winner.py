@@ -1,0 +1,72 @@
+"""KIP-280 ranks: which record of a key wins under each strategy (the policy the Spark aggregate applies)."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pyarrow as pa
+
+from compaction.config import CompactionStrategy
+from compaction.format.batch import Header, Record, TimestampType, build_batch, encode_batch
+from compaction.format.scan import scan_segment
+from compaction.strategies.winner import header_versions, ranks
+
+
+def long(v: int) -> bytes:
+    return struct.pack(">q", v)
+
+
+def winner(records: list[Record], strategy: CompactionStrategy, log_append: bool = False) -> int:
+    """The offset that wins key b"k" among `records` (all share it), the way Spark's struct max decides."""
+    ts_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
+    table = scan_segment(encode_batch(build_batch(records, timestamp_type=ts_type, max_timestamp=None)),
+                         header_key="version").records
+    r = ranks(table, strategy)
+    offsets = table["offset"].to_numpy()
+    best = max(zip(r.has_version.tolist(), r.version.tolist(), offsets.tolist(), strict=True))
+    return int(best[2])
+
+
+def rec(offset: int, ts: int, *headers: tuple[str, bytes | None], value: bytes | None = b"v") -> Record:
+    return Record(offset, ts, b"k", value, tuple(Header(k, v) for k, v in headers))
+
+
+def test_offset_strategy_is_the_highest_offset() -> None:
+    assert winner([rec(0, 50), rec(1, 10), rec(2, 5)], CompactionStrategy.OFFSET) == 2
+
+
+def test_timestamp_strategy_handles_out_of_order_producer_timestamps() -> None:
+    assert winner([rec(0, 50), rec(1, 10), rec(2, 5)], CompactionStrategy.TIMESTAMP) == 0
+    assert winner([rec(0, 50), rec(1, 50), rec(2, 5)], CompactionStrategy.TIMESTAMP) == 1, "ties → higher offset"
+
+
+def test_timestamp_strategy_with_log_append_time_falls_back_to_offset() -> None:
+    assert winner([rec(0, 50), rec(1, 10)], CompactionStrategy.TIMESTAMP, log_append=True) == 1
+
+
+def test_header_strategy_rules() -> None:
+    h = CompactionStrategy.HEADER
+    assert winner([rec(0, 1, ("version", long(9))), rec(1, 1, ("version", long(3)))], h) == 0
+    assert winner([rec(0, 1, ("version", long(3))), rec(1, 1, ("version", long(3)))], h) == 1, "equal → higher offset"
+    assert winner([rec(0, 1, ("version", long(-5))), rec(1, 1)], h) == 0, "present beats missing"
+    assert winner([rec(0, 1), rec(1, 1)], h) == 1, "both missing → higher offset"
+    assert winner([rec(0, 1, ("version", long(1))), rec(1, 1, ("version", b"\x00\x07"))], h) == 0, "short = missing"
+    assert winner([rec(0, 1, ("version", long(1))), rec(1, 1, ("version", None))], h) == 0, "null = missing"
+    dup = rec(1, 1, ("version", long(100)), ("version", long(2)))
+    assert winner([rec(0, 1, ("version", long(5))), dup], h) == 0, "the LAST occurrence counts"
+    assert winner([rec(0, 1, ("Version", long(50))), rec(1, 1, ("version", long(1)))], h) == 1, "exact name"
+    assert winner([rec(0, 1, ("version", long(9))), rec(1, 1, ("version", long(10)), value=None)], h) == 1, (
+        "tombstones compete like any record")
+
+
+def test_invalid_versions_are_counted() -> None:
+    batch = build_batch([rec(0, 1, ("version", b"xx")), rec(1, 1), rec(2, 1, ("version", long(1)))])
+    table = scan_segment(encode_batch(batch), header_key="version").records
+    assert ranks(table, CompactionStrategy.HEADER).invalid_versions == 2
+
+
+def test_header_versions_on_sliced_arrays() -> None:
+    arr = pa.array([long(1), None, b"abc", long(-2)], pa.large_binary()).slice(1)
+    has, version = header_versions(arr)
+    assert has.tolist() == [0, 0, 1] and version[2] == -2 and version.dtype == np.int64
