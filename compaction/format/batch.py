@@ -111,22 +111,16 @@ class Record:
     attributes: int = 0
 
 
-@dataclass(frozen=True)
-class RecordBatch:
-    """A decoded v2 record batch. `records` holds what is physically present (may be fewer than offsets)."""
+class BatchAttributes:
+    """What a batch's attributes and offsets imply; shared by `RecordBatch` and the header-only `BatchHeader`.
 
+    Subclasses provide `attributes`, `base_offset`, `last_offset_delta` and `base_timestamp`.
+    """
+
+    attributes: int
     base_offset: int
     last_offset_delta: int
-    records: tuple[Record, ...] = ()
-    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH
-    attributes: int = 0
-    base_timestamp: int = NO_TIMESTAMP
-    max_timestamp: int = NO_TIMESTAMP
-    producer_id: int = NO_PRODUCER_ID
-    producer_epoch: int = NO_PRODUCER_EPOCH
-    base_sequence: int = NO_SEQUENCE
-    crc: int = 0
-    size: int = field(default=0, compare=False)
+    base_timestamp: int
 
     @property
     def codec(self) -> Codec:
@@ -159,6 +153,25 @@ class RecordBatch:
     @property
     def next_offset(self) -> int:
         return self.last_offset + 1
+
+
+
+@dataclass(frozen=True)
+class RecordBatch(BatchAttributes):
+    """A decoded v2 record batch. `records` holds what is physically present (may be fewer than offsets)."""
+
+    base_offset: int
+    last_offset_delta: int
+    records: tuple[Record, ...] = ()
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH
+    attributes: int = 0
+    base_timestamp: int = NO_TIMESTAMP
+    max_timestamp: int = NO_TIMESTAMP
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    base_sequence: int = NO_SEQUENCE
+    crc: int = 0
+    size: int = field(default=0, compare=False)
 
     @property
     def has_producer_id(self) -> bool:

@@ -17,23 +17,19 @@ from compaction.errors import CorruptBatchError, CorruptInputError, CrcMismatchE
 from compaction.format.batch import (
     _HEADER,
     ATTRIBUTES_OFFSET,
-    CODEC_MASK,
-    CONTROL_FLAG_MASK,
     CRC_OFFSET,
-    DELETE_HORIZON_FLAG_MASK,
     HEADER_SIZE_UP_TO_MAGIC,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
     MIN_BATCH_SIZE_FIELD,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_FLAG_MASK,
+    BatchAttributes,
     RecordBatch,
     check_magic,
     crc32c,
     decode_batch,
 )
-from compaction.format.codecs import Codec
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -53,7 +49,7 @@ def segment_path(directory: Path, base_offset: int, suffix: str = LOG_SUFFIX) ->
 
 
 @dataclass(frozen=True)
-class BatchHeader:
+class BatchHeader(BatchAttributes):
     """The fixed 61-byte header of a batch and where it sits in its segment."""
 
     position: int
@@ -71,32 +67,8 @@ class BatchHeader:
     records_count: int
 
     @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
-
-    @property
-    def next_offset(self) -> int:
-        return self.last_offset + 1
-
-    @property
-    def codec(self) -> Codec:
-        return Codec(self.attributes & CODEC_MASK)
-
-    @property
-    def is_transactional(self) -> bool:
-        return bool(self.attributes & TRANSACTIONAL_FLAG_MASK)
-
-    @property
-    def is_control(self) -> bool:
-        return bool(self.attributes & CONTROL_FLAG_MASK)
-
-    @property
     def is_log_append_time(self) -> bool:
         return bool(self.attributes & TIMESTAMP_TYPE_MASK)
-
-    @property
-    def delete_horizon_ms(self) -> int | None:
-        return self.base_timestamp if self.attributes & DELETE_HORIZON_FLAG_MASK else None
 
 
 def iter_batch_headers(
