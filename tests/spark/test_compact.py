@@ -181,3 +181,62 @@ def test_corrupt_segment_quarantines_only_its_partition(spark: SparkSession, tie
     assert not outcomes[1].committed and outcomes[1].exit_code == 3
     assert key in (outcomes[1].error or "") and "byte" in (outcomes[1].error or "")
     assert table_in_store(store).live_segments("orders", 1) == before
+
+
+@pytest.mark.spark
+def test_uncleanable_section_is_left_untouched(spark: SparkSession, tiered: ObjectStore) -> None:
+    """Scenario 24 adapted: segments at or above the first uncleanable offset (min.compaction.lag.ms) keep their
+    ids and bytes; only the section below is rewritten."""
+    store = tiered
+    live = table_in_store(store).live_segments("orders", 0)
+    lag = 60_000
+    now = live[-4].max_timestamp_ms + lag - 1  # the last 4 segments are too young to clean
+    config = KcompactConfig(defaults=TopicConfig.from_kafka({
+        "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": str(lag)}))
+    first_young = next(i for i, s in enumerate(live) if s.max_timestamp_ms > now - lag)
+    young = live[first_young:]
+    assert 0 < first_young < len(live) - 1
+    run = plan(store, config, now, topics=["orders"], partition=0)
+    assert len(run.plan.eligible) == 1, run.plan.render_text()
+    p = run.plan.eligible[0]
+    assert p.regions is not None and p.regions.first_uncleanable_offset == young[0].start_offset
+    assert all(o.committed for o in commit(stage(spark, run)))
+    after = table_in_store(store).live_segments("orders", 0)
+    assert [s.segment_id for s in after if s.start_offset >= young[0].start_offset] == [s.segment_id for s in young]
+    assert all(s.segment_id not in {x.segment_id for x in live} for s in after
+               if s.start_offset < young[0].start_offset)
+
+
+@pytest.mark.spark
+def test_incremental_rounds_over_cleaned_and_dirty_sections(spark: SparkSession, tmp_path: Path) -> None:
+    """Scenarios 18 and 30 adapted: a second round cleans [checkpoint, bound) together with the cleaned prefix,
+    across the offset gaps the first round left; the checkpoint always lands on the first uncleanable offset."""
+    spec = WorkloadSpec(topics=(TopicSpec("orders", 1),), records_per_partition=4000, keys=250,
+                        segment_bytes=48 * 1024, transactional_ratio=0.0, seed=17)
+    full = tmp_path / "full"
+    generate_logdir(full, spec)
+    logs = sorted((full / "orders-0").glob("*.log"))
+    half = tmp_path / "half" / "orders-0"
+    half.mkdir(parents=True)
+    cut = int(logs[len(logs) // 2].name.split(".")[0])
+    for f in (full / "orders-0").iterdir():
+        stem = f.name.split(".")[0]
+        if not stem.isdigit() or int(stem) <= cut:
+            (half / f.name).write_bytes(f.read_bytes())
+    store = open_store(str(tmp_path / "store"))
+    table = table_in_store(store, create=True)
+    tier_logdir(tmp_path / "half", store, table, NOW - DAY)
+    first = plan(store, CONFIG, NOW)
+    assert all(o.committed for o in commit(stage(spark, first)))
+    assert table.partition_snapshot("orders", 0).lineage.current == cut
+    tier_logdir(full, store, table, NOW - DAY)
+    before = latest_per_key(store, "orders", 0)
+    second = plan(store, CONFIG, NOW)
+    [p] = second.plan.eligible
+    assert p.regions is not None and p.regions.first_dirty_offset == cut and p.regions.clean_bytes > 0
+    assert all(o.committed for o in commit(stage(spark, second)))
+    assert latest_per_key(store, "orders", 0) == before
+    assert table.partition_snapshot("orders", 0).lineage.current == p.regions.first_uncleanable_offset
+    records = all_records(store, "orders", 0)
+    below = [r for r in records if r.offset < p.regions.first_uncleanable_offset and r.key is not None]
+    assert len({r.key for r in below}) == len(below)
