@@ -1,24 +1,26 @@
 """The `kcompact` command line. It parses arguments, reads the clock and the environment, and calls one function.
 
 Exit codes (see `compaction.errors.ExitCode`): 0 success or nothing to do, 1 internal error, 2 configuration
-or usage error, 3 corrupt input, 4 fenced or conflicting commit (a rerun is safe).
+or usage error, 3 corrupt input, 4 fenced or conflicting commit (a rerun is safe), 5 verification failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from compaction.errors import ExitCode, KcompactError
 
 if TYPE_CHECKING:
-    from compaction.cleaner import RunPlan
+    from compaction.cleaner import PartitionOutcome, RunPlan, StagedRun
+    from compaction.progress import Progress
     from compaction.storage import ObjectStore
 
 EPILOG = """exit codes:
@@ -27,6 +29,7 @@ EPILOG = """exit codes:
   2  configuration or usage error: fix the config or the command line
   3  corrupt input: the named object is malformed (the partition is quarantined)
   4  fenced or conflicting commit: nothing was committed, rerunning is safe
+  5  verification failed (`kcompact verify`): a key was lost or changed; alert, keep the store as it is
 """
 
 
@@ -332,6 +335,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="recompact every partition below its first uncleanable offset, whatever the dirty ratio "
                    "(e.g. to drop tombstones whose delete horizon has passed)")
+    p.add_argument("--disk-budget-bytes", type=int, default=None,
+                   help="temporary local disk one rewrite chunk may use; chunks are at most min(segment.bytes, "
+                   "this) (default: a third of the free space of the temporary directory)")
 
 
 def _build_plan(args: argparse.Namespace) -> RunPlan:
@@ -342,7 +348,7 @@ def _build_plan(args: argparse.Namespace) -> RunPlan:
         raise _usage("--partition needs --topic")
     now_ms = args.now if args.now is not None else int(time.time() * 1000)
     return plan(_open_store(args), load_config(args.config), now_ms, topics=args.topic,
-                partition=args.partition, force=args.force)
+                partition=args.partition, force=args.force, disk_budget_bytes=args.disk_budget_bytes)
 
 
 def _add_plan(sub: argparse._SubParsersAction) -> None:
@@ -383,32 +389,83 @@ def _add_compact(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan and stop (same as `kcompact plan`)")
     p.add_argument("--master", default=None, help="Spark master URL (default: local[2])")
     p.add_argument("--report-json", type=Path, default=None, help="also write the run report as JSON to this file")
+    p.add_argument("--html-report", type=Path, default=None,
+                   help="also write the run report as a self-contained HTML page (charts inline, works offline)")
+    p.add_argument("--metrics-file", type=Path, default=None,
+                   help="also write the run's metrics in Prometheus text format (for node_exporter's textfile "
+                   "collector; replaced atomically). Written when there is nothing to do too")
     p.add_argument("--json", action="store_true", help="print the run report as JSON instead of text")
     p.set_defaults(func=_cmd_compact)
 
 
-def _cmd_compact(args: argparse.Namespace) -> int:
-    from compaction.cleaner import commit, stage
-    from compaction.report import render_text, run_report
+def _write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename, so readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
+
+def _write_outputs(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    from compaction.metrics import prometheus_text
+    from compaction.report_html import render_html
+
+    if args.report_json:
+        _write_atomically(args.report_json, json.dumps(report, indent=2))
+    if args.html_report:
+        _write_atomically(args.html_report, render_html(report))
+    if args.metrics_file:
+        _write_atomically(args.metrics_file, prometheus_text(report))
+
+
+def _commit_each(staged: StagedRun, progress: Progress) -> list[PartitionOutcome]:
+    """`commit`, one partition at a time, reporting `commit i/n` with an ETA; the same outcomes."""
+    from compaction.cleaner import commit
+
+    steps = progress.steps("commit", len(staged.partitions))
+    outcomes = []
+    for sp in staged.partitions:
+        (outcome,) = commit(dataclasses.replace(staged, partitions=[sp], failed={}))
+        outcomes.append(outcome)
+        verdict = (f"committed at version {outcome.version}" if outcome.committed
+                   else f"NOT committed ({outcome.error_type})")
+        steps.step(f"{sp.plan.topic}-{sp.plan.partition}: {verdict}")
+    return outcomes + commit(dataclasses.replace(staged, partitions=[], failed=dict(staged.failed)))
+
+
+def _cmd_compact(args: argparse.Namespace) -> int:
+    from compaction.cleaner import stage
+    from compaction.progress import Progress
+    from compaction.report import plan_report, render_text, run_report
+
+    progress = Progress(sys.stderr)
     run = _build_plan(args)
+    phases = {"plan": progress.elapsed()}
+    progress.phase(f"plan: {len(run.plan.partitions)} partitions at metadata version {run.plan.metadata_version}, "
+                   f"{len(run.plan.eligible)} to compact (run {run.run_id})")
     if args.dry_run or not run.plan.eligible:
         print(run.plan.render_text())
-        if not run.plan.eligible:
-            print("nothing to compact")
+        if args.dry_run:
+            return ExitCode.OK
+        print("nothing to compact")
+        _write_outputs(args, plan_report(run, phases))
         return ExitCode.OK
+    from pyspark.sql import SparkSession
+
     from compaction.spark.session import build_session
 
-    print(f"compacting {len(run.plan.eligible)} partitions (run {run.run_id})", file=sys.stderr)
+    started_here = SparkSession.getActiveSession() is None  # a notebook's or test's session is not ours to stop
     spark = build_session(args.master)
     try:
         staged = stage(spark, run)
     finally:
-        spark.stop()
-    outcomes = commit(staged)
-    report = run_report(staged, outcomes)
-    if args.report_json:
-        args.report_json.write_text(json.dumps(report, indent=2))
+        if started_here:
+            spark.stop()
+    phases["stage"] = progress.elapsed() - phases["plan"]
+    progress.phase(f"stage: {len(staged.partitions)} partitions rewritten and uploaded, {len(staged.failed)} failed")
+    outcomes = _commit_each(staged, progress)
+    phases["commit"] = progress.elapsed() - phases["plan"] - phases["stage"]
+    report = run_report(staged, outcomes, phases)
+    _write_outputs(args, report)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -469,6 +526,44 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _add_verify(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="check that compaction kept every key's latest value between two metadata table versions",
+        description="Compare a partition's latest-per-key view (read_committed; keys ranked by the topic's "
+        "compaction.strategy if --config is given, else by offset) at metadata table version --before (Delta "
+        "time travel) with --after (default: the latest), below --before's log end. The only change allowed is "
+        "a tombstone below the cleaner offset dropped at or after its delete horizon (deleteHorizonMs, by the "
+        "clock of the run that dropped it); any other lost, changed or new key, and any change at or above the "
+        "cleaner offset, fails with exit code 5 and lists the keys. Run it before `kcompact gc` deletes the "
+        "segments the --before version points at. Reads only; no Spark.",
+    )
+    _add_partition_args(p)
+    p.add_argument("--before", required=True, type=int, metavar="VERSION",
+                   help="the earlier metadata table version, e.g. a run report's metadata_version_planned")
+    p.add_argument("--after", type=int, default=None, metavar="VERSION",
+                   help="the later metadata table version (default: the latest)")
+    p.add_argument("--config", type=Path, default=None,
+                   help="kcompact YAML config: the topic's compaction.strategy ranks a key's records")
+    p.add_argument("--max-keys", type=int, default=20, help="keys listed in the text output (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the verdict and every problem key as JSON")
+    p.set_defaults(func=_cmd_verify)
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from compaction.config import load_config
+    from compaction.verify import verify_partition
+
+    config = load_config(args.config).for_topic(args.topic) if args.config is not None else None
+    report = verify_partition(_open_store(args), args.topic, args.partition, args.before, args.after, config=config)
+    if args.json:
+        print(json.dumps({"store": args.store, **report.to_dict()}, indent=2))
+    else:
+        for line in report.render_text(args.max_keys):
+            print(line)
+    return ExitCode.OK if report.ok else ExitCode.VERIFY_FAILED
+
+
 def _usage(message: str) -> KcompactError:
     from compaction.errors import ConfigError
 
@@ -476,7 +571,7 @@ def _usage(message: str) -> KcompactError:
 
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    _add_generate, _add_dump, _add_tier, _add_segments, _add_read, _add_plan, _add_compact, _add_gc,
+    _add_generate, _add_dump, _add_tier, _add_segments, _add_read, _add_plan, _add_compact, _add_gc, _add_verify,
 ]
 
 

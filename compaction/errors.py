@@ -18,6 +18,7 @@ class ExitCode(IntEnum):
     CONFIG = 2
     CORRUPT_INPUT = 3
     RETRYABLE = 4
+    VERIFY_FAILED = 5  # `kcompact verify` found a key lost or changed: alert, do not rerun blindly
 
 
 class KcompactError(Exception):

@@ -1,11 +1,19 @@
-"""The run report: Kafka's cleaner summary per partition (spec §3.12), and the same facts as JSON."""
+"""The run report: Kafka's cleaner summary per partition (spec §3.12), and the same facts as JSON.
+
+The report dict is the one value every output is rendered from: the text summary here, the JSON file, the
+HTML page (`compaction.report_html`) and the Prometheus file (`compaction.metrics`). A run with nothing to do
+has a report too (`plan_report`), with the plan's gauges and no partitions, so monitoring sees every run.
+`phase_seconds` (plan, stage, commit) is measured by the caller, which owns the clock.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from compaction.cleaner import PartitionOutcome, StagedPartition, StagedRun
+from compaction.cleaner import PartitionOutcome, RunPlan, StagedPartition, StagedRun
+from compaction.errors import ExitCode
+from compaction.plan import PartitionPlan
 
 
 def _mb(n: float) -> float:
@@ -34,25 +42,89 @@ def partition_report(sp: StagedPartition, outcome: PartitionOutcome | None) -> d
         "committed": outcome.committed if outcome else False,
         "metadata_version": outcome.version if outcome else None,
         "error": outcome.error if outcome else None,
+        **_filter_figures(s),
         "stats": s,
     }
 
 
-def run_report(staged: StagedRun, outcomes: Sequence[PartitionOutcome]) -> dict[str, Any]:
+def _rate(part: int, whole: int) -> float | None:
+    return round(part / whole, 6) if whole else None
+
+
+def _filter_figures(s: Mapping[str, int]) -> dict[str, Any]:
+    """Issue 6: clean segments the filters kept unread, and every store request the partition made.
+
+    Observed false-positive rates: `segments` over clean segments that held no dirty key (kept, or read for
+    nothing), `keys` over (dirty key, filter) tests whose truth is known (see `cleaner.partition_stats`).
+    """
+    fp_segments = s.get("bloom_segment_false_positives", 0)
+    return {
+        "segments_skipped": s.get("segments_skipped", 0),
+        "bytes_not_downloaded": s.get("bytes_not_downloaded", 0),
+        "bloom_false_positive_rate": {
+            "segments": _rate(fp_segments, fp_segments + s.get("bloom_segment_true_negatives", 0)),
+            "keys": _rate(s.get("bloom_key_false_positives", 0), s.get("bloom_key_absent_tests", 0)),
+        },
+        "requests": {k: s.get(f"store_{k}", 0) for k in ("gets", "puts", "bytes_read", "bytes_written")},
+    }
+
+
+def planned_partition(p: PartitionPlan) -> dict[str, Any]:
+    """The plan's view of one partition, as the HTML page and the metrics show it for every partition."""
+    r = p.regions
+    return {
+        "topic": p.topic,
+        "partition": p.partition,
+        "decision": p.decision.value,
+        "eligible": p.eligible,
+        "dirty_ratio": round(p.dirty_ratio, 6),
+        "max_compaction_delay_secs": p.max_compaction_delay_ms // 1000,
+        "clean_bytes": r.clean_bytes if r else 0,
+        "cleanable_bytes": r.cleanable_bytes if r else 0,
+        "uncleanable_bytes": r.uncleanable_bytes if r else 0,
+        "reason": p.reason,
+    }
+
+
+def run_report(staged: StagedRun, outcomes: Sequence[PartitionOutcome],
+               phase_seconds: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The report of a run that staged (and tried to commit) its eligible partitions."""
     by_tp = {(o.topic, o.partition): o for o in outcomes}
     parts = [partition_report(sp, by_tp.get((sp.plan.topic, sp.plan.partition))) for sp in staged.partitions]
-    plan = staged.run.plan
+    failed = [vars(o) for o in outcomes if not o.committed]
+    split = {"map": round(staged.map_seconds, 3), "rewrite": round(staged.rewrite_seconds, 3)}
+    return _report(staged.run, parts, failed, split, phase_seconds)
+
+
+def plan_report(run: RunPlan, phase_seconds: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The report of a run with nothing to compact: the plan's gauges, no partitions, nothing read or written."""
+    return _report(run, [], [], {"map": 0.0, "rewrite": 0.0}, phase_seconds)
+
+
+def _report(run: RunPlan, parts: list[dict[str, Any]], failed: list[dict[str, Any]], split: dict[str, float],
+            phase_seconds: Mapping[str, float] | None) -> dict[str, Any]:
+    plan = run.plan
+    phases = {k: round(v, 3) for k, v in (phase_seconds or {}).items()}
     return {
-        "run_id": staged.run.run_id,
+        "run_id": run.run_id,
         "now_ms": plan.now_ms,
         "metadata_version_planned": plan.metadata_version,
         "max_compaction_delay_secs": plan.max_compaction_delay_ms // 1000,
         "max_dirty_percent": plan.max_dirty_percent,
         "partitions": parts,
-        "failed": [vars(o) for o in outcomes if not o.committed],
+        "failed": failed,
+        "uncleanable_partitions": [f"{f['topic']}-{f['partition']}" for f in failed
+                                   if f["exit_code"] == ExitCode.CORRUPT_INPUT],
         "bytes_read": sum(p["bytes_read"] for p in parts),
         "bytes_written": sum(p["bytes_written"] for p in parts),
-        "time_split_seconds": {"map": round(staged.map_seconds, 3), "rewrite": round(staged.rewrite_seconds, 3)},
+        "segments_skipped": sum(p["segments_skipped"] for p in parts),
+        "bytes_not_downloaded": sum(p["bytes_not_downloaded"] for p in parts),
+        "requests": {k: sum(p["requests"][k] for p in parts) for k in ("gets", "puts", "bytes_read", "bytes_written")},
+        "time_split_seconds": split,
+        "phase_seconds": phases,
+        "duration_seconds": round(sum(phases.values()), 3),
+        "planned": [planned_partition(p) for p in plan.partitions],
+        "exit_code": max((int(f["exit_code"]) for f in failed), default=0),
     }
 
 
@@ -91,5 +163,11 @@ def render_text(report: dict[str, Any]) -> Iterator[str]:
            f"{_mb(report['bytes_read']):,.1f} MB read, {_mb(report['bytes_written']):,.1f} MB written; "
            f"max compaction delay {report['max_compaction_delay_secs']} s; "
            f"time: map {split['map']:.1f} s, rewrite + upload {split['rewrite']:.1f} s")
+    r = report["requests"]
+    yield (f"filters kept {report['segments_skipped']} clean segments unread "
+           f"({_mb(report['bytes_not_downloaded']):,.1f} MB not downloaded); store requests: {r['gets']} GET "
+           f"({_mb(r['bytes_read']):,.1f} MB), {r['puts']} PUT ({_mb(r['bytes_written']):,.1f} MB)")
+    if report.get("phase_seconds"):
+        yield "phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in report["phase_seconds"].items())
     for f in report["failed"]:
         yield f"  {f['topic']}-{f['partition']}: {f['error_type']}: {f['error']}"

@@ -16,6 +16,8 @@ Invariants `apply_change_set` enforces on every commit:
   (compaction and retention leave them); STARTED rows are not checked, so a retried upload can coexist
   with an abandoned one until the latter is retired;
 - the cleaner offset only moves forward, under the committing epoch's entry;
+- a change set may add object keys to existing rows (a suffix the row does not have yet, e.g. a bloom
+  filter written lazily); nothing else of such a row changes, and the addition lands with the rest;
 - every commit bumps `commit_seq` by one, so a change set can land at most once: replaying one that
   already landed fails its `expected_commit_seq` check.
 """
@@ -72,6 +74,14 @@ class StateChange:
 
 
 @dataclass(frozen=True)
+class AddedObjectKey:
+    """A file added to an existing segment row, e.g. a bloom filter written after the segment was."""
+
+    segment_id: str
+    object: ObjectKey
+
+
+@dataclass(frozen=True)
 class ChangeSet:
     """Everything one commit changes in one partition, and the state it was planned from.
 
@@ -90,6 +100,7 @@ class ChangeSet:
     state_changes: tuple[StateChange, ...] = ()
     cleaner_offset: int | None = None
     run_id: str | None = None
+    added_object_keys: tuple[AddedObjectKey, ...] = ()
 
     @classmethod
     def planned_from(
@@ -103,6 +114,7 @@ class ChangeSet:
         cleaner_offset: int | None = None,
         run_id: str | None = None,
         topic_id: str | None = None,
+        added_object_keys: Iterable[AddedObjectKey] = (),
     ) -> ChangeSet:
         """A change set whose preconditions are `snapshot`'s version, commit_seq and topic id.
 
@@ -123,6 +135,7 @@ class ChangeSet:
             state_changes=tuple(state_changes),
             cleaner_offset=cleaner_offset,
             run_id=run_id,
+            added_object_keys=tuple(added_object_keys),
         )
 
 
@@ -195,6 +208,22 @@ def _check_no_overlap(where: str, segments: Iterable[SegmentMetadata], zombies: 
             )
 
 
+def _with_object_key(where: str, old: SegmentMetadata | None, added: AddedObjectKey) -> SegmentMetadata:
+    """`old` with one more file; only its object list changes (its writer, epoch and times stay)."""
+    if old is None:
+        raise MetadataInvariantError(f"{where}: object key added to unknown segment {added.segment_id}")
+    if old.state is SegmentState.DELETE_SEGMENT_FINISHED:
+        raise MetadataInvariantError(f"{where}: segment {added.segment_id} is deleted; no object can be added")
+    existing = old.object_key(added.object.suffix)
+    if existing == added.object.key:
+        return old
+    if existing is not None:
+        raise MetadataInvariantError(
+            f"{where}: segment {added.segment_id}: expected no .{added.object.suffix.value} object, found {existing}"
+        )
+    return replace(old, object_keys=(*old.object_keys, added.object))
+
+
 def merge_leader_epochs(lineage: Iterable[EpochEntry], added: Iterable[EpochEntry]) -> tuple[EpochEntry, ...]:
     """The union of two leader-epoch lineages, keeping each epoch's lowest start offset, by epoch."""
     first: dict[int, int] = {}
@@ -256,6 +285,8 @@ def apply_change_set(current: PartitionSnapshot, cs: ChangeSet, now_ms: int) -> 
             fencing_epoch=cs.fencing_epoch,
             run_id=cs.run_id,
         )
+    for added in cs.added_object_keys:
+        by_id[added.segment_id] = _with_object_key(where, by_id.get(added.segment_id), added)
     for n in cs.new_segments:
         _check_new_segment(where, n)
         if n.segment_id in by_id:

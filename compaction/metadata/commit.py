@@ -37,9 +37,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from deltalake import CommitProperties, DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError
+from deltalake.exceptions import CommitFailedError, DeltaError
 
-from compaction.errors import CommitConflictError, MetadataInvariantError
+from compaction.errors import CommitConflictError, MetadataInvariantError, TransientStoreError
 from compaction.metadata.change_set import (
     ChangeSet,
     NewSegment,
@@ -91,6 +91,11 @@ def _write(dt: DeltaTable, rows: PartitionRows) -> CommitResult:
         raise CommitConflictError(
             f"{s.topic}-{s.partition}: expected no commit to the partition after table version {base}, "
             f"found one (delta-rs: {str(e).splitlines()[0]}); re-plan and retry"
+        ) from e
+    except (DeltaError, OSError) as e:  # the store kept failing under delta-rs's own retries
+        raise TransientStoreError(
+            f"{s.topic}-{s.partition}: writing the metadata commit after table version {base} failed "
+            f"(delta-rs: {str(e).splitlines()[0]}); re-read the partition and rerun"
         ) from e
     return CommitResult(s.topic, s.partition, int(dt.version()), s.commit_seq, s.fencing_epoch)
 

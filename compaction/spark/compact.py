@@ -1,23 +1,35 @@
-"""The compaction data path on Spark: scan → key → winner → rewrite, for every eligible partition at once.
+"""The compaction data path on Spark: scan → key → (filter test → keep) → winner → rewrite, for every partition.
 
 1. **Scan** (`mapInArrow` over segment descriptors, one task per segment): each executor opens the store from
    its picklable spec, reads the object and runs the numba columnar scan, emitting one row per record that
-   can win its key: keyed, not a control record, not in an aborted transaction.
-2. **Winners** (a shuffle): `groupBy(topic, partition, key).max(offset)` — the offset strategy. Keys are
-   compared by their **full bytes** (Spark's binary ordering), so two keys can never be confused: no hash,
-   no collision bound to argue about. There is no key-count limit and no driver-side map; the only
-   per-key state lives in the shuffle, bounded by the cluster. (Measured: an aggregate is ~2.5x cheaper than a
-   window `row_number` dedup here, see dependencies.md.)
-3. **Assignment**: winners are joined to their output group (Kafka's groupSegmentsBySize, planned on the
-   driver; a small broadcast table of offset ranges) and collected per group as a sorted offset array.
-4. **Rewrite** (`groupBy(topic, partition).applyInArrow`): one task per partition walks its groups in offset
+   can win its key (`rewrite.resolve.candidate_records`), marked dirty if its segment is not entirely
+   below the first dirty offset. What is scanned: every dirty segment, and the clean segments that have no
+   filter yet (their filter is built from this scan and uploaded under their own id, `filters_built`).
+2. **Keys** (a shuffle): `groupBy(topic, partition, key)` keeps the best rank (has_version, version, offset)
+   and whether the key is dirty. Keys are compared by their **full bytes** (Spark's binary ordering), so two
+   keys can never be confused; no key-count limit, no driver-side map. This aggregate is persisted: the
+   filter test and the winners both read it, so nothing is downloaded twice.
+3. **Filter test** (`spark.filters`): the clean segments' filters against the dirty keys, on executors. A
+   segment that may hold none of them, and that nothing else forces to be rewritten, is *kept*: not
+   downloaded, not rewritten, same id and row (`compaction.bloom.skipping` says why that is safe). The
+   driver then regroups the rest: kept segments end groups, chunks stay below the disk budget.
+4. **Assignment**: the keys' best offsets are joined to their output group (a small broadcast table of offset
+   ranges) and collected per group as a sorted offset array.
+5. **Rewrite** (cogroup by partition, `applyInArrow`): one task per partition walks its groups in offset
    order — the transaction-marker state of Kafka's cleaner runs across the groups of a round — and calls the
-   pyspark-free `compaction.rewrite.rewrite_group` for each, uploading every output under a fresh segment
-   id. Nothing is visible until the driver commits the metadata.
+   pyspark-free `compaction.rewrite.upload.rewrite_partition`, which uploads every output (with its filter)
+   under a fresh segment id. Partitions with rewritten clean segments that were not scanned in step 1 also
+   get their dirty keys with their best ranks, so those segments are read once (`rewrite.resolve`); above
+   `MAX_SHIPPED_DIRTY_KEYS` dirty keys, those segments are scanned on Spark instead and their keys join the
+   winners (read twice, memory bounded). Nothing is visible until the driver commits the metadata.
+
+With no clean segment to test (a first clean, a `--force` run) steps 1, 2, 4 and 5 are what they were
+before filters existed, and with no segment kept the groups are the planner's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,13 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from pyspark import Accumulator, AccumulatorParam
+from pyspark import Accumulator, AccumulatorParam, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
+    BooleanType,
     ByteType,
     IntegerType,
     LongType,
@@ -40,17 +52,24 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from compaction.bloom.filter import FilterFacts
+from compaction.bloom.skipping import Verdict, verdict
+from compaction.bloom.work import PartitionWork, SegmentScanTask
 from compaction.errors import KcompactError
-from compaction.rewrite.upload import PartitionTask, rewrite_partition
+from compaction.metadata.model import ObjectSuffix, SegmentMetadata
+from compaction.rewrite.upload import PartitionTask, check_budget, rewrite_partition
+from compaction.spark.filters import FilterProbe, ProbeOutcome, ProbeResult, probe_filters
 from compaction.storage.base import StoreSpec
-from compaction.storage.layout import Suffix
 
 _SEGMENTS = StructType(
     [
         StructField("topic", StringType(), False),
         StructField("partition", IntegerType(), False),
+        StructField("segment_id", StringType(), False),
         StructField("log_key", StringType(), False),
         StructField("start_offset", LongType(), False),
+        StructField("dirty", BooleanType(), False),
+        StructField("filter_key", StringType(), True),
     ]
 )
 _RECORDS = StructType(
@@ -61,6 +80,7 @@ _RECORDS = StructType(
         StructField("has_version", ByteType(), False),
         StructField("version", LongType(), False),
         StructField("offset", LongType(), False),
+        StructField("dirty", BooleanType(), False),
     ]
 )
 _GROUPS = StructType(
@@ -88,6 +108,7 @@ _ARROW_RECORDS = pa.schema(
         pa.field("has_version", pa.int8(), False),
         pa.field("version", pa.int64(), False),
         pa.field("offset", pa.int64(), False),
+        pa.field("dirty", pa.bool_(), False),
     ]
 )
 _ARROW_RESULTS = pa.schema(
@@ -99,19 +120,21 @@ _ARROW_RESULTS = pa.schema(
     ]
 )
 
+ERROR_ROW = -1
+"""`group_id` of a rewrite result row that carries the partition's error."""
+SUMMARY_ROW = -2
+"""`group_id` of a rewrite result row that carries what the partition's task did (chunks, disk, requests)."""
+
 AbortedRanges = Mapping[tuple[str, int], Sequence[tuple[int, int, int]]]  # (pid, first, last)
+TP = tuple[str, int]
 
 
-@dataclass(frozen=True)
-class SegmentScanTask:
-    topic: str
-    partition: int
-    log_key: str
-    start_offset: int
+class _Tracker(AccumulatorParam):
+    """Merges what executors report per partition: {(topic, partition): {name: value}}.
 
-
-class _Problems(AccumulatorParam):
-    """Merges per-partition counters and errors raised on executors: {(topic, partition): {name: value}}."""
+    Integers add up (counters), dicts merge (e.g. segment id -> filter key), anything else is replaced
+    (an error: [message, exit code]).
+    """
 
     def zero(self, value: dict) -> dict:
         return {}
@@ -120,17 +143,27 @@ class _Problems(AccumulatorParam):
         for tp, items in b.items():
             into = a.setdefault(tp, {})
             for name, value in items.items():
-                into[name] = into.get(name, 0) + value if isinstance(value, int) else value
+                if isinstance(value, int) and not isinstance(value, bool):
+                    into[name] = into.get(name, 0) + value
+                elif isinstance(value, dict):
+                    into[name] = {**into.get(name, {}), **value}
+                else:
+                    into[name] = value
         return a
 
 
 def _scanner(
-    spec: StoreSpec, aborted: AbortedRanges, strategies: Mapping[tuple[str, int], tuple[str, str | None]],
-    problems: Accumulator,
+    spec: StoreSpec,
+    aborted: AbortedRanges,
+    strategies: Mapping[TP, tuple[str, str | None]],
+    fpps: Mapping[TP, float],
+    tracker: Accumulator,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    from compaction.bloom.segment import segment_filter
     from compaction.config import CompactionStrategy
-    from compaction.errors import CorruptInputError
+    from compaction.errors import ObjectExistsError
     from compaction.format.scan import scan_segment
+    from compaction.rewrite.resolve import candidate_records
     from compaction.strategies.winner import ranks
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -139,21 +172,23 @@ def _scanner(
             for d in descriptors.to_pylist():
                 tp = (d["topic"], d["partition"])
                 strategy_name, header = strategies[tp]
-                strategy = CompactionStrategy(strategy_name)
+                before = _requests(store)
                 key = d["log_key"]
                 try:
-                    records = scan_segment(store.get(key), obj=store.object_uri(key), header_key=header).records
-                except CorruptInputError as exc:  # quarantine the partition, keep the run going
-                    problems.add({tp: {"error": f"{type(exc).__name__}: {exc}"}})
-                    continue
-                keep = pc.and_(pc.invert(records["control"]), pc.is_valid(records["key"]))
-                ranges = aborted.get(tp, ())
-                if ranges:
-                    keep = pc.and_(keep, pc.invert(_in_aborted(records, ranges)))
-                kept = records.filter(keep)
-                rank = ranks(kept, strategy)
+                    segment = scan_segment(store.get(key), obj=store.object_uri(key), header_key=header)
+                except KcompactError as exc:  # corrupt input, or a store failure retries did not cure:
+                    tracker.add({tp: {"error": [f"{type(exc).__name__}: {exc}", int(exc.exit_code)]}})
+                    continue  # fail this partition (its exit code says whether a rerun helps), keep the run going
+                report: dict[str, Any] = {}
+                if d["filter_key"] is not None:
+                    with contextlib.suppress(ObjectExistsError):  # an earlier attempt wrote it, from the same bytes
+                        store.put(d["filter_key"], segment_filter(segment, fpps[tp]).to_bytes())
+                    report["filters_built"] = {d["segment_id"]: d["filter_key"]}
+                kept = candidate_records(segment.records, aborted.get(tp, ()))
+                rank = ranks(kept, CompactionStrategy(strategy_name))
                 if rank.invalid_versions:
-                    problems.add({tp: {"invalid_versions": rank.invalid_versions}})
+                    report["invalid_versions"] = rank.invalid_versions
+                tracker.add({tp: {**report, **_delta(before, _requests(store))}})
                 n = kept.num_rows
                 yield pa.RecordBatch.from_arrays(
                     [
@@ -163,6 +198,7 @@ def _scanner(
                         pa.array(rank.has_version, pa.int8()),
                         pa.array(rank.version, pa.int64()),
                         kept["offset"].combine_chunks(),
+                        pa.array([d["dirty"]] * n, pa.bool_()),
                     ],
                     schema=_ARROW_RECORDS,
                 )
@@ -170,67 +206,72 @@ def _scanner(
     return scan
 
 
-def _in_aborted(records: pa.Table, ranges: Sequence[tuple[int, int, int]]) -> pa.ChunkedArray:
-    """Records of transactional batches that an AbortedTxn(pid, first..last) covers."""
-    hit = pc.equal(records["offset"], -1)  # all false
-    for pid, first, last in ranges:
-        covered = pc.and_(
-            pc.equal(records["producer_id"], pid),
-            pc.and_(
-                pc.greater_equal(records["batch_base_offset"], first),
-                pc.less_equal(records["batch_base_offset"], last),
-            ),
-        )
-        hit = pc.or_(hit, covered)
-    return pc.and_(hit, records["transactional"])
+def _requests(store: Any) -> dict[str, int]:
+    s = store.stats
+    return {"gets": s.gets, "puts": s.puts, "bytes_read": s.bytes_read, "bytes_written": s.bytes_written}
 
 
-def winners_by_group(
+def _delta(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
+    return {f"store_{k}": after[k] - before[k] for k in after}
+
+
+def scanned_keys(
     spark: SparkSession,
     spec: StoreSpec,
     segments: Sequence[SegmentScanTask],
-    groups: Sequence[tuple[str, int, int, int, int]],
     aborted: AbortedRanges,
-    strategies: Mapping[tuple[str, int], tuple[str, str | None]],
-    problems: Accumulator,
+    strategies: Mapping[TP, tuple[str, str | None]],
+    fpps: Mapping[TP, float],
+    tracker: Accumulator,
 ) -> DataFrame:
-    """(topic, partition, group_id, winners: sorted array<long>) for every group that holds a winner.
+    """(topic, partition, key, has_version, version, offset, dirty): per key its best-ranked scanned record.
 
     The winner of a key is its record with the greatest (has_version, version, offset): see
     `compaction.strategies.winner`. Struct comparison in Spark is field by field, left to right.
     """
     descriptors = spark.createDataFrame(
-        [(s.topic, s.partition, s.log_key, s.start_offset) for s in segments], _SEGMENTS
+        [(s.topic, s.partition, s.segment_id, s.log_key, s.start_offset, s.dirty, s.filter_key) for s in segments],
+        _SEGMENTS,
     ).repartition(max(1, len(segments)), "log_key")
-    records = descriptors.mapInArrow(_scanner(spec, aborted, strategies, problems), _RECORDS)
-    best = F.max(F.struct("has_version", "version", "offset"))
-    winners = records.groupBy("topic", "partition", "key").agg(best.getField("offset").alias("offset"))
+    return _best_per_key(descriptors.mapInArrow(_scanner(spec, aborted, strategies, fpps, tracker), _RECORDS))
+
+
+def winners_by_group(
+    spark: SparkSession, keys: DataFrame, groups: Sequence[tuple[str, int, int, int, int]]
+) -> DataFrame:
+    """(topic, partition, group_id, winners: sorted array<long>) for every group that holds a winner."""
     ranges = F.broadcast(spark.createDataFrame(list(groups), _GROUPS))
-    joined = winners.join(
+    joined = keys.join(
         ranges,
-        (winners["topic"] == ranges["topic"])
-        & (winners["partition"] == ranges["partition"])
-        & (winners["offset"] >= ranges["start_offset"])
-        & (winners["offset"] <= ranges["end_offset"]),
+        (keys["topic"] == ranges["topic"])
+        & (keys["partition"] == ranges["partition"])
+        & (keys["offset"] >= ranges["start_offset"])
+        & (keys["offset"] <= ranges["end_offset"]),
     )
     return joined.groupBy(ranges["topic"], ranges["partition"], ranges["group_id"]).agg(
-        F.sort_array(F.collect_list(winners["offset"])).alias("winners")
+        F.sort_array(F.collect_list(keys["offset"])).alias("winners")
     )
 
 
-def _rewriter(
-    spec: StoreSpec, tasks: Mapping[tuple[str, int], PartitionTask]
-) -> Callable[[pa.Table], pa.Table]:
-    def rewrite(table: pa.Table) -> pa.Table:
-        rows = table.to_pylist()
+def _rewriter(spec: StoreSpec, tasks: Mapping[TP, PartitionTask]) -> Callable[[pa.Table, pa.Table], pa.Table]:
+    from compaction.rewrite.resolve import DirtyKeys
+
+    def rewrite(groups: pa.Table, dirty: pa.Table) -> pa.Table:
+        if groups.num_rows == 0:  # dirty keys of a partition with nothing to rewrite
+            return _ARROW_RESULTS.empty_table()
+        rows = groups.to_pylist()
         topic, partition = rows[0]["topic"], rows[0]["partition"]
         winners = {r["group_id"]: r["winners"] or [] for r in rows}
         task = tasks[(topic, partition)]
         store = spec.open()
+        results: list[tuple[int, dict[str, Any]]]
         try:
-            results = rewrite_partition(store, task, winners)
+            needs = any(i.resolve for g in task.groups for i in g.inputs)
+            done = rewrite_partition(store, task, winners, DirtyKeys.from_table(dirty) if needs else None)
+            results = [*done.groups, (SUMMARY_ROW, done.summary)]
         except KcompactError as exc:  # quarantine this partition: what it uploaded stays unreferenced (gc)
-            results = [(-1, {"error": f"{type(exc).__name__}: {exc}", "exit_code": int(exc.exit_code)})]
+            results = [(ERROR_ROW, {"error": f"{type(exc).__name__}: {exc}", "exit_code": int(exc.exit_code)}),
+                       (SUMMARY_ROW, {"store": _requests(store)})]
         return pa.Table.from_pylist(
             [{"topic": topic, "partition": partition, "group_id": g, "result": json.dumps(res)}
              for g, res in results],
@@ -240,54 +281,197 @@ def _rewriter(
     return rewrite
 
 
+@dataclass
+class PartitionStage:
+    """What staging did for one partition: its final task, the rewrite results, the filter test."""
+
+    task: PartitionTask
+    results: list[dict[str, Any]] = field(default_factory=list)  # one per group, in order
+    kept: tuple[SegmentMetadata, ...] = ()
+    verdicts: dict[str, Verdict] = field(default_factory=dict)  # clean segment id -> verdict
+    probes: dict[str, ProbeResult] = field(default_factory=dict)  # clean segment id -> filter test result
+    filters_built: dict[str, str] = field(default_factory=dict)  # segment id -> new .bloom key
+    dirty_keys: int = 0
+    summary: dict[str, Any] = field(default_factory=dict)  # the rewrite task's summary
+    counters: dict[str, int] = field(default_factory=dict)  # scan and probe counters (requests, versions)
+    error: str | None = None
+    exit_code: int = 0
+
+
 @dataclass(frozen=True)
 class StageResult:
-    """Per partition the rewrite results of its groups (in order), and the wall time of each phase."""
+    """Per partition what staging did, and the wall time of each phase (for the whole run)."""
 
-    groups: dict[tuple[str, int], list[dict[str, Any]]]
+    partitions: dict[TP, PartitionStage]
     map_seconds: float
     rewrite_seconds: float
-    problems: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # "error", counters
+
+
+def _add(into: dict[str, int], counts: Mapping[str, Any], prefix: str = "") -> None:
+    for name, value in counts.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            into[prefix + name] = into.get(prefix + name, 0) + value
 
 
 def stage_partitions(
-    spark: SparkSession,
-    spec: StoreSpec,
-    tasks: Sequence[PartitionTask],
-    aborted: AbortedRanges,
+    spark: SparkSession, spec: StoreSpec, works: Sequence[PartitionWork], aborted: AbortedRanges
 ) -> StageResult:
-    """Run scan → winners → rewrite for `tasks`. Uploads the output segments (fresh ids); commits nothing."""
-    if not tasks:
+    """Run scan → keys → filter test → winners → rewrite for `works`. Uploads outputs (fresh ids) and the
+    filters built on the way; commits nothing."""
+    if not works:
         return StageResult({}, 0.0, 0.0)
-    segments = [
-        SegmentScanTask(t.topic, t.partition, seg.keys[Suffix.LOG.value], seg.start_offset)
-        for t in tasks
-        for g in t.groups
-        for seg in g.inputs
-    ]
-    groups = [(t.topic, t.partition, g.group_id, g.start_offset, g.end_offset) for t in tasks for g in t.groups]
-    strategies = {(t.topic, t.partition): (t.strategy, t.strategy_header) for t in tasks}
-    problems = spark.sparkContext.accumulator({}, _Problems())
+    stages = {w.tp: PartitionStage(w.task) for w in works}
     started = time.monotonic()
-    by_group = winners_by_group(spark, spec, segments, groups, aborted, strategies, problems).persist()
-    by_group.count()  # materialise the map phase (scan + winners) so its time is its own
-    map_seconds = time.monotonic() - started
+    scans = [s for w in works for s in w.scans()]
+    strategies = {w.tp: (w.task.strategy, w.task.strategy_header) for w in works}
+    fpps = {w.tp: w.task.bloom_fpp for w in works}
+    tracker = spark.sparkContext.accumulator({}, _Tracker())
+    keys = scanned_keys(spark, spec, scans, aborted, strategies, fpps, tracker).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counts = keys.groupBy("topic", "partition").agg(F.sum(F.col("dirty").cast("long")).alias("dirty")).collect()
+        for row in counts:  # materialises the scan and the keys; dirty counts size the filter test
+            stages[(row.topic, row.partition)].dirty_keys = int(row.dirty or 0)
+        _collect_tracked(stages, tracker.value)
+        live = [w for w in works if stages[w.tp].error is None]
+        outcome = probe_filters(spark, spec, keys, _probes(live, stages), {w.tp: stages[w.tp].dirty_keys for w in live})
+        map_seconds = time.monotonic() - started
+        scanned = {s.segment_id for s in scans}
+        rescans = _rescans(live, stages, outcome)
+        tasks = _reshape(live, stages, outcome, scanned | {s.segment_id for s in rescans})
+        winners = keys
+        if rescans:  # partitions with too many dirty keys to ship: their rewritten clean segments, scanned
+            again = spark.sparkContext.accumulator({}, _Tracker())
+            more = scanned_keys(spark, spec, rescans, aborted, strategies, fpps, again)
+            winners = _best_per_key(keys.unionByName(more))
+        results = _rewrite(spark, spec, winners, keys, tasks) if tasks else []
+        if rescans:
+            _collect_tracked(stages, again.value)
+    finally:
+        keys.unpersist()
+    for row in results:
+        _record(stages[(row.topic, row.partition)], row.group_id, json.loads(row.result))
+    return StageResult(stages, map_seconds, time.monotonic() - started - map_seconds)
+
+
+MAX_SHIPPED_DIRTY_KEYS = 4_000_000
+"""Above this many dirty keys, a partition's rewritten clean segments are scanned on Spark (read twice)
+instead of being resolved in the rewrite task, which would have to hold every dirty key (~30-60 bytes
+each with its rank: ~200 MiB at this bound). With 1% filters such a partition tests positive almost
+everywhere anyway (1 - 0.99^D), so little reading is saved there."""
+
+
+def _rescans(
+    works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], outcome: ProbeOutcome
+) -> list[SegmentScanTask]:
+    """The clean segments to scan a second time: rewritten ones of partitions above MAX_SHIPPED_DIRTY_KEYS."""
+    out = []
+    for w in works:
+        if stages[w.tp].dirty_keys <= MAX_SHIPPED_DIRTY_KEYS:
+            continue
+        built = stages[w.tp].filters_built
+        for s in w.clean:
+            probe = outcome.results.get((*w.tp, s.segment_id))
+            if s.object_key(ObjectSuffix.BLOOM) is not None and s.segment_id not in built and not _verdict(
+                probe, w.task.now_ms
+            ).kept:
+                log = s.object_key(ObjectSuffix.LOG) or ""
+                out.append(SegmentScanTask(*w.tp, s.segment_id, log, s.start_offset, False))
+    return out
+
+
+def _best_per_key(rows: DataFrame) -> DataFrame:
+    """`scanned_keys`' per-key best, again over rows that may repeat a key (max of maxes)."""
+    best = F.max(F.struct("has_version", "version", "offset"))
+    agg = rows.groupBy("topic", "partition", "key").agg(best.alias("best"), F.max("dirty").alias("dirty"))
+    return agg.select("topic", "partition", "key", "best.has_version", "best.version", "best.offset", "dirty")
+
+
+def _collect_tracked(stages: Mapping[TP, PartitionStage], tracked: Mapping[TP, Mapping[str, Any]]) -> None:
+    for tp, items in tracked.items():
+        stage = stages[tp]
+        if "error" in items:
+            message, code = items["error"]
+            stage.error, stage.exit_code = str(message), int(code)
+        stage.filters_built.update(items.get("filters_built", {}))
+        _add(stage.counters, items)
+
+
+def _probes(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage]) -> list[FilterProbe]:
+    out = []
+    for w in works:
+        built = stages[w.tp].filters_built
+        for s in w.clean:
+            key = s.object_key(ObjectSuffix.BLOOM) or built.get(s.segment_id)
+            if key is not None:
+                out.append(FilterProbe(w.task.topic, w.task.partition, s.segment_id, key))
+    return out
+
+
+def _reshape(
+    works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], outcome: ProbeOutcome, scanned: set[str]
+) -> dict[TP, PartitionTask]:
+    """Per partition the verdicts of its clean segments and the task over what is left to rewrite."""
+    tasks = {}
+    for w in works:
+        stage = stages[w.tp]
+        _add(stage.counters, outcome.requests.get(w.tp, {}), "store_")
+        for s in w.clean:
+            probe = outcome.results.get((*w.tp, s.segment_id))
+            if probe is not None:
+                stage.probes[s.segment_id] = probe
+            stage.verdicts[s.segment_id] = _verdict(probe, w.task.now_ms)
+        kept = {i for i, v in stage.verdicts.items() if v.kept}
+        stage.kept = tuple(s for s in w.segments if s.segment_id in kept)
+        try:
+            stage.task = w.reshaped(kept, scanned)
+            check_budget(stage.task)
+        except KcompactError as exc:
+            stage.error, stage.exit_code = f"{type(exc).__name__}: {exc}", int(exc.exit_code)
+            continue
+        tasks[w.tp] = stage.task
+    return tasks
+
+
+def _verdict(probe: ProbeResult | None, now_ms: int) -> Verdict:
+    if probe is None or not probe.readable:
+        return verdict(None, 0, now_ms)
+    return verdict(FilterFacts(probe.horizon_ms, probe.transactional), probe.positives, now_ms)
+
+
+def _rewrite(
+    spark: SparkSession, spec: StoreSpec, winners: DataFrame, keys: DataFrame, tasks: Mapping[TP, PartitionTask]
+) -> list[Any]:
+    """The rewrite job: `winners` (per-key best) assigned to groups, `keys`' dirty rows for in-task resolving."""
+    groups = [(t.topic, t.partition, g.group_id, g.start_offset, g.end_offset)
+              for t in tasks.values() for g in t.groups]
+    by_group = winners_by_group(spark, winners, groups)
     all_groups = spark.createDataFrame(
-        [(t.topic, t.partition, g.group_id) for t in tasks for g in t.groups],
+        [(t.topic, t.partition, g.group_id) for t in tasks.values() for g in t.groups],
         StructType([_GROUPS["topic"], _GROUPS["partition"], _GROUPS["group_id"]]),
     )
     work = all_groups.join(by_group, ["topic", "partition", "group_id"], "left").select(
         "topic", "partition", "group_id", F.coalesce("winners", F.array().cast(ArrayType(LongType()))).alias("winners")
     )
-    task_map = {(t.topic, t.partition): t for t in tasks}
-    results = work.groupBy("topic", "partition").applyInArrow(_rewriter(spec, task_map), _RESULTS).collect()
-    by_group.unpersist()
-    out: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    found: dict[tuple[str, int], dict[str, Any]] = {tp: dict(v) for tp, v in problems.value.items()}
-    for row in sorted(results, key=lambda r: (r.topic, r.partition, r.group_id)):
-        result = json.loads(row.result)
-        if "error" in result:
-            found.setdefault((row.topic, row.partition), {})["error"] = result["error"]
-        else:
-            out.setdefault((row.topic, row.partition), []).append(result)
-    return StageResult(out, map_seconds, time.monotonic() - started - map_seconds, found)
+    resolving = [tp for tp, t in tasks.items() if any(i.resolve for g in t.groups for i in g.inputs)]
+    wanted = spark.createDataFrame(resolving, "topic string, partition int")
+    dirty = keys.filter(F.col("dirty")).join(F.broadcast(wanted), ["topic", "partition"]).select(
+        "topic", "partition", "key", "has_version", "version", "offset"
+    )
+    return (
+        work.groupBy("topic", "partition")
+        .cogroup(dirty.groupBy("topic", "partition"))
+        .applyInArrow(_rewriter(spec, tasks), _RESULTS)
+        .collect()
+    )
+
+
+def _record(stage: PartitionStage, group_id: int, result: dict[str, Any]) -> None:
+    if group_id == ERROR_ROW:
+        stage.error, stage.exit_code = str(result["error"]), int(result.get("exit_code", 3))
+    elif group_id == SUMMARY_ROW:
+        stage.summary = result
+        _add(stage.counters, result.get("store", {}), "store_")
+    else:
+        stage.results.append(result)
+        stage.results.sort(key=lambda r: r["group_id"])
+

@@ -1,0 +1,160 @@
+"""The key hash of kcompact's bloom filters: XXH64 (seed 0) of the key bytes, then a second hash derived from it.
+
+A filter is written by one process and read by others, years later: its hash must be stable across
+processes, machines and library versions. XXH64 is a published, frozen algorithm (the `xxhash` package's
+`xxh64_intdigest` is the reference here); Python's `hash()` and rbloom's default hash are salted per
+process and cannot be stored.
+
+`key_hashes` computes XXH64 of every key of an Arrow binary column in one compiled pass over the
+column's offsets and data buffers (no Python object per key); `reference_hash` is the readable path
+the tests check it against. The probe positions of a key are Kirsch-Mitzenmacher double hashing,
+`g_i = (h1 + i * h2) mod 2**64 mod m` for i in [0, k), with h1 the XXH64 value and h2 = `mix64(h1) | 1`
+(SplitMix64's finalizer): one 64-bit hash per key is all a filter test ships around.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+import pyarrow as pa
+import xxhash
+
+MASK64 = (1 << 64) - 1
+
+_P1 = np.uint64(0x9E3779B185EBCA87)
+_P2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_P3 = np.uint64(0x165667B19E3779F9)
+_P4 = np.uint64(0x85EBCA77C2B2AE63)
+_P5 = np.uint64(0x27D4EB2F165667C5)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _rotl(x: Any, r: int) -> Any:
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _read64(buf: np.ndarray, p: int) -> Any:
+    v = np.uint64(0)
+    for i in range(7, -1, -1):
+        v = (v << np.uint64(8)) | np.uint64(buf[p + i])
+    return v
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _read32(buf: np.ndarray, p: int) -> Any:
+    v = np.uint64(0)
+    for i in range(3, -1, -1):
+        v = (v << np.uint64(8)) | np.uint64(buf[p + i])
+    return v
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _round(acc: Any, lane: Any) -> Any:
+    acc = acc + lane * _P2
+    return _rotl(acc, 31) * _P1
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _merge(acc: Any, lane: Any) -> Any:
+    acc = acc ^ _round(np.uint64(0), lane)
+    return acc * _P1 + _P4
+
+
+@numba.njit(cache=True, nogil=True)
+def _xxh64(buf: np.ndarray, start: int, end: int) -> Any:
+    """XXH64 with seed 0 of `buf[start:end]` (the published algorithm, little-endian lanes)."""
+    p = start
+    length = end - start
+    if length >= 32:
+        v1 = _P1 + _P2
+        v2 = _P2
+        v3 = np.uint64(0)
+        v4 = np.uint64(0) - _P1
+        while p + 32 <= end:
+            v1 = _round(v1, _read64(buf, p))
+            v2 = _round(v2, _read64(buf, p + 8))
+            v3 = _round(v3, _read64(buf, p + 16))
+            v4 = _round(v4, _read64(buf, p + 24))
+            p += 32
+        h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
+        h = _merge(h, v1)
+        h = _merge(h, v2)
+        h = _merge(h, v3)
+        h = _merge(h, v4)
+    else:
+        h = _P5
+    h = h + np.uint64(length)
+    while p + 8 <= end:
+        h = h ^ _round(np.uint64(0), _read64(buf, p))
+        h = _rotl(h, 27) * _P1 + _P4
+        p += 8
+    if p + 4 <= end:
+        h = h ^ (_read32(buf, p) * _P1)
+        h = _rotl(h, 23) * _P2 + _P3
+        p += 4
+    while p < end:
+        h = h ^ (np.uint64(buf[p]) * _P5)
+        h = _rotl(h, 11) * _P1
+        p += 1
+    h = h ^ (h >> np.uint64(33))
+    h = h * _P2
+    h = h ^ (h >> np.uint64(29))
+    h = h * _P3
+    return h ^ (h >> np.uint64(32))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def mix64(h: Any) -> Any:
+    """SplitMix64's finalizer: the second hash of double hashing, derived from the first."""
+    z = h + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(cache=True, nogil=True)
+def _hash_column(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    n = offsets.shape[0] - 1
+    out = np.empty(n, np.uint64)
+    for i in range(n):
+        out[i] = _xxh64(data, offsets[i], offsets[i + 1]) if valid[i] else np.uint64(0)
+    return out
+
+
+def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """XXH64 of every non-null key of a binary column, as uint64, nulls dropped (compiled path)."""
+    arr = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    arr = arr.cast(pa.large_binary())
+    if len(arr) == 0:
+        return np.empty(0, np.uint64)
+    _validity, offsets_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    hashes = _hash_column(offsets, data, valid)
+    return hashes if valid.all() else hashes[valid]
+
+
+def reference_hash(key: bytes) -> int:
+    """The readable path: XXH64 (seed 0) of one key, from the `xxhash` package."""
+    return xxhash.xxh64_intdigest(key)
+
+
+def reference_mix64(h: int) -> int:
+    """`mix64` in plain Python integers."""
+    z = (h + 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def reference_positions(h: int, k: int, m: int) -> list[int]:
+    """The k bit positions of hash `h` in a filter of m bits (the readable path of the probe kernels)."""
+    h2 = reference_mix64(h) | 1
+    return [((h + i * h2) & MASK64) % m for i in range(k)]

@@ -1,0 +1,60 @@
+"""A segment's filter from its columnar scan, and where the filter lives in the store.
+
+The filter of a segment is the object `<start offset>-<segment id>.bloom` next to its `.log`: uploaded under
+the segment's own id, it describes exactly that upload and goes with it (gc deletes every object key of a
+replaced segment's row). kcompact writes one with every segment it writes and, lazily, for a clean segment
+it had to read without one (recorded in the row by the round's commit, `ChangeSet.added_object_keys`).
+"""
+
+from __future__ import annotations
+
+import pyarrow.compute as pc
+
+from compaction.bloom.filter import NO_HORIZON, FilterFacts, FilterFormatError, KeyFilter
+from compaction.errors import MissingObjectError
+from compaction.format.batch import CONTROL_FLAG_MASK, DELETE_HORIZON_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
+from compaction.format.scan import SegmentScan
+from compaction.storage.base import ObjectStore
+from compaction.storage.layout import Suffix, parse_segment_object_key
+
+_ATTRIBUTES, _BASE_TIMESTAMP = 5, 7  # columns of `SegmentScan.batch_fields`
+
+
+def segment_facts(scan: SegmentScan) -> FilterFacts:
+    """The earliest delete horizon of the segment's batches, and whether any is transactional or control."""
+    attrs = scan.batch_fields[:, _ATTRIBUTES]
+    with_horizon = (attrs & DELETE_HORIZON_FLAG_MASK) != 0
+    horizon = int(scan.batch_fields[with_horizon, _BASE_TIMESTAMP].min()) if with_horizon.any() else NO_HORIZON
+    transactional = bool(((attrs & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)) != 0).any())
+    return FilterFacts(horizon, transactional)
+
+
+def segment_filter(scan: SegmentScan, fpp: float) -> KeyFilter:
+    """The filter of a scanned segment: every key of its data records (tombstones and aborted ones too)."""
+    records = scan.records
+    keys = records["key"].filter(pc.invert(records["control"])) if records.num_rows else records["key"]
+    return KeyFilter.of_keys(keys, fpp, segment_facts(scan))
+
+
+def filter_key(log_key: str) -> str:
+    """The `.bloom` object key of the segment whose `.log` object is `log_key`."""
+    return parse_segment_object_key(log_key).with_suffix(Suffix.BLOOM).key
+
+
+def read_filter(store: ObjectStore, key: str) -> tuple[KeyFilter | None, int]:
+    """The filter stored at `key` and its size in bytes; (None, bytes) if it is missing or unreadable.
+
+    An unreadable filter is never an error for the run: the segment is then read like one without a filter.
+    """
+    try:
+        data = store.get(key)
+    except MissingObjectError:
+        return None, 0
+    try:
+        return KeyFilter.from_bytes(data, obj=store.object_uri(key)), len(data)
+    except FilterFormatError:
+        return None, len(data)
+
+
+__all__ = ["filter_key", "read_filter", "segment_facts", "segment_filter"]
+

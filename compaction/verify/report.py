@@ -1,0 +1,66 @@
+"""The verdict of `kcompact verify` for one partition, as text for people and as JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from compaction.verify.compare import KeyProblem, key_text
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The verdict for one partition between two table versions; `ok` when no problem was found."""
+
+    topic: str
+    partition: int
+    before_version: int
+    after_version: int
+    strategy: str
+    log_end_offset: int
+    cleaner_offset_before: int
+    cleaner_offset_after: int
+    keys_before: int
+    keys_after: int
+    expired_tombstones: tuple[bytes, ...]
+    problems: tuple[KeyProblem, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view: every problem, with keys as text (if printable UTF-8) and base64."""
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "ok": self.ok,
+            "before_version": self.before_version,
+            "after_version": self.after_version,
+            "strategy": self.strategy,
+            "compared_below_offset": self.log_end_offset,
+            "cleaner_offset_before": self.cleaner_offset_before,
+            "cleaner_offset_after": self.cleaner_offset_after,
+            "keys_before": self.keys_before,
+            "keys_after": self.keys_after,
+            "expired_tombstones": len(self.expired_tombstones),
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+    def render_text(self, max_keys: int = 20) -> Iterator[str]:
+        """A summary line, then up to `max_keys` problems, one per line."""
+        tp = f"{self.topic}-{self.partition}"
+        span = (f"versions {self.before_version} -> {self.after_version}, offsets below {self.log_end_offset}, "
+                f"cleaner offset {self.cleaner_offset_before} -> {self.cleaner_offset_after}, "
+                f"strategy {self.strategy}")
+        counts = (f"{self.keys_before} keys before, {self.keys_after} after, "
+                  f"{len(self.expired_tombstones)} tombstones dropped after their delete horizon")
+        if self.ok:
+            yield f"verify {tp}: OK ({span}; {counts})"
+            return
+        yield f"verify {tp}: FAILED, {len(self.problems)} keys lost or changed ({span}; {counts})"
+        for p in self.problems[:max_keys]:
+            yield f"  {p.finding.value:<17} key {key_text(p.key)!r}: {p.detail}"
+        if len(self.problems) > max_keys:
+            yield f"  ... and {len(self.problems) - max_keys} more (--json lists every key)"

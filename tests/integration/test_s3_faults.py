@@ -1,0 +1,341 @@
+"""S3 that misbehaves on the wire: a flaky HTTP proxy on 127.0.0.1 in front of the moto server.
+
+The contract tests break the boto3 client in-process; here every fault is a real HTTP answer that boto3
+(and, for the metadata table, delta-rs) has to parse and survive: 503 SlowDown, 500 InternalError, a
+reply lost after the request landed, 403 AccessDenied. At the store and tier level:
+
+- throttling and transient 5xx are retried until they pass, for every kind of request; when retries run out,
+  `TransientStoreError` (exit 4) names the object;
+- an object write whose reply was lost after it landed is recognised on retry (same bytes), not duplicated;
+- a metadata commit whose reply was lost is reported by delta-rs as a conflict although it landed (the
+  "outcome unknown" case `cleaner.commit_partition` reconciles), and a blind retry cannot land it twice;
+- one tier run through a hostile store: the partition that is only throttled (its commits too, one of them
+  losing its reply) is tiered exactly; the one refused with 403 and the one whose metadata writes keep
+  failing fail alone, each with its typed error and exit code, nothing of them live; without the faults a
+  rerun converges and gc leaves no orphan.
+
+Compaction on S3 end to end (Spark executors reading through such a store) is left to the S3 compaction tests.
+"""
+
+from __future__ import annotations
+
+import http.client
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from compaction.errors import CommitConflictError, TransientStoreError
+from compaction.gc import collect_garbage
+from compaction.metadata import (
+    ChangeSet,
+    SegmentState,
+    acquire_fencing_epoch,
+    commit,
+    new_kafka_uuid,
+    table_in_store,
+)
+from compaction.reader import consumer_records, segment_ref
+from compaction.storage import ObjectStore, RetryPolicy, StoreSpec
+from compaction.tier import tier_logdir
+from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
+from tests.integration.conftest import BUCKET, FAST_RETRY, REGION, TEST_PART_SIZE
+from tests.latest_view import store_problems
+
+NOW = 1_800_000_000_000
+DAY = 86_400_000
+SPEC = WorkloadSpec(topics=(TopicSpec("orders", 2), TopicSpec("users", 1)), records_per_partition=150, keys=40,
+                    segment_bytes=8 * 1024, seed=17)
+PARTITIONS = [("orders", 0), ("orders", 1), ("users", 0)]
+
+Fault = Callable[[str, str, int], "tuple[int, str] | str | None"]
+"""(method, path, how many times this method+path was seen before) -> (status, S3 error code) to answer
+without forwarding, "lose" to forward and then answer 503 as if the reply was lost, or None to forward."""
+
+_ERROR_XML = ('<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{code} (injected by the '
+              'test proxy)</Message><RequestId>kcompact-test</RequestId></Error>')
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection"}
+
+
+@dataclass
+class FlakyProxy:
+    """A threaded HTTP/1.1 proxy that forwards to `upstream` unless `fault` says otherwise; records what it injected."""
+
+    upstream: str
+    fault: Fault = lambda method, path, seen: None
+    endpoint: str = ""  # the proxy's URL, once started
+    injected: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, code)
+    _seen: dict[tuple[str, str], int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> str:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def _body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    chunks = []
+                    while size := int(self.rfile.readline().split(b";")[0], 16):
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(chunks)
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+            def _answer(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+                self.send_response(status)
+                for name, value in headers:
+                    if name.lower() not in _HOP_BY_HOP:
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)) if self.command != "HEAD" else
+                                 dict((k.lower(), v) for k, v in headers).get("content-length", "0"))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _error(self, status: int, code: str) -> None:
+                body = _ERROR_XML.format(code=code).encode()
+                self._answer(status, [("Content-Type", "application/xml")], b"" if self.command == "HEAD" else body)
+
+            def _handle(self) -> None:
+                body = self._body()
+                decision = proxy.decide(self.command, self.path)
+                if isinstance(decision, tuple):
+                    self._error(*decision)
+                    return
+                status, headers, reply = proxy.forward(self.command, self.path, dict(self.headers), body)
+                if decision == "lose":
+                    self._error(503, "ServiceUnavailable")
+                    return
+                self._answer(status, headers, reply)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.endpoint
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def decide(self, method: str, path: str) -> tuple[int, str] | str | None:
+        with self._lock:
+            seen = self._seen.get((method, path), 0)
+            self._seen[(method, path)] = seen + 1
+            decision = self.fault(method, path, seen)
+            if decision is not None:
+                self.injected.append((method, path, decision if isinstance(decision, str) else decision[1]))
+            return decision
+
+    def forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, list, bytes]:
+        target = urlsplit(self.upstream)
+        conn = http.client.HTTPConnection(target.hostname or "127.0.0.1", target.port, timeout=30)
+        try:
+            sent = {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
+            conn.request(method, path, body=body if body or method in ("PUT", "POST") else None, headers=sent)
+            response = conn.getresponse()
+            return response.status, response.getheaders(), response.read()
+        finally:
+            conn.close()
+
+
+@pytest.fixture
+def proxy(moto_endpoint: str) -> Iterator[FlakyProxy]:
+    p = FlakyProxy(moto_endpoint)
+    p.start()
+    yield p
+    p.stop()
+
+
+def spec_through(proxy: FlakyProxy, retry: RetryPolicy = FAST_RETRY) -> StoreSpec:
+    return StoreSpec.parse(f"s3://{BUCKET}/faults-{uuid.uuid4().hex[:12]}/store",
+                           endpoint_url=proxy.endpoint, region=REGION, retry=retry,
+                           part_size=TEST_PART_SIZE)
+
+
+def fast_delta_retries(store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """delta-rs retries once after 10 ms instead of ten times with backoff: the same paths, a faster test."""
+    options = store.delta_storage_options()
+    monkeypatch.setattr(store, "delta_storage_options",
+                        lambda: {**options, "max_retries": "1", "backoff_config.init_backoff": "10ms"})
+
+
+def is_segment_object(path: str) -> bool:
+    return "_kcompact_metadata" not in path and "/_kcompact/" not in path and urlsplit(path).path.count("/") > 3
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("s3-faults-logdir")
+    generate_logdir(root, SPEC)
+    return root
+
+
+def read_back(store: ObjectStore) -> dict[tuple[str, int], list[tuple]]:
+    """Every partition as a consumer reads it (read_uncommitted: offset, key, value), from one snapshot."""
+    snapshot = table_in_store(store).snapshot()
+    out = {}
+    for tp in PARTITIONS:
+        refs = [segment_ref(s) for s in snapshot.live_segments(*tp)]
+        out[tp] = [(r.offset, r.key, r.value) for r in consumer_records(store, refs)]
+    return out
+
+
+def direct(store: ObjectStore, moto_endpoint: str) -> ObjectStore:
+    """The same store without the proxy, for the test's own reads."""
+    return StoreSpec.parse(store.uri, endpoint_url=moto_endpoint, region=REGION).open()
+
+
+@pytest.fixture(scope="module")
+def expected(generated: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], list[tuple]]:
+    """What a fault-free tier run reads back (a local store): the reference for the faulty ones."""
+    store = StoreSpec.parse(str(tmp_path_factory.mktemp("reference") / "store")).open()
+    tier_logdir(generated, store, table_in_store(store, create=True), NOW)
+    return read_back(store)
+
+
+@pytest.mark.s3
+def test_every_kind_of_request_survives_throttling_and_5xx(proxy: FlakyProxy, fake_aws_env: None,
+                                                         tmp_path: Path) -> None:
+    # Every distinct request is refused twice (SlowDown, then InternalError) and passes on its third attempt.
+    proxy.fault = lambda method, path, seen: [(503, "SlowDown"), (500, "InternalError")][seen] if seen < 2 else None
+    store = spec_through(proxy).open()
+    payload = bytes(range(256)) * 64
+    store.put("a/k1", payload)
+    (tmp_path / "f").write_bytes(payload[:1000])
+    store.put_file("a/k2", tmp_path / "f")
+    assert store.get("a/k1", 10, 20) == payload[10:20]
+    assert store.get("a/k1") == payload
+    assert store.get_to_file("a/k2", tmp_path / "g") == 1000
+    assert [o.key for o in store.list("a/")] == ["a/k1", "a/k2"]
+    assert store.size("a/k1") == len(payload) and store.exists("a/k2")
+    store.delete("a/k1")
+    assert not store.exists("a/k1")
+    codes = {code for _m, _p, code in proxy.injected}
+    assert codes == {"SlowDown", "InternalError"}
+    assert {m for m, _p, _c in proxy.injected} >= {"PUT", "GET", "HEAD", "DELETE"}
+    assert store.stats.puts >= 3 * 2, "every attempt is counted as a request"
+
+
+@pytest.mark.s3
+def test_a_write_whose_reply_was_lost_is_not_written_twice(proxy: FlakyProxy, fake_aws_env: None) -> None:
+    proxy.fault = lambda method, path, seen: "lose" if method == "PUT" and "k-lost" in path and seen == 0 else None
+    store = spec_through(proxy).open()
+    store.put("k-lost", b"ours")  # landed, reply lost; the retry meets 412 and finds exactly our bytes
+    assert store.get("k-lost") == b"ours"
+    assert [(m, c) for m, p, c in proxy.injected] == [("PUT", "lose")]
+
+
+@pytest.mark.s3
+def test_retries_that_run_out_raise_transient_store_error(proxy: FlakyProxy, fake_aws_env: None) -> None:
+    proxy.fault = lambda method, path, seen: (503, "SlowDown") if "k-hot" in path else None
+    store = spec_through(proxy).open()
+    with pytest.raises(TransientStoreError, match=f"still failing after {FAST_RETRY.max_attempts} attempts") as e:
+        store.put("k-hot", b"x")
+    assert store.object_uri("k-hot") in str(e.value)
+    assert len(proxy.injected) == FAST_RETRY.max_attempts
+
+
+def commit_entry(path: str) -> int | None:
+    """The table version a PUT of `path` commits, if it is a Delta log entry."""
+    name = urlsplit(path).path.rsplit("/", 1)[-1]
+    return int(name[:-5]) if "/_delta_log/" in path and name.endswith(".json") and name[:-5].isdigit() else None
+
+
+@pytest.mark.s3
+def test_a_metadata_commit_whose_reply_was_lost_landed_once(proxy: FlakyProxy, fake_aws_env: None,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Iceberg's CommitStateUnknown, for real: delta-rs retries the put-if-absent of the log entry, meets its own
+    entry, and reports a conflict for a commit that landed. A blind retry of the change set is refused
+    (commit_seq moved), so it can never land twice; the caller re-reads to learn the outcome."""
+    store = spec_through(proxy).open()
+    fast_delta_retries(store, monkeypatch)
+    table = table_in_store(store, create=True)
+    epoch = acquire_fencing_epoch(table, "orders", 0, "test", NOW, topic_id=new_kafka_uuid())
+    current = table.partition_snapshot("orders", 0)
+    change = ChangeSet.planned_from(current, fencing_epoch=epoch, writer="test", cleaner_offset=0, run_id="r1")
+    landing = table.version() + 1
+    proxy.fault = lambda method, path, seen: "lose" if method == "PUT" and commit_entry(path) == landing and seen == 0 \
+        else None
+    with pytest.raises(CommitConflictError):
+        commit(table, change, NOW)
+    after = table.partition_snapshot("orders", 0)
+    assert (after.version, after.commit_seq, after.state and after.state.run_id) == (landing, current.commit_seq + 1,
+                                                                                   "r1"), "it landed, once"
+    with pytest.raises(CommitConflictError, match="commit_seq"):
+        commit(table, change, NOW)
+    assert table.version() == landing
+
+
+@pytest.mark.s3
+def test_tier_through_a_hostile_store_fails_only_what_cannot_pass_and_a_rerun_converges(
+    proxy: FlakyProxy, moto_endpoint: str, fake_aws_env: None, generated: Path, tmp_path: Path,
+    expected: dict[tuple[str, int], list[tuple]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One tier run, three partitions, three fates:
+
+    - orders-0: every request for its segment objects is refused once (SlowDown); of its metadata commits one
+      lands but loses its reply (delta-rs then reports a conflict; tier re-plans and finds it done) and one is
+      throttled. It is tiered exactly.
+    - orders-1: every write of its metadata rows answers 503 until delta-rs's retries run out:
+      TransientStoreError, exit 4 (retries running out on a segment upload take the same path, see
+      test_retries_that_run_out_raise_transient_store_error).
+    - users-0: every segment upload is refused with 403 AccessDenied (permanent): StoreAccessError, exit 2.
+
+    Nothing of a failed partition is live; without the faults a rerun converges and gc leaves no orphan.
+    """
+    commits = {2: "lose", 4: (503, "SlowDown")}  # v1 starts orders-0, v2 finishes it; v4 starts users-0
+
+    def fault(method: str, path: str, seen: int) -> tuple[int, str] | str | None:
+        if "/orders-" in path and "/0/" in path and seen == 0:
+            return (503, "SlowDown")
+        if method == "PUT" and "/users-" in path:
+            return (403, "AccessDenied")
+        if method == "PUT" and "_kcompact_metadata/topic%3Dorders/partition%3D1/" in path:
+            return (503, "SlowDown")
+        version = commit_entry(path)
+        return commits.get(version) if method == "PUT" and seen == 0 and version is not None else None
+
+    proxy.fault = fault
+    store = spec_through(proxy).open()
+    fast_delta_retries(store, monkeypatch)
+    table = table_in_store(store, create=True)
+    logdir = Path(shutil.copytree(generated, tmp_path / "logdir"))
+    results = {(r.topic, r.partition): r for r in tier_logdir(logdir, store, table, NOW)}
+    assert {tp: (r.error_type, r.exit_code) for tp, r in results.items()} == {
+        ("orders", 0): (None, 0), ("orders", 1): ("TransientStoreError", 4), ("users", 0): ("StoreAccessError", 2)}
+    assert "/users-" in (results[("users", 0)].error or "") and "AccessDenied" in (results[("users", 0)].error or "")
+    assert "SlowDown" in (results[("orders", 1)].error or "")
+    injected = {("segment" if is_segment_object(p) else "commit" if commit_entry(p) is not None else "rows", c)
+                for _m, p, c in proxy.injected}
+    assert injected == {("segment", "SlowDown"), ("segment", "AccessDenied"), ("commit", "lose"),
+                        ("commit", "SlowDown"), ("rows", "SlowDown")}
+    clean = direct(store, moto_endpoint)
+    snapshot = table_in_store(clean).snapshot()
+    assert snapshot.live_segments("users", 0) == () and snapshot.live_segments("orders", 1) == ()
+    assert {s.state for s in snapshot.partition("users", 0).segments} == {SegmentState.COPY_SEGMENT_STARTED}
+    assert read_back(clean)[("orders", 0)] == expected[("orders", 0)]
+
+    proxy.fault = lambda method, path, seen: None  # the faults are gone: a rerun converges
+    again = tier_logdir(logdir, store, table, NOW + 1)
+    assert [r.error for r in again] == [None, None, None]
+    assert read_back(clean) == expected
+    collect_garbage(store, table, max(NOW, int(time.time() * 1000)) + 2 * DAY)
+    assert store_problems(clean) == []
+    assert read_back(clean) == expected

@@ -1,0 +1,136 @@
+"""The end-to-end compaction tests, again on the S3 backend (a moto server on 127.0.0.1).
+
+The core tests of `test_compact.py` that take their store from the `tiered` fixture run here unchanged,
+with `tiered` tiering the same workload into S3 instead of a local directory. The Spark Python workers
+reach moto through the store spec (endpoint, region); credentials come from the workers' environment, as
+on a cluster (instance profile or AWS_* variables): here fake ones, handed to the workers through the
+SparkContext's executor environment for this module only and removed afterwards. No secret is logged.
+
+One more test: a round that keeps segments unread on S3, and the store requests the report counts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from compaction.cleaner import commit, plan, stage
+from compaction.config import KcompactConfig, TopicConfig
+from compaction.metadata import table_in_store
+from compaction.report import run_report
+from compaction.spark import compact as compact_module
+from compaction.storage import ObjectStore, StoreSpec
+from compaction.tier import tier_logdir
+from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
+from tests.integration.conftest import (
+    BUCKET,
+    FAKE_AWS_ENV,
+    FAST_RETRY,
+    REGION,
+    TEST_PART_SIZE,
+    fake_aws_env,
+    moto_endpoint,
+)
+from tests.scenario_log import ScenarioLog, tier
+from tests.spark.test_compact import (
+    DAY,
+    NOW,
+    all_records,
+    latest_per_key,
+)
+from tests.spark.test_compact import (
+    test_compaction_keeps_latest_per_key_and_writes_real_segments as test_s3_compaction_keeps_latest_per_key,
+)
+from tests.spark.test_compact import (
+    test_rerun_with_nothing_new_changes_nothing as test_s3_rerun_with_nothing_new_changes_nothing,
+)
+from tests.spark.test_compact import (
+    test_tombstones_go_after_their_delete_horizon as test_s3_tombstones_go_after_their_delete_horizon,
+)
+from tests.spark.test_compact import (
+    test_uncleanable_section_is_left_untouched as test_s3_uncleanable_section_is_left_untouched,
+)
+
+__all__ = [  # the core tests, collected here a second time with this module's S3 `tiered` fixture
+    "fake_aws_env",
+    "moto_endpoint",
+    "test_s3_compaction_keeps_latest_per_key",
+    "test_s3_rerun_with_nothing_new_changes_nothing",
+    "test_s3_tombstones_go_after_their_delete_horizon",
+    "test_s3_uncleanable_section_is_left_untouched",
+]
+
+pytestmark = pytest.mark.s3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def workers_see_fake_credentials(spark: SparkSession) -> Iterator[None]:
+    """Fake AWS credentials in the environment of the Spark Python workers started from now on."""
+    env = spark.sparkContext.environment
+    saved = {k: env.get(k) for k in FAKE_AWS_ENV}
+    env.update(FAKE_AWS_ENV)
+    yield
+    for k, v in saved.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+
+
+def s3_store(endpoint: str) -> ObjectStore:
+    return StoreSpec.parse(f"s3://{BUCKET}/e2e-{uuid.uuid4().hex[:12]}", endpoint_url=endpoint, region=REGION,
+                           retry=FAST_RETRY, part_size=TEST_PART_SIZE).open()
+
+
+@pytest.fixture
+def tiered(tmp_path: Path, moto_endpoint: str, fake_aws_env: None) -> ObjectStore:
+    """`test_compact.tiered`, tiered into S3."""
+    spec = WorkloadSpec(topics=(TopicSpec("orders", 2),), records_per_partition=4000, keys=300,
+                        segment_bytes=64 * 1024, tombstone_ratio=0.05, seed=21)
+    generate_logdir(tmp_path / "logs", spec)
+    store = s3_store(moto_endpoint)
+    tier_logdir(tmp_path / "logs", store, table_in_store(store, create=True), NOW - 10 * DAY)
+    return store
+
+
+@pytest.mark.spark
+def test_s3_round_keeps_segments_unread_and_reports_its_requests(
+    spark: SparkSession, tmp_path: Path, moto_endpoint: str, fake_aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Also the path for partitions with too many dirty keys to ship to the rewrite task (forced here): the
+    rewritten clean segments are scanned on Spark a second time and their keys join the winners."""
+    monkeypatch.setattr(compact_module, "MAX_SHIPPED_DIRTY_KEYS", 0)
+    store = s3_store(moto_endpoint)
+    config = KcompactConfig(defaults=TopicConfig.from_kafka({
+        "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.0001", "bloom.filter.fpp": "0.001",
+        "segment.bytes": str(16 * 1024)}))
+    log = ScenarioLog("s3keep", NOW - 5 * DAY, segment_bytes=16 * 1024)
+    for start in range(0, 600, 20):
+        log.append([(k, b"v%d" % k + b"x" * 300) for k in range(start, start + 20)])
+    log.roll()
+    tier([log], tmp_path / "logs", store, NOW - 4 * DAY)
+    assert all(o.committed for o in commit(stage(spark, plan(store, config, NOW - 3 * DAY))))
+    log.append([(7, b"changed")])
+    log.roll()
+    tier([log], tmp_path / "logs", store, NOW - 2 * DAY)
+    before = latest_per_key(store, "s3keep", 0)
+    staged = stage(spark, plan(store, config, NOW))
+    report = run_report(staged, commit(staged))
+    assert latest_per_key(store, "s3keep", 0) == before
+    below = table_in_store(store).partition_snapshot("s3keep", 0).lineage.current
+    keys = [k for k, (offset, _v) in latest_per_key(store, "s3keep", 0).items() if offset < below]
+    held = [r.key for r in all_records(store, "s3keep", 0) if r.key is not None and r.offset < below]
+    assert sorted(held) == sorted(keys), "below the checkpoint each key is held once"
+    [part] = report["partitions"]
+    assert part["committed"] and part["segments_skipped"] > 0 and part["bytes_not_downloaded"] > 0
+    [sp] = staged.partitions
+    uploaded = sum(store.size(o.key) for n in sp.new_segments for o in n.object_keys)
+    requests = part["requests"]
+    assert requests["puts"] >= sum(len(n.object_keys) for n in sp.new_segments)
+    assert uploaded <= requests["bytes_written"] <= uploaded + 100  # + the conditional-PUT probes' bytes
+    assert requests["gets"] > 0 and requests["bytes_read"] > 0
+    assert report["requests"] == requests

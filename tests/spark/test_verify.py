@@ -1,0 +1,228 @@
+"""`kcompact verify` against real runs: a CLI compaction on Spark verifies clean (and writes its report, metrics
+and progress), tombstones dropped after their horizon verify clean, and tampered stores fail listing the keys.
+
+The tampering commits through the metadata table's own API, as a buggy or rogue writer would: it drops a live
+segment, or swaps one for a rewrite missing a batch, or records a run that dropped tombstones before their
+delete horizon. The expected keys come from the consumer reader, not from verify.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from compaction.cleaner import commit, plan, stage
+from compaction.cli import main
+from compaction.config import KcompactConfig, TopicConfig
+from compaction.errors import ConfigError, ExitCode
+from compaction.format.batch import Record
+from compaction.format.segment import iter_batches
+from compaction.gc import collect_garbage
+from compaction.metadata import (
+    ChangeSet,
+    NewSegment,
+    ObjectKey,
+    ObjectSuffix,
+    SegmentState,
+    StateChange,
+    acquire_fencing_epoch,
+    table_in_store,
+)
+from compaction.metadata import commit as commit_change_set
+from compaction.reader import Isolation, consumer_records, segment_ref
+from compaction.storage import ObjectStore, open_store
+from compaction.storage.layout import new_segment_id, parse_segment_object_key
+from compaction.tier import tier_logdir
+from compaction.verify import Finding, verify_partition
+from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
+from tests.unit.run_reports import sample_report
+from tests.unit.test_metrics import parse_strict
+
+TOPIC = "orders"
+NOW = 1_800_000_000_000
+DAY = 86_400_000
+CONFIG_YAML = """
+defaults:
+  cleanup.policy: compact
+  min.cleanable.dirty.ratio: 0.01
+  delete.retention.ms: 86400000
+"""
+CONFIG = KcompactConfig(defaults=TopicConfig.from_kafka({"cleanup.policy": "compact",
+                                                         "min.cleanable.dirty.ratio": "0.01"}))
+
+
+def latest_per_key(store: ObjectStore, version: int | None = None) -> dict[bytes, Record]:
+    """The reference: the last record of each key a read_committed consumer receives."""
+    refs = [segment_ref(s) for s in table_in_store(store).live_segments(TOPIC, 0, version)]
+    return {r.key: r for r in consumer_records(store, refs, isolation=Isolation.READ_COMMITTED) if r.key is not None}
+
+
+@pytest.fixture(scope="module")
+def tiered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("verify")
+    spec = WorkloadSpec(topics=(TopicSpec(TOPIC, 1),), records_per_partition=3000, keys=250,
+                        segment_bytes=48 * 1024, tombstone_ratio=0.06, seed=5)
+    generate_logdir(root / "logs", spec)
+    store = open_store(str(root / "store"))
+    tier_logdir(root / "logs", store, table_in_store(store, create=True), NOW - 10 * DAY)
+    return root / "store"
+
+
+def copy_of(store_dir: Path, tmp_path: Path) -> ObjectStore:
+    """A private copy of a local store (objects and metadata table; the Delta log's paths are relative)."""
+    shutil.copytree(store_dir, tmp_path / "store")
+    return open_store(str(tmp_path / "store"))
+
+
+@dataclass(frozen=True)
+class CliRun:
+    store: Path
+    exit_code: int
+    stderr: str
+    out: Path
+
+
+@pytest.fixture(scope="module")
+def compacted(spark: SparkSession, tiered: Path, tmp_path_factory: pytest.TempPathFactory) -> CliRun:
+    """`kcompact compact` run in-process (it reuses the shared session and leaves it running)."""
+    out = tmp_path_factory.mktemp("cli-out")
+    store_dir = out / "store"
+    shutil.copytree(tiered, store_dir)
+    (out / "kcompact.yaml").write_text(CONFIG_YAML)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["compact", "--store", str(store_dir), "--config", str(out / "kcompact.yaml"), "--now", str(NOW),
+                     "--report-json", str(out / "report.json"), "--html-report", str(out / "report.html"),
+                     "--metrics-file", str(out / "kcompact.prom")])
+    return CliRun(store_dir, code, err.getvalue(), out)
+
+
+@pytest.mark.spark
+def test_a_cli_compaction_verifies_clean_and_reports(compacted: CliRun, spark: SparkSession,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert compacted.exit_code == 0
+    assert "plan: 1 partitions" in compacted.stderr and "commit 1/1 orders-0: committed" in compacted.stderr
+    report = json.loads((compacted.out / "report.json").read_text())
+    assert report.keys() == sample_report().keys(), "tests/unit/run_reports.py must follow the real report"
+    assert report["partitions"][0].keys() == sample_report()["partitions"][0].keys()
+    assert spark.sparkContext._jsc is not None, "the CLI must not stop a session it did not start"
+    metrics = parse_strict((compacted.out / "kcompact.prom").read_text())
+    assert metrics[("kcompact_bytes_read_total", "")] == report["bytes_read"] > 0
+    assert metrics[("kcompact_bytes_written_total", "")] == report["bytes_written"] > 0
+    assert metrics[("kcompact_partition_committed", '{topic="orders",partition="0"}')] == 1
+    assert "orders-0" in (compacted.out / "report.html").read_text()
+
+    before = report["metadata_version_planned"]
+    code = main(["verify", "--store", str(compacted.store), "--topic", TOPIC, "--partition", "0",
+                 "--before", str(before), "--config", str(compacted.out / "kcompact.yaml"), "--json"])
+    verdict = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.OK and verdict["ok"] and verdict["problems"] == []
+    assert verdict["cleaner_offset_after"] > 0 and verdict["keys_before"] == verdict["keys_after"] > 0
+
+
+def expired_tombstone_keys(store: ObjectStore, before: int) -> set[bytes]:
+    """Keys whose winner at `before` is a tombstone below the cleaner offset: a clean past the horizon drops them."""
+    cleaned = table_in_store(store).partition_snapshot(TOPIC, 0, before).lineage.current
+    return {k for k, r in latest_per_key(store, before).items() if r.value is None and r.offset < cleaned}
+
+
+@pytest.mark.spark
+def test_tombstones_dropped_after_their_delete_horizon_verify_clean(spark: SparkSession, compacted: CliRun,
+                                                                     tmp_path: Path) -> None:
+    store = copy_of(compacted.store, tmp_path)
+    before = table_in_store(store).version()
+    expected = expired_tombstone_keys(store, before)
+    assert expected, "the workload must leave tombstones for the second clean"
+    assert all(o.committed for o in commit(stage(spark, plan(store, CONFIG, NOW + DAY + 1, force=True))))
+    report = verify_partition(store, TOPIC, 0, before)
+    assert report.ok, list(report.render_text())
+    assert set(report.expired_tombstones) == expected
+    assert not expected & latest_per_key(store).keys()
+
+
+@pytest.mark.spark
+def test_a_run_that_dropped_tombstones_before_their_horizon_fails(spark: SparkSession, compacted: CliRun,
+                                                                  tmp_path: Path) -> None:
+    store = copy_of(compacted.store, tmp_path)
+    before = table_in_store(store).version()
+    expected = expired_tombstone_keys(store, before)
+    staged = stage(spark, plan(store, CONFIG, NOW + DAY + 1, force=True))
+    assert all(o.committed for o in commit(staged, now_ms=NOW + 1)), "recorded as done a day too early"
+    report = verify_partition(store, TOPIC, 0, before)
+    assert {p.key for p in report.problems} == expected
+    assert {p.finding for p in report.problems} == {Finding.VANISHED}
+    assert all("before its delete horizon" in p.detail for p in report.problems)
+
+
+def test_dropping_a_live_segment_fails_listing_its_keys(tiered: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    store = copy_of(tiered, tmp_path)
+    table = table_in_store(store)
+    before, latest = table.version(), latest_per_key(store)
+    epoch = acquire_fencing_epoch(table, TOPIC, 0, "rogue@test", NOW)
+    snap = table.partition_snapshot(TOPIC, 0)
+    victim = snap.live_segments[1]
+    commit_change_set(table, ChangeSet.planned_from(
+        snap, fencing_epoch=epoch, writer="rogue@test", cleaner_offset=victim.end_offset + 1,
+        state_changes=[StateChange(victim.segment_id, SegmentState.DELETE_SEGMENT_STARTED)]), NOW)
+    # The victim's own latest keys, and those its transaction markers and index decided (aborted data before it
+    # resurfaces; a transaction left without its marker hides its producer's later records from read_committed).
+    after = latest_per_key(store)
+    expected = {k for k in latest.keys() | after.keys() if latest.get(k) != after.get(k)}
+    assert {k for k, r in latest.items() if victim.start_offset <= r.offset <= victim.end_offset} <= expected
+
+    report = verify_partition(store, TOPIC, 0, before)
+    assert {p.key for p in report.problems} == expected
+    assert {p.finding for p in report.problems} <= {Finding.CHANGED, Finding.VANISHED}
+    code = main(["verify", "--store", str(tmp_path / "store"), "--topic", TOPIC, "--partition", "0",
+                 "--before", str(before), "--max-keys", "1000"])
+    out = capsys.readouterr().out
+    assert code == ExitCode.VERIFY_FAILED == 5
+    assert f"FAILED, {len(expected)} keys lost or changed" in out
+    assert all(f"key {k.decode()!r}" in out for k in expected)
+
+    collect_garbage(store, table, NOW + DAY, grace_ms=0, orphan_grace_ms=0)
+    with pytest.raises(ConfigError, match="gc deleted its replaced segments"):
+        verify_partition(store, TOPIC, 0, before)  # what cannot be read anymore is never a pass
+
+
+def test_a_rewrite_missing_a_batch_fails_listing_exactly_its_latest_keys(tiered: Path, tmp_path: Path) -> None:
+    store = copy_of(tiered, tmp_path)
+    table = table_in_store(store)
+    before, latest = table.version(), latest_per_key(store)
+    victim = table.live_segments(TOPIC, 0)[2]
+    log_key = victim.object_key(ObjectSuffix.LOG) or ""
+    data = store.get(log_key)
+    pos, batch = next((pos, b) for pos, b in iter_batches(data) if not b.is_transactional and not b.is_control
+                      and any(latest.get(r.key) == r for r in b.records))
+    expected = {r.key for r in batch.records if latest.get(r.key) == r}
+    tampered = data[:pos] + data[pos + batch.size:]
+    new_key = replace(parse_segment_object_key(log_key), segment_id=new_segment_id())
+    store.put(new_key.key, tampered)
+    keys = [ObjectKey(ObjectSuffix.LOG, new_key.key)]
+    for obj in victim.object_keys:  # the other files (the transaction index above all) as they were
+        if obj.suffix is not ObjectSuffix.LOG:
+            copied = replace(parse_segment_object_key(obj.key), segment_id=new_key.segment_id).key
+            store.put(copied, store.get(obj.key))
+            keys.append(ObjectKey(obj.suffix, copied))
+    epoch = acquire_fencing_epoch(table, TOPIC, 0, "rogue@test", NOW)
+    snap = table.partition_snapshot(TOPIC, 0)
+    rewrite = NewSegment(segment_id=new_key.segment_id, start_offset=victim.start_offset,
+                         end_offset=victim.end_offset, max_timestamp_ms=victim.max_timestamp_ms,
+                         segment_leader_epochs=victim.segment_leader_epochs, segment_size_bytes=len(tampered),
+                         object_keys=tuple(keys))
+    commit_change_set(table, ChangeSet.planned_from(
+        snap, fencing_epoch=epoch, writer="rogue@test", new_segments=[rewrite], cleaner_offset=victim.end_offset + 1,
+        state_changes=[StateChange(victim.segment_id, SegmentState.DELETE_SEGMENT_STARTED)]), NOW)
+
+    report = verify_partition(store, TOPIC, 0, before)
+    assert not report.ok
+    assert {p.key for p in report.problems} == expected
+    assert {p.finding for p in report.problems} <= {Finding.CHANGED, Finding.VANISHED}

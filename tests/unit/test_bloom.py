@@ -1,0 +1,416 @@
+"""Per-segment key filters: the hash, the filter and its stored format, the skip policy, in-task winners,
+filters of rewritten segments, bounded chunks and the metadata change that records a lazily built filter.
+
+The compiled paths (numba over Arrow buffers) are checked against the readable ones (`xxhash`, Python ints)
+bit for bit; the format against its documented byte offsets; corruption at a named offset must be refused.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compaction.bloom.filter import (
+    BITS_OFFSET,
+    CRC_OFFSET,
+    FLAGS_OFFSET,
+    HASH_OFFSET,
+    HORIZON_OFFSET,
+    K_OFFSET,
+    M_OFFSET,
+    N_OFFSET,
+    VERSION_OFFSET,
+    FilterFacts,
+    FilterFormatError,
+    KeyFilter,
+    filter_shape,
+    reference_filter,
+    reference_may_contain,
+)
+from compaction.bloom.hashing import key_hashes, reference_hash
+from compaction.bloom.segment import filter_key, read_filter, segment_facts, segment_filter
+from compaction.bloom.skipping import Verdict, regroup_around, verdict
+from compaction.bloom.work import PartitionWork
+from compaction.config import CompactionStrategy
+from compaction.errors import MetadataInvariantError
+from compaction.format.batch import Header, Record, build_batch, encode_batch
+from compaction.format.checkpoints import EpochEntry
+from compaction.format.control import ControlType, end_txn_marker
+from compaction.format.scan import scan_segment
+from compaction.metadata import ObjectKey, ObjectSuffix, SegmentMetadata, SegmentState
+from compaction.metadata.change_set import AddedObjectKey, ChangeSet, apply_change_set
+from compaction.metadata.snapshot import PartitionSnapshot
+from compaction.plan.grouping import estimated_index_sizes, group_segments_by_size
+from compaction.rewrite.resolve import DirtyKeys, best_per_key, resolve_clean_segment
+from compaction.rewrite.upload import DiskBudgetError, GroupTask, InputSegment, PartitionTask, rewrite_partition
+from compaction.storage import open_store
+from compaction.storage.layout import Suffix, segment_object_key
+
+NOW = 1_800_000_000_000
+TOPIC_ID = "MWJ6FHTfRYy67jzwZdeqSQ"
+keys_st = st.lists(st.binary(min_size=0, max_size=80), max_size=300)
+
+
+def binary(keys: Sequence[bytes | None]) -> pa.Array:
+    return pa.array(list(keys), pa.binary())
+
+
+# --- the hash ------------------------------------------------------------------------------------------
+
+
+@given(keys_st)
+def test_compiled_xxh64_is_the_published_xxh64(keys: list[bytes]) -> None:
+    assert key_hashes(binary(keys)).tolist() == [reference_hash(k) for k in keys]
+
+
+def test_hash_covers_every_tail_length_and_drops_nulls() -> None:
+    keys = [bytes(range(n)) for n in range(0, 70)]  # 32-byte stripes, 8/4/1-byte tails
+    assert key_hashes(binary([*keys, None])).tolist() == [reference_hash(k) for k in keys]
+    assert reference_hash(b"") == 0xEF46DB3751D8E999  # XXH64 of the empty input, seed 0 (the spec's test vector)
+
+
+# --- the filter ------------------------------------------------------------------------------------------
+
+
+@given(keys_st, st.sampled_from([0.1, 0.01, 0.0001]))
+def test_compiled_filter_has_the_reference_bits_and_no_false_negative(keys: list[bytes], fpp: float) -> None:
+    built = KeyFilter.of_keys(binary(keys), fpp)
+    reference = reference_filter(keys, fpp)
+    assert (built.m, built.k, built.n) == (reference.m, reference.k, reference.n)
+    assert built.bits.tobytes() == reference.bits.tobytes()
+    assert built.may_contain(key_hashes(binary(keys))).all()
+    assert built.positives(key_hashes(binary(keys))) == len(keys)
+
+
+def test_observed_false_positive_rate_matches_the_configured_one() -> None:
+    present = binary([b"key-%08d" % i for i in range(20_000)])
+    absent = key_hashes(binary([b"other-%08d" % i for i in range(200_000)]))
+    for fpp in (0.01, 0.001):
+        rate = KeyFilter.of_keys(present, fpp).positives(absent) / len(absent)
+        assert 0.6 * fpp < rate < 1.4 * fpp, (fpp, rate)
+
+
+def test_shape_and_the_empty_filter() -> None:
+    assert filter_shape(0, 0.01) == (64, 1)
+    m, k = filter_shape(1000, 0.01)
+    assert m % 64 == 0 and 9584 <= m < 9584 + 64 and k == 7  # 9.585 bits per key, k = m/n ln 2
+    empty = KeyFilter.of_keys(binary([]), 0.01)
+    assert empty.positives(key_hashes(binary([b"a", b"b"]))) == 0
+    with pytest.raises(ValueError, match="fpp"):
+        filter_shape(10, 1.0)
+
+
+def test_may_contain_agrees_with_the_reference_probe() -> None:
+    f = KeyFilter.of_keys(binary([b"k%d" % i for i in range(500)]), 0.05)
+    probes = [b"k%d" % i for i in range(400, 1400)]
+    assert f.may_contain(key_hashes(binary(probes))).tolist() == [reference_may_contain(f, p) for p in probes]
+
+
+# --- the stored format ---------------------------------------------------------------------------------
+
+
+def test_format_fields_sit_at_their_documented_offsets() -> None:
+    f = KeyFilter.of_keys(binary([b"a", b"b", b"c"]), 0.01, FilterFacts(NOW, True))
+    data = f.to_bytes()
+    assert data[:4] == b"KCBF" and data[VERSION_OFFSET] == 1 and data[HASH_OFFSET] == 1
+    assert struct.unpack_from(">H", data, K_OFFSET)[0] == f.k
+    assert struct.unpack_from(">Q", data, M_OFFSET)[0] == f.m
+    assert struct.unpack_from(">Q", data, N_OFFSET)[0] == 3
+    assert struct.unpack_from(">q", data, HORIZON_OFFSET)[0] == NOW
+    assert struct.unpack_from(">I", data, FLAGS_OFFSET)[0] == 1
+    assert len(data) == BITS_OFFSET + f.m // 8 and data[BITS_OFFSET:] == f.bits.tobytes()
+    back = KeyFilter.from_bytes(data)
+    assert (back.m, back.k, back.n, back.facts) == (f.m, f.k, f.n, f.facts)
+    assert back.bits.tobytes() == f.bits.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("position", "value", "match"),
+    [
+        (0, 0x4B ^ 0xFF, "magic"),
+        (VERSION_OFFSET, 2, "version 1, found 2"),
+        (HASH_OFFSET, 9, "hash 1, found 9"),
+        (BITS_OFFSET + 3, 0x5A, "CRC-32C mismatch"),
+        (HORIZON_OFFSET + 7, 0x01, "CRC-32C mismatch"),
+    ],
+)
+def test_a_damaged_filter_is_refused_naming_the_byte(position: int, value: int, match: str) -> None:
+    data = bytearray(KeyFilter.of_keys(binary([b"x%d" % i for i in range(100)]), 0.01).to_bytes())
+    data[position] = value if position > 0 else data[0] ^ 0xFF
+    with pytest.raises(FilterFormatError, match=match) as err:
+        KeyFilter.from_bytes(bytes(data), obj="t/0/x.bloom")
+    expected = {0: 0, VERSION_OFFSET: VERSION_OFFSET, HASH_OFFSET: HASH_OFFSET}.get(position, CRC_OFFSET)
+    assert err.value.position == expected and "t/0/x.bloom" in str(err.value)
+    with pytest.raises(FilterFormatError, match="shorter"):
+        KeyFilter.from_bytes(bytes(data[:20]))
+
+
+def test_a_missing_or_damaged_filter_reads_as_none(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "store"))
+    log = segment_object_key("t", TOPIC_ID, 0, 0, "tqimKeZwStOEOwRzT3L5oQ", Suffix.LOG)
+    key = filter_key(log)
+    assert key == log.removesuffix(".log") + ".bloom"
+    assert read_filter(store, key) == (None, 0)
+    store.put(key, b"KCBF" + b"\x00" * 50)
+    f, size = read_filter(store, key)
+    assert f is None and size == 54
+
+
+# --- facts from a segment's scan ---------------------------------------------------------------------------
+
+
+def segment(*batches: bytes) -> bytes:
+    return b"".join(batches)
+
+
+def data(offset: int, keys: Sequence[bytes], *, ts: int = 1_000, values: Sequence[bytes | None] | None = None,
+         horizon: int | None = None, **kw: object) -> bytes:
+    vals = values if values is not None else [b"v"] * len(keys)
+    records = [Record(offset + i, ts, k, v) for i, (k, v) in enumerate(zip(keys, vals, strict=True))]
+    return encode_batch(build_batch(records, delete_horizon_ms=horizon, **kw))  # type: ignore[arg-type]
+
+
+def test_segment_filter_holds_data_keys_and_records_horizon_and_transactions() -> None:
+    plain = segment(data(0, [b"a", b"b"]), data(2, [b"c"], values=[None], horizon=NOW + 5), data(3, [b"d"],
+                    values=[None], horizon=NOW + 2))
+    scan = scan_segment(plain)
+    f = segment_filter(scan, 0.01)
+    assert f.n == 4 and f.facts == FilterFacts(NOW + 2, False)
+    assert f.positives(key_hashes(binary([b"a", b"b", b"c", b"d"]))) == 4
+    txn = segment(data(0, [b"a"], producer_id=5, producer_epoch=0, base_sequence=0, transactional=True),
+                  bytes(encode_batch(end_txn_marker(ControlType.COMMIT, 1, 1_000, 5, 0, 0, 0))))
+    assert segment_facts(scan_segment(txn)) == FilterFacts(-1, True)
+    assert segment_filter(scan_segment(txn), 0.01).n == 1  # the marker's control key is not a key
+
+
+# --- the skip policy -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("facts", "positives", "expected"),
+    [
+        (None, 0, Verdict.NO_FILTER),
+        (FilterFacts(), 0, Verdict.KEEP),
+        (FilterFacts(), 1, Verdict.HIT),
+        (FilterFacts(-1, True), 0, Verdict.TRANSACTIONAL),
+        (FilterFacts(NOW, False), 0, Verdict.HORIZON_PASSED),  # horizon <= now: a rewrite drops tombstones
+        (FilterFacts(NOW + 1, False), 0, Verdict.KEEP),
+    ],
+)
+def test_verdicts(facts: FilterFacts | None, positives: int, expected: Verdict) -> None:
+    assert verdict(facts, positives, NOW) is expected
+    assert expected.kept == (expected is Verdict.KEEP)
+
+
+def seg(i: int, start: int, end: int, size: int) -> SegmentMetadata:
+    sid = f"seg{i:016d}AAA"
+    log = segment_object_key("t", TOPIC_ID, 0, start, sid, Suffix.LOG)
+    return SegmentMetadata(sid, "t", TOPIC_ID, 0, start, end, 0, 0, (EpochEntry(0, start),), size,
+                           SegmentState.COPY_SEGMENT_FINISHED, (), (ObjectKey(ObjectSuffix.LOG, log),), "w", 0)
+
+
+SEGS = [seg(i, i * 10, i * 10 + 9, 100) for i in range(8)]
+
+
+@pytest.mark.parametrize(
+    ("kept", "max_size", "expected"),
+    [
+        (set(), 300, [[0, 1, 2], [3, 4, 5], [6, 7]]),  # the planner's grouping
+        ({2}, 300, [[0, 1], [3, 4, 5], [6, 7]]),  # a kept segment ends a group
+        ({0, 7}, 300, [[1, 2, 3], [4, 5, 6]]),
+        ({1, 2, 3, 4, 5, 6}, 300, [[0], [7]]),
+        ({3}, 150, [[0], [1], [2], [4], [5], [6], [7]]),  # the disk budget caps a chunk
+        (set(range(8)), 300, []),
+    ],
+)
+def test_regroup_around_kept_segments(kept: set[int], max_size: int, expected: list[list[int]]) -> None:
+    sizer = estimated_index_sizes(4096)
+    groups = regroup_around(SEGS, {SEGS[i].segment_id for i in kept}, max_size=max_size, max_index_size=10**6,
+                            first_uncleanable_offset=80, index_sizes=sizer)
+    assert [[SEGS.index(s) for s in g] for g in groups] == expected
+    if not kept:
+        assert groups == group_segments_by_size(SEGS, max_size, 10**6, 80, sizer)
+
+
+# --- winners of a clean segment, resolved in the task ---------------------------------------------------
+
+
+def test_dirty_key_lookup_is_exact() -> None:
+    dirty = [b"d%05d" % i for i in range(3000)]
+    table = pa.table({"key": binary(dirty), "has_version": np.zeros(3000, np.int8),
+                      "version": np.zeros(3000, np.int64), "offset": np.arange(3000, dtype=np.int64)})
+    lookup = DirtyKeys.from_table(table)
+    probes = [b"d%05d" % i for i in range(2500, 3500)] + [b"", b"d"]
+    found = lookup.lookup(binary(probes).cast(pa.large_binary()))
+    expected = [dirty.index(p) if p in dirty else -1 for p in probes]
+    assert found.tolist() == expected
+
+
+def test_best_per_key_takes_the_greatest_rank() -> None:
+    keys = binary([b"a", b"b", b"a", b"a", b"b"]).cast(pa.large_binary())
+    best = best_per_key(keys, np.array([1, 0, 1, 0, 0], np.int8), np.array([5, 0, 5, 9, 0], np.int64),
+                        np.array([1, 2, 3, 4, 5], np.int64))
+    assert sorted(best.tolist()) == [2, 4]  # a: (1, 5, 3) beats (1, 5, 1) and (0, 9, 4); b: the later offset
+
+
+def version(v: int) -> tuple[Header, ...]:
+    return (Header("version", struct.pack(">q", v)),)
+
+
+@pytest.mark.parametrize("strategy", list(CompactionStrategy))
+def test_resolve_clean_segment_against_dirty_keys(strategy: CompactionStrategy) -> None:
+    """Keys a (clean only), b and c (dirty too): the clean record of b outranks the dirty one under the
+    timestamp and header strategies (it is newer by timestamp and version), never under offset; c's dirty
+    record wins under all three."""
+    records = [
+        Record(0, 5_000, b"a", b"1", version(1)),
+        Record(1, 9_000, b"b", b"2", version(9)),
+        Record(2, 1_000, b"c", b"3", version(1)),
+    ]
+    clean = encode_batch(build_batch(records))
+    dirty = pa.table({"key": binary([b"b", b"c", b"z"]),
+                      "has_version": np.array([0, 1, 1] if strategy is not CompactionStrategy.OFFSET else [0] * 3,
+                                              np.int8),
+                      "version": np.array(
+                          {CompactionStrategy.OFFSET: [0, 0, 0], CompactionStrategy.TIMESTAMP: [8_000, 2_000, 1],
+                           CompactionStrategy.HEADER: [0, 2, 1]}[strategy], np.int64),
+                      "offset": np.array([100, 101, 102], np.int64)})
+    if strategy is CompactionStrategy.TIMESTAMP:
+        dirty = dirty.set_column(1, "has_version", pa.array(np.ones(3, np.int8)))
+    r = resolve_clean_segment(clean, obj="clean", strategy=strategy, header="version", aborted=(),
+                              dirty=DirtyKeys.from_table(dirty))
+    assert r.dirty_found == 2
+    if strategy is CompactionStrategy.OFFSET:
+        assert (r.winners.tolist(), r.superseded.tolist()) == ([0], [])
+    else:
+        assert (r.winners.tolist(), r.superseded.tolist()) == ([0, 1], [100])
+
+
+def test_aborted_records_of_a_clean_segment_cannot_win() -> None:
+    txn = data(0, [b"a", b"b"], producer_id=5, producer_epoch=0, base_sequence=0, transactional=True)
+    empty = DirtyKeys.from_table(pa.table({"key": binary([]), "has_version": pa.array([], pa.int8()),
+                                           "version": pa.array([], pa.int64()), "offset": pa.array([], pa.int64())}))
+    kept = resolve_clean_segment(txn, obj="c", strategy=CompactionStrategy.OFFSET, header=None, aborted=(),
+                                 dirty=empty)
+    gone = resolve_clean_segment(txn, obj="c", strategy=CompactionStrategy.OFFSET, header=None,
+                                 aborted=[(5, 0, 3)], dirty=empty)
+    assert kept.winners.tolist() == [0, 1] and gone.winners.tolist() == []
+
+
+# --- the rewrite: filters of outputs, bounded chunks -------------------------------------------------------
+
+
+def partition_task(store_root: Path, sizes: Sequence[int], budget: int | None, per_group: int = 2
+                   ) -> tuple[PartitionTask, dict[int, list[int]]]:
+    """A partition of len(sizes) segments (one keyed record per ~100 bytes each) stored under `store_root`."""
+    store = open_store(str(store_root))
+    inputs, winners, offset = [], [], 0
+    for i, size in enumerate(sizes):
+        n = max(1, size // 100)
+        log = segment(data(offset, [b"k%06d" % (offset + j) for j in range(n)], values=[b"x" * 80] * n))
+        sid = f"seg{i:016d}AAA"
+        key = segment_object_key("t", TOPIC_ID, 0, offset, sid, Suffix.LOG)
+        store.put(key, log)
+        inputs.append(InputSegment(sid, offset, offset + n - 1, {"log": key}, len(log)))
+        winners.extend(range(offset, offset + n))
+        offset += n
+    groups = tuple(GroupTask(g, chunk[0].start_offset, chunk[-1].end_offset, tuple(chunk))
+                   for g, chunk in enumerate(inputs[i:i + per_group] for i in range(0, len(inputs), per_group)))
+    task = PartitionTask("t", TOPIC_ID, 0, offset, NOW, 86_400_000, 4096, (), {}, groups, disk_budget_bytes=budget)
+    by_group = {g.group_id: [w for w in winners if g.start_offset <= w <= g.end_offset] for g in groups}
+    return task, by_group
+
+
+def test_chunks_stay_within_the_disk_budget_and_outputs_carry_their_filter(tmp_path: Path) -> None:
+    task, winners = partition_task(tmp_path / "store", [2000] * 10, budget=4_800)
+    store = open_store(str(tmp_path / "store"))
+    done = rewrite_partition(store, task, winners)
+    assert done.summary["chunks"] == 5
+    assert 0 < done.summary["peak_temp_bytes"] <= 4_800
+    assert done.summary["peak_temp_bytes"] >= max(g.size for g in task.groups)  # it measured a whole chunk
+    for _gid, result in done.groups:
+        log = store.get(result["object_keys"]["log"])
+        f = KeyFilter.from_bytes(store.get(result["object_keys"]["bloom"]))
+        keys = scan_segment(log).records["key"]
+        assert f.n == len(keys) and f.positives(key_hashes(keys)) == len(keys)
+        assert result["object_keys"]["bloom"] == filter_key(result["object_keys"]["log"])
+
+
+def test_a_chunk_above_the_budget_is_refused_before_any_download(tmp_path: Path) -> None:
+    task, winners = partition_task(tmp_path / "store", [2000] * 4, budget=3_000)
+    store = open_store(str(tmp_path / "store"))
+    biggest = max(g.size for g in task.groups)
+    with pytest.raises(DiskBudgetError, match=f"raise --disk-budget-bytes to at least {biggest} "):
+        rewrite_partition(store, task, winners)
+    assert store.stats.gets == 0 and store.stats.puts == 0
+
+
+# --- the metadata change that records a lazily built filter ------------------------------------------------
+
+
+def snapshot_with(*segments: SegmentMetadata) -> PartitionSnapshot:
+    return PartitionSnapshot("t", 0, 3, None, tuple(segments))
+
+
+def test_a_change_set_adds_an_object_key_to_an_untouched_row() -> None:
+    s = SEGS[0]
+    bloom = ObjectKey(ObjectSuffix.BLOOM, "k0.bloom")
+    cs = ChangeSet.planned_from(snapshot_with(s), fencing_epoch=0, writer="w2", topic_id=TOPIC_ID,
+                                added_object_keys=[AddedObjectKey(s.segment_id, bloom)])
+    [after] = apply_change_set(snapshot_with(s), cs, NOW).segments
+    assert after.object_key(ObjectSuffix.BLOOM) == "k0.bloom"
+    assert after.writer == s.writer and after.event_timestamp_ms == s.event_timestamp_ms and after.state == s.state
+    again = apply_change_set(snapshot_with(after), cs, NOW).segments[0]  # the same key again changes nothing
+    assert again.object_keys == after.object_keys
+    other = ChangeSet.planned_from(snapshot_with(after), fencing_epoch=0, writer="w", topic_id=TOPIC_ID,
+                                   added_object_keys=[AddedObjectKey(s.segment_id, ObjectKey(ObjectSuffix.BLOOM, "x"))])
+    with pytest.raises(MetadataInvariantError, match=r"expected no \.bloom object, found k0\.bloom"):
+        apply_change_set(snapshot_with(after), other, NOW)
+    unknown = ChangeSet.planned_from(snapshot_with(s), fencing_epoch=0, writer="w", topic_id=TOPIC_ID,
+                                     added_object_keys=[AddedObjectKey("nope", bloom)])
+    with pytest.raises(MetadataInvariantError, match="unknown segment nope"):
+        apply_change_set(snapshot_with(s), unknown, NOW)
+
+
+# --- the shape of a round ---------------------------------------------------------------------------------
+
+
+def work(skipping: bool, blooms: Sequence[int] = ()) -> PartitionWork:
+    segments = tuple(
+        replace(s, object_keys=(*s.object_keys, ObjectKey(ObjectSuffix.BLOOM, f"k{i}.bloom"))) if i in blooms else s
+        for i, s in enumerate(SEGS)
+    )
+    groups = tuple(GroupTask(i, s.start_offset, s.end_offset, (InputSegment(s.segment_id, s.start_offset,
+                                                                            s.end_offset, {"log": f"k{i}"}, 100),))
+                   for i, s in enumerate(segments))
+    task = PartitionTask("t", TOPIC_ID, 0, 80, NOW, 1, 4096, (), {}, groups)
+    return PartitionWork(task, segments, first_dirty_offset=50, skipping=skipping, segment_bytes=100,
+                         segment_index_bytes=10**6)
+
+
+def test_a_round_scans_dirty_segments_and_clean_ones_without_a_filter() -> None:
+    w = work(True, blooms=(0, 1, 2))
+    assert [s.segment_id for s in w.clean] == [s.segment_id for s in SEGS[:5]]  # end offsets below 50
+    scans = {s.segment_id: s for s in w.scans()}
+    assert set(scans) == {s.segment_id for s in SEGS[3:]}
+    assert [scans[s.segment_id].dirty for s in SEGS[3:]] == [False, False, True, True, True]
+    assert scans[SEGS[3].segment_id].filter_key is not None and scans[SEGS[5].segment_id].filter_key is None
+    task = w.reshaped({SEGS[0].segment_id}, set(scans))
+    inputs = [i for g in task.groups for i in g.inputs]
+    assert [i.segment_id for i in inputs] == [s.segment_id for s in SEGS[1:]]
+    assert [i.resolve for i in inputs] == [True, True, False, False, False, False, False]
+
+
+def test_a_forced_round_keeps_nothing_and_scans_everything() -> None:
+    w = work(False, blooms=(0, 1, 2))
+    assert w.clean == [] and [s.dirty for s in w.scans()] == [True] * 8
+    ids = [[i.segment_id for i in g.inputs] for g in w.reshaped(set(), set()).groups]
+    assert ids == [[i.segment_id for i in g.inputs] for g in w.task.groups]  # the planner's groups
