@@ -36,7 +36,12 @@ from compaction.errors import (
     RetryableError,
 )
 from compaction.format.indexes import AbortedTxn, collect_aborted_txns, read_txn_index
-from compaction.format.producer_snapshot import expire_producers, read_producer_snapshot
+from compaction.format.producer_snapshot import (
+    ProducerStateEntry,
+    expire_producers,
+    producer_state_from_log,
+    read_producer_snapshot,
+)
 from compaction.metadata import (
     ChangeSet,
     MetadataSnapshot,
@@ -119,19 +124,17 @@ def first_unstable_offsets(
 ) -> dict[TopicPartition, int]:
     """Per partition, the first offset of a transaction that is still open at the end of the tier.
 
-    Read from the producer snapshot of the last live segment (the state at its end, as Kafka's
-    RemoteLogManager uploads it); partitions without a snapshot are taken as having no open transaction.
+    Taken from `producer_state` (the last live segment's producer snapshot, else a replay of the tier).
     A partition whose snapshot cannot be read is held back whole (its first live offset) and its error
     goes to `unreadable`, so that one corrupt object does not stop the run.
     """
     out: dict[TopicPartition, int] = {}
     for (topic, partition), part in snapshot.partitions.items():
         live = part.live_segments
-        key = live[-1].object_key(ObjectSuffix.PRODUCER_SNAPSHOT) if live else None
-        if key is None:
+        if not live:
             continue
         try:
-            entries = read_producer_snapshot(store.get(key), obj=store.object_uri(key))
+            entries = producer_state(store, live)
         except CorruptInputError as exc:
             out[TopicPartition(topic, partition)] = live[0].start_offset
             if unreadable is not None:
@@ -170,7 +173,8 @@ def plan(
                         for p in compaction_plan.partitions if TopicPartition(p.topic, p.partition) in unreadable)
     notes = tuple(f"{t}-{p} quarantined, not compacted: {e}" for t, p, e in quarantined)
     compaction_plan = replace(compaction_plan, notes=compaction_plan.notes + notes)
-    return RunPlan(store.spec, compaction_plan, uuid.uuid4().hex[:12], _writer(), disk_budget_bytes, quarantined)
+    return RunPlan(store.spec, compaction_plan, uuid.uuid4().hex[:12], _writer(), disk_budget_bytes,
+                   quarantined=quarantined)
 
 
 def _aborted(store: ObjectStore, live: Sequence[SegmentMetadata], upper_bound: int) -> tuple[AbortedTxn, ...]:
@@ -187,12 +191,28 @@ def _aborted(store: ObjectStore, live: Sequence[SegmentMetadata], upper_bound: i
     return tuple(sorted(found, key=lambda t: t.last_offset))
 
 
+def producer_state(store: ObjectStore, live: Sequence[SegmentMetadata]) -> list[ProducerStateEntry]:
+    """The producer state at the end of the tier.
+
+    From the producer snapshot of the last live segment when it has one (the state at its end, as Kafka's
+    RemoteLogManager uploads it), else replayed from the tier itself: every live segment's batch headers and
+    markers, in offset order (only control batches are decoded).
+    """
+    if not live:
+        return []
+    key = live[-1].object_key(ObjectSuffix.PRODUCER_SNAPSHOT)
+    if key is not None:
+        return read_producer_snapshot(store.get(key), obj=store.object_uri(key))
+    state: dict[int, ProducerStateEntry] = {}
+    for seg in live:
+        log_key = seg.object_key(ObjectSuffix.LOG) or ""
+        state = producer_state_from_log(store.get(log_key), obj=store.object_uri(log_key), initial=state.values())
+    return list(state.values())
+
+
 def _active_producers(store: ObjectStore, live: Sequence[SegmentMetadata], now_ms: int,
                       expiration_ms: int) -> dict[int, ActiveProducer]:
-    key = live[-1].object_key(ObjectSuffix.PRODUCER_SNAPSHOT) if live else None
-    if key is None:
-        return {}
-    entries = {e.producer_id: e for e in read_producer_snapshot(store.get(key), obj=store.object_uri(key))}
+    entries = {e.producer_id: e for e in producer_state(store, live)}
     return {
         pid: ActiveProducer(e.last_offset if e.last_offset >= 0 else None, e.producer_epoch)
         for pid, e in expire_producers(entries, now_ms, expiration_ms).items()

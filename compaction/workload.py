@@ -196,9 +196,12 @@ def generate_partition(
         roll = rng.random()
         transactional = roll < spec.transactional_ratio
         idempotent = transactional or roll < spec.transactional_ratio + spec.idempotent_ratio
-        pid = 1000 + partition * 100 + i
-        producers[pid] = _Producer(
-            pid, rng.randrange(0, 3), spec.codecs[(i + 1) % len(spec.codecs)], transactional, idempotent
+        slot = 1000 + partition * 100 + i
+        epoch = rng.randrange(0, 3)
+        # A producer without idempotence has no producer id (-1), as in Kafka; the broker tracks only the others.
+        producers[slot] = _Producer(
+            slot if idempotent else -1, epoch if idempotent else -1, spec.codecs[(i + 1) % len(spec.codecs)],
+            transactional, idempotent,
         )
     writers = [plain, *producers.values()]
 
