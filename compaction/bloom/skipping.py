@@ -34,7 +34,12 @@ writes and, lazily, for clean segments it had to read), a segment the checkpoint
 segments entirely below the first dirty offset qualify), and anything in a `--force` run: force exists to
 rewrite everything below the first uncleanable offset.
 
-A kept segment also ends a group: groups stay contiguous offset ranges (`regroup_around`).
+A kept segment also ends a group: groups stay contiguous offset ranges (`regroup_around`). Left at that,
+every round would add one small segment (its dirty tail, cleaned, next to kept segments) that no later
+round merges, where Kafka's grouping would. So a segment that could be kept but is small — below half of
+segment.bytes — is rewritten when it can merge: with a neighbour that is rewritten anyway or small too, the
+two fitting in segment.bytes (`merge_small`). That reads at most the small segments' bytes, and only while
+they are small.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ class Verdict(StrEnum):
     TRANSACTIONAL = "transactional"  # transactional or control batches: the marker walk must see it
     HORIZON_PASSED = "horizon_passed"  # a delete horizon has passed: a rewrite drops tombstones
     NO_FILTER = "no_filter"  # no filter, or one this version cannot read: rewritten
+    MERGED = "merged"  # could be kept, but small: rewritten to merge with a neighbour (`merge_small`)
 
     @property
     def kept(self) -> bool:
@@ -108,3 +114,32 @@ def regroup_around(
             run.append(s)
     close(first_uncleanable_offset)
     return groups
+
+
+def merge_small(segments: Sequence[SegmentMetadata], kept: Collection[str], segment_bytes: int) -> set[str]:
+    """`kept` less the small segments that can merge with a neighbour (see the module docstring). Pure.
+
+    `segments` are the round's segments in offset order; a segment not in `kept` is rewritten. Repeats until
+    nothing changes, so a run of small segments next to a rewritten one is absorbed as far as it fits.
+    """
+    out = set(kept)
+
+    def small(s: SegmentMetadata) -> bool:
+        return 2 * s.segment_size_bytes < segment_bytes
+
+    changed = True
+    while changed:
+        changed = False
+        for i, s in enumerate(segments):
+            if s.segment_id not in out or not small(s):
+                continue
+            for j in (i - 1, i + 1):
+                if not 0 <= j < len(segments):
+                    continue
+                other = segments[j]
+                joins = other.segment_id not in out or small(other)
+                if joins and s.segment_size_bytes + other.segment_size_bytes <= segment_bytes:
+                    out -= {s.segment_id, other.segment_id}
+                    changed = True
+                    break
+    return out

@@ -53,7 +53,7 @@ from pyspark.sql.types import (
 )
 
 from compaction.bloom.filter import FilterFacts
-from compaction.bloom.skipping import Verdict, verdict
+from compaction.bloom.skipping import Verdict, merge_small, verdict
 from compaction.bloom.work import PartitionWork, SegmentScanTask
 from compaction.errors import KcompactError
 from compaction.metadata.model import ObjectSuffix, SegmentMetadata
@@ -335,9 +335,9 @@ def stage_partitions(
         live = [w for w in works if stages[w.tp].error is None]
         outcome = probe_filters(spark, spec, keys, _probes(live, stages), {w.tp: stages[w.tp].dirty_keys for w in live})
         map_seconds = time.monotonic() - started
-        scanned = {s.segment_id for s in scans}
-        rescans = _rescans(live, stages, outcome)
-        tasks = _reshape(live, stages, outcome, scanned | {s.segment_id for s in rescans})
+        _decide(live, stages, outcome)
+        rescans = _rescans(live, stages)
+        tasks = _reshape(live, stages, {s.segment_id for s in [*scans, *rescans]})
         winners = keys
         if rescans:  # partitions with too many dirty keys to ship: their rewritten clean segments, scanned
             again = spark.sparkContext.accumulator({}, _Tracker())
@@ -360,20 +360,17 @@ each with its rank: ~200 MiB at this bound). With 1% filters such a partition te
 everywhere anyway (1 - 0.99^D), so little reading is saved there."""
 
 
-def _rescans(
-    works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], outcome: ProbeOutcome
-) -> list[SegmentScanTask]:
-    """The clean segments to scan a second time: rewritten ones of partitions above MAX_SHIPPED_DIRTY_KEYS."""
+def _rescans(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage]) -> list[SegmentScanTask]:
+    """The clean segments to scan a second time: rewritten ones of partitions above MAX_SHIPPED_DIRTY_KEYS
+    that the first scan did not read."""
     out = []
     for w in works:
-        if stages[w.tp].dirty_keys <= MAX_SHIPPED_DIRTY_KEYS:
+        stage = stages[w.tp]
+        if stage.dirty_keys <= MAX_SHIPPED_DIRTY_KEYS:
             continue
-        built = stages[w.tp].filters_built
+        kept = {s.segment_id for s in stage.kept}
         for s in w.clean:
-            probe = outcome.results.get((*w.tp, s.segment_id))
-            if s.object_key(ObjectSuffix.BLOOM) is not None and s.segment_id not in built and not _verdict(
-                probe, w.task.now_ms
-            ).kept:
+            if s.object_key(ObjectSuffix.BLOOM) is not None and s.segment_id not in kept | stage.filters_built.keys():
                 log = s.object_key(ObjectSuffix.LOG) or ""
                 out.append(SegmentScanTask(*w.tp, s.segment_id, log, s.start_offset, False))
     return out
@@ -407,11 +404,8 @@ def _probes(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage])
     return out
 
 
-def _reshape(
-    works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], outcome: ProbeOutcome, scanned: set[str]
-) -> dict[TP, PartitionTask]:
-    """Per partition the verdicts of its clean segments and the task over what is left to rewrite."""
-    tasks = {}
+def _decide(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], outcome: ProbeOutcome) -> None:
+    """Per partition the verdict of each clean segment, and the segments kept."""
     for w in works:
         stage = stages[w.tp]
         _add(stage.counters, outcome.requests.get(w.tp, {}), "store_")
@@ -420,10 +414,20 @@ def _reshape(
             if probe is not None:
                 stage.probes[s.segment_id] = probe
             stage.verdicts[s.segment_id] = _verdict(probe, w.task.now_ms)
-        kept = {i for i, v in stage.verdicts.items() if v.kept}
+        could = {i for i, v in stage.verdicts.items() if v.kept}
+        kept = merge_small(w.segments, could, w.segment_bytes)
+        stage.verdicts.update({i: Verdict.MERGED for i in could - kept})
         stage.kept = tuple(s for s in w.segments if s.segment_id in kept)
+
+
+def _reshape(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], scanned: set[str]
+             ) -> dict[TP, PartitionTask]:
+    """Per partition the task over what is left to rewrite (regrouped, chunks checked against the budget)."""
+    tasks = {}
+    for w in works:
+        stage = stages[w.tp]
         try:
-            stage.task = w.reshaped(kept, scanned)
+            stage.task = w.reshaped({s.segment_id for s in stage.kept}, scanned)
             check_budget(stage.task)
         except KcompactError as exc:
             stage.error, stage.exit_code = f"{type(exc).__name__}: {exc}", int(exc.exit_code)

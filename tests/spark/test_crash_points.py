@@ -4,7 +4,7 @@ The steps of a run and where each test breaks it (Kafka's `.cleaned`/`.swap` rec
 question to answer: what does the next run find, and is it safe to go on from there?):
 
 - after reading: the driver read the table, txn indexes and producer snapshots and took the fencing
-  epochs, then died before Spark ran (`test_crash_after_reading_...`);
+  epochs, then died before Spark ran;
 - mid-upload, on an executor: the n-th object upload of one partition kills the task (and the Spark job), or
   fails for good as the store's retries run out (that partition alone fails, retryable); `tests/faults.py`
   ships the fault inside the store spec, since a driver-side monkeypatch does not reach Python workers;
@@ -115,12 +115,14 @@ def gc_crashing(store: ObjectStore, monkeypatch: pytest.MonkeyPatch, where: str)
 
 
 def converges(spark: SparkSession, store: ObjectStore, before: dict, monkeypatch: pytest.MonkeyPatch,
-              gc_crash: str) -> None:
-    """Rerun, check the view; gc that crashes at `gc_crash`, check the view; gc again: nothing left over."""
+              gc_crashes: tuple[str, ...]) -> None:
+    """Rerun, check the view; one gc per crash point in `gc_crashes`, each dying there, checking the view after
+    each; gc again: nothing left over."""
     rerun(spark, store)
     assert not view_differences(before, views(store, PARTITIONS))
-    gc_crashing(store, monkeypatch, gc_crash)
-    assert not view_differences(before, views(store, PARTITIONS))
+    for where in gc_crashes:
+        gc_crashing(store, monkeypatch, where)
+        assert not view_differences(before, views(store, PARTITIONS))
     collect_garbage(store, table_in_store(store), gc_now())
     assert store_problems(store) == []
     assert not view_differences(before, views(store, PARTITIONS))
@@ -130,8 +132,11 @@ def converges(spark: SparkSession, store: ObjectStore, before: dict, monkeypatch
 
 
 @pytest.mark.spark
-def test_crash_after_reading_before_spark_converges(spark: SparkSession, store: ObjectStore,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crashes_before_the_commit_converge(spark: SparkSession, store: ObjectStore,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver dies after reading (fencing epochs taken, before the Spark job); then the next run's executor
+    dies mid-upload: the 7th upload of partition 2, so its first output group is uploaded whole and the second
+    is cut short. Each time nothing becomes live; then a rerun converges."""
     before = views(store, PARTITIONS)
     table = table_in_store(store)
     live_before = {tp: table.live_segments(*tp) for tp in PARTITIONS}
@@ -146,26 +151,16 @@ def test_crash_after_reading_before_spark_converges(spark: SparkSession, store: 
     after = table_in_store(store)
     assert all(after.partition_snapshot(*tp).fencing_epoch == 1 for tp in PARTITIONS), "epochs were taken"
     assert {tp: after.live_segments(*tp) for tp in PARTITIONS} == live_before
-    converges(spark, store, before, monkeypatch, gc_crash="delete")
 
-
-@pytest.mark.spark
-def test_executor_dies_mid_upload_and_rerun_converges(spark: SparkSession, store: ObjectStore,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    before = views(store, PARTITIONS)
-    table = table_in_store(store)
-    live_before = {tp: table.live_segments(*tp) for tp in PARTITIONS}
-    run = plan(store, CONFIG, NOW)
-    assert len(run.plan.eligible) == len(PARTITIONS)
-    # The 7th upload of partition 2: its first output group is uploaded whole, the second is cut short.
-    crashing = replace(run, store=failing_uploads(run.store, fail_at=7, match=f"/{2}/"))
+    run = plan(store, CONFIG, NOW, topics=[TOPIC], partition=2)  # a run of partition 2 alone: a cheaper crash
+    assert [p.partition for p in run.plan.eligible] == [2]
     with pytest.raises(Exception, match="simulated fault on upload 7"):
-        stage(spark, crashing)
+        stage(spark, replace(run, store=failing_uploads(run.store, fail_at=7, match=f"/{2}/")))
     assert {tp: table_in_store(store).live_segments(*tp) for tp in PARTITIONS} == live_before
     partial = [p for p in store_problems(store) if p.startswith("orphan") and f"/{2}/" in p]
     assert len(partial) >= 6, "the crash happened mid-upload: some objects of partition 2 were written"
     assert not view_differences(before, views(store, PARTITIONS))
-    converges(spark, store, before, monkeypatch, gc_crash="finish")
+    converges(spark, store, before, monkeypatch, gc_crashes=("delete", "finish"))
 
 
 @pytest.mark.spark
@@ -220,4 +215,4 @@ def test_crashes_around_the_commit_converge(spark: SparkSession, store: ObjectSt
     version = table.version()
     assert commit_partition(table, run, by_partition[1]) == version
     assert table_in_store(store).version() == version
-    converges(spark, store, before, monkeypatch, gc_crash="orphans")
+    converges(spark, store, before, monkeypatch, gc_crashes=("orphans",))

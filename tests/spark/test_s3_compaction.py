@@ -1,12 +1,15 @@
 """The end-to-end compaction tests, again on the S3 backend (a moto server on 127.0.0.1).
 
-The core tests of `test_compact.py` that take their store from the `tiered` fixture run here unchanged,
-with `tiered` tiering the same workload into S3 instead of a local directory. The Spark Python workers
-reach moto through the store spec (endpoint, region); credentials come from the workers' environment, as
-on a cluster (instance profile or AWS_* variables): here fake ones, handed to the workers through the
-SparkContext's executor environment for this module only and removed afterwards. No secret is logged.
+Two core tests of `test_compact.py` (the end-to-end one, and the one that leaves the uncleanable section
+untouched) run here unchanged: this module's `tiered` fixture tiers the same workload into S3 instead of a
+local directory. The others exercise nothing backend-specific and cost ~10 s each on moto (the
+corrupt-segment one damages a local file). One more test: a round that keeps segments unread on S3, and
+the store requests the report counts.
 
-One more test: a round that keeps segments unread on S3, and the store requests the report counts.
+The Spark Python workers reach moto through the store spec (endpoint, region); credentials come from the
+workers' environment, as on a cluster (instance profile or AWS_* variables): here fake ones, handed to the
+workers through the SparkContext's executor environment for this module only and removed afterwards.
+Nothing logs them.
 """
 
 from __future__ import annotations
@@ -46,12 +49,6 @@ from tests.spark.test_compact import (
     test_compaction_keeps_latest_per_key_and_writes_real_segments as test_s3_compaction_keeps_latest_per_key,
 )
 from tests.spark.test_compact import (
-    test_rerun_with_nothing_new_changes_nothing as test_s3_rerun_with_nothing_new_changes_nothing,
-)
-from tests.spark.test_compact import (
-    test_tombstones_go_after_their_delete_horizon as test_s3_tombstones_go_after_their_delete_horizon,
-)
-from tests.spark.test_compact import (
     test_uncleanable_section_is_left_untouched as test_s3_uncleanable_section_is_left_untouched,
 )
 
@@ -59,8 +56,6 @@ __all__ = [  # the core tests, collected here a second time with this module's S
     "fake_aws_env",
     "moto_endpoint",
     "test_s3_compaction_keeps_latest_per_key",
-    "test_s3_rerun_with_nothing_new_changes_nothing",
-    "test_s3_tombstones_go_after_their_delete_horizon",
     "test_s3_uncleanable_section_is_left_untouched",
 ]
 

@@ -37,7 +37,7 @@ from compaction.bloom.filter import (
 )
 from compaction.bloom.hashing import key_hashes, reference_hash
 from compaction.bloom.segment import filter_key, read_filter, segment_facts, segment_filter
-from compaction.bloom.skipping import Verdict, regroup_around, verdict
+from compaction.bloom.skipping import Verdict, merge_small, regroup_around, verdict
 from compaction.bloom.work import PartitionWork
 from compaction.config import CompactionStrategy
 from compaction.errors import MetadataInvariantError
@@ -238,6 +238,22 @@ def test_regroup_around_kept_segments(kept: set[int], max_size: int, expected: l
     assert [[SEGS.index(s) for s in g] for g in groups] == expected
     if not kept:
         assert groups == group_segments_by_size(SEGS, max_size, 10**6, 80, sizer)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "kept", "expected"),
+    [
+        ([90, 40, 10], {0, 1}, {0}),  # the small one joins the rewritten (dirty) one after it
+        ([90, 40, 90], {0, 1, 2}, {0, 1, 2}),  # between two large kept ones it cannot merge: kept
+        ([40, 40, 90], {0, 1, 2}, {2}),  # two small neighbours merge with each other
+        ([40, 90], {0}, {0}),  # 40 + 90 > segment.bytes: merging would not fit
+        ([20, 20, 20, 90, 20, 10], {0, 1, 2, 3, 4}, {3}),  # runs of small ones are absorbed as far as they fit
+    ],
+)
+def test_small_segments_that_can_merge_are_not_kept(sizes: list[int], kept: set[int], expected: set[int]) -> None:
+    segments = [seg(i, i * 10, i * 10 + 9, size) for i, size in enumerate(sizes)]
+    ids = merge_small(segments, {segments[i].segment_id for i in kept}, segment_bytes=100)
+    assert ids == {segments[i].segment_id for i in expected}
 
 
 # --- winners of a clean segment, resolved in the task ---------------------------------------------------
