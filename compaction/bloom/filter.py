@@ -139,22 +139,7 @@ def _insert(bits: np.ndarray, m: int, k: int, hashes: np.ndarray) -> None:
 @numba.njit(cache=True, nogil=True)
 def _positives(bits: np.ndarray, m: int, k: int, hashes: np.ndarray) -> int:
     """How many of `hashes` test positive (every probe bit set)."""
-    mm = np.uint64(m)
-    found = 0
-    for j in range(hashes.shape[0]):
-        h1 = hashes[j]
-        h2 = mix64(h1) | np.uint64(1)
-        g = h1
-        hit = True
-        for _ in range(k):
-            pos = g % mm
-            if (bits[pos >> np.uint64(3)] >> np.uint8(pos & np.uint64(7))) & np.uint8(1) == 0:
-                hit = False
-                break
-            g = g + h2
-        if hit:
-            found += 1
-    return found
+    return int(_positive_mask(bits, m, k, hashes).sum())
 
 
 @numba.njit(cache=True, nogil=True)
