@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from compaction.errors import ConfigError, CorruptMetadataError
+from compaction.errors import ConfigError, CorruptInputError, CorruptMetadataError
 from compaction.format.batch import Record, RecordBatch
-from compaction.format.indexes import AbortedTxn, read_txn_index
+from compaction.format.indexes import AbortedTxn, offset_index_lookup, read_offset_index, read_txn_index
 from compaction.format.segment import iter_batches
 from compaction.metadata import ObjectSuffix, SegmentMetadata
 from compaction.storage.base import ObjectStore
@@ -47,6 +47,7 @@ class SegmentRef:
     end_offset: int
     log_key: str
     txn_index_key: str | None
+    offset_index_key: str | None = None
 
 
 def segment_ref(segment: SegmentMetadata) -> SegmentRef:
@@ -54,7 +55,8 @@ def segment_ref(segment: SegmentMetadata) -> SegmentRef:
     log_key = segment.object_key(ObjectSuffix.LOG)
     if log_key is None:
         raise CorruptMetadataError(f"segment {segment.segment_id} has no .log object key")
-    return SegmentRef(segment.start_offset, segment.end_offset, log_key, segment.object_key(ObjectSuffix.TXN_INDEX))
+    return SegmentRef(segment.start_offset, segment.end_offset, log_key, segment.object_key(ObjectSuffix.TXN_INDEX),
+                      segment.object_key(ObjectSuffix.OFFSET_INDEX))
 
 
 def aborted_ranges(store: ObjectStore, segments: Sequence[SegmentRef]) -> dict[int, list[tuple[int, int]]]:
@@ -99,20 +101,36 @@ def segment_records(
     aborted: dict[int, list[tuple[int, int]]] | None = None,
     unstable_from: dict[int, int] | None = None,
 ) -> Iterator[Record]:
-    """The records of one segment a consumer would receive (see the module docstring)."""
-    data = store.get(seg.log_key)
-    for _pos, batch in iter_batches(data, obj=store.object_uri(seg.log_key)):
-        if batch.is_control or batch.last_offset < from_offset:
-            continue
-        if isolation is Isolation.READ_COMMITTED and batch.is_transactional:
-            if _is_aborted(batch, aborted or {}):
+    """The records of one segment a consumer would receive (see the module docstring).
+
+    Reading from an offset inside the segment fetches only the bytes from the offset index's entry for it on
+    (a ranged GET, as a broker serves a fetch); errors still name the position in the whole object.
+    """
+    uri = store.object_uri(seg.log_key)
+    data, position = _segment_tail(store, seg, from_offset)
+    try:
+        for _pos, batch in iter_batches(data, obj=uri):
+            if batch.is_control or batch.last_offset < from_offset:
                 continue
-            first_open = (unstable_from or {}).get(batch.producer_id)
-            if first_open is not None and batch.base_offset >= first_open:
-                continue
-        for record in batch.records:
-            if record.offset >= from_offset:
-                yield record
+            if isolation is Isolation.READ_COMMITTED and batch.is_transactional:
+                if _is_aborted(batch, aborted or {}):
+                    continue
+                first_open = (unstable_from or {}).get(batch.producer_id)
+                if first_open is not None and batch.base_offset >= first_open:
+                    continue
+            yield from (r for r in batch.records if r.offset >= from_offset)
+    except CorruptInputError as exc:  # positions in the fetched tail -> positions in the object
+        raise exc.located(uri, position) from None
+
+
+def _segment_tail(store: ObjectStore, seg: SegmentRef, from_offset: int) -> tuple[bytes, int]:
+    """(bytes, their position in the object): from the batch of `from_offset`'s offset index entry on."""
+    if from_offset <= seg.start_offset or seg.offset_index_key is None:
+        return store.get(seg.log_key), 0
+    index = store.get(seg.offset_index_key)
+    entries = read_offset_index(index, seg.start_offset, obj=store.object_uri(seg.offset_index_key))
+    _offset, position = offset_index_lookup(entries, seg.start_offset, from_offset)
+    return store.get(seg.log_key, position), position
 
 
 def unstable_transactions(store: ObjectStore, segments: Sequence[SegmentRef]) -> dict[int, int]:

@@ -43,6 +43,8 @@ def partition_report(sp: StagedPartition, outcome: PartitionOutcome | None) -> d
         "metadata_version": outcome.version if outcome else None,
         "error": outcome.error if outcome else None,
         **_filter_figures(s),
+        "bloom_sizing": bloom_sizing(sp.plan.config.bloom_filter_fpp, s.get("dirty_keys", 0),
+                                     s.get("clean_segments", 0)),
         "stats": s,
     }
 
@@ -66,6 +68,32 @@ def _filter_figures(s: Mapping[str, int]) -> dict[str, Any]:
             "keys": _rate(s.get("bloom_key_false_positives", 0), s.get("bloom_key_absent_tests", 0)),
         },
         "requests": {k: s.get(f"store_{k}", 0) for k in ("gets", "puts", "bytes_read", "bytes_written")},
+    }
+
+
+TARGET_FALSE_READ_RATE = 0.02
+"""The share of clean segments without a dirty key that a run may read for nothing (issue 6's "+ 2%")."""
+
+
+def bloom_sizing(fpp: float, dirty_keys: int, clean_segments: int) -> dict[str, Any] | None:
+    """Is `bloom.filter.fpp` small enough for this many dirty keys? None when no clean segment was tested.
+
+    A clean segment that holds none of D dirty keys still tests positive with probability 1 - (1 - p)^D for
+    filters of false-positive rate p (each key is tested on its own): about D·p. At Kafka-sized changes the
+    1% default reads almost every clean segment (D = 100 already gives 63%). The fpp that keeps this at
+    TARGET_FALSE_READ_RATE is 1 - (1 - target)^(1/D) ≈ target / D; it applies to filters written from then
+    on (a segment's filter keeps the rate it was built with until the segment is rewritten).
+    """
+    if clean_segments == 0 or dirty_keys == 0:
+        return None
+    read = 1 - (1 - fpp) ** dirty_keys
+    suggested = 1 - (1 - TARGET_FALSE_READ_RATE) ** (1 / dirty_keys)
+    return {
+        "filter_fpp": fpp,
+        "dirty_keys": dirty_keys,
+        "expected_false_read_rate": round(read, 6),
+        "suggested_fpp": float(f"{suggested:.2g}"),
+        "too_coarse": read > TARGET_FALSE_READ_RATE,
     }
 
 
@@ -151,6 +179,12 @@ def kafka_summary(part: dict[str, Any]) -> Iterator[str]:
         yield f"\tFound {part['invalid_records']} invalid messages during compaction."
     if part["error"]:
         yield f"\tNOT COMMITTED: {part['error']}"
+    sizing = part.get("bloom_sizing")
+    if sizing and sizing["too_coarse"]:
+        yield (f"\tBloom filters at bloom.filter.fpp={sizing['filter_fpp']:g} cannot skip much with "
+               f"{sizing['dirty_keys']:,d} dirty keys: a clean segment without any of them is read with probability "
+               f"{100 * sizing['expected_false_read_rate']:.0f}%. For <= {100 * TARGET_FALSE_READ_RATE:.0f}%, set "
+               f"bloom.filter.fpp <= {sizing['suggested_fpp']:g} (applies to filters written from then on).")
 
 
 def render_text(report: dict[str, Any]) -> Iterator[str]:

@@ -63,6 +63,7 @@ _DESCRIPTOR = StructType(
         StructField("end_offset", LongType(), False),
         StructField("log_key", StringType(), False),
         StructField("txn_index_key", StringType(), True),
+        StructField("offset_index_key", StringType(), True),
     ]
 )
 
@@ -78,7 +79,8 @@ def _decoder(
         store = spec.open()
         for descriptors in batches:
             for d in descriptors.to_pylist():
-                ref = SegmentRef(d["start_offset"], d["end_offset"], d["log_key"], d["txn_index_key"])
+                ref = SegmentRef(d["start_offset"], d["end_offset"], d["log_key"], d["txn_index_key"],
+                                 d["offset_index_key"])
                 records = list(segment_records(store, ref, from_offset=from_offset, isolation=isolation,
                                                aborted=aborted, unstable_from=unstable))
                 yield pa.RecordBatch.from_pydict(
@@ -118,7 +120,7 @@ def read_partition(
     if level is Isolation.READ_COMMITTED:
         aborted = aborted_ranges(store, refs)
         unstable = unstable_transactions(store, refs)
-    rows = [(r.start_offset, r.end_offset, r.log_key, r.txn_index_key) for r in refs]
+    rows = [(r.start_offset, r.end_offset, r.log_key, r.txn_index_key, r.offset_index_key) for r in refs]
     descriptors = spark.createDataFrame(rows, _DESCRIPTOR).repartition(max(1, len(rows)), "start_offset")
     decoded = descriptors.mapInArrow(_decoder(store.spec, from_offset, level, aborted, unstable), RECORD_STRUCT)
     return decoded.orderBy("offset")

@@ -12,10 +12,11 @@ import pytest
 from deltalake import DeltaTable
 
 from compaction.cli import main
+from compaction.errors import CorruptInputError
 from compaction.format.control import ControlType, batch_control_type
 from compaction.format.segment import iter_batches
 from compaction.metadata import METADATA_SCHEMA, ObjectSuffix, SegmentState, table_in_store
-from compaction.reader import Isolation, consumer_records, segment_ref
+from compaction.reader import Isolation, consumer_records, segment_records, segment_ref
 from compaction.storage import ObjectStore
 from compaction.tier import tier_logdir
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
@@ -69,6 +70,29 @@ def test_tiered_partitions_read_back_exactly(logdir: Path, store: ObjectStore) -
         for seg in live:
             assert store.get(seg.object_key(ObjectSuffix.LOG) or "") == (
                 logdir / f"{topic}-{partition}" / f"{seg.start_offset:020d}.log").read_bytes()
+
+
+def test_reading_from_an_offset_fetches_only_the_segment_tail(logdir: Path, store: ObjectStore) -> None:
+    """A ranged GET from the offset index's entry on: fewer bytes, the same records, errors name the position
+    in the whole object."""
+    tier_logdir(logdir, store, table_in_store(store, create=True), NOW)
+    seg = max(table_in_store(store).live_segments("orders", 0), key=lambda s: s.segment_size_bytes)
+    ref = segment_ref(seg)
+    middle = (seg.start_offset + seg.end_offset) // 2
+    whole = [(r.offset, r.value) for r in segment_records(store, ref) if r.offset >= middle]
+    before = store.stats.bytes_read
+    tail = [(r.offset, r.value) for r in segment_records(store, ref, from_offset=middle)]
+    fetched = store.stats.bytes_read - before
+    index_size = store.size(ref.offset_index_key or "")
+    assert tail == whole and tail[0][0] == middle
+    assert fetched - index_size < 0.75 * seg.segment_size_bytes, (fetched, seg.segment_size_bytes)
+    data = bytearray(store.get(ref.log_key))
+    last = max(pos for pos, _b in iter_batches(bytes(data)))
+    data[last + 30] ^= 0xFF  # inside the CRC-covered part of the last batch
+    store.delete(ref.log_key)
+    store.put(ref.log_key, bytes(data))
+    with pytest.raises(CorruptInputError, match=rf"byte {last + 17}\b"):
+        list(segment_records(store, ref, from_offset=middle))
 
 
 def test_read_committed_drops_aborted_and_open_transactions(logdir: Path, local_store: ObjectStore) -> None:

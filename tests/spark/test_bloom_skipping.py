@@ -282,6 +282,8 @@ def test_report_carries_the_filter_figures_and_requests(rounds: Rounds) -> None:
     assert s["bloom_segment_true_negatives"] == part["segments_skipped"]
     assert 0 <= s["bloom_key_false_positives"] <= s["bloom_key_absent_tests"]
     assert rate["keys"] < 20 * FPP  # 20 dirty keys x ~30 filters: a handful of tests, far below 1%
+    sizing = part["bloom_sizing"]
+    assert sizing["filter_fpp"] == FPP and sizing["dirty_keys"] == s["dirty_keys"] and not sizing["too_coarse"]
     assert part["requests"]["gets"] > 0 and part["requests"]["puts"] > 0
     assert rounds.second.report["requests"]["bytes_read"] >= part["requests"]["bytes_read"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -43,11 +44,19 @@ def all_records(store: ObjectStore, topic: str, partition: int) -> list:
 
 
 @pytest.fixture
-def tiered(tmp_path: Path) -> ObjectStore:
+def new_store(tmp_path: Path) -> Callable[[], ObjectStore]:
+    """A fresh, empty store per call: a local directory here; `test_s3_compaction` overrides it with S3, so
+    every test of this module runs there too."""
+    n = itertools.count()
+    return lambda: open_store(str(tmp_path / f"store-{next(n)}"))
+
+
+@pytest.fixture
+def tiered(tmp_path: Path, new_store: Callable[[], ObjectStore]) -> ObjectStore:
     spec = WorkloadSpec(topics=(TopicSpec("orders", 2),), records_per_partition=4000, keys=300,
                         segment_bytes=64 * 1024, tombstone_ratio=0.05, seed=21)
     generate_logdir(tmp_path / "logs", spec)
-    store = open_store(str(tmp_path / "store"))
+    store = new_store()
     tier_logdir(tmp_path / "logs", store, table_in_store(store, create=True), NOW - 10 * DAY)
     return store
 
@@ -135,11 +144,13 @@ def expected_winners(store: ObjectStore, topic: str, partition: int, below: int,
 
 
 @pytest.mark.spark
-def test_timestamp_and_header_strategies_keep_the_strategy_winner(spark: SparkSession, tmp_path: Path) -> None:
+def test_timestamp_and_header_strategies_keep_the_strategy_winner(
+    spark: SparkSession, tmp_path: Path, new_store: Callable[[], ObjectStore]
+) -> None:
     spec = WorkloadSpec(topics=(TopicSpec("ts", 1), TopicSpec("hdr", 1)), records_per_partition=3000, keys=200,
                         segment_bytes=64 * 1024, out_of_order_ratio=0.3, seed=8)
     generate_logdir(tmp_path / "logs", spec)
-    store = open_store(str(tmp_path / "store"))
+    store = new_store()
     tier_logdir(tmp_path / "logs", store, table_in_store(store, create=True), NOW - DAY)
     config = KcompactConfig(
         defaults=TopicConfig.from_kafka({"cleanup.policy": "compact"}),
@@ -171,10 +182,10 @@ def test_corrupt_segment_quarantines_only_its_partition(spark: SparkSession, tie
     table = table_in_store(store)
     victim = table.live_segments("orders", 1)[2]
     key = victim.object_key(ObjectSuffix.LOG) or ""
-    path = Path(store.object_uri(key).removeprefix("file://"))
-    data = bytearray(path.read_bytes())
+    data = bytearray(store.get(key))
     data[200] ^= 0xFF
-    path.write_bytes(bytes(data))
+    store.delete(key)  # objects are never overwritten: replace it (as a bit flip at rest would)
+    store.put(key, bytes(data))
     before = table.live_segments("orders", 1)
     outcomes = {o.partition: o for o in commit(stage(spark, plan(store, CONFIG, NOW)))}
     assert outcomes[0].committed
@@ -208,7 +219,9 @@ def test_uncleanable_section_is_left_untouched(spark: SparkSession, tiered: Obje
 
 
 @pytest.mark.spark
-def test_incremental_rounds_over_cleaned_and_dirty_sections(spark: SparkSession, tmp_path: Path) -> None:
+def test_incremental_rounds_over_cleaned_and_dirty_sections(
+    spark: SparkSession, tmp_path: Path, new_store: Callable[[], ObjectStore]
+) -> None:
     """Scenarios 18 and 30 adapted: a second round cleans [checkpoint, bound) together with the cleaned prefix,
     across the offset gaps the first round left; the checkpoint always lands on the first uncleanable offset."""
     spec = WorkloadSpec(topics=(TopicSpec("orders", 1),), records_per_partition=4000, keys=250,
@@ -223,7 +236,7 @@ def test_incremental_rounds_over_cleaned_and_dirty_sections(spark: SparkSession,
         stem = f.name.split(".")[0]
         if not stem.isdigit() or int(stem) <= cut:
             (half / f.name).write_bytes(f.read_bytes())
-    store = open_store(str(tmp_path / "store"))
+    store = new_store()
     table = table_in_store(store, create=True)
     tier_logdir(tmp_path / "half", store, table, NOW - DAY)
     first = plan(store, CONFIG, NOW)

@@ -1,10 +1,8 @@
 """The end-to-end compaction tests, again on the S3 backend (a moto server on 127.0.0.1).
 
-Two core tests of `test_compact.py` (the end-to-end one, and the one that leaves the uncleanable section
-untouched) run here unchanged: this module's `tiered` fixture tiers the same workload into S3 instead of a
-local directory. The others exercise nothing backend-specific and cost ~10 s each on moto (the
-corrupt-segment one damages a local file). One more test: a round that keeps segments unread on S3, and
-the store requests the report counts.
+Every test of `test_compact.py` runs here unchanged: they take their stores from the `new_store` fixture,
+which this module overrides with a fresh prefix in a moto bucket. One more test: a round that keeps segments
+unread on S3, and the store requests the report counts.
 
 The Spark Python workers reach moto through the store spec (endpoint, region); credentials come from the
 workers' environment, as on a cluster (instance profile or AWS_* variables): here fake ones, handed to the
@@ -15,7 +13,7 @@ Nothing logs them.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,8 +25,6 @@ from compaction.metadata import table_in_store
 from compaction.report import run_report
 from compaction.spark import compact as compact_module
 from compaction.storage import ObjectStore, StoreSpec
-from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 from tests.integration.conftest import (
     BUCKET,
     FAKE_AWS_ENV,
@@ -39,25 +35,20 @@ from tests.integration.conftest import (
     moto_endpoint,
 )
 from tests.scenario_log import ScenarioLog, tier
-from tests.spark.test_compact import (
-    DAY,
-    NOW,
-    all_records,
-    latest_per_key,
-)
-from tests.spark.test_compact import (
-    test_compaction_keeps_latest_per_key_and_writes_real_segments as test_s3_compaction_keeps_latest_per_key,
-)
-from tests.spark.test_compact import (
-    test_uncleanable_section_is_left_untouched as test_s3_uncleanable_section_is_left_untouched,
-)
+from tests.spark import test_compact as core
+from tests.spark.test_compact import DAY, NOW, all_records, latest_per_key, tiered
 
-__all__ = [  # the core tests, collected here a second time with this module's S3 `tiered` fixture
-    "fake_aws_env",
-    "moto_endpoint",
-    "test_s3_compaction_keeps_latest_per_key",
-    "test_s3_uncleanable_section_is_left_untouched",
-]
+# The core end-to-end tests, collected here a second time: they take their stores from `new_store`, which this
+# module overrides with S3 (a moto server on 127.0.0.1).
+test_s3_end_to_end = core.test_compaction_keeps_latest_per_key_and_writes_real_segments
+test_s3_rerun_changes_nothing = core.test_rerun_with_nothing_new_changes_nothing
+test_s3_tombstones_go_after_their_horizon = core.test_tombstones_go_after_their_delete_horizon
+test_s3_timestamp_and_header_strategies = core.test_timestamp_and_header_strategies_keep_the_strategy_winner
+test_s3_corrupt_segment_quarantines_its_partition = core.test_corrupt_segment_quarantines_only_its_partition
+test_s3_uncleanable_section_is_left_untouched = core.test_uncleanable_section_is_left_untouched
+test_s3_incremental_rounds = core.test_incremental_rounds_over_cleaned_and_dirty_sections
+
+__all__ = ["fake_aws_env", "moto_endpoint", "tiered"]
 
 pytestmark = pytest.mark.s3
 
@@ -82,14 +73,9 @@ def s3_store(endpoint: str) -> ObjectStore:
 
 
 @pytest.fixture
-def tiered(tmp_path: Path, moto_endpoint: str, fake_aws_env: None) -> ObjectStore:
-    """`test_compact.tiered`, tiered into S3."""
-    spec = WorkloadSpec(topics=(TopicSpec("orders", 2),), records_per_partition=4000, keys=300,
-                        segment_bytes=64 * 1024, tombstone_ratio=0.05, seed=21)
-    generate_logdir(tmp_path / "logs", spec)
-    store = s3_store(moto_endpoint)
-    tier_logdir(tmp_path / "logs", store, table_in_store(store, create=True), NOW - 10 * DAY)
-    return store
+def new_store(moto_endpoint: str, fake_aws_env: None) -> Callable[[], ObjectStore]:
+    """`test_compact.new_store`, on S3: each call a fresh prefix in the moto bucket."""
+    return lambda: s3_store(moto_endpoint)
 
 
 @pytest.mark.spark

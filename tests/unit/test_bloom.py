@@ -49,6 +49,7 @@ from compaction.metadata import ObjectKey, ObjectSuffix, SegmentMetadata, Segmen
 from compaction.metadata.change_set import AddedObjectKey, ChangeSet, apply_change_set
 from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.plan.grouping import estimated_index_sizes, group_segments_by_size
+from compaction.report import TARGET_FALSE_READ_RATE, bloom_sizing
 from compaction.rewrite.resolve import DirtyKeys, best_per_key, resolve_clean_segment
 from compaction.rewrite.upload import DiskBudgetError, GroupTask, InputSegment, PartitionTask, rewrite_partition
 from compaction.storage import open_store
@@ -430,3 +431,35 @@ def test_a_forced_round_keeps_nothing_and_scans_everything() -> None:
     assert w.clean == [] and [s.dirty for s in w.scans()] == [True] * 8
     ids = [[i.segment_id for i in g.inputs] for g in w.reshaped(set(), set()).groups]
     assert ids == [[i.segment_id for i in g.inputs] for g in w.task.groups]  # the planner's groups
+
+
+# --- sizing advice: how the per-key rate becomes a per-segment read rate -----------------------------------
+
+
+def test_sizing_advice_flags_a_rate_too_coarse_for_the_dirty_keys() -> None:
+    coarse = bloom_sizing(0.01, 100, clean_segments=40)
+    assert coarse is not None and coarse["too_coarse"]
+    assert coarse["expected_false_read_rate"] == pytest.approx(1 - 0.99**100, abs=1e-6)  # 63%
+    assert coarse["suggested_fpp"] == pytest.approx(0.02 / 100, rel=0.02)
+    fine = bloom_sizing(0.0005, 20, clean_segments=40)
+    assert fine is not None and not fine["too_coarse"] and fine["expected_false_read_rate"] < 0.02
+    assert bloom_sizing(0.01, 0, clean_segments=40) is None and bloom_sizing(0.01, 5, clean_segments=0) is None
+
+
+@pytest.mark.parametrize("dirty_keys", [10, 200])
+def test_suggested_fpp_keeps_segment_false_reads_near_the_target(dirty_keys: int) -> None:
+    """Real filters sized at the suggested rate, each tested with D keys none of them holds: the share of
+    filters that answer "maybe" is about TARGET_FALSE_READ_RATE (and at the 1% default, far above it)."""
+    rng = np.random.default_rng(5)
+    suggested = bloom_sizing(0.01, dirty_keys, clean_segments=1)["suggested_fpp"]  # type: ignore[index]
+    segments = 400
+    reads = {suggested: 0, 0.01: 0}
+    for _ in range(segments):
+        held = rng.integers(0, 2**63, size=2000, dtype=np.int64).astype(np.uint64)
+        absent = rng.integers(0, 2**63, size=dirty_keys, dtype=np.int64).astype(np.uint64)
+        for fpp in reads:
+            reads[fpp] += KeyFilter.build(held, fpp).positives(absent) > 0
+    observed = reads[suggested] / segments
+    assert observed <= 2.5 * TARGET_FALSE_READ_RATE, observed  # ~8 expected of 400; binomial slack
+    default = reads[0.01] / segments
+    assert default == pytest.approx(1 - 0.99**dirty_keys, abs=0.08), default
