@@ -400,6 +400,7 @@ def partition_stats(work: PartitionWork, done: PartitionStage, driver: dict[str,
         "peak_temp_bytes": int(done.summary.get("peak_temp_bytes", 0)),
         "disk_budget_bytes": int(work.task.disk_budget_bytes or 0),
     }
+    stats["scan_task_ms"] = int(done.counters.get("scan_task_ms", 0))
     for name in ("store_gets", "store_puts", "store_bytes_read", "store_bytes_written"):
         stats[name] = int(done.counters.get(name, 0)) + driver.get(name, 0)
     return stats

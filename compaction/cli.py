@@ -40,7 +40,17 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         description="Generate a Kafka log directory: several topics and partitions, rolled segments plus an "
         "active one, skewed key updates, tombstones, idempotent and transactional producers (some transactions "
         "aborted), every codec, a `version` header, out-of-order timestamps and leader epoch changes. "
-        "The output is a pure function of the options (the seed included).",
+        "The output is a pure function of the options (the seed included). "
+        "--bulk is the benchmark-scale path (millions of records a second instead of ~40 thousand): real "
+        "segments, indexes, snapshots and checkpoints as well, but a plain workload: one non-idempotent, "
+        "non-transactional producer per partition, one codec (the first of --codecs), exactly "
+        "--records-per-batch records per batch, leader epoch 0, no headers, timestamps start-ms + offset × "
+        "ms-per-record, keys key-%010d chosen by --key-order, values of exactly --value-bytes printable bytes or null "
+        "(--tombstone-ratio), "
+        "then optionally --update-fraction × --keys records rewriting distinct keys. --key-skew, "
+        "--transactional-ratio and --abort-ratio do not apply to it; --key-order, --update-fraction, "
+        "--update-spread, --jobs and --progress-interval apply only to it. With --bulk the segment files "
+        "already in a partition directory are replaced.",
     )
     p.add_argument("--logdir", required=True, type=Path, help="directory to write (created if missing)")
     p.add_argument(
@@ -53,13 +63,15 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         "--keys", type=int, default=2_000, help="distinct keys per partition (default: %(default)s)"
     )
     p.add_argument(
-        "--key-skew", type=float, default=1.1, help="Zipf exponent of key popularity (default: %(default)s)"
+        "--key-skew", type=float, default=None, help="Zipf exponent of key popularity (default: 1.1; not with --bulk)"
     )
     p.add_argument(
-        "--value-bytes", type=int, default=100, help="approximate value size (default: %(default)s)"
+        "--value-bytes", type=int, default=100,
+        help="approximate value size; exact with --bulk (default: %(default)s)",
     )
     p.add_argument(
-        "--records-per-batch", type=int, default=20, help="mean records per batch (default: %(default)s)"
+        "--records-per-batch", type=int, default=None,
+        help="mean records per batch; with --bulk every batch holds exactly this many (default: 20; 100 with --bulk)",
     )
     p.add_argument(
         "--segment-bytes",
@@ -73,16 +85,18 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--transactional-ratio",
         type=float,
-        default=0.25,
-        help="chance that a producer is transactional (default: %(default)s)",
+        default=None,
+        help="chance that a producer is transactional (default: 0.25; not with --bulk)",
     )
     p.add_argument(
-        "--abort-ratio", type=float, default=0.3, help="share of aborted transactions (default: %(default)s)"
+        "--abort-ratio", type=float, default=None,
+        help="share of aborted transactions (default: 0.3; not with --bulk)",
     )
     p.add_argument(
         "--codecs",
         default="none,gzip,snappy,lz4,zstd",
-        help="codecs the producers use, round robin (default: %(default)s)",
+        help="codecs the producers use, round robin; --bulk uses the first one for every batch "
+        "(default: %(default)s)",
     )
     p.add_argument("--seed", type=int, default=42, help="random seed (default: %(default)s)")
     p.add_argument(
@@ -91,11 +105,53 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         default=1_700_000_000_000,
         help="timestamp of the first record (default: %(default)s)",
     )
+    p.add_argument(
+        "--ms-per-record", type=int, default=50,
+        help="the clock advances this much per record (default: %(default)s)",
+    )
     p.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    bulk = p.add_argument_group("benchmark-scale generation (--bulk)")
+    bulk.add_argument(
+        "--bulk", action="store_true",
+        help="fast, plain workload for benchmarks (see above): ≥ 2 M records/s per core uncompressed",
+    )
+    bulk.add_argument(
+        "--key-order", choices=["sequential", "uniform"], default=None,
+        help="sequential: the first --keys records are key ids 0..K-1 in order (every key once), any further "
+        "records draw uniformly; uniform: every record draws uniformly (default: sequential)",
+    )
+    bulk.add_argument(
+        "--update-fraction", type=float, default=None, metavar="F",
+        help="after --records records, append round(F × --keys) records rewriting that many distinct keys with "
+        "new non-null values, F in [0, 1] (default: 0)",
+    )
+    bulk.add_argument(
+        "--update-spread", choices=["clustered", "random"], default=None,
+        help="which keys --update-fraction rewrites: clustered = a contiguous run of key ids at a seeded "
+        "position, random = a seeded random sample (default: clustered)",
+    )
+    bulk.add_argument(
+        "--jobs", type=int, default=None,
+        help="partitions generated in parallel worker processes; the output does not depend on it (default: 1)",
+    )
+    bulk.add_argument(
+        "--progress-interval", type=float, default=None, metavar="SECONDS",
+        help="print a progress line per partition to stderr this often; 0 = only when a partition is done "
+        "(default: 5)",
+    )
     p.set_defaults(func=_cmd_generate)
 
 
+_BULK_ONLY = ("key_order", "update_fraction", "update_spread", "jobs", "progress_interval")
+_NOT_BULK = ("key_skew", "transactional_ratio", "abort_ratio")
+
+
+def _option(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
+    from compaction.bulkgen import BulkSpec
     from compaction.format.codecs import Codec
     from compaction.workload import (
         TopicSpec,
@@ -115,20 +171,44 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         codecs = tuple(Codec[c.strip().upper()] for c in args.codecs.split(","))
     except KeyError as exc:
         raise _usage(f"--codecs: unknown codec {exc.args[0]!r} (none, gzip, snappy, lz4, zstd)") from None
+    if args.bulk:
+        wrong = [_option(d) for d in _NOT_BULK if getattr(args, d) is not None]
+        if wrong:
+            raise _usage(f"{', '.join(wrong)}: not with --bulk (its single plain producer draws keys by --key-order)")
+        return _generate_bulk(args, BulkSpec(
+            topics=tuple(topics),
+            records_per_partition=args.records,
+            keys=args.keys,
+            value_bytes=args.value_bytes,
+            records_per_batch=100 if args.records_per_batch is None else args.records_per_batch,
+            segment_bytes=args.segment_bytes,
+            codec=codecs[0],
+            tombstone_ratio=args.tombstone_ratio,
+            key_order=args.key_order or "sequential",
+            update_fraction=0.0 if args.update_fraction is None else args.update_fraction,
+            update_spread=args.update_spread or "clustered",
+            start_ms=args.start_ms,
+            ms_per_record=args.ms_per_record,
+            seed=args.seed,
+        ))  # BulkSpec validates: a ConfigError (exit 2) names the offending options
+    wrong = [_option(d) for d in _BULK_ONLY if getattr(args, d) is not None]
+    if wrong:
+        raise _usage(f"{', '.join(wrong)}: only with --bulk")
     spec = WorkloadSpec(
         topics=tuple(topics),
         records_per_partition=args.records,
         keys=args.keys,
-        key_skew=args.key_skew,
+        key_skew=1.1 if args.key_skew is None else args.key_skew,
         value_bytes=args.value_bytes,
-        records_per_batch=args.records_per_batch,
+        records_per_batch=20 if args.records_per_batch is None else args.records_per_batch,
         segment_bytes=args.segment_bytes,
         tombstone_ratio=args.tombstone_ratio,
-        transactional_ratio=args.transactional_ratio,
-        abort_ratio=args.abort_ratio,
+        transactional_ratio=0.25 if args.transactional_ratio is None else args.transactional_ratio,
+        abort_ratio=0.3 if args.abort_ratio is None else args.abort_ratio,
         codecs=codecs,
         seed=args.seed,
         start_ms=args.start_ms,
+        ms_per_record=args.ms_per_record,
     )
     summary = []
     partitions = list(iter_partitions(spec))
@@ -158,6 +238,25 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     else:
         total = sum(s["bytes"] for s in summary)
         print(f"wrote {len(summary)} partitions, {total / 2**20:.1f} MiB of segments to {args.logdir}")
+    return ExitCode.OK
+
+
+def _generate_bulk(args: argparse.Namespace, spec: Any) -> int:
+    """`kcompact generate --bulk`: `spec` is a validated `bulkgen.BulkSpec`."""
+    from compaction.bulkgen import generate_bulk_logdir, print_progress
+
+    jobs = 1 if args.jobs is None else args.jobs
+    interval = 5.0 if args.progress_interval is None else args.progress_interval
+    if jobs < 1:
+        raise _usage(f"--jobs must be >= 1, got {jobs}")
+    if interval < 0:
+        raise _usage(f"--progress-interval must be >= 0, got {interval}")
+    summary = generate_bulk_logdir(args.logdir, spec, jobs=jobs, progress=print_progress,
+                                   progress_interval_s=interval if interval > 0 else float("inf"))
+    if args.json:
+        print(json.dumps({"logdir": str(args.logdir), "bulk": True, **summary.to_dict()}, indent=2))
+    else:
+        print(f"wrote {summary.line()} to {args.logdir}")
     return ExitCode.OK
 
 

@@ -149,6 +149,10 @@ def _report(run: RunPlan, parts: list[dict[str, Any]], failed: list[dict[str, An
         "bytes_not_downloaded": sum(p["bytes_not_downloaded"] for p in parts),
         "requests": {k: sum(p["requests"][k] for p in parts) for k in ("gets", "puts", "bytes_read", "bytes_written")},
         "time_split_seconds": split,
+        "task_seconds": {  # executor time summed over tasks (not wall clock): where the map and rewrite went
+            t: round(sum(p["stats"].get(f"{t}_task_ms", 0) for p in parts) / 1000, 3)
+            for t in ("scan", "download", "rewrite", "upload")
+        },
         "phase_seconds": phases,
         "duration_seconds": round(sum(phases.values()), 3),
         "planned": [planned_partition(p) for p in plan.partitions],
@@ -201,6 +205,9 @@ def render_text(report: dict[str, Any]) -> Iterator[str]:
     yield (f"filters kept {report['segments_skipped']} clean segments unread "
            f"({_mb(report['bytes_not_downloaded']):,.1f} MB not downloaded); store requests: {r['gets']} GET "
            f"({_mb(r['bytes_read']):,.1f} MB), {r['puts']} PUT ({_mb(r['bytes_written']):,.1f} MB)")
+    tasks = report.get("task_seconds") or {}
+    if any(tasks.values()):
+        yield "executor task time: " + ", ".join(f"{k} {v:.1f} s" for k, v in tasks.items())
     if report.get("phase_seconds"):
         yield "phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in report["phase_seconds"].items())
     for f in report["failed"]:

@@ -1,9 +1,19 @@
 """`make bench`: measured figures written to BENCHMARKS.md, each side by side with its reference.
 
 P1 scan: the numba columnar scan of generated segments (uncompressed ~100-byte records) vs reading the
-same bytes and computing their CRC-32C, both on one core, in the same run. Target: scan >= 40% of it.
+   same bytes and computing their CRC-32C, both on one core, in the same run. Target: scan >= 40% of it.
+P2 end to end: one compaction run (plan, stage, commit) in Spark local[2] over >= 1 GiB of tiered
+   segments, uncompressed and lz4, with the time split. Reference: Kafka's cleaner at 16.5 MB/s.
+P3 cardinality: 5 M, 20 M and 50 M distinct keys, one run each; peak memory of the Python driver, the
+   JVM and the Python workers.
+P4 skipping: 1% of the keys updated after a compacted round; bytes read from the cleaned region vs the
+   bytes of the segments that really hold an updated key; plus the filter rate sweep on the same segments.
+P5 scaling: the P2 workload at 1/16, 1/4 and 1 of its size; time per byte vs linear.
 
-Workloads come from `kcompact generate` and are cached under bench-data/ (keyed by their options).
+Workloads come from `kcompact generate` (`--bulk` for P2-P5) and are cached under bench-data/ (keyed by their
+options); each compaction run is a fresh process (`scripts/bench_run.py`) on a hard-linked copy of a store
+tiered once. Figures are kept per benchmark under bench-data/results/, so `--only P4` refreshes one section
+of BENCHMARKS.md and keeps the others (each says when it was measured).
 Never part of `make test`: timings belong here, not in unit tests.
 """
 
@@ -11,17 +21,24 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import crc32c
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bench-data"
+RESULTS = DATA / "results"
+NOW_MS = 1_800_000_000_000  # generated timestamps start at 1.7e12: everything is old enough to clean
+KAFKA_MB_S = 16.5  # peers.md §6: Kafka's cleaner on a 25.7 GB production partition
 
 
 def machine() -> str:
@@ -117,44 +134,417 @@ def _timed(fn: object) -> float:
     return time.perf_counter() - start
 
 
-def write_report(results: dict[str, dict[str, object]], path: Path) -> None:
+
+# --- workloads and runs ------------------------------------------------------------------------------------
+
+
+def bulk(name: str, *args: str) -> Path:
+    """`kcompact generate --bulk` once per name (the name must change with the options)."""
+    return generate(name, "--bulk", *args)
+
+
+def log_bytes(logdir: Path, rolled_only: bool = True) -> int:
+    """Bytes of the .log files a tier run uploads (every partition's active segment stays local)."""
+    total = 0
+    for part in sorted(p for p in logdir.iterdir() if p.is_dir()):
+        logs = sorted(part.glob("*.log"))
+        total += sum(f.stat().st_size for f in (logs[:-1] if rolled_only else logs))
+    return total
+
+
+def tiered(logdir: Path, name: str) -> Path:
+    """A store holding `logdir` tiered (once, cached): the pristine copy runs are hard-linked from."""
+    from compaction.metadata import table_in_store
+    from compaction.storage import open_store
+    from compaction.tier import tier_logdir
+
+    pristine = DATA / "stores" / name / "pristine"
+    if not (pristine / ".complete").exists():
+        shutil.rmtree(pristine, ignore_errors=True)
+        store = open_store(str(pristine))
+        print(f"tiering {logdir.name} into {pristine}", file=sys.stderr)
+        results = tier_logdir(logdir, store, table_in_store(store, create=True), NOW_MS - 86_400_000)
+        errors = [r.error for r in results if r.error]
+        if errors:
+            raise SystemExit(f"tiering {logdir} failed: {errors}")
+        (pristine / ".complete").write_text("ok")
+    return pristine
+
+
+def copy_store(pristine: Path, name: str) -> Path:
+    """A private copy of a store: hard links (objects and Delta files are never modified in place)."""
+    target = pristine.parent / name
+    shutil.rmtree(target, ignore_errors=True)
+    subprocess.run(["cp", "-al", str(pristine), str(target)], check=True)
+    return target
+
+
+def compaction(store: Path, *options: str) -> dict[str, Any]:
+    """One run of `scripts/bench_run.py` (a fresh process and SparkSession) on `store`; its JSON figures."""
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench_run.py"), str(store), "--now-ms", str(NOW_MS), *options]
+    print("running:", " ".join(cmd[1:]), file=sys.stderr)
+    done = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    if result["errors"] or result["committed"] != result["partitions"]:
+        raise SystemExit(f"compaction of {store} failed: {result['errors']}")
+    print("  ", {k: result[k] for k in ("phases", "bytes_read", "memory_peak_bytes")}, file=sys.stderr)
+    return result
+
+
+def e2e_args(scale: float, codec: str) -> list[str]:
+    """P2/P5's workload at `scale` (1 = the >= 1 GiB one): 8 partitions, ~110-byte values, ~4.5 versions per
+    key, segments scaled with the data so every partition has the same number of them."""
+    records = int(1_350_000 * scale)
+    return [
+        "--topics", "e2e:8", "--records", str(records), "--keys", str(max(1, int(300_000 * scale))),
+        "--key-order", "uniform", "--value-bytes", "100", "--records-per-batch", "200",
+        "--segment-bytes", str(int(32 * 2**20 * scale)), "--codecs", codec, "--tombstone-ratio", "0.01",
+        "--seed", "11",
+    ]
+
+
+def bench_e2e(codec: str, scale: float = 1.0) -> dict[str, Any]:
+    """P2 (and P5's points): one compaction of the tiered workload; input MB/s over its wall time."""
+    args = e2e_args(scale, codec)
+    name = f"e2e-{codec}-{scale:g}"
+    logdir = bulk(name, *args)
+    pristine = tiered(logdir, name)
+    run = compaction(copy_store(pristine, "run"), "--fpp", "0.01", "--min-dirty-ratio", "0.01")
+    shutil.rmtree(pristine.parent / "run", ignore_errors=True)
+    wall = run["phases"]["plan"] + run["phases"]["stage"] + run["phases"]["commit"]
+    return {"workload": " ".join(args), "codec": codec, "scale": scale, "input_bytes": log_bytes(logdir),
+            "wall_seconds": wall, "mb_s": run["bytes_read"] / wall / 1e6, **run}
+
+
+def bench_cardinality(keys: int) -> dict[str, Any]:
+    """P3: `keys` distinct keys (every key once, then 50% more updates), small values; memory peaks.
+
+    Every key's first record lies in a rolled (tiered) segment; the run's `dirty_keys` counts them."""
+    args = [
+        "--topics", "card:8", "--records", str(int(keys * 1.5) // 8), "--keys", str(keys // 8),
+        "--key-order", "sequential", "--value-bytes", "16", "--records-per-batch", "500",
+        "--segment-bytes", str(16 * 2**20), "--codecs", "none", "--tombstone-ratio", "0", "--seed", "5",
+    ]
+    name = f"card-{keys}"
+    logdir = bulk(name, *args)
+    pristine = tiered(logdir, name)
+    run = compaction(copy_store(pristine, "run"), "--min-dirty-ratio", "0.01", "--driver-memory", "6g")
+    shutil.rmtree(pristine.parent / "run", ignore_errors=True)
+    wall = run["phases"]["plan"] + run["phases"]["stage"] + run["phases"]["commit"]
+    return {"workload": " ".join(args), "keys": keys, "wall_seconds": wall, **run}
+
+
+P4_KEYS = 1_000_000  # per partition (2 partitions)
+P4_FRACTION = 0.01
+P4_SEGMENT = 16 * 2**20
+P4_SWEEP = (1e-2, 1e-3, 1e-4, 1e-5, 2e-6)
+
+
+def _records_per_segment(value_bytes: int, per_batch: int, segment_bytes: int) -> int:
+    """With fixed-size keys and values every batch has one size: how many records a segment holds."""
+    from compaction.format.segment import iter_batch_headers
+
+    probe = bulk(f"probe-{value_bytes}-{per_batch}", "--topics", "probe:1", "--records", str(3 * per_batch),
+                 "--keys", str(3 * per_batch), "--value-bytes", str(value_bytes), "--records-per-batch",
+                 str(per_batch), "--codecs", "none", "--tombstone-ratio", "0", "--seed", "1")
+    data = (probe / "probe-0" / f"{0:020d}.log").read_bytes()
+    sizes = {h.size for h in iter_batch_headers(data)}
+    if len(sizes) != 1:
+        raise SystemExit(f"batch sizes vary ({sizes}): cannot align the base with a segment boundary")
+    return (segment_bytes // sizes.pop()) * per_batch
+
+
+def bench_skipping() -> dict[str, Any]:
+    """P4: round 1 compacts a base where every key appears once; then 1% of the keys (a contiguous range of
+    ids per partition) are updated and round 2 runs. Bytes read from the cleaned region (clean segments
+    rewritten + filters read) vs the bytes of the clean segments that really hold an updated key."""
+    from compaction.format.scan import scan_segment
+    from compaction.metadata import ObjectSuffix, table_in_store
+    from compaction.storage import open_store
+    from compaction.tier import tier_logdir
+
+    per_segment = _records_per_segment(400, 100, P4_SEGMENT)
+    keys = (P4_KEYS // per_segment) * per_segment  # the base ends on a segment boundary
+    fpp = 1 - (1 - 0.02) ** (1 / (P4_FRACTION * keys))  # the report's suggestion for this many dirty keys
+    args = ["--topics", "skip:2", "--records", str(keys), "--keys", str(keys), "--key-order", "sequential",
+            "--value-bytes", "400", "--records-per-batch", "100", "--segment-bytes", str(P4_SEGMENT),
+            "--codecs", "none", "--tombstone-ratio", "0", "--update-fraction", str(P4_FRACTION),
+            "--update-spread", "clustered", "--seed", "3"]
+    name = f"skip-{keys}"
+    full = bulk(name, *args)
+    base = DATA / f"{name}-base"  # the base segments and the first update segment (active: not tiered)
+    if not (base / ".complete").exists():
+        shutil.rmtree(base, ignore_errors=True)
+        for part in sorted(p for p in full.iterdir() if p.is_dir()):
+            (base / part.name).mkdir(parents=True)
+            for f in part.iterdir():
+                stem = f.name.split(".")[0]
+                if not stem.isdigit() or int(stem) <= keys:
+                    os.link(f, base / part.name / f.name)
+        (base / ".complete").write_text("ok")
+    topic_config = ["--topic-config", f"segment.bytes={P4_SEGMENT}"]
+    pristine = tiered(base, f"{name}-{fpp:.1e}")
+    store_dir = copy_store(pristine, "run")
+    first = compaction(store_dir, "--fpp", str(fpp), "--min-dirty-ratio", "0.01", *topic_config)
+    store = open_store(str(store_dir))
+    table = table_in_store(store)
+    tier_logdir(full, store, table, NOW_MS - 86_400_000)
+    clean = {p: [s for s in table.live_segments("skip", p) if s.end_offset < keys] for p in (0, 1)}
+    updated = {p: _updated_keys(full / f"skip-{p}", keys) for p in (0, 1)}
+    clean_keys = {p: [(s, scan_segment(store.get(s.object_key(ObjectSuffix.LOG) or "")).records["key"])
+                      for s in clean[p]] for p in (0, 1)}
+    clean_bytes = sum(s.segment_size_bytes for p in (0, 1) for s in clean[p])
+    overlap = sum(s.segment_size_bytes for p in (0, 1) for s, k in clean_keys[p] if _holds(k, updated[p]))
+    second = compaction(store_dir, "--fpp", str(fpp), "--min-dirty-ratio", "0.001", *topic_config)
+    shutil.rmtree(store_dir, ignore_errors=True)
+    read = second["clean_bytes_rewritten"] + second["filter_bytes_read"]
+    return {
+        "workload": " ".join(args), "fpp": fpp, "keys": 2 * keys, "clean_bytes": clean_bytes,
+        "clean_segments": sum(len(c) for c in clean.values()), "overlap_bytes": overlap, "read_bytes": read,
+        "first": first, "second": second, "sweep": _sweep(clean_keys, updated, clean_bytes, overlap),
+    }
+
+
+def _updated_keys(part: Path, keys: int) -> Any:
+    """The keys of the records at offsets >= `keys` (the updates), as an Arrow array."""
+    import pyarrow as pa
+
+    from compaction.format.scan import scan_segment
+
+    chunks = []
+    for log in sorted(part.glob("*.log")):
+        records = scan_segment(log.read_bytes()).records
+        chunks.append(records.filter(pa.compute.greater_equal(records["offset"], keys))["key"])
+    return pa.chunked_array([c for chunk in chunks for c in chunk.chunks], pa.binary()).combine_chunks()
+
+
+def _holds(segment_keys: Any, updated: Any) -> bool:
+    import pyarrow.compute as pc
+
+    return bool(pc.any(pc.is_in(segment_keys.cast("binary"), value_set=updated)).as_py())
+
+
+def _sweep(clean_keys: dict[int, list[Any]], updated: dict[int, Any], clean_bytes: int, overlap: int
+           ) -> list[dict[str, Any]]:
+    """The same clean segments and updated keys, filters rebuilt at each rate in the process: share of the
+    clean region read (segments testing positive + every filter), clustered and random 1% updates."""
+    import numpy as np
+
+    from compaction.bloom.filter import KeyFilter
+    from compaction.bloom.hashing import key_hashes
+
+    rng = np.random.default_rng(9)
+    hashed = {p: [(s, key_hashes(k)) for s, k in segs] for p, segs in clean_keys.items()}
+    randoms = {}
+    for p, segs in hashed.items():  # a random 1% of the partition's keys, for the spread-out case
+        every = np.concatenate([h for _s, h in segs])
+        randoms[p] = rng.choice(every, size=len(updated[p]), replace=False)
+    rows = []
+    for fpp in P4_SWEEP:
+        row: dict[str, Any] = {"fpp": fpp}
+        for spread, dirty in (("clustered", {p: key_hashes(u) for p, u in updated.items()}), ("random", randoms)):
+            read = filters = truly = 0
+            for p, segs in hashed.items():
+                for s, h in segs:
+                    f = KeyFilter.build(h, fpp)
+                    filters += len(f.to_bytes())
+                    if f.positives(dirty[p]) > 0:
+                        read += s.segment_size_bytes
+                    if np.isin(dirty[p], h).any():
+                        truly += s.segment_size_bytes
+            row[spread] = {"read": (read + filters) / clean_bytes, "overlap": truly / clean_bytes,
+                           "filters": filters / clean_bytes}
+        rows.append(row)
+    return rows
+
+
+def bench_scaling(p2: dict[str, Any] | None) -> dict[str, Any]:
+    """P5: the P2 (uncompressed) workload at 1/16 and 1/4 of its size, and P2's own run as the 16x point."""
+    points = [bench_e2e("none", 1 / 16), bench_e2e("none", 1 / 4), p2 or bench_e2e("none", 1.0)]
+    return {"points": points}
+
+
+# --- BENCHMARKS.md ------------------------------------------------------------------------------------------
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.0f} MB"
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def _p1(r: dict[str, Any]) -> list[str]:
+    return [
+        f"Workload: `kcompact generate {r['workload']}` — {r['files']} uncompressed segments, "
+        f"{_gib(r['bytes'])}, {int(r['records']):,} records (~100-byte values). Best of 3.",
+        "",
+        "| measurement | MB/s | records/s |",
+        "|---|---|---|",
+        f"| raw read + CRC-32C of the same bytes | {r['raw_mb_s']:,.0f} | — |",
+        f"| columnar scan (numba) → Arrow | {r['scan_mb_s']:,.0f} | {r['scan_records_s']:,.0f} |",
+        "",
+        f"Scan / reference: **{100 * r['ratio']:.0f}%** (target ≥ 40%).",
+    ]
+
+
+def _split(r: dict[str, Any]) -> str:
+    ph, t = r["phases"], r["task_seconds"]
+    return (f"plan {ph['plan']:.1f} s · map (scan + winners) {r['map_seconds']:.1f} s · rewrite + upload "
+            f"{r['rewrite_seconds']:.1f} s · commit {ph['commit']:.2f} s (session start-up {ph['session']:.1f} s, "
+            f"not counted) — executor task time: scan {t['scan']:.1f} s, download {t['download']:.1f} s, "
+            f"rewrite {t['rewrite']:.1f} s, upload {t['upload']:.1f} s")
+
+
+def _p2(runs: list[dict[str, Any]]) -> list[str]:
+    lines = ["Workload: `kcompact generate --bulk " + runs[0]["workload"].replace(" --codecs none", " --codecs C")
+             + "`, tiered into a local store; one run of `plan → stage → commit` in local[2] "
+             "(`scripts/bench_run.py`); MB/s = segment bytes read by the run / its wall time (plan + stage + commit).",
+             "",
+             "| codec | input (tiered) | records in → out | output | wall | MB/s | × Kafka's 16.5 MB/s |",
+             "|---|---|---|---|---|---|---|"]
+    for r in runs:
+        lines.append(f"| {r['codec']} | {_gib(r['bytes_read'])} | {r['records_read']:,} → {r['records_written']:,} | "
+                     f"{_mb(r['bytes_written'])} | {r['wall_seconds']:.1f} s | **{r['mb_s']:.1f}** | "
+                     f"{r['mb_s'] / KAFKA_MB_S:.1f}× |")
+    lines.append("")
+    lines += [f"- {r['codec']}: {_split(r)}" for r in runs]
+    lines += ["", "Target ≥ 100 MB/s (≥ 6× Kafka)."]
+    return lines
+
+
+def _p3(runs: list[dict[str, Any]]) -> list[str]:
+    lines = ["Workload: `kcompact generate --bulk` with `--key-order sequential` (every key once, then 50% more "
+             "updates), 16-byte values, 8 partitions, e.g. `" + runs[-1]["workload"] + "`. One run each, "
+             "peak resident memory sampled every 0.2 s from /proc (the JVM is driver and executor in local mode; "
+             "`spark.driver.memory` 6g).",
+             "",
+             "| distinct keys in the run | records read → written | wall | Python driver peak | JVM peak | "
+             "Python workers peak (sum) |",
+             "|---|---|---|---|---|---|"]
+    for r in runs:
+        m = r["memory_peak_bytes"]
+        lines.append(f"| {r['dirty_keys']:,} | {r['records_read']:,} → {r['records_written']:,} | "
+                     f"{r['wall_seconds']:.0f} s | {_mb(m['driver_python'])} | {_mb(m['jvm'])} | "
+                     f"{_mb(m['python_workers'])} |")
+    lines += ["", "Target: 50 M keys in one run, driver memory not growing with the key count."]
+    return lines
+
+
+def _p4(r: dict[str, Any]) -> list[str]:
+    s = r["second"]
+    share = r["read_bytes"] / r["clean_bytes"]
+    overlap = r["overlap_bytes"] / r["clean_bytes"]
+    lines = [
+        f"Workload: `kcompact generate --bulk {r['workload']}`: {r['keys']:,} keys, each once, compacted "
+        f"(round 1, filters at bloom.filter.fpp = {r['fpp']:.1e}, the report's suggestion for "
+        f"{s['dirty_keys']:,} dirty keys); then 1% of them updated (a contiguous range of ids per partition) and "
+        "round 2 runs.",
+        "",
+        "| cleaned region (round 2) | bytes | share |",
+        "|---|---|---|",
+        f"| total: {r['clean_segments']} segments | {_mb(r['clean_bytes'])} | 100% |",
+        f"| segments that really hold an updated key (overlap) | {_mb(r['overlap_bytes'])} | {100 * overlap:.2f}% |",
+        f"| read by the run: segments rewritten + filters | {_mb(r['read_bytes'])} | **{100 * share:.2f}%** |",
+        f"| of which filters | {_mb(s['filter_bytes_read'])} | "
+        f"{100 * s['filter_bytes_read'] / r['clean_bytes']:.2f}% |",
+        f"| not downloaded ({s['segments_skipped']} segments kept unread) | {_mb(s['bytes_not_downloaded'])} | "
+        f"{100 * s['bytes_not_downloaded'] / r['clean_bytes']:.2f}% |",
+        "",
+        f"Read / total = {100 * share:.2f}% vs overlap + 2% = {100 * overlap + 2:.2f}% "
+        f"(target: read ≤ overlap + 2%). Round 2 took {r['second']['phases']['stage']:.1f} s to stage "
+        f"(round 1: {r['first']['phases']['stage']:.1f} s).",
+        "",
+        "Filter rate sweep on the same clean segments (filters rebuilt in process at each rate; share of the "
+        "cleaned region read = segments testing positive + all filters):",
+        "",
+        "| bloom.filter.fpp | clustered 1%: read (overlap) | filters alone | random 1%: read (overlap) |",
+        "|---|---|---|---|",
+    ]
+    for row in r["sweep"]:
+        c, rnd = row["clustered"], row["random"]
+        lines.append(f"| {row['fpp']:g} | {100 * c['read']:.1f}% ({100 * c['overlap']:.1f}%) | "
+                     f"{100 * c['filters']:.2f}% | {100 * rnd['read']:.1f}% ({100 * rnd['overlap']:.1f}%) |")
+    lines += ["", "With keys spread at random, 1% of them touch almost every segment: no filter can help there."]
+    return lines
+
+
+def _p5(r: dict[str, Any]) -> list[str]:
+    points = sorted(r["points"], key=lambda p: p["scale"])
+    base = points[0]
+    per_byte = base["wall_seconds"] / base["bytes_read"]
+    lines = ["The P2 uncompressed workload at 1/16, 1/4 and 1 of its size (records, keys and segment.bytes "
+             "scaled together, 8 partitions each).",
+             "", "| input | wall | MB/s | time ratio vs 1× | linear | vs linear |", "|---|---|---|---|---|---|"]
+    for p in points:
+        ratio = p["wall_seconds"] / base["wall_seconds"]
+        linear = p["bytes_read"] / base["bytes_read"]
+        off = p["wall_seconds"] / (per_byte * p["bytes_read"]) - 1
+        lines.append(f"| {_mb(p['bytes_read'])} ({16 * p['scale']:g}×) | {p['wall_seconds']:.1f} s | {p['mb_s']:.1f} | "
+                     f"{ratio:.2f} | {linear:.2f} | {100 * off:+.0f}% |")
+    lines += ["", "Target: within 15% of linear."]
+    return lines
+
+
+SECTIONS: dict[str, tuple[str, Callable[[Any], list[str]]]] = {
+    "P1": ("P1 — segment scan vs raw read + CRC-32C (one core)", _p1),
+    "P2": ("P2 — end to end, ≥ 1 GiB, local[2]", _p2),
+    "P3": ("P3 — key cardinality and memory", _p3),
+    "P4": ("P4 — skipping clean segments when 1% of keys change", _p4),
+    "P5": ("P5 — scaling 1× / 4× / 16×", _p5),
+}
+
+
+def save(figure: str, result: Any) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    (RESULTS / f"{figure}.json").write_text(json.dumps({"measured": now, "machine": machine(), "result": result}))
+
+
+def write_report(path: Path) -> None:
     lines = [
         "# kcompact benchmarks",
         "",
-        f"Measured {now} by `make bench` (`python scripts/bench.py`) on: {machine()}.",
-        "Each figure is the best of 3 runs, side by side with its reference in the same process run.",
+        "Written by `make bench` (`python scripts/bench.py`; `--only P2,P4` refreshes some sections and keeps the "
+        "others). Each section names its workload, machine and date. Never part of `make test`.",
         "",
     ]
-    if "scan" in results:
-        r = results["scan"]
-        lines += [
-            "## P1 — segment scan vs raw read + CRC-32C (one core)",
-            "",
-            f"Workload: `kcompact generate {r['workload']}` — {r['files']} uncompressed segments, "
-            f"{int(r['bytes']) / 2**30:.2f} GiB, {int(r['records']):,} records (~100-byte values).",  # type: ignore[call-overload]
-            "",
-            "| measurement | MB/s | records/s |",
-            "|---|---|---|",
-            f"| raw read + CRC-32C of the same bytes | {float(r['raw_mb_s']):,.0f} | — |",  # type: ignore[arg-type]
-            f"| columnar scan (numba) → Arrow | {float(r['scan_mb_s']):,.0f} | "  # type: ignore[arg-type]
-            f"{float(r['scan_records_s']):,.0f} |",  # type: ignore[arg-type]
-            "",
-            f"Scan / reference: **{100 * float(r['ratio']):.0f}%** (target ≥ 40%).",  # type: ignore[arg-type]
-            "",
-        ]
+    for figure, (title, render) in SECTIONS.items():
+        saved = RESULTS / f"{figure}.json"
+        if not saved.exists():
+            continue
+        data = json.loads(saved.read_text())
+        lines += [f"## {title}", "", f"Measured {data['measured']} on {data['machine']}.", "",
+                  *render(data["result"]), ""]
     path.write_text("\n".join(lines) + "\n")
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="P1,P2,P3,P4,P5", help="comma-separated figures to measure (default all)")
     parser.add_argument("--scan-bytes", type=int, default=1_100_000_000, help="bytes of segments for P1")
+    parser.add_argument("--keys", default="5000000,20000000,50000000", help="P3's distinct key counts")
     parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
     args = parser.parse_args()
-    results = {"scan": bench_scan(args.scan_bytes)}
-    write_report(results, args.out)
+    wanted = {f.strip().upper() for f in args.only.split(",") if f.strip()}
+    unknown = wanted - SECTIONS.keys()
+    if unknown:
+        parser.error(f"unknown figures {sorted(unknown)}; known: {', '.join(SECTIONS)}")
+    p2_none = None
+    if "P1" in wanted:
+        save("P1", bench_scan(args.scan_bytes))
+    if "P2" in wanted:
+        runs = [bench_e2e("none"), bench_e2e("lz4")]
+        p2_none = runs[0]
+        save("P2", runs)
+    if "P4" in wanted:
+        save("P4", bench_skipping())
+    if "P5" in wanted:
+        save("P5", bench_scaling(p2_none))
+    if "P3" in wanted:
+        save("P3", [bench_cardinality(int(k)) for k in args.keys.split(",")])
+    write_report(args.out)
     print(args.out.read_text())
     return 0
 

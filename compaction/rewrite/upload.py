@@ -140,6 +140,7 @@ def rewrite_partition(
         for group in task.groups:
             started = time.monotonic()
             with _downloaded(store, group, Path(tmp), summary) as inputs:
+                downloaded = time.monotonic()
                 found, newly = _resolved_winners(task, group, inputs, dirty, summary)
                 superseded = np.union1d(superseded, newly)
                 spark_winners = np.asarray(winners.get(group.group_id, ()), dtype=np.int64)
@@ -155,7 +156,14 @@ def rewrite_partition(
                     txn_state=state,
                 )
             summary.chunks += 1
-            out.groups.append((group.group_id, _upload(store, task, group, output, started)))
+            rewritten = time.monotonic()
+            result = _upload(store, task, group, output, started)
+            result["stats"] |= {  # executor time of this chunk, in ms (summed into the partition's stats)
+                "download_task_ms": round(1000 * (downloaded - started)),
+                "rewrite_task_ms": round(1000 * (rewritten - downloaded)),
+                "upload_task_ms": round(1000 * (time.monotonic() - rewritten)),
+            }
+            out.groups.append((group.group_id, result))
     out.summary = summary.to_dict(store)
     return out
 

@@ -173,6 +173,7 @@ def _scanner(
                 tp = (d["topic"], d["partition"])
                 strategy_name, header = strategies[tp]
                 before = _requests(store)
+                started = time.monotonic()
                 key = d["log_key"]
                 try:
                     segment = scan_segment(store.get(key), obj=store.object_uri(key), header_key=header)
@@ -188,6 +189,7 @@ def _scanner(
                 rank = ranks(kept, CompactionStrategy(strategy_name))
                 if rank.invalid_versions:
                     report["invalid_versions"] = rank.invalid_versions
+                report["scan_task_ms"] = round(1000 * (time.monotonic() - started))
                 tracker.add({tp: {**report, **_delta(before, _requests(store))}})
                 n = kept.num_rows
                 yield pa.RecordBatch.from_arrays(

@@ -1,0 +1,157 @@
+"""One measured compaction run, in a fresh process (its own SparkSession, so memory peaks are its own).
+
+`scripts/bench.py` tiers a workload into a pristine store once, hard-links a copy per run and calls
+
+    python scripts/bench_run.py STORE_DIR --fpp P --now-ms T [--min-dirty-ratio R] [--cores N]
+
+which plans, stages and commits one run in Spark local mode and prints one JSON object on stdout: the wall
+time of each phase (session start, plan, stage = map + rewrite, commit), executor task time summed over
+tasks (scan, download, rewrite, upload), bytes and records read and written, the filter figures, and the
+peak resident memory of the Python driver, of the JVM (driver and executor in local mode) and of the
+Spark Python workers together, sampled from /proc every 0.2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        tree.setdefault(ppid, []).append(int(entry.name))
+    return tree
+
+
+def _rss(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+    except OSError:
+        return 0
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+class MemorySampler(threading.Thread):
+    """Peak RSS of this process (the driver), the JVM it launched and the JVM's Python workers (summed)."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.interval = interval
+        self.peaks = {"driver_python": 0, "jvm": 0, "python_workers": 0}
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        me = os.getpid()
+        while not self._stop_event.is_set():
+            tree = _children()
+            jvms = [p for p in tree.get(me, []) if _comm(p) == "java"]
+            workers, stack = 0, list(jvms)
+            while stack:
+                pid = stack.pop()
+                for child in tree.get(pid, []):
+                    stack.append(child)
+                    if _comm(child).startswith("python"):
+                        workers += _rss(child)
+            self.peaks["driver_python"] = max(self.peaks["driver_python"], _rss(me))
+            self.peaks["jvm"] = max(self.peaks["jvm"], sum(_rss(j) for j in jvms))
+            self.peaks["python_workers"] = max(self.peaks["python_workers"], workers)
+            self._stop_event.wait(self.interval)
+
+    def stop(self) -> dict[str, int]:
+        self._stop_event.set()
+        self.join()
+        return self.peaks
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("store", type=Path)
+    parser.add_argument("--fpp", type=float, default=0.01)
+    parser.add_argument("--now-ms", type=int, required=True)
+    parser.add_argument("--min-dirty-ratio", type=float, default=0.5)
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--topic-config", action="append", default=[], metavar="NAME=VALUE",
+                        help="a Kafka topic config for every topic (repeatable), e.g. segment.bytes=16777216")
+    args = parser.parse_args()
+
+    sampler = MemorySampler()
+    sampler.start()
+    started = time.perf_counter()
+    from compaction.cleaner import commit, plan, stage
+    from compaction.config import KcompactConfig, TopicConfig
+    from compaction.report import run_report
+    from compaction.spark.session import build_session
+    from compaction.storage import open_store
+
+    spark = build_session(f"local[{args.cores}]", "kcompact-bench", {"spark.driver.memory": args.driver_memory})
+    spark.range(1).count()  # the JVM and one Python worker are up: session start-up is not the run's time
+    phases: dict[str, float] = {"session": time.perf_counter() - started}
+    config = KcompactConfig(defaults=TopicConfig.from_kafka({
+        "cleanup.policy": "compact", "min.cleanable.dirty.ratio": str(args.min_dirty_ratio),
+        "bloom.filter.fpp": str(args.fpp), **dict(kv.split("=", 1) for kv in args.topic_config)}))
+    store = open_store(str(args.store))
+    t = time.perf_counter()
+    run = plan(store, config, args.now_ms)
+    phases["plan"] = time.perf_counter() - t
+    t = time.perf_counter()
+    staged = stage(spark, run)
+    phases["stage"] = time.perf_counter() - t
+    t = time.perf_counter()
+    outcomes = commit(staged)
+    phases["commit"] = time.perf_counter() - t
+    report = run_report(staged, outcomes)
+    peaks = sampler.stop()
+    parts = report["partitions"]
+    out: dict[str, Any] = {
+        "phases": phases,
+        "map_seconds": report["time_split_seconds"]["map"],
+        "rewrite_seconds": report["time_split_seconds"]["rewrite"],
+        "task_seconds": report["task_seconds"],
+        "partitions": len(parts),
+        "committed": sum(1 for p in parts if p["committed"]),
+        "errors": [p["error"] for p in parts if p["error"]],
+        "bytes_read": report["bytes_read"],
+        "bytes_written": report["bytes_written"],
+        "records_read": sum(p["records_read"] for p in parts),
+        "records_written": sum(p["records_written"] for p in parts),
+        "dirty_keys": sum(p["stats"].get("dirty_keys", 0) for p in parts),
+        "clean_segments": sum(p["stats"].get("clean_segments", 0) for p in parts),
+        "segments_skipped": report["segments_skipped"],
+        "bytes_not_downloaded": report["bytes_not_downloaded"],
+        "clean_bytes_rewritten": sum(p["stats"].get("clean_bytes_rewritten", 0) for p in parts),
+        "filter_bytes_read": sum(p["stats"].get("filter_bytes_read", 0) for p in parts),
+        "requests": report["requests"],
+        "memory_peak_bytes": peaks,
+    }
+    print(json.dumps(out))
+    sys.stdout.flush()
+    os._exit(0)  # deltalake may abort the interpreter at exit (see compaction.cli)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
