@@ -194,7 +194,7 @@ def compaction(store: Path, *options: str) -> dict[str, Any]:
 def e2e_args(scale: float, codec: str) -> list[str]:
     """P2/P5's workload at `scale` (1 = the >= 1 GiB one): 8 partitions, ~110-byte values, ~4.5 versions per
     key, segments scaled with the data so every partition has the same number of them."""
-    records = int(1_350_000 * scale)
+    records = int(1_600_000 * scale)
     return [
         "--topics", "e2e:8", "--records", str(records), "--keys", str(max(1, int(300_000 * scale))),
         "--key-order", "uniform", "--value-bytes", "100", "--records-per-batch", "200",
@@ -206,7 +206,7 @@ def e2e_args(scale: float, codec: str) -> list[str]:
 def bench_e2e(codec: str, scale: float = 1.0) -> dict[str, Any]:
     """P2 (and P5's points): one compaction of the tiered workload; input MB/s over its wall time."""
     args = e2e_args(scale, codec)
-    name = f"e2e-{codec}-{scale:g}"
+    name = f"e2e-{codec}-{args[3]}"
     logdir = bulk(name, *args)
     pristine = tiered(logdir, name)
     run = compaction(copy_store(pristine, "run"), "--fpp", "0.01", "--min-dirty-ratio", "0.01")
