@@ -34,7 +34,7 @@ demo: venv java
 	bash scripts/demo.sh
 
 bench: venv java
-	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
 soak: venv java
 	KCOMPACT_SOAK=full $(BIN)/python -m pytest -q tests -k soak

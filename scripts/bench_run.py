@@ -87,6 +87,77 @@ class MemorySampler(threading.Thread):
         return self.peaks
 
 
+def warm_up(spark: Any, cores: int) -> None:
+    """Start every Python worker and load the numba kernels in it (what a long-lived executor already has):
+    one tiny segment scanned and ranked per task."""
+
+    def scan_tiny(batches: Any) -> Any:
+        from compaction.config import CompactionStrategy
+        from compaction.format.batch import Record, build_batch, encode_batch
+        from compaction.format.scan import scan_segment
+        from compaction.rewrite.resolve import candidate_records
+        from compaction.strategies.winner import ranks
+
+        segment = encode_batch(build_batch([Record(0, 0, b"k", b"v", ())]))
+        records = candidate_records(scan_segment(segment).records, ())
+        for strategy in CompactionStrategy:
+            ranks(records, strategy)
+        yield from batches
+
+    spark.range(0, cores, numPartitions=cores).mapInArrow(scan_tiny, "id long").collect()
+
+
+def profile_map(spark: Any, store_dir: Path) -> dict[str, Any]:
+    """The map phase of a run over `store_dir`, taken apart: each step a Spark job of its own, timed warm.
+
+    scan: segments read, decoded and ranked on the Python workers, per-segment best per key, rows handed to
+    the JVM (counted); aggregate: + Spark's hash aggregate and shuffle to one row per key (materialised);
+    persist: + caching the result, as `stage` does. The differences are what each step costs.
+    """
+    from pyspark.sql import functions as F
+
+    import compaction.spark.compact as C
+    from compaction import cleaner
+    from compaction.config import KcompactConfig, TopicConfig
+    from compaction.storage import open_store
+
+    store = open_store(str(store_dir))
+    config = KcompactConfig(defaults=TopicConfig.from_kafka({"cleanup.policy": "compact",
+                                                             "min.cleanable.dirty.ratio": "0.01"}))
+    run = cleaner.plan(store, config, NOW_MS)
+    table = cleaner.table_in_store(store)
+    works = [cleaner._partition_work(store, run, p, table.partition_snapshot(p.topic, p.partition), 2**50, None)
+             for p in run.plan.eligible]
+    scans = [s for w in works for s in w.scans()]
+    strategies = {w.tp: (w.task.strategy, w.task.strategy_header) for w in works}
+    fpps = {w.tp: w.task.bloom_fpp for w in works}
+    tracker = spark.sparkContext.accumulator({}, C._Tracker())
+    rows = spark.createDataFrame(
+        [(s.topic, s.partition, s.segment_id, s.log_key, s.start_offset, s.dirty, None) for s in scans], C._SEGMENTS
+    ).repartition(max(1, len(scans)), "log_key").mapInArrow(C._scanner(run.store, {}, strategies, fpps, tracker),
+                                                             C._RECORDS)
+    best = C._best_per_key(rows, True)
+    out: dict[str, Any] = {"segments": len(scans)}
+
+    def timed(name: str, job: Any) -> Any:
+        started = time.perf_counter()
+        value = job()
+        out[name] = time.perf_counter() - started
+        return value
+
+    out["rows_to_jvm"] = timed("scan", rows.count)
+    out["task_scan"] = sum(v.get("scan_task_ms", 0) for v in tracker.value.values()) / 1000
+    timed("aggregate", lambda: best.select(F.max("offset"), F.max("dirty")).collect())
+    out["keys"] = best.count()
+    cached = best.persist()
+    timed("persist", lambda: cached.groupBy("topic", "partition").agg(F.sum(F.col("dirty").cast("long"))).collect())
+    cached.unpersist()
+    return out
+
+
+NOW_MS = 1_800_000_000_000
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("store", type=Path)
@@ -95,6 +166,8 @@ def main() -> int:
     parser.add_argument("--min-dirty-ratio", type=float, default=0.5)
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--profile-map", action="store_true",
+                        help="instead of a run: time the map phase's parts as separate Spark jobs (nothing committed)")
     parser.add_argument("--topic-config", action="append", default=[], metavar="NAME=VALUE",
                         help="a Kafka topic config for every topic (repeatable), e.g. segment.bytes=16777216")
     args = parser.parse_args()
@@ -109,8 +182,12 @@ def main() -> int:
     from compaction.storage import open_store
 
     spark = build_session(f"local[{args.cores}]", "kcompact-bench", {"spark.driver.memory": args.driver_memory})
-    spark.range(1).count()  # the JVM and one Python worker are up: session start-up is not the run's time
+    warm_up(spark, args.cores)  # JVM, Python workers and their numba kernels up: start-up is not the run's time
     phases: dict[str, float] = {"session": time.perf_counter() - started}
+    if args.profile_map:
+        print(json.dumps({"phases": phases, "map_profile": profile_map(spark, args.store)}))
+        sys.stdout.flush()
+        os._exit(0)
     config = KcompactConfig(defaults=TopicConfig.from_kafka({
         "cleanup.policy": "compact", "min.cleanable.dirty.ratio": str(args.min_dirty_ratio),
         "bloom.filter.fpp": str(args.fpp), **dict(kv.split("=", 1) for kv in args.topic_config)}))
@@ -143,6 +220,8 @@ def main() -> int:
         "clean_segments": sum(p["stats"].get("clean_segments", 0) for p in parts),
         "segments_skipped": report["segments_skipped"],
         "bytes_not_downloaded": report["bytes_not_downloaded"],
+        "false_positive_segments": sum(p["stats"].get("bloom_segment_false_positives", 0) for p in parts),
+        "segments_merged": sum(p["stats"].get("segments_merged", 0) for p in parts),
         "clean_bytes_rewritten": sum(p["stats"].get("clean_bytes_rewritten", 0) for p in parts),
         "filter_bytes_read": sum(p["stats"].get("filter_bytes_read", 0) for p in parts),
         "requests": report["requests"],

@@ -27,6 +27,7 @@ class SegmentScanTask:
     start_offset: int
     dirty: bool = True
     filter_key: str | None = None  # build this clean segment's filter from the scan and upload it here
+    size: int = 0  # the segment's bytes, to balance scan tasks
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,11 @@ class PartitionWork:
         for s in self.segments:
             log = s.object_key(ObjectSuffix.LOG) or ""
             if s.segment_id not in clean:
-                out.append(SegmentScanTask(*self.tp, s.segment_id, log, s.start_offset, True))
+                out.append(SegmentScanTask(*self.tp, s.segment_id, log, s.start_offset, True,
+                                           size=s.segment_size_bytes))
             elif s.object_key(ObjectSuffix.BLOOM) is None:
-                out.append(SegmentScanTask(*self.tp, s.segment_id, log, s.start_offset, False, filter_key(log)))
+                out.append(SegmentScanTask(*self.tp, s.segment_id, log, s.start_offset, False, filter_key(log),
+                                           size=s.segment_size_bytes))
         return out
 
     def reshaped(self, kept: set[str], scanned: set[str]) -> PartitionTask:

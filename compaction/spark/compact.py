@@ -258,13 +258,39 @@ def scanned_keys(
     The winner of a key is its record with the greatest (has_version, version, offset): see
     `compaction.strategies.winner`. Struct comparison in Spark is field by field, left to right.
     """
-    descriptors = spark.createDataFrame(
-        [(s.topic, s.partition, s.segment_id, s.log_key, s.start_offset, s.dirty, s.filter_key) for s in segments],
-        _SEGMENTS,
-    ).repartition(max(1, len(segments)), "log_key")
+    slices = scan_slices(segments, spark.sparkContext.defaultParallelism)
+    described = [(s.topic, s.partition, s.segment_id, s.log_key, s.start_offset, s.dirty, s.filter_key)
+                 for part in slices for s in part]
+    descriptors = spark.createDataFrame(spark.sparkContext.parallelize(described, max(1, len(slices))), _SEGMENTS)
     by_offset = all(strategy == CompactionStrategy.OFFSET for strategy, _header in strategies.values())
     rows = descriptors.mapInArrow(_scanner(spec, aborted, strategies, fpps, tracker), _RECORDS)
     return _best_per_key(rows, by_offset)
+
+
+SCAN_TASK_BYTES = 256 * 2**20
+"""Segment bytes one scan task aims at. A Python task costs ~55 ms whatever it does (`make bench` P5: a
+run's fixed cost), so a task per segment made a run of 40 small segments spend 4 s on task overhead alone."""
+
+
+def scan_slices(segments: Sequence[SegmentScanTask], parallelism: int) -> list[list[SegmentScanTask]]:
+    """The segments cut into scan tasks: at least 2 per core (while there are segments), more when the bytes
+    call for it (SCAN_TASK_BYTES each); largest segments first into the lightest task. Pure.
+
+    The slices are sized as `SparkContext.parallelize` cuts a list (slice i holds items [i*L//n, (i+1)*L//n)),
+    so parallelising their concatenation gives each task exactly one slice.
+    """
+    total = sum(s.size for s in segments)
+    n = min(len(segments), max(2 * parallelism, -(-total // SCAN_TASK_BYTES)))
+    if n == 0:
+        return []
+    counts = [(i + 1) * len(segments) // n - i * len(segments) // n for i in range(n)]
+    slices: list[list[SegmentScanTask]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for s in sorted(segments, key=lambda s: -s.size):
+        i = min((i for i in range(n) if len(slices[i]) < counts[i]), key=lambda i: loads[i])
+        slices[i].append(s)
+        loads[i] += s.size
+    return slices
 
 
 def winners_by_group(
@@ -404,7 +430,8 @@ def _rescans(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage]
         for s in w.clean:
             if s.object_key(ObjectSuffix.BLOOM) is not None and s.segment_id not in kept | stage.filters_built.keys():
                 log = s.object_key(ObjectSuffix.LOG) or ""
-                out.append(SegmentScanTask(*w.tp, s.segment_id, log, s.start_offset, False))
+                out.append(SegmentScanTask(*w.tp, s.segment_id, log, s.start_offset, False,
+                                           size=s.segment_size_bytes))
     return out
 
 

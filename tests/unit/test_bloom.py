@@ -440,7 +440,7 @@ def test_sizing_advice_flags_a_rate_too_coarse_for_the_dirty_keys() -> None:
     coarse = bloom_sizing(0.01, 100, clean_segments=40)
     assert coarse is not None and coarse["too_coarse"]
     assert coarse["expected_false_read_rate"] == pytest.approx(1 - 0.99**100, abs=1e-6)  # 63%
-    assert coarse["suggested_fpp"] == pytest.approx(0.02 / 100, rel=0.02)
+    assert coarse["suggested_fpp"] == pytest.approx(TARGET_FALSE_READ_RATE / 100, rel=0.02)
     fine = bloom_sizing(0.0005, 20, clean_segments=40)
     assert fine is not None and not fine["too_coarse"] and fine["expected_false_read_rate"] < 0.02
     assert bloom_sizing(0.01, 0, clean_segments=40) is None and bloom_sizing(0.01, 5, clean_segments=0) is None
@@ -460,6 +460,6 @@ def test_suggested_fpp_keeps_segment_false_reads_near_the_target(dirty_keys: int
         for fpp in reads:
             reads[fpp] += KeyFilter.build(held, fpp).positives(absent) > 0
     observed = reads[suggested] / segments
-    assert observed <= 2.5 * TARGET_FALSE_READ_RATE, observed  # ~8 expected of 400; binomial slack
+    assert observed <= 3 * TARGET_FALSE_READ_RATE, observed  # ~4 expected of 400; binomial slack
     default = reads[0.01] / segments
     assert default == pytest.approx(1 - 0.99**dirty_keys, abs=0.08), default
