@@ -542,12 +542,18 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     progress.phase(f"plan: {len(run.plan.partitions)} partitions at metadata version {run.plan.metadata_version}, "
                    f"{len(run.plan.eligible)} to compact (run {run.run_id})")
     if args.dry_run or not run.plan.eligible:
-        print(run.plan.render_text())
+        report = plan_report(run, phases)
+        if args.json and not args.dry_run:
+            print(json.dumps(report, indent=2))
+        else:
+            print(run.plan.render_text())
         if args.dry_run:
             return ExitCode.OK
-        print("nothing to compact")
-        _write_outputs(args, plan_report(run, phases))
-        return ExitCode.OK
+        if not args.json:
+            print("nothing to compact" if not report["failed"] else
+                  f"nothing to compact; {len(report['failed'])} partitions quarantined (see above)")
+        _write_outputs(args, report)
+        return int(report["exit_code"])  # a partition quarantined at planning is a failure an orchestrator sees
     from pyspark.sql import SparkSession
 
     from compaction.spark.session import build_session

@@ -127,8 +127,11 @@ def run_report(staged: StagedRun, outcomes: Sequence[PartitionOutcome],
 
 
 def plan_report(run: RunPlan, phase_seconds: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """The report of a run with nothing to compact: the plan's gauges, no partitions, nothing read or written."""
-    return _report(run, [], [], {"map": 0.0, "rewrite": 0.0}, phase_seconds)
+    """The report of a run with nothing to compact: the plan's gauges, no partitions, nothing read or written;
+    partitions quarantined at planning (unreadable input) are its failures, with their exit codes."""
+    failed = [{"topic": t, "partition": p, "committed": False, "version": None, "error": str(exc),
+               "error_type": type(exc).__name__, "exit_code": int(exc.exit_code)} for t, p, exc in run.quarantined]
+    return _report(run, [], failed, {"map": 0.0, "rewrite": 0.0}, phase_seconds)
 
 
 def _report(run: RunPlan, parts: list[dict[str, Any]], failed: list[dict[str, Any]], split: dict[str, float],

@@ -471,7 +471,12 @@ def _p3(runs: list[dict[str, Any]]) -> list[str]:
         lines.append(f"| {r['dirty_keys']:,} | {r['records_read']:,} → {r['records_written']:,} | "
                      f"{r['wall_seconds']:.0f} s | {_mb(m['driver_python'])} | {_mb(m['jvm'])} | "
                      f"{_mb(m['python_workers'])} |")
-    lines += ["", "Target: 50 M keys in one run, driver memory not growing with the key count."]
+    lines += ["", "Target: 50 M keys in one run, driver memory not growing with the key count. The Python driver holds "
+              "plans and per-partition results only: its peak does not move with the keys. In local mode the JVM is "
+              "also the executor: its growth is the executor's (the per-key rows, cached for the rewrite, and the "
+              "shuffle), within its fixed heap (`spark.driver.memory`); on a cluster that part is spread over "
+              "executors. A Python worker's peak is set by its rewrite chunk (≤ segment.bytes of input and its "
+              "output, memory-mapped) and its winners' offsets (8 bytes per surviving key of the chunk)."]
     return lines
 
 
@@ -565,14 +570,73 @@ def write_report(path: Path) -> None:
         "others). Each section names its workload, machine and date. Never part of `make test`.",
         "",
     ]
+    saved = {f: json.loads((RESULTS / f"{f}.json").read_text()) for f in SECTIONS if (RESULTS / f"{f}.json").exists()}
+    lines += summary({f: d["result"] for f, d in saved.items()})
     for figure, (title, render) in SECTIONS.items():
-        saved = RESULTS / f"{figure}.json"
-        if not saved.exists():
+        if figure not in saved:
             continue
-        data = json.loads(saved.read_text())
+        data = saved[figure]
         lines += [f"## {title}", "", f"Measured {data['measured']} on {data['machine']}.", "",
                   *render(data["result"]), ""]
     path.write_text("\n".join(lines) + "\n")
+
+
+def fit(points: list[dict[str, Any]]) -> tuple[float, float]:
+    """Least squares wall seconds = a + b * MB over P5's points."""
+    xs, ys = [p["bytes_read"] / 1e6 for p in points], [p["wall_seconds"] for p in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
+def summary(r: dict[str, Any]) -> list[str]:
+    """Targets vs figures, and what stops the ones that are not met (from the figures themselves)."""
+    rows = []
+    if "P1" in r:
+        rows.append(("P1 scan vs read + CRC", "≥ 40%", f"{100 * r['P1']['ratio']:.0f}%", r["P1"]["ratio"] >= 0.4))
+    if "P2" in r:
+        rates = ", ".join(f"{x['codec']} {x['mb_s']:.0f} MB/s" for x in r["P2"])
+        rows.append(("P2 end to end, local[2]", "≥ 100 MB/s", rates, min(x["mb_s"] for x in r["P2"]) >= 100))
+    if "P3" in r:
+        top = max(r["P3"], key=lambda x: x["keys"])
+        drivers = " → ".join(f"{x['memory_peak_bytes']['driver_python'] / 1e6:.0f}" for x in r["P3"])
+        flat = max(x["memory_peak_bytes"]["driver_python"] for x in r["P3"]) <= 1.25 * min(
+            x["memory_peak_bytes"]["driver_python"] for x in r["P3"])
+        rows.append(("P3 cardinality", "50 M keys in one run, flat driver memory",
+                     f"{top['dirty_keys'] / 1e6:.1f} M keys in {top['wall_seconds']:.0f} s; driver MB {drivers}",
+                     top["dirty_keys"] >= 50_000_000 and flat))
+    if "P4" in r:
+        p4 = r["P4"]
+        read, overlap = 100 * p4["read_bytes"] / p4["clean_bytes"], 100 * p4["overlap_bytes"] / p4["clean_bytes"]
+        rows.append(("P4 skipping, 1% keys", "read ≤ overlap + 2%", f"{read:.2f}% vs {overlap:.2f}% + 2%",
+                     read <= overlap + 2))
+    if "P5" in r:
+        a, b = fit(r["P5"]["points"])
+        worst = max(abs(p["wall_seconds"] / (a + b * p["bytes_read"] / 1e6) - 1) for p in r["P5"]["points"])
+        rows.append(("P5 scaling 1×/4×/16×", "within 15% of linear", f"a + b·MB within {100 * worst:.0f}%",
+                     worst <= 0.15))
+    lines = ["## Summary", "", "| figure | target | measured | met |", "|---|---|---|---|"]
+    lines += [f"| {name} | {target} | {value} | {'yes' if ok else '**no**'} |" for name, target, value, ok in rows]
+    if "P2" in r and "P5" in r:
+        a, b = fit(r["P5"]["points"])
+        p2 = r["P2"][0]
+        prof = p2.get("map_profile") or {}
+        cores = 2
+        per_row = 1e6 * cores * max(prof.get("aggregate", 0) - prof.get("task_scan", 0) / cores, 0) / max(
+            prof.get("rows_to_jvm", 1), 1)
+        lines += ["", "**What stops P2 at this size on 2 cores** (numbers from the sections below): every run pays "
+                  f"a fixed a = {a:.1f} s whatever its size (P5's fit: the first Spark jobs of a fresh JVM, "
+                  f"~10 jobs and stages with Python tasks, per-partition fencing and commits), "
+                  f"{100 * a / p2['wall_seconds']:.0f}% of the {p2['wall_seconds']:.0f} s P2 run; the rest runs at "
+                  f"{1 / b:.0f} MB/s marginal. Within the map phase the executors' own scan work is "
+                  f"{prof.get('task_scan', 0):.1f} s of task time for {prof.get('rows_to_jvm', 0):,} rows, while "
+                  f"handing those rows to the JVM, Spark's hash aggregate and shuffle to "
+                  f"{prof.get('keys', 0):,} keys take {prof.get('aggregate', 0):.1f} s wall: the per-row cost of "
+                  f"Spark's row format (~{per_row:.1f} µs per row per core beyond the scan), paid once per distinct "
+                  "key per segment. More "
+                  "cores or executors divide the marginal part (the work is partitioned by key and by segment); "
+                  "the fixed part is per run, so larger runs amortise it (P5)."]
+    return [*lines, ""]
 
 
 def main() -> int:

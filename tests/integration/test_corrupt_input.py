@@ -201,3 +201,27 @@ def test_corrupt_input_quarantines_only_its_partition_through_the_cli(
         rebuilt = build_indexes(log, seg.start_offset, 4096)
         assert store.get(seg.object_key(ObjectSuffix.OFFSET_INDEX) or "") == rebuilt.offset_index
         assert store.get(seg.object_key(ObjectSuffix.TIME_INDEX) or "") == rebuilt.time_index
+
+
+def test_a_partition_quarantined_at_planning_fails_the_run_even_with_nothing_to_compact(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unreadable producer snapshot holds its partition back at planning; with no other partition to compact
+    the run must still exit 3 and list the failure (an orchestrator acting on exit codes would miss it)."""
+    generate_logdir(tmp_path / "logs", WorkloadSpec(topics=(TopicSpec(TOPIC, 1),), records_per_partition=400,
+                                                    keys=40, segment_bytes=4096, seed=5))
+    store = open_store(str(tmp_path / "store"))
+    tier_logdir(tmp_path / "logs", store, table_in_store(store, create=True), NOW - 10 * DAY)
+    live = table_in_store(store).live_segments(TOPIC, 0)
+    snapshot = next(k for s in reversed(live) if (k := s.object_key(ObjectSuffix.PRODUCER_SNAPSHOT)))
+    path_of(store, snapshot).write_bytes(b"\x00\x07 not a producer snapshot")
+    config = tmp_path / "kcompact.yaml"
+    config.write_text("defaults:\n" + "".join(f"  {k}: {v!r}\n" for k, v in SETTINGS.items()))
+    code = main(["compact", "--store", store.uri, "--config", str(config), "--now", str(NOW), "--json"])
+    out, _err = capsys.readouterr()
+    report = json.loads(out[out.index("{"):])
+    assert code == 3 and report["exit_code"] == 3
+    [failed] = report["failed"]
+    assert (failed["topic"], failed["partition"], failed["exit_code"]) == (TOPIC, 0, 3)
+    assert store.object_uri(snapshot) in failed["error"]
+    assert table_in_store(store).live_segments(TOPIC, 0) == live

@@ -23,7 +23,9 @@ def staged(topic: str, partition: int, bytes_: tuple[int, int], records: tuple[i
             "committed": version is not None, "metadata_version": version, "error": error,
             "segments_skipped": 1, "bytes_not_downloaded": 1000,
             "bloom_false_positive_rate": {"segments": 0.0, "keys": 0.01},
-            "requests": {"gets": 10, "puts": 3, "bytes_read": bytes_[0], "bytes_written": bytes_[1]}, "stats": {}}
+            "requests": {"gets": 10, "puts": 3, "bytes_read": bytes_[0], "bytes_written": bytes_[1]},
+            "bloom_sizing": {"filter_fpp": 0.01, "dirty_keys": 300, "expected_false_read_rate": 0.95,
+                             "suggested_fpp": 3.4e-05, "too_coarse": True}, "stats": {}}
 
 
 def failed(topic: str, partition: int, error_type: str, exit_code: int) -> dict[str, Any]:
@@ -50,6 +52,7 @@ def sample_report() -> dict[str, Any]:
         "bytes_not_downloaded": 2000,
         "requests": {"gets": 20, "puts": 6, "bytes_read": 600_000, "bytes_written": 150_000},
         "time_split_seconds": {"map": 3.0, "rewrite": 1.0},
+        "task_seconds": {"scan": 2.5, "download": 0.5, "rewrite": 1.5, "upload": 0.5},
         "phase_seconds": {"plan": 0.5, "stage": 5.0, "commit": 0.25},
         "duration_seconds": 5.75,
         "planned": [planned("orders", 0, "must_clean", 0.8, 120, 400_000),
@@ -66,6 +69,7 @@ def nothing_to_do_report() -> dict[str, Any]:
                   segments_skipped=0, bytes_not_downloaded=0,
                   requests={"gets": 0, "puts": 0, "bytes_read": 0, "bytes_written": 0},
                   time_split_seconds={"map": 0.0, "rewrite": 0.0}, phase_seconds={"plan": 0.4},
+                  task_seconds={"scan": 0.0, "download": 0.0, "rewrite": 0.0, "upload": 0.0},
                   duration_seconds=0.4, exit_code=0,
                   planned=[planned("orders", 0, "below_ratio", 0.2, 0, 500)])
     return report
