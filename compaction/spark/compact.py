@@ -75,10 +75,9 @@ _SEGMENTS = StructType(
         StructField("filter_key", StringType(), True),
     ]
 )
-_RECORDS = StructType(
+_RECORDS = StructType(  # one row per distinct key of a scanned segment; `tp` indexes the run's partitions
     [
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
+        StructField("tp", IntegerType(), False),
         StructField("key", BinaryType(), False),
         StructField("has_version", ByteType(), False),
         StructField("version", LongType(), False),
@@ -86,6 +85,7 @@ _RECORDS = StructType(
         StructField("dirty", BooleanType(), False),
     ]
 )
+_RECORDS_BY_OFFSET = StructType([f for f in _RECORDS.fields if f.name not in ("has_version", "version")])
 _GROUPS = StructType(
     [
         StructField("topic", StringType(), False),
@@ -105,8 +105,7 @@ _RESULTS = StructType(
 )
 _ARROW_RECORDS = pa.schema(
     [
-        pa.field("topic", pa.string(), False),
-        pa.field("partition", pa.int32(), False),
+        pa.field("tp", pa.int32(), False),
         pa.field("key", pa.binary(), False),
         pa.field("has_version", pa.int8(), False),
         pa.field("version", pa.int64(), False),
@@ -114,6 +113,7 @@ _ARROW_RECORDS = pa.schema(
         pa.field("dirty", pa.bool_(), False),
     ]
 )
+_ARROW_RECORDS_BY_OFFSET = pa.schema([f for f in _ARROW_RECORDS if f.name not in ("has_version", "version")])
 _ARROW_RESULTS = pa.schema(
     [
         pa.field("topic", pa.string(), False),
@@ -161,12 +161,20 @@ def _scanner(
     strategies: Mapping[TP, tuple[str, str | None]],
     fpps: Mapping[TP, float],
     tracker: Accumulator,
+    tps: Sequence[TP],
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The scan task: per segment descriptor, one row per distinct key with its best rank (see `_RECORDS`).
+
+    Rows are as narrow as the aggregation allows, since Spark pays per row and column: the partition is an
+    index into `tps`, and when every partition ranks by offset the constant rank columns are left out."""
     from compaction.bloom.segment import segment_filter
     from compaction.errors import ObjectExistsError
     from compaction.format.scan import scan_segment
     from compaction.rewrite.resolve import candidate_records
     from compaction.strategies.winner import ranks
+
+    index = {tp: i for i, tp in enumerate(tps)}
+    by_offset = _by_offset(strategies)
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store = spec.open()
@@ -196,18 +204,13 @@ def _scanner(
                 report["scan_task_ms"] = round(1000 * (time.monotonic() - started))
                 tracker.add({tp: {**report, **_delta(before, _requests(store))}})
                 n = len(keys)
-                yield pa.RecordBatch.from_arrays(
-                    [
-                        pa.repeat(pa.scalar(d["topic"], pa.string()), n),
-                        pa.repeat(pa.scalar(d["partition"], pa.int32()), n),
-                        keys,
-                        has_version,
-                        version,
-                        offset,
-                        pa.repeat(pa.scalar(d["dirty"], pa.bool_()), n),
-                    ],
-                    schema=_ARROW_RECORDS,
-                )
+                where = pa.repeat(pa.scalar(index[tp], pa.int32()), n)
+                dirty = pa.repeat(pa.scalar(d["dirty"], pa.bool_()), n)
+                if by_offset:
+                    yield pa.RecordBatch.from_arrays([where, keys, offset, dirty], schema=_ARROW_RECORDS_BY_OFFSET)
+                else:
+                    yield pa.RecordBatch.from_arrays([where, keys, has_version, version, offset, dirty],
+                                                     schema=_ARROW_RECORDS)
 
     return scan
 
@@ -262,9 +265,34 @@ def scanned_keys(
     described = [(s.topic, s.partition, s.segment_id, s.log_key, s.start_offset, s.dirty, s.filter_key)
                  for part in slices for s in part]
     descriptors = spark.createDataFrame(spark.sparkContext.parallelize(described, max(1, len(slices))), _SEGMENTS)
-    by_offset = all(strategy == CompactionStrategy.OFFSET for strategy, _header in strategies.values())
-    rows = descriptors.mapInArrow(_scanner(spec, aborted, strategies, fpps, tracker), _RECORDS)
-    return _best_per_key(rows, by_offset)
+    tps = sorted(strategies)
+    by_offset = _by_offset(strategies)
+    rows = descriptors.mapInArrow(_scanner(spec, aborted, strategies, fpps, tracker, tps),
+                                  _RECORDS_BY_OFFSET if by_offset else _RECORDS)
+    return _best_of_rows(rows, tps, by_offset)
+
+
+def _by_offset(strategies: Mapping[TP, tuple[str, str | None]]) -> bool:
+    """Every partition ranks by offset: a key's best is its greatest offset (see `_best_per_key`)."""
+    return all(strategy == CompactionStrategy.OFFSET for strategy, _header in strategies.values())
+
+
+def _best_of_rows(rows: DataFrame, tps: Sequence[TP], by_offset: bool) -> DataFrame:
+    """The scan rows (`_RECORDS`, or `_RECORDS_BY_OFFSET`) aggregated to one row per (tp, key), then widened to
+    `scanned_keys`' columns: topic and partition looked up from `tps`, constant ranks filled in."""
+    if by_offset:
+        best = rows.groupBy("tp", "key").agg(F.max("offset").alias("offset"), F.max("dirty").alias("dirty"))
+        ranked = best.select("tp", "key", F.lit(0).cast("byte").alias("has_version"),
+                             F.lit(0).cast("long").alias("version"), "offset", "dirty")
+    else:
+        agg = rows.groupBy("tp", "key").agg(F.max(F.struct("has_version", "version", "offset")).alias("best"),
+                                            F.max("dirty").alias("dirty"))
+        ranked = agg.select("tp", "key", "best.has_version", "best.version", "best.offset", "dirty")
+    position = F.col("tp") + 1
+    topics = F.element_at(F.array(*[F.lit(t) for t, _p in tps]), position)
+    partitions = F.element_at(F.array(*[F.lit(p) for _t, p in tps]), position)
+    return ranked.select(topics.alias("topic"), partitions.cast("int").alias("partition"), "key", "has_version",
+                         "version", "offset", "dirty")
 
 
 SCAN_TASK_BYTES = 256 * 2**20
@@ -399,8 +427,7 @@ def stage_partitions(
         if rescans:  # partitions with too many dirty keys to ship: their rewritten clean segments, scanned
             again = spark.sparkContext.accumulator({}, _Tracker())
             more = scanned_keys(spark, spec, rescans, aborted, strategies, fpps, again)
-            by_offset = all(strategy == CompactionStrategy.OFFSET for strategy, _header in strategies.values())
-            winners = _best_per_key(keys.unionByName(more), by_offset)
+            winners = _best_per_key(keys.unionByName(more), _by_offset(strategies))
         results = _rewrite(spark, spec, winners, keys, tasks) if tasks else []
         if rescans:
             _collect_tracked(stages, again.value)
@@ -436,7 +463,7 @@ def _rescans(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage]
 
 
 def _best_per_key(rows: DataFrame, by_offset: bool = False) -> DataFrame:
-    """`scanned_keys`' per-key best, again over rows that may repeat a key (max of maxes).
+    """`scanned_keys`' per-key best, again over its rows from two scans that may repeat a key (max of maxes).
 
     `by_offset`: every row's rank is (0, 0, offset) — all partitions use the offset strategy — so the best is
     max(offset), which Spark aggregates in a hash table over fixed-width values. max(struct) cannot: it falls
