@@ -118,7 +118,7 @@ _CARRIED = (Suffix.PRODUCER_SNAPSHOT, Suffix.LEADER_EPOCH_CHECKPOINT)
 def rewrite_partition(
     store: ObjectStore,
     task: PartitionTask,
-    winners: Mapping[int, Sequence[int]],
+    winners: Mapping[int, Sequence[int] | np.ndarray],
     dirty: DirtyKeys | None = None,
 ) -> PartitionRewrite:
     """Rewrite every group of `task` in order, one chunk at a time. Uploads, commits nothing.

@@ -338,15 +338,31 @@ def winners_by_group(
     )
 
 
+def group_winners(groups: pa.Table) -> dict[int, np.ndarray]:
+    """Per group id its sorted winning offsets, from the rewrite's rows (group_id, winners: list<long>), where a
+    group may appear more than once (its winners, and an empty row that makes every group present). Straight
+    from the Arrow buffers: no Python int per offset."""
+    parts: dict[int, list[np.ndarray]] = {}
+    lists = groups["winners"].combine_chunks()
+    ids = groups["group_id"].to_numpy()
+    for i, group_id in enumerate(ids):
+        value = lists[i]
+        if value.is_valid and len(value.values):
+            parts.setdefault(int(group_id), []).append(value.values.to_numpy())
+        else:
+            parts.setdefault(int(group_id), [])
+    return {g: np.sort(np.concatenate(p)) if len(p) > 1 else (p[0] if p else np.empty(0, np.int64))
+            for g, p in parts.items()}
+
+
 def _rewriter(spec: StoreSpec, tasks: Mapping[TP, PartitionTask]) -> Callable[[pa.Table, pa.Table], pa.Table]:
     from compaction.rewrite.resolve import DirtyKeys
 
     def rewrite(groups: pa.Table, dirty: pa.Table) -> pa.Table:
         if groups.num_rows == 0:  # dirty keys of a partition with nothing to rewrite
             return _ARROW_RESULTS.empty_table()
-        rows = groups.to_pylist()
-        topic, partition = rows[0]["topic"], rows[0]["partition"]
-        winners = {r["group_id"]: r["winners"] or [] for r in rows}
+        topic, partition = groups["topic"][0].as_py(), groups["partition"][0].as_py()
+        winners = group_winners(groups)
         task = tasks[(topic, partition)]
         store = spec.open()
         results: list[tuple[int, dict[str, Any]]]
@@ -549,9 +565,10 @@ def _rewrite(
         [(t.topic, t.partition, g.group_id) for t in tasks.values() for g in t.groups],
         StructType([_GROUPS["topic"], _GROUPS["partition"], _GROUPS["group_id"]]),
     )
-    work = all_groups.join(by_group, ["topic", "partition", "group_id"], "left").select(
-        "topic", "partition", "group_id", F.coalesce("winners", F.array().cast(ArrayType(LongType()))).alias("winners")
-    )
+    # every group present (one with no winner still has its batches' headers and markers to rewrite), by a
+    # union with empty rows: a join would shuffle the winners' arrays once more
+    empty = all_groups.select("topic", "partition", "group_id", F.array().cast(ArrayType(LongType())).alias("winners"))
+    work = by_group.select("topic", "partition", "group_id", "winners").unionByName(empty)
     resolving = [tp for tp, t in tasks.items() if any(i.resolve for g in t.groups for i in g.inputs)]
     wanted = spark.createDataFrame(resolving, "topic string, partition int")
     dirty = keys.filter(F.col("dirty")).join(F.broadcast(wanted), ["topic", "partition"]).select(

@@ -1,6 +1,7 @@
 """How the Spark scan cuts segments into tasks (`compaction.spark.compact.scan_slices`): every segment in
 exactly one task, as many tasks as the bytes and cores call for, loads balanced, and the cut is the one
-`SparkContext.parallelize` makes of the concatenation (so each task gets exactly its slice)."""
+`SparkContext.parallelize` makes of the concatenation (so each task gets exactly its slice). And how the
+rewrite task reads its groups' winners (`group_winners`)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,22 @@ def test_forty_small_segments_make_a_few_tasks_not_forty() -> None:
     assert len(scan_slices(segments, 4)) == 8
     big = [SegmentScanTask("t", 0, f"s{i}", f"k{i}", i, size=SCAN_TASK_BYTES) for i in range(40)]
     assert len(scan_slices(big, 4)) == 40
+
+
+def test_group_winners_merge_repeated_groups_straight_from_arrow() -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    from compaction.spark.compact import group_winners
+
+    groups = pa.table({
+        "group_id": pa.array([0, 1, 0, 2, 2], pa.int32()),
+        "winners": pa.array([[5, 9], [], [], None, [1, 3]], pa.list_(pa.int64())),
+    })
+    got = group_winners(groups)
+    assert sorted(got) == [0, 1, 2]
+    assert got[0].tolist() == [5, 9] and got[1].tolist() == [] and got[2].tolist() == [1, 3]
+    assert all(v.dtype == np.int64 for v in got.values())
+    split = group_winners(pa.table({"group_id": pa.array([4, 4], pa.int32()),
+                                    "winners": pa.array([[7, 8], [2]], pa.list_(pa.int64()))}))
+    assert split[4].tolist() == [2, 7, 8]
