@@ -192,6 +192,13 @@ def compaction(store: Path, *options: str) -> dict[str, Any]:
     return result
 
 
+def compaction_of_copy(pristine: Path, *options: str) -> tuple[dict[str, Any], float]:
+    """`compaction` on a throwaway copy of `pristine`: its figures, and its wall time (plan + stage + commit)."""
+    run = compaction(copy_store(pristine, "run"), *options)
+    shutil.rmtree(pristine.parent / "run", ignore_errors=True)
+    return run, run["phases"]["plan"] + run["phases"]["stage"] + run["phases"]["commit"]
+
+
 def e2e_args(scale: float, codec: str) -> list[str]:
     """P2/P5's workload at `scale` (1 = the >= 1 GiB one): 8 partitions, ~110-byte values, ~4.5 versions per
     key, segments scaled with the data so every partition has the same number of them."""
@@ -210,9 +217,7 @@ def bench_e2e(codec: str, scale: float = 1.0) -> dict[str, Any]:
     name = f"e2e-{codec}-{args[3]}"
     logdir = bulk(name, *args)
     pristine = tiered(logdir, name)
-    run = compaction(copy_store(pristine, "run"), "--fpp", "0.01", "--min-dirty-ratio", "0.01")
-    shutil.rmtree(pristine.parent / "run", ignore_errors=True)
-    wall = run["phases"]["plan"] + run["phases"]["stage"] + run["phases"]["commit"]
+    run, wall = compaction_of_copy(pristine, "--fpp", "0.01", "--min-dirty-ratio", "0.01")
     profile = None
     if scale == 1.0 and codec in PROFILED:  # where the map phase goes, on the same segments (nothing committed)
         cmd = [sys.executable, str(ROOT / "scripts" / "bench_run.py"), str(pristine), "--now-ms", str(NOW_MS),
@@ -233,11 +238,8 @@ def bench_cardinality(keys: int) -> dict[str, Any]:
         "--segment-bytes", str(16 * 2**20), "--codecs", "none", "--tombstone-ratio", "0", "--seed", "5",
     ]
     name = f"card-{keys}"
-    logdir = bulk(name, *args)
-    pristine = tiered(logdir, name)
-    run = compaction(copy_store(pristine, "run"), "--min-dirty-ratio", "0.01", "--driver-memory", "6g")
-    shutil.rmtree(pristine.parent / "run", ignore_errors=True)
-    wall = run["phases"]["plan"] + run["phases"]["stage"] + run["phases"]["commit"]
+    run, wall = compaction_of_copy(tiered(bulk(name, *args), name), "--min-dirty-ratio", "0.01",
+                                   "--driver-memory", "6g")
     return {"workload": " ".join(args), "keys": keys, "wall_seconds": wall, **run}
 
 
