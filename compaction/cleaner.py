@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from compaction.bloom.skipping import Verdict
-from compaction.bloom.work import PartitionWork
+from compaction.bloom.work import PartitionWork, group_task
 from compaction.config import KcompactConfig
 from compaction.errors import (
     CommitConflictError,
@@ -62,7 +62,7 @@ from compaction.metadata import (
 )
 from compaction.metadata.change_set import AddedObjectKey
 from compaction.plan import CompactionPlan, PartitionPlan, build_plan
-from compaction.rewrite.upload import ActiveProducer, GroupTask, InputSegment, PartitionTask
+from compaction.rewrite.upload import ActiveProducer, PartitionTask
 from compaction.storage.base import ObjectStore, StoreSpec
 
 if TYPE_CHECKING:
@@ -224,19 +224,7 @@ def _partition_work(
 ) -> PartitionWork:
     assert p.regions is not None
     members = tuple(s for g in p.groups for s in g)
-    groups = tuple(
-        GroupTask(
-            gid,
-            group[0].start_offset,
-            group[-1].end_offset,
-            tuple(
-                InputSegment(s.segment_id, s.start_offset, s.end_offset, {o.suffix.value: o.key for o in s.object_keys},
-                             s.segment_size_bytes)
-                for s in group
-            ),
-        )
-        for gid, group in enumerate(p.groups)
-    )
+    groups = tuple(group_task(gid, group) for gid, group in enumerate(p.groups))
     now_ms = run.now_ms
     task = PartitionTask(
         topic=p.topic,

@@ -526,21 +526,18 @@ def _p4(r: dict[str, Any]) -> list[str]:
 def _p5(r: dict[str, Any]) -> list[str]:
     points = sorted(r["points"], key=lambda p: p["scale"])
     base, top = points[0], points[-1]
-    # least squares t = a + b * MB: a is what a run costs whatever its size (Spark jobs, commits), b the rest
-    xs, ys = [p["bytes_read"] / 1e6 for p in points], [p["wall_seconds"] for p in points]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
-    a = my - b * mx
+    a, b = fit(points)  # a: what a run costs whatever its size (Spark jobs, commits); b: per MB
+    xs = [p["bytes_read"] / 1e6 for p in points]
     lines = ["The P2 uncompressed workload at 1/16, 1/4 and 1 of its size (records, keys and segment.bytes "
              "scaled together, 8 partitions each; the 16× point is P2's run).",
              "", "| input | wall | MB/s | time ratio vs 1× | input ratio | fit a + b·MB | vs fit |",
              "|---|---|---|---|---|---|---|"]
     for p, x in zip(points, xs, strict=True):
-        fit = a + b * x
+        predicted = a + b * x
         lines.append(f"| {_mb(p['bytes_read'])} ({16 * p['scale']:g}×) | {p['wall_seconds']:.1f} s | "
                      f"{p['mb_s']:.1f} | {p['wall_seconds'] / base['wall_seconds']:.2f} | "
-                     f"{p['bytes_read'] / base['bytes_read']:.2f} | {fit:.1f} s | "
-                     f"{100 * (p['wall_seconds'] / fit - 1):+.0f}% |")
+                     f"{p['bytes_read'] / base['bytes_read']:.2f} | {predicted:.1f} s | "
+                     f"{100 * (p['wall_seconds'] / predicted - 1):+.0f}% |")
     marginal = (top["wall_seconds"] - base["wall_seconds"]) / ((top["bytes_read"] - base["bytes_read"]) / 1e6)
     lines += ["", f"Fit: a = {a:.1f} s per run whatever its size, b = {1000 * b:.1f} ms per MB "
               f"({1 / b:.0f} MB/s marginal; 1× → 16×: {1000 * marginal:.1f} ms per added MB). Time grows less than "

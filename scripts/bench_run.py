@@ -132,13 +132,8 @@ def profile_map(spark: Any, store_dir: Path) -> dict[str, Any]:
     strategies = {w.tp: (w.task.strategy, w.task.strategy_header) for w in works}
     fpps = {w.tp: w.task.bloom_fpp for w in works}
     tracker = spark.sparkContext.accumulator({}, C._Tracker())
-    tps = sorted(strategies)
-    slices = C.scan_slices(scans, spark.sparkContext.defaultParallelism)
-    described = [(s.topic, s.partition, s.segment_id, s.log_key, s.start_offset, s.dirty, s.filter_key)
-                 for part in slices for s in part]
-    rows = spark.createDataFrame(spark.sparkContext.parallelize(described, len(slices)), C._SEGMENTS).mapInArrow(
-        C._scanner(run.store, {}, strategies, fpps, tracker, tps), C._RECORDS_BY_OFFSET)
-    best = C._best_of_rows(rows, tps, True)
+    rows = C.scan_rows(spark, run.store, scans, {}, strategies, fpps, tracker)
+    best = C._best_of_rows(rows, sorted(strategies), C._by_offset(strategies))
     out: dict[str, Any] = {"segments": len(scans)}
 
     def timed(name: str, job: Any) -> Any:

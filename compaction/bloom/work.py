@@ -7,6 +7,7 @@ the segments to scan (`scans`) and, after the filter test, for the final task (`
 
 from __future__ import annotations
 
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, replace
 
 from compaction.bloom.segment import filter_key
@@ -14,6 +15,21 @@ from compaction.bloom.skipping import clean_segments, regroup_around
 from compaction.metadata.model import ObjectSuffix, SegmentMetadata
 from compaction.plan.grouping import estimated_index_sizes
 from compaction.rewrite.upload import GroupTask, InputSegment, PartitionTask
+
+
+def group_task(group_id: int, segments: Sequence[SegmentMetadata], resolve: Set[str] = frozenset()) -> GroupTask:
+    """The rewrite chunk over `segments` (contiguous, in offset order); those in `resolve` get their winners
+    in the task (see `PartitionWork.reshaped`)."""
+    return GroupTask(
+        group_id,
+        segments[0].start_offset,
+        segments[-1].end_offset,
+        tuple(
+            InputSegment(s.segment_id, s.start_offset, s.end_offset, {o.suffix.value: o.key for o in s.object_keys},
+                         s.segment_size_bytes, resolve=s.segment_id in resolve)
+            for s in segments
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -88,27 +104,8 @@ class PartitionWork:
                 index_sizes=estimated_index_sizes(self.task.index_interval_bytes),
             )
         )
-        clean = {s.segment_id for s in self.clean}
-        tasks = tuple(
-            GroupTask(
-                gid,
-                g[0].start_offset,
-                g[-1].end_offset,
-                tuple(
-                    InputSegment(
-                        s.segment_id,
-                        s.start_offset,
-                        s.end_offset,
-                        {o.suffix.value: o.key for o in s.object_keys},
-                        s.segment_size_bytes,
-                        resolve=s.segment_id in clean and s.segment_id not in scanned,
-                    )
-                    for s in g
-                ),
-            )
-            for gid, g in enumerate(groups)
-        )
-        return replace(self.task, groups=tasks)
+        resolve = {s.segment_id for s in self.clean} - scanned
+        return replace(self.task, groups=tuple(group_task(gid, g, resolve) for gid, g in enumerate(groups)))
 
     def _planned(self) -> list[tuple[SegmentMetadata, ...]]:
         by_id = {s.segment_id: s for s in self.segments}

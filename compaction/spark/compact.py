@@ -261,15 +261,27 @@ def scanned_keys(
     The winner of a key is its record with the greatest (has_version, version, offset): see
     `compaction.strategies.winner`. Struct comparison in Spark is field by field, left to right.
     """
+    rows = scan_rows(spark, spec, segments, aborted, strategies, fpps, tracker)
+    return _best_of_rows(rows, sorted(strategies), _by_offset(strategies))
+
+
+def scan_rows(
+    spark: SparkSession,
+    spec: StoreSpec,
+    segments: Sequence[SegmentScanTask],
+    aborted: AbortedRanges,
+    strategies: Mapping[TP, tuple[str, str | None]],
+    fpps: Mapping[TP, float],
+    tracker: Accumulator,
+) -> DataFrame:
+    """The scan job's output before Spark aggregates it: per segment one row per distinct key (`_RECORDS`, or
+    `_RECORDS_BY_OFFSET` when every partition ranks by offset; `tp` indexes `sorted(strategies)`)."""
     slices = scan_slices(segments, spark.sparkContext.defaultParallelism)
     described = [(s.topic, s.partition, s.segment_id, s.log_key, s.start_offset, s.dirty, s.filter_key)
                  for part in slices for s in part]
     descriptors = spark.createDataFrame(spark.sparkContext.parallelize(described, max(1, len(slices))), _SEGMENTS)
-    tps = sorted(strategies)
-    by_offset = _by_offset(strategies)
-    rows = descriptors.mapInArrow(_scanner(spec, aborted, strategies, fpps, tracker, tps),
-                                  _RECORDS_BY_OFFSET if by_offset else _RECORDS)
-    return _best_of_rows(rows, tps, by_offset)
+    return descriptors.mapInArrow(_scanner(spec, aborted, strategies, fpps, tracker, sorted(strategies)),
+                                  _RECORDS_BY_OFFSET if _by_offset(strategies) else _RECORDS)
 
 
 def _by_offset(strategies: Mapping[TP, tuple[str, str | None]]) -> bool:

@@ -27,7 +27,6 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -44,6 +43,7 @@ from compaction.storage.layout import Suffix, segment_object_key
 from compaction.storage.local import LocalStore
 from compaction.tier import tier_logdir
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
+from tests.borrowed_session import BorrowedSession
 from tests.latest_view import view_differences, views
 
 NOW = 1_800_000_000_000
@@ -60,19 +60,6 @@ def spark() -> Iterator[SparkSession]:
     """The test run's one SparkSession: getOrCreate hands out the session tests/spark/conftest.py builds (or
     builds it, to be handed to that fixture later); that fixture stops it at the end of the run."""
     yield build_session("local[2]", "kcompact-tests", {"spark.driver.memory": "1g"})
-
-
-class BorrowedSession:
-    """The test session lent to the CLI, which stops the session it builds: this one must outlive the call."""
-
-    def __init__(self, spark: SparkSession) -> None:
-        self._spark = spark
-
-    def stop(self) -> None:
-        pass
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._spark, name)
 
 
 def path_of(store: LocalStore, key: str | None) -> Path:

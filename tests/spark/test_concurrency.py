@@ -33,6 +33,7 @@ from compaction.metadata import METADATA_TABLE_NAME, acquire_fencing_epoch, tabl
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
+from tests.borrowed_session import BorrowedSession
 from tests.latest_view import store_problems, view_differences, views
 
 cleaner_module = importlib.import_module("compaction.cleaner")
@@ -146,19 +147,6 @@ def test_two_runs_racing_on_one_partition_have_one_winner(spark: SparkSession, s
         assert new_ids(staged[1 - loser], p) <= live_ids(store, p)
     assert not view_differences(before, views(store, PARTITIONS))
     gc_leaves_nothing(store, before)
-
-
-class BorrowedSession:
-    """The test session lent to the CLI, which stops the session it builds: this one must outlive the call."""
-
-    def __init__(self, spark: SparkSession) -> None:
-        self._spark = spark
-
-    def stop(self) -> None:
-        pass
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._spark, name)
 
 
 @pytest.mark.spark
