@@ -118,9 +118,12 @@ class DirWatcher(threading.Thread):
     def run(self) -> None:
         while not self.stop.is_set():
             used = 0
-            for p in self.root.rglob("*"):
-                with contextlib.suppress(FileNotFoundError):  # deleted between listing and stat
-                    used += p.stat().st_size if p.is_file() else 0
+            try:
+                for p in self.root.rglob("*"):
+                    with contextlib.suppress(FileNotFoundError):  # deleted between listing and stat
+                        used += p.stat().st_size if p.is_file() else 0
+            except FileNotFoundError:  # a chunk's directory went while it was walked: sample again
+                continue
             self.peak, self.samples = max(self.peak, used), self.samples + 1
             time.sleep(0.0005)
 
