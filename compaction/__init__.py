@@ -2,21 +2,20 @@
 
 The public API, for notebooks and orchestrators (the CLI and `jobs/` use the same functions):
 
-    run = compaction.plan(spark, store, config)     # frozen plan: reads the metadata table only
-    staged = compaction.stage(spark, run)           # rewrite + upload on Spark; nothing visible yet
-    outcomes = compaction.commit(staged)            # one atomic metadata commit per partition
+    run = compaction.plan(spark, "s3://bucket/tier", "conf/kcompact.yaml")  # frozen plan: reads metadata only
+    staged = compaction.stage(spark, run)          # rewrite + upload on Spark; nothing visible yet
+    outcomes = compaction.commit(staged)           # one atomic metadata commit per partition
     report = compaction.compact(spark, store, config)  # all three, returns the run report
 
-Every step is safe to rerun. pyspark is imported only when a function needs it.
+Every function takes a store as a URI or path (local directory, `s3://bucket/prefix`) or an open `ObjectStore`,
+and a config as a YAML path or a loaded `KcompactConfig`; anything else is a `TypeError`. Every step is safe to
+rerun. pyspark is imported only when a function needs it.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-# The planner package is imported first so that the `plan` function below, not the package, is the attribute
-# `compaction.plan`; later imports of its submodules find it in sys.modules and leave the attribute alone.
-import compaction.plan as _planner  # noqa: F401
 from compaction.errors import (
     CommitConflictError,
     ConfigError,
@@ -29,64 +28,94 @@ from compaction.errors import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from compaction.cleaner import PartitionOutcome, RunPlan, StagedRun
     from compaction.config import KcompactConfig
+    from compaction.gc import GcReport
+    from compaction.run.commit import PartitionOutcome
+    from compaction.run.plan import RunPlan
+    from compaction.run.stage import StagedRun
     from compaction.storage import ObjectStore
+    from compaction.verify import VerifyReport
+
+    Store = str | ObjectStore
+    Config = str | KcompactConfig
 
 
-def read_partition(spark: SparkSession, store: ObjectStore, topic: str, partition: int, **options: Any) -> DataFrame:
+def read_partition(spark: SparkSession, store: Store, topic: str, partition: int, **options: Any) -> DataFrame:
     """A partition's consumer view as a DataFrame (see `compaction.spark.read.read_partition`)."""
+    from compaction.arguments import as_store
     from compaction.spark.read import read_partition as _read
 
-    return _read(spark, store, topic, partition, **options)
+    return _read(spark, as_store(store), topic, partition, **options)
 
 
-def plan(spark: SparkSession | None, store: ObjectStore, config: KcompactConfig, now_ms: int | None = None,
+def plan(spark: SparkSession | None, store: Store, config: Config, now_ms: int | None = None,
          **options: Any) -> RunPlan:
-    """Plan a run (`compaction.cleaner.plan`). `spark` is accepted for symmetry: planning reads only metadata.
+    """Plan a run (`compaction.run.plan.plan`). `spark` is accepted for symmetry: planning reads only metadata.
 
-    Options: topics, partition, force. `now_ms` defaults to the wall clock, read once here.
+    Options: topics, partition, force, disk_budget_bytes. `now_ms` defaults to the wall clock, read once here.
     """
-    from compaction.cleaner import plan as _plan
+    from compaction.arguments import as_config, as_store
+    from compaction.run.plan import plan as _plan
 
-    return _plan(store, config, now_ms, **options)
+    return _plan(as_store(store), as_config(config), now_ms, **options)
 
 
 def stage(spark: SparkSession, run: RunPlan) -> StagedRun:
-    """Rewrite and upload the eligible partitions of `run` (`compaction.cleaner.stage`); nothing becomes visible."""
-    from compaction.cleaner import stage as _stage
+    """Rewrite and upload the eligible partitions of `run` (`compaction.run.stage.stage`); nothing becomes visible."""
+    from compaction.run.stage import stage as _stage
 
     return _stage(spark, run)
 
 
-def commit(staged: StagedRun) -> list[PartitionOutcome]:
-    """Commit every staged partition, then raise the first `FencedError`/`CommitConflictError` if any was superseded.
+def commit(staged: StagedRun, *, raise_on_superseded: bool = True) -> list[PartitionOutcome]:
+    """Commit every staged partition (`compaction.run.commit.commit`) and return the outcomes.
 
-    The other partitions are committed regardless; the raised error carries `.outcomes` (all of them). Corrupt
-    (quarantined) partitions do not raise: they are in the outcomes with their error. Rerunning is safe.
+    By default it then raises the first `FencedError`/`CommitConflictError` if a partition was superseded (the
+    error's `outcomes` holds them all); the other partitions are committed regardless. Corrupt (quarantined)
+    partitions never raise: they are in the outcomes with their error. Rerunning is safe.
     """
-    from compaction.cleaner import commit as _commit
+    from compaction.run.commit import commit as _commit
 
-    outcomes = _commit(staged)
-    for outcome in outcomes:
-        if outcome.error_type in ("FencedError", "CommitConflictError"):
-            error_type = FencedError if outcome.error_type == "FencedError" else CommitConflictError
-            error = error_type(f"{outcome.topic}-{outcome.partition}: {outcome.error}")
-            error.outcomes = outcomes  # type: ignore[attr-defined]
-            raise error
-    return outcomes
+    return _commit(staged, raise_on_superseded=raise_on_superseded)
 
 
-def compact(spark: SparkSession, store: ObjectStore, config: KcompactConfig, now_ms: int | None = None,
+def compact(spark: SparkSession, store: Store, config: Config, now_ms: int | None = None,
             **options: Any) -> dict[str, Any]:
-    """plan → stage → commit; returns the run report (`compaction.report.run_report`)."""
-    from compaction.cleaner import commit as _commit
-    from compaction.cleaner import stage as _stage
+    """plan → stage → commit; returns the run report (`compaction.report.run_report`). Superseded partitions are
+    reported (exit code 4 in the report), not raised, so a scheduled run always returns its report."""
     from compaction.report import run_report
 
     run = plan(spark, store, config, now_ms, **options)
-    staged = _stage(spark, run)
-    return run_report(staged, _commit(staged))
+    staged = stage(spark, run)
+    return run_report(staged, commit(staged, raise_on_superseded=False))
+
+
+def verify(store: Store, topic: str, partition: int, before_version: int, after_version: int | None = None, *,
+           config: Config | None = None) -> VerifyReport:
+    """Compare a partition's latest record per key at two metadata versions (`compaction.verify`)."""
+    from compaction.arguments import as_config, as_store
+    from compaction.verify import verify_partition
+
+    topic_config = None if config is None else as_config(config).for_topic(topic)
+    return verify_partition(as_store(store), topic, partition, before_version, after_version, config=topic_config)
+
+
+def gc(store: Store, config: Config | None = None, now_ms: int | None = None, *, dry_run: bool = False) -> GcReport:
+    """Delete replaced and orphaned objects after their grace (`compaction.gc.collect_garbage`); each topic's
+    grace is its file.delete.delay.ms from `config` (Kafka's default without one)."""
+    import time
+
+    from compaction.arguments import as_config, as_store
+    from compaction.gc import collect_garbage
+    from compaction.metadata import table_in_store
+
+    opened = as_store(store)
+    loaded = None if config is None else as_config(config)
+    clock = int(time.time() * 1000) if now_ms is None else now_ms
+    kwargs: dict[str, Any] = {}
+    if loaded is not None:
+        kwargs["grace_ms"] = lambda topic: loaded.for_topic(topic).file_delete_delay_ms
+    return collect_garbage(opened, table_in_store(opened), clock, dry_run=dry_run, **kwargs)
 
 
 __all__ = [
@@ -98,7 +127,9 @@ __all__ = [
     "RetryableError",
     "commit",
     "compact",
+    "gc",
     "plan",
     "read_partition",
     "stage",
+    "verify",
 ]

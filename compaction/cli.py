@@ -7,7 +7,6 @@ or usage error, 3 corrupt input, 4 fenced or conflicting commit (a rerun is safe
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -19,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 from compaction.errors import ExitCode, KcompactError
 
 if TYPE_CHECKING:
-    from compaction.cleaner import PartitionOutcome, RunPlan, StagedRun
     from compaction.progress import Progress
+    from compaction.run.commit import PartitionOutcome
+    from compaction.run.plan import RunPlan
+    from compaction.run.stage import StagedRun
     from compaction.storage import ObjectStore
 
 EPILOG = """exit codes:
@@ -440,8 +441,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def _build_plan(args: argparse.Namespace) -> RunPlan:
-    from compaction.cleaner import plan
     from compaction.config import load_config
+    from compaction.run.plan import plan
 
     if args.partition is not None and not args.topic:
         raise _usage("--partition needs --topic")
@@ -517,24 +518,23 @@ def _write_outputs(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
 
 def _commit_each(staged: StagedRun, progress: Progress) -> list[PartitionOutcome]:
-    """`commit`, one partition at a time, reporting `commit i/n` with an ETA; the same outcomes."""
-    from compaction.cleaner import commit
+    """`commit`, reporting `commit i/n` with an ETA after each partition."""
+    from compaction.run.commit import commit
 
     steps = progress.steps("commit", len(staged.partitions))
-    outcomes = []
-    for sp in staged.partitions:
-        (outcome,) = commit(dataclasses.replace(staged, partitions=[sp], failed={}))
-        outcomes.append(outcome)
+
+    def step(outcome: PartitionOutcome) -> None:
         verdict = (f"committed at version {outcome.version}" if outcome.committed
                    else f"NOT committed ({outcome.error_type})")
-        steps.step(f"{sp.plan.topic}-{sp.plan.partition}: {verdict}")
-    return outcomes + commit(dataclasses.replace(staged, partitions=[], failed=dict(staged.failed)))
+        steps.step(f"{outcome.topic}-{outcome.partition}: {verdict}")
+
+    return commit(staged, progress=step)
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:
-    from compaction.cleaner import stage
     from compaction.progress import Progress
     from compaction.report import plan_report, render_text, run_report
+    from compaction.run.stage import stage
 
     progress = Progress(sys.stderr)
     run = _build_plan(args)

@@ -83,7 +83,7 @@ class TopicConfig:
     compaction_strategy_header: str | None = None
     producer_id_expiration_ms: int = 86_400_000
     file_delete_delay_ms: int = 60_000
-    bloom_filter_fpp: float = 0.01
+    bloom_filter_fpp: float | None = None  # None: derived from the partition's bytes (`bloom.sizing`)
 
     def __post_init__(self) -> None:
         for key in KEYS.values():
@@ -231,8 +231,10 @@ class _Key:
     open_bounds: bool = False
 
     def parse(self, raw: object) -> Any:
-        if raw is None and self.attr != "compaction_strategy_header":
+        if raw is None and self.attr not in ("compaction_strategy_header", "bloom_filter_fpp"):
             raise ConfigValueError(self.name, "has no value (remove the line to use the default)")
+        if raw is None:
+            return None
         try:
             value = self.parse_raw(raw)
         except ValueError as e:
@@ -241,7 +243,7 @@ class _Key:
         return value
 
     def check(self, value: Any) -> None:
-        if self.low is None or self.high is None:
+        if self.low is None or self.high is None or value is None:
             return
         inside = self.low < value < self.high if self.open_bounds else self.low <= value <= self.high
         if not inside:

@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from compaction.cleaner import PartitionOutcome, RunPlan, StagedPartition, StagedRun
 from compaction.errors import ExitCode
-from compaction.plan import PartitionPlan
+from compaction.planner import PartitionPlan
+from compaction.run.commit import PartitionOutcome
+from compaction.run.plan import RunPlan
+from compaction.run.stage import StagedPartition, StagedRun
 
 
 def _mb(n: float) -> float:
@@ -43,7 +45,8 @@ def partition_report(sp: StagedPartition, outcome: PartitionOutcome | None) -> d
         "metadata_version": outcome.version if outcome else None,
         "error": outcome.error if outcome else None,
         **_filter_figures(s),
-        "bloom_sizing": bloom_sizing(sp.plan.config.bloom_filter_fpp, s.get("dirty_keys", 0),
+        "fetch_ratio": fetch_ratio(s.get("store_bytes_read", 0), s.get("needed_bytes", 0)),
+        "bloom_sizing": bloom_sizing(sp.filter_fpp, s.get("dirty_keys", 0),
                                      s.get("clean_segments", 0)),
         "stats": s,
     }
@@ -75,6 +78,13 @@ TARGET_FALSE_READ_RATE = 0.01
 """The share of clean segments without a dirty key that a run may read for nothing. Issue 6 allows reading
 2% of the cleaned region beyond the segments that hold a dirty key; the filters themselves are read too
 (~1.44 log2(1/fpp) bits per key: ~0.8% of 400-byte records at 1e-6, `make bench` P4), so half of it."""
+
+
+def fetch_ratio(fetched: int, needed: int) -> float | None:
+    """Bytes fetched from the store over the bytes of the segments and filters the run had to read: 1.0 when each
+    was fetched once (the companions a rewrite copies, a producer snapshot and an epoch checkpoint per output,
+    add a little). None when the run read nothing."""
+    return round(fetched / needed, 4) if needed else None
 
 
 def bloom_sizing(fpp: float, dirty_keys: int, clean_segments: int) -> dict[str, Any] | None:
@@ -153,6 +163,8 @@ def _report(run: RunPlan, parts: list[dict[str, Any]], failed: list[dict[str, An
         "segments_skipped": sum(p["segments_skipped"] for p in parts),
         "bytes_not_downloaded": sum(p["bytes_not_downloaded"] for p in parts),
         "requests": {k: sum(p["requests"][k] for p in parts) for k in ("gets", "puts", "bytes_read", "bytes_written")},
+        "fetch_ratio": fetch_ratio(sum(p["requests"]["bytes_read"] for p in parts),
+                                   sum(p["stats"].get("needed_bytes", 0) for p in parts)),
         "time_split_seconds": split,
         "task_seconds": {  # executor time summed over tasks (not wall clock): where the map and rewrite went
             t: round(sum(p["stats"].get(f"{t}_task_ms", 0) for p in parts) / 1000, 3)
@@ -196,6 +208,10 @@ def kafka_summary(part: dict[str, Any]) -> Iterator[str]:
                f"bloom.filter.fpp <= {sizing['suggested_fpp']:g} (applies to filters written from then on).")
 
 
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
 def render_text(report: dict[str, Any]) -> Iterator[str]:
     for part in report["partitions"]:
         yield from kafka_summary(part)
@@ -209,7 +225,8 @@ def render_text(report: dict[str, Any]) -> Iterator[str]:
     r = report["requests"]
     yield (f"filters kept {report['segments_skipped']} clean segments unread "
            f"({_mb(report['bytes_not_downloaded']):,.1f} MB not downloaded); store requests: {r['gets']} GET "
-           f"({_mb(r['bytes_read']):,.1f} MB), {r['puts']} PUT ({_mb(r['bytes_written']):,.1f} MB)")
+           f"({_mb(r['bytes_read']):,.1f} MB), {r['puts']} PUT ({_mb(r['bytes_written']):,.1f} MB); "
+           f"fetch ratio {_ratio(report.get('fetch_ratio'))} (fetched / needed; 1.00 = every byte fetched once)")
     tasks = report.get("task_seconds") or {}
     if any(tasks.values()):
         yield "executor task time: " + ", ".join(f"{k} {v:.1f} s" for k, v in tasks.items())

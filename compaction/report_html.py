@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
-from compaction.plan.explain import byte_size, duration, timestamp
+from compaction.planner.explain import byte_size, duration, timestamp
 
 BEFORE, AFTER = "#9aa5b1", "#2f6fde"
 PHASE_COLORS = {"plan": "#8e6cd1", "scan + winners": "#2f6fde", "rewrite + upload": "#27a567",

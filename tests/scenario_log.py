@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compaction.cleaner import StagedRun, commit, plan, stage
 from compaction.config import CompactionStrategy, KcompactConfig
 from compaction.format.batch import (
     DELETE_HORIZON_FLAG_MASK,
@@ -59,6 +58,9 @@ from compaction.format.segment import (
 from compaction.logdir import LocalPartition
 from compaction.metadata import ObjectSuffix, SegmentMetadata, table_in_store
 from compaction.reader import Isolation, consumer_records, segment_ref
+from compaction.run.commit import commit
+from compaction.run.plan import plan
+from compaction.run.stage import StagedRun, stage
 from compaction.storage import ObjectStore
 from compaction.tier import tier_partition
 

@@ -49,7 +49,7 @@ from enum import StrEnum
 
 from compaction.bloom.filter import NO_HORIZON, FilterFacts
 from compaction.metadata.model import SegmentMetadata
-from compaction.plan.grouping import IndexSizer, group_segments_by_size
+from compaction.planner.grouping import IndexSizer, group_segments_by_size
 
 
 class Verdict(StrEnum):

@@ -1,23 +1,24 @@
-"""Executor side of a partition's rewrite: chunk by chunk, download, rewrite, upload under fresh ids.
+"""Executor side of a rewrite: chunk by chunk, take the inputs, rewrite, upload under fresh ids.
 
-The values here (`PartitionTask`, `GroupTask`, `InputSegment`, `ActiveProducer`) are small, frozen and picklable:
-the driver builds them from the plan and ships them to the task; the task opens the store from its spec.
-Groups are rewritten in offset order because Kafka's transaction-marker state runs across a round's groups.
-Every output object gets a new segment id, so nothing an earlier (or concurrent) attempt wrote is ever
-overwritten; what is uploaded becomes live only when the driver commits the metadata.
+The task values (`compaction.run.tasks`) are small, frozen and picklable: the driver builds them from the plan
+and ships them; the task opens the store from its spec. Every output object gets a new segment id, so nothing an
+earlier (or concurrent) attempt wrote is ever overwritten; what is uploaded becomes live only when the driver
+commits the metadata.
 
-**Bounded chunks.** Each group is one chunk: its input segments are downloaded into a temporary directory
-(`get_to_file`, streamed) and memory-mapped, the cleaned segment is built in memory (never larger than its
-inputs), uploaded, and the chunk's files are deleted before the next chunk starts. So a task holds at most
-one chunk's inputs on local disk and one chunk's output in memory, whatever the partition's size. The
-driver sizes chunks to at most min(segment.bytes, disk budget) (`bloom.skipping.regroup_around`); a chunk
-above `disk_budget_bytes` is refused (`DiskBudgetError`) before anything is downloaded, and the largest
-temporary-directory size actually seen (`peak_temp_bytes`, measured by listing the directory after every
-download) is reported.
+**Chunks in parallel.** Kafka's transaction-marker state runs across a round's groups; the driver computes the
+state at the start of every group ahead (`compaction.strategies.transactions.states_at`, from the batches the
+scan saw), so each `GroupTask` carries its own and a partition's groups are rewritten as separate tasks, on every
+core. Given groups without a state, `rewrite_groups` threads the state through them in order, as one task.
 
-**Filters.** Every output segment gets its `.bloom` object (`compaction.bloom`), built from a scan of the
-output, under the output's own id. Clean inputs the Spark scan did not read (`InputSegment.resolve`) get
-their winners here, from the partition's dirty keys (`compaction.rewrite.resolve`), so they are read once.
+**Bounded chunks.** A chunk's inputs are taken from the run's segment cache (`compaction.rewrite.cache`: the scan
+already fetched them) or downloaded (`get_to_file`, streamed) into a temporary directory and memory-mapped; the
+cleaned segment is built in memory (never larger than its inputs), uploaded, and the chunk's files are deleted
+before the next chunk starts. The driver sizes chunks to at most min(segment.bytes, disk budget); a chunk above
+`disk_budget_bytes` is refused (`DiskBudgetError`) before anything is downloaded, and the largest
+temporary-directory size seen (`peak_temp_bytes`, measured after every input is in place) is reported.
+
+**Filters.** Every output segment gets its `.bloom` object (`compaction.bloom`), built from a scan of the output,
+under the output's own id.
 """
 
 from __future__ import annotations
@@ -29,32 +30,22 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from compaction.bloom.segment import segment_filter
-from compaction.config import CompactionStrategy
 from compaction.errors import ConfigError
-from compaction.format.indexes import AbortedTxn
 from compaction.format.scan import scan_segment
-from compaction.rewrite.group import ActiveProducer, SegmentInput, TransactionState, rewrite_group
-from compaction.rewrite.resolve import DirtyKeys, resolve_clean_segment
-from compaction.storage.base import ObjectStore
+from compaction.rewrite.cache import SegmentCache
+from compaction.rewrite.group import SegmentInput, TransactionState, rewrite_group
+from compaction.run.tasks import GroupTask, PartitionTask
+from compaction.storage.base import ObjectStore, StoreStats
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
 
-__all__ = [
-    "ActiveProducer",
-    "DiskBudgetError",
-    "GroupTask",
-    "InputSegment",
-    "PartitionRewrite",
-    "PartitionTask",
-    "check_budget",
-    "rewrite_partition",
-]
+__all__ = ["ChunkResult", "DiskBudgetError", "PartitionRewrite", "check_budget", "rewrite_groups"]
 
 
 class DiskBudgetError(ConfigError):
@@ -62,52 +53,31 @@ class DiskBudgetError(ConfigError):
 
 
 @dataclass(frozen=True)
-class InputSegment:
+class ChunkResult:
+    """One rewritten group: the uploaded segment (`object_keys` by suffix) and what the rewrite counted."""
+
+    group_id: int
     segment_id: str
     start_offset: int
     end_offset: int
-    keys: Mapping[str, str]  # suffix -> object key
-    size: int = 0  # bytes of the `.log` object (metadata's segment_size_bytes)
-    resolve: bool = False  # a clean segment the Spark scan did not read: its winners are found in the task
-
-
-@dataclass(frozen=True)
-class GroupTask:
-    group_id: int
-    start_offset: int
-    end_offset: int
-    inputs: tuple[InputSegment, ...]
-
-    @property
-    def size(self) -> int:
-        return sum(i.size for i in self.inputs)
-
-
-@dataclass(frozen=True)
-class PartitionTask:
-    topic: str
-    topic_id: str
-    partition: int
-    upper_bound_offset: int
-    now_ms: int
-    delete_retention_ms: int
-    index_interval_bytes: int
-    aborted: tuple[AbortedTxn, ...]
-    active_producers: Mapping[int, ActiveProducer]
-    groups: tuple[GroupTask, ...]
-    strategy: str = "offset"  # compaction.strategy: the Spark side ranks records with it
-    strategy_header: str | None = None
-    bloom_fpp: float = 0.01  # bloom.filter.fpp of the filters written with the outputs
-    disk_budget_bytes: int | None = None  # the most temporary disk one chunk may use; None: no limit
-    temp_dir: str | None = None  # where chunks are downloaded; None: the system's temporary directory
+    size: int
+    max_timestamp_ms: int
+    first_batch_max_timestamp_ms: int
+    record_count: int
+    object_keys: Mapping[str, str]
+    stats: Mapping[str, int]
+    seconds: float
 
 
 @dataclass
 class PartitionRewrite:
-    """Per group (in order) its result, and what the whole task did (chunks, disk, requests, resolved inputs)."""
+    """The chunks one task rewrote (in order), and what it did besides (chunks, disk, requests, cache hits)."""
 
-    groups: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
+    groups: list[ChunkResult] = field(default_factory=list)
+    chunks: int = 0
+    peak_temp_bytes: int = 0
+    cache_hits: int = 0
+    requests: StoreStats = field(default_factory=StoreStats)
 
 
 # Companions copied from the group's last member: the producer state and the epoch lineage as of its end,
@@ -115,39 +85,41 @@ class PartitionRewrite:
 _CARRIED = (Suffix.PRODUCER_SNAPSHOT, Suffix.LEADER_EPOCH_CHECKPOINT)
 
 
-def rewrite_partition(
+def rewrite_groups(
     store: ObjectStore,
     task: PartitionTask,
+    groups: Sequence[GroupTask],
     winners: Mapping[int, Sequence[int] | np.ndarray],
-    dirty: DirtyKeys | None = None,
 ) -> PartitionRewrite:
-    """Rewrite every group of `task` in order, one chunk at a time. Uploads, commits nothing.
+    """Rewrite `groups` (of `task`, in offset order) one chunk at a time. Uploads, commits nothing.
 
     Args:
         winners: per group id, the sorted winning offsets Spark found within the group.
-        dirty: the partition's dirty keys with their best ranks; needed when some input has `resolve` set.
+
+    A group's `txn_state` is where its marker walk starts; a group without one continues from the group
+    before it in `groups` (the first from the round's start).
 
     Raises:
         DiskBudgetError: a group's inputs exceed `task.disk_budget_bytes` (checked before any download).
         CorruptInputError (subclasses): a malformed input, naming the object and byte position.
     """
-    check_budget(task)
+    check_budget(task, groups)
     out = PartitionRewrite()
-    summary = _Summary(budget=task.disk_budget_bytes)
-    state = TransactionState.start(task.aborted)
-    superseded = np.empty(0, np.int64)
+    before = replace(store.stats)
+    cache = SegmentCache(task.cache_dir) if task.cache_dir else None
+    state: TransactionState | None = None
     with tempfile.TemporaryDirectory(prefix="kcompact-rewrite-", dir=task.temp_dir) as tmp:
-        for group in task.groups:
+        for group in groups:
             started = time.monotonic()
-            with _downloaded(store, group, Path(tmp), summary) as inputs:
+            if group.txn_state is not None:
+                state = group.txn_state
+            elif state is None:
+                state = TransactionState.start(task.aborted)
+            with _inputs(store, group, Path(tmp), out, cache) as inputs:
                 downloaded = time.monotonic()
-                found, newly = _resolved_winners(task, group, inputs, dirty, summary)
-                superseded = np.union1d(superseded, newly)
-                spark_winners = np.asarray(winners.get(group.group_id, ()), dtype=np.int64)
-                group_winners = np.union1d(np.setdiff1d(spark_winners, superseded), found)
                 output, state = rewrite_group(
                     inputs,
-                    group_winners,
+                    np.asarray(winners.get(group.group_id, ()), dtype=np.int64),
                     upper_bound_offset=task.upper_bound_offset,
                     now_ms=task.now_ms,
                     delete_retention_ms=task.delete_retention_ms,
@@ -155,23 +127,21 @@ def rewrite_partition(
                     active_producers=task.active_producers,
                     txn_state=state,
                 )
-            summary.chunks += 1
+            out.chunks += 1
             rewritten = time.monotonic()
-            result = _upload(store, task, group, output, started)
-            result["stats"] |= {  # executor time of this chunk, in ms (summed into the partition's stats)
+            out.groups.append(_upload(store, task, group, output, started, {
                 "download_task_ms": round(1000 * (downloaded - started)),
                 "rewrite_task_ms": round(1000 * (rewritten - downloaded)),
-                "upload_task_ms": round(1000 * (time.monotonic() - rewritten)),
-            }
-            out.groups.append((group.group_id, result))
-    out.summary = summary.to_dict(store)
+            }))
+    out.requests = store.stats - before
     return out
 
 
-def check_budget(task: PartitionTask) -> None:
-    """Raise DiskBudgetError if some group of `task` needs more temporary disk than its budget."""
+def check_budget(task: PartitionTask, groups: Sequence[GroupTask] | None = None) -> None:
+    """Raise DiskBudgetError if some group (of `groups`, default the task's) needs more temporary disk than the
+    budget."""
     budget = task.disk_budget_bytes
-    group = max(task.groups, key=lambda g: g.size, default=None)
+    group = max(task.groups if groups is None else groups, key=lambda g: g.size, default=None)
     if budget is not None and group is not None and group.size > budget:
         raise DiskBudgetError(
             f"{task.topic}-{task.partition}: the chunk at offset {group.start_offset} needs {group.size} bytes of "
@@ -180,31 +150,10 @@ def check_budget(task: PartitionTask) -> None:
         )
 
 
-@dataclass
-class _Summary:
-    budget: int | None
-    chunks: int = 0
-    peak_temp_bytes: int = 0
-    resolved: dict[str, int] = field(default_factory=dict)  # segment id -> dirty keys it really holds
-
-    def measure(self, directory: Path) -> None:
-        used = sum(e.stat().st_size for e in os.scandir(directory) if e.is_file())
-        self.peak_temp_bytes = max(self.peak_temp_bytes, used)
-
-    def to_dict(self, store: ObjectStore) -> dict[str, Any]:
-        s = store.stats
-        return {
-            "chunks": self.chunks,
-            "peak_temp_bytes": self.peak_temp_bytes,
-            "disk_budget_bytes": self.budget,
-            "resolved": self.resolved,
-            "store": {"gets": s.gets, "puts": s.puts, "bytes_read": s.bytes_read, "bytes_written": s.bytes_written},
-        }
-
-
 @contextmanager
-def _downloaded(store: ObjectStore, group: GroupTask, tmp: Path, summary: _Summary) -> Iterator[list[SegmentInput]]:
-    """The group's inputs, downloaded into `tmp` and memory-mapped; every file is gone on exit."""
+def _inputs(store: ObjectStore, group: GroupTask, tmp: Path, out: PartitionRewrite, cache: SegmentCache | None
+            ) -> Iterator[list[SegmentInput]]:
+    """The group's inputs in `tmp` (from the run's cache, else downloaded), memory-mapped; gone on exit."""
     files: list[Path] = []
     maps: list[mmap.mmap] = []
     views: list[memoryview] = []
@@ -214,8 +163,12 @@ def _downloaded(store: ObjectStore, group: GroupTask, tmp: Path, summary: _Summa
             key = seg.keys[Suffix.LOG.value]
             path = tmp / f"{seg.start_offset:020d}-{seg.segment_id}.log"
             files.append(path)
-            size = store.get_to_file(key, path)
-            summary.measure(tmp)
+            size = cache.take(seg.segment_id, path) if cache is not None else None
+            if size is None:
+                size = store.get_to_file(key, path)
+            else:
+                out.cache_hits += 1
+            out.peak_temp_bytes = max(out.peak_temp_bytes, _used(tmp))
             data: bytes | memoryview = b""
             if size:
                 with open(path, "rb") as f:
@@ -229,6 +182,10 @@ def _downloaded(store: ObjectStore, group: GroupTask, tmp: Path, summary: _Summa
         _release(views, maps)
         for path in files:
             path.unlink(missing_ok=True)
+
+
+def _used(directory: Path) -> int:
+    return sum(e.stat().st_size for e in os.scandir(directory) if e.is_file())
 
 
 def _release(views: list[memoryview], maps: list[mmap.mmap]) -> None:
@@ -246,30 +203,8 @@ def _release(views: list[memoryview], maps: list[mmap.mmap]) -> None:
             gc.collect()
 
 
-def _resolved_winners(
-    task: PartitionTask, group: GroupTask, inputs: Sequence[SegmentInput], dirty: DirtyKeys | None,
-    summary: _Summary,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Winners and superseded offsets of the group's inputs that Spark did not scan."""
-    found: list[np.ndarray] = [np.empty(0, np.int64)]
-    superseded: list[np.ndarray] = [np.empty(0, np.int64)]
-    ranges = [(t.producer_id, t.first_offset, t.last_offset) for t in task.aborted]
-    for seg, data in zip(group.inputs, inputs, strict=True):
-        if not seg.resolve:
-            continue
-        if dirty is None:
-            raise ValueError(f"{data.obj}: a clean input to resolve in the task needs the partition's dirty keys")
-        r = resolve_clean_segment(
-            data.data, obj=data.obj, strategy=CompactionStrategy(task.strategy), header=task.strategy_header,
-            aborted=ranges, dirty=dirty,
-        )
-        found.append(r.winners)
-        superseded.append(r.superseded)
-        summary.resolved[seg.segment_id] = r.dirty_found
-    return np.concatenate(found), np.concatenate(superseded)
-
-
-def _upload(store: ObjectStore, task: PartitionTask, group: GroupTask, output: Any, started: float) -> dict[str, Any]:
+def _upload(store: ObjectStore, task: PartitionTask, group: GroupTask, output: Any, started: float,
+            times: dict[str, int]) -> ChunkResult:
     segment_id = new_segment_id()
 
     def key(suffix: Suffix) -> str:
@@ -288,19 +223,20 @@ def _upload(store: ObjectStore, task: PartitionTask, group: GroupTask, output: A
             objects[suffix] = store.get(last.keys[suffix.value])
     scan = scan_segment(output.log, obj=f"cleaned {key(Suffix.LOG)}", verify_crc=False)
     objects[Suffix.BLOOM] = segment_filter(scan, task.bloom_fpp).to_bytes()
+    uploading = time.monotonic()
     for suffix, data in objects.items():
         store.put(key(suffix), data)
     stats = output.stats
-    return {
-        "group_id": group.group_id,
-        "segment_id": segment_id,
-        "start_offset": group.start_offset,
-        "end_offset": group.end_offset,
-        "size": len(output.log),
-        "max_timestamp_ms": stats.max_timestamp,
-        "first_batch_max_timestamp_ms": stats.first_batch_max_timestamp,
-        "record_count": stats.records_written,
-        "object_keys": {s.value: key(s) for s in objects},
-        "stats": stats.to_dict(),
-        "seconds": time.monotonic() - started,
-    }
+    return ChunkResult(
+        group_id=group.group_id,
+        segment_id=segment_id,
+        start_offset=group.start_offset,
+        end_offset=group.end_offset,
+        size=len(output.log),
+        max_timestamp_ms=stats.max_timestamp,
+        first_batch_max_timestamp_ms=stats.first_batch_max_timestamp,
+        record_count=stats.records_written,
+        object_keys={s.value: key(s) for s in objects},
+        stats={**stats.to_dict(), **times, "upload_task_ms": round(1000 * (time.monotonic() - uploading))},
+        seconds=time.monotonic() - started,
+    )

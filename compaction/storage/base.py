@@ -75,6 +75,10 @@ class StoreStats:
         """The sum of two counters, e.g. to total the stats of several executors."""
         return StoreStats(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
+    def __sub__(self, other: StoreStats) -> StoreStats:
+        """What was issued since `other` (an earlier copy of the same counters)."""
+        return StoreStats(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
+
 
 @dataclass(frozen=True)
 class RetryPolicy:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from compaction.format.control import ControlType
@@ -149,3 +149,56 @@ class CleanedTransactionMetadata:
             _first, pid, txn = heapq.heappop(self._pending)
             self._aborted.setdefault(pid, OngoingAbort(txn))
         self._position = last_offset + 1
+
+
+@dataclass(frozen=True)
+class TxnEvent:
+    """A transactional or control batch, as the marker walk reads it (every other batch only moves the walk).
+
+    `control`: None for a data batch, -1 for a control batch without a record (emptied by an earlier clean),
+    else the control record's type (`ControlType` value; other types are kept opaque)."""
+
+    last_offset: int
+    producer_id: int
+    is_transactional: bool
+    control: int | None = None
+
+
+def states_at(starts: Iterable[int], aborted: Iterable[AbortedTxn], events: Iterable[TxnEvent]
+              ) -> list[TransactionState]:
+    """The `TransactionState` at each offset of `starts` (ascending group start offsets) of one round.
+
+    The walk a sequential rewrite makes across its groups, done ahead from the transactional and control
+    batches alone (`events`): a data batch outside any transaction changes nothing but the walk's position,
+    and an aborted transaction becomes ongoing at its own first batch, which is an event. So each group can
+    be rewritten on its own, in parallel, from the state this returns for it. Pure.
+    """
+    walker = CleanedTransactionMetadata(TransactionState.start(aborted))
+    ordered = sorted(events, key=lambda e: e.last_offset)
+    out: list[TransactionState] = []
+    i = 0
+    for start in starts:
+        while i < len(ordered) and ordered[i].last_offset < start:
+            event = ordered[i]
+            if event.control is None:
+                walker.on_batch_read(event)
+            else:
+                walker.on_control_batch_read(event, None if event.control < 0 else _control_type(event.control))
+            i += 1
+        state = walker.state()
+        out.append(state if state.position is None else replace(state, position=min(state.position, start)))
+    return out
+
+
+def _control_type(value: int) -> ControlType | None:
+    try:
+        return ControlType(value)
+    except ValueError:
+        return _OPAQUE
+
+
+class _Opaque:
+    """A control type the walk does not know (KRaft's): kept, like `on_control_batch_read` keeps it."""
+
+
+_OPAQUE: ControlType = _Opaque()  # type: ignore[assignment]

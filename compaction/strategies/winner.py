@@ -16,10 +16,12 @@ Tombstones compete like any record. The rank is computed column-wise with numpy 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from compaction.config import CompactionStrategy
 
@@ -64,3 +66,84 @@ def ranks(records: pa.Table, strategy: CompactionStrategy) -> Ranks:
         return Ranks(np.ones(n, np.int8), np.asarray(ts, np.int64), 0)
     has, version = header_versions(records["header_value"])
     return Ranks(has, version, int(n - has.sum()))
+
+
+AbortedRange = tuple[int, int, int]  # (producer id, first offset, last offset) of an aborted transaction
+
+
+def in_aborted(records: pa.Table, ranges: Sequence[AbortedRange]) -> pa.ChunkedArray:
+    """Records of transactional batches that an aborted transaction (pid, first..last) covers."""
+    hit = pc.equal(records["offset"], -1)  # all false
+    for pid, first, last in ranges:
+        covered = pc.and_(
+            pc.equal(records["producer_id"], pid),
+            pc.and_(
+                pc.greater_equal(records["batch_base_offset"], first),
+                pc.less_equal(records["batch_base_offset"], last),
+            ),
+        )
+        hit = pc.or_(hit, covered)
+    return pc.and_(hit, records["transactional"])
+
+
+def candidate_records(records: pa.Table, ranges: Sequence[AbortedRange]) -> pa.Table:
+    """The records of a scan that compete for their key: keyed, not control, not in an aborted transaction."""
+    keep = pc.and_(pc.invert(records["control"]), pc.is_valid(records["key"]))
+    if ranges:
+        keep = pc.and_(keep, pc.invert(in_aborted(records, ranges)))
+    return records.filter(keep)
+
+
+def best_per_key(keys: pa.Array, has_version: np.ndarray, version: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """Row indices of each distinct key's greatest rank (has_version, version, offset): the winner rule.
+
+    This is the rule on one executor's rows; `compaction.spark.winners.best_per_key` applies the same rule as a
+    Spark aggregate over the whole run (a property test holds the two equal). Keys are compared by their bytes.
+    """
+    if len(keys) == 0:
+        return np.empty(0, np.int64)
+    table = pa.table({"key": keys, "h": has_version, "v": version, "o": offset})
+    order = pc.sort_indices(
+        table, sort_keys=[("key", "ascending"), ("h", "descending"), ("v", "descending"), ("o", "descending")]
+    )
+    ordered = keys.take(order)
+    first = np.ones(len(keys), bool)
+    if len(keys) > 1:
+        first[1:] = pc.not_equal(ordered[1:], ordered[:-1]).to_numpy(zero_copy_only=False)
+    return np.asarray(order.to_numpy()[first], dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class SegmentBest:
+    """One segment's best-ranked record per key (`segment_best`): parallel columns."""
+
+    keys: pa.Array
+    has_version: pa.Array
+    version: pa.Array
+    offset: pa.Array
+    invalid_versions: int
+
+
+def segment_best(records: pa.Table, aborted: Sequence[AbortedRange], strategy: CompactionStrategy,
+                 ) -> SegmentBest:
+    """Each key's best-ranked candidate record within one scanned segment.
+
+    Pre-aggregating on the executor ships Spark one row per distinct key of the segment instead of one per
+    record; the best over the run is the best of these bests. Offset strategy: a hash group-by (max offset);
+    the others: `best_per_key` (a sort by key and rank).
+    """
+    kept = candidate_records(records, aborted)
+    keys = kept["key"].cast(pa.binary()).combine_chunks()
+    offsets = kept["offset"].combine_chunks()
+    if strategy is CompactionStrategy.OFFSET:
+        best = pa.table({"key": keys, "offset": offsets}).group_by("key", use_threads=False).aggregate(
+            [("offset", "max")])
+        n = best.num_rows
+        return SegmentBest(best["key"].combine_chunks(), pa.repeat(pa.scalar(0, pa.int8()), n),
+                           pa.repeat(pa.scalar(0, pa.int64()), n), best["offset_max"].combine_chunks(), 0)
+    rank = ranks(kept, strategy)
+    has_version = np.asarray(rank.has_version, np.int8)
+    version = np.asarray(rank.version, np.int64)
+    idx = best_per_key(keys, has_version, version, offsets.to_numpy())
+    return SegmentBest(keys.take(idx), pa.array(has_version[idx], pa.int8()), pa.array(version[idx], pa.int64()),
+                       offsets.take(idx), rank.invalid_versions)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from compaction.cleaner import first_unstable_offsets, producer_state
 from compaction.metadata import ObjectSuffix, table_in_store
+from compaction.run.plan import first_unstable_offsets
+from compaction.run.producers import producer_state
 from compaction.storage import open_store
 from compaction.tier import tier_logdir
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir

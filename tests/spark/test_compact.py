@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from compaction.cleaner import commit, plan, stage
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.format.segment import iter_batches
 from compaction.metadata import ObjectSuffix, SegmentState, table_in_store
 from compaction.reader import Isolation, consumer_records, segment_ref
+from compaction.run.commit import commit
+from compaction.run.plan import plan
+from compaction.run.stage import stage
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir

@@ -24,19 +24,21 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from compaction.cleaner import StagedRun, commit, commit_partition, plan, stage
 from compaction.cli import main
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.errors import CommitConflictError, FencedError
 from compaction.gc import collect_garbage
 from compaction.metadata import METADATA_TABLE_NAME, acquire_fencing_epoch, table_in_store
+from compaction.run.commit import commit, commit_partition
+from compaction.run.plan import plan
+from compaction.run.stage import StagedRun, stage
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 from tests.borrowed_session import BorrowedSession
 from tests.latest_view import store_problems, view_differences, views
 
-cleaner_module = importlib.import_module("compaction.cleaner")
+cleaner_module = importlib.import_module("compaction.run.stage")
 session_module = importlib.import_module("compaction.spark.session")
 
 NOW = 1_800_000_000_000

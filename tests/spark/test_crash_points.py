@@ -28,11 +28,13 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from compaction.cleaner import commit, commit_partition, plan, stage
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.errors import CommitConflictError
 from compaction.gc import collect_garbage
 from compaction.metadata import SegmentState, referenced_object_keys, table_in_store
+from compaction.run.commit import commit, commit_partition
+from compaction.run.plan import plan
+from compaction.run.stage import stage
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
@@ -40,7 +42,7 @@ from tests.faults import SimulatedCrash, failing_uploads
 from tests.latest_view import store_problems, view_differences, views
 
 cleaner_module = importlib.import_module("compaction.cleaner")
-compact_module = importlib.import_module("compaction.spark.compact")
+compact_module = importlib.import_module("compaction.spark.pipeline")
 gc_execute_module = importlib.import_module("compaction.gc.execute")
 
 NOW = 1_800_000_000_000

@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from compaction.cleaner import commit, plan, stage
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.metadata import table_in_store
 from compaction.report import run_report
+from compaction.run.commit import commit
+from compaction.run.plan import plan
+from compaction.run.stage import stage
 from compaction.spark import compact as compact_module
 from compaction.storage import ObjectStore, StoreSpec
 from tests.integration.conftest import (

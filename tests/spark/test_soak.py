@@ -38,11 +38,13 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from compaction.cleaner import RunPlan, StagedRun, commit, plan, stage
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.format.codecs import Codec
 from compaction.gc import collect_garbage
 from compaction.metadata import table_in_store
+from compaction.run.commit import commit
+from compaction.run.plan import RunPlan, plan
+from compaction.run.stage import StagedRun, stage
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
@@ -50,7 +52,7 @@ from tests.faults import SimulatedCrash, failing_uploads
 from tests.latest_view import Entry, Strategy, View, store_problems, view_differences, views
 
 cleaner_module = importlib.import_module("compaction.cleaner")
-compact_module = importlib.import_module("compaction.spark.compact")
+compact_module = importlib.import_module("compaction.spark.pipeline")
 gc_execute_module = importlib.import_module("compaction.gc.execute")
 
 FULL = os.environ.get("KCOMPACT_SOAK") == "full"

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from compaction.cleaner import commit, plan, stage
 from compaction.cli import main
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.errors import ConfigError, ExitCode
@@ -37,6 +36,9 @@ from compaction.metadata import (
 )
 from compaction.metadata import commit as commit_change_set
 from compaction.reader import Isolation, consumer_records, segment_ref
+from compaction.run.commit import commit
+from compaction.run.plan import plan
+from compaction.run.stage import stage
 from compaction.storage import ObjectStore, open_store
 from compaction.storage.layout import new_segment_id, parse_segment_object_key
 from compaction.tier import tier_logdir

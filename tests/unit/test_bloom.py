@@ -38,8 +38,6 @@ from compaction.bloom.filter import (
 from compaction.bloom.hashing import key_hashes, reference_hash
 from compaction.bloom.segment import filter_key, read_filter, segment_facts, segment_filter
 from compaction.bloom.skipping import Verdict, merge_small, regroup_around, verdict
-from compaction.bloom.work import PartitionWork
-from compaction.config import CompactionStrategy
 from compaction.errors import MetadataInvariantError
 from compaction.format.batch import Header, Record, build_batch, encode_batch
 from compaction.format.checkpoints import EpochEntry
@@ -48,12 +46,13 @@ from compaction.format.scan import scan_segment
 from compaction.metadata import ObjectKey, ObjectSuffix, SegmentMetadata, SegmentState
 from compaction.metadata.change_set import AddedObjectKey, ChangeSet, apply_change_set
 from compaction.metadata.snapshot import PartitionSnapshot
-from compaction.plan.grouping import estimated_index_sizes, group_segments_by_size
+from compaction.planner.grouping import estimated_index_sizes, group_segments_by_size
 from compaction.report import TARGET_FALSE_READ_RATE, bloom_sizing
-from compaction.rewrite.resolve import DirtyKeys, best_per_key, resolve_clean_segment
-from compaction.rewrite.upload import DiskBudgetError, GroupTask, InputSegment, PartitionTask, rewrite_partition
+from compaction.rewrite.upload import DiskBudgetError, rewrite_groups
+from compaction.run.tasks import GroupTask, InputSegment, PartitionTask, PartitionWork
 from compaction.storage import open_store
 from compaction.storage.layout import Suffix, segment_object_key
+from compaction.strategies.winner import best_per_key
 
 NOW = 1_800_000_000_000
 TOPIC_ID = "MWJ6FHTfRYy67jzwZdeqSQ"
@@ -257,18 +256,7 @@ def test_small_segments_that_can_merge_are_not_kept(sizes: list[int], kept: set[
     assert ids == {segments[i].segment_id for i in expected}
 
 
-# --- winners of a clean segment, resolved in the task ---------------------------------------------------
-
-
-def test_dirty_key_lookup_is_exact() -> None:
-    dirty = [b"d%05d" % i for i in range(3000)]
-    table = pa.table({"key": binary(dirty), "has_version": np.zeros(3000, np.int8),
-                      "version": np.zeros(3000, np.int64), "offset": np.arange(3000, dtype=np.int64)})
-    lookup = DirtyKeys.from_table(table)
-    probes = [b"d%05d" % i for i in range(2500, 3500)] + [b"", b"d"]
-    found = lookup.lookup(binary(probes).cast(pa.large_binary()))
-    expected = [dirty.index(p) if p in dirty else -1 for p in probes]
-    assert found.tolist() == expected
+# --- the winner rule on one executor (`strategies.winner.best_per_key`) ----------------------------------
 
 
 def test_best_per_key_takes_the_greatest_rank() -> None:
@@ -281,45 +269,6 @@ def test_best_per_key_takes_the_greatest_rank() -> None:
 def version(v: int) -> tuple[Header, ...]:
     return (Header("version", struct.pack(">q", v)),)
 
-
-@pytest.mark.parametrize("strategy", list(CompactionStrategy))
-def test_resolve_clean_segment_against_dirty_keys(strategy: CompactionStrategy) -> None:
-    """Keys a (clean only), b and c (dirty too): the clean record of b outranks the dirty one under the
-    timestamp and header strategies (it is newer by timestamp and version), never under offset; c's dirty
-    record wins under all three."""
-    records = [
-        Record(0, 5_000, b"a", b"1", version(1)),
-        Record(1, 9_000, b"b", b"2", version(9)),
-        Record(2, 1_000, b"c", b"3", version(1)),
-    ]
-    clean = encode_batch(build_batch(records))
-    dirty = pa.table({"key": binary([b"b", b"c", b"z"]),
-                      "has_version": np.array([0, 1, 1] if strategy is not CompactionStrategy.OFFSET else [0] * 3,
-                                              np.int8),
-                      "version": np.array(
-                          {CompactionStrategy.OFFSET: [0, 0, 0], CompactionStrategy.TIMESTAMP: [8_000, 2_000, 1],
-                           CompactionStrategy.HEADER: [0, 2, 1]}[strategy], np.int64),
-                      "offset": np.array([100, 101, 102], np.int64)})
-    if strategy is CompactionStrategy.TIMESTAMP:
-        dirty = dirty.set_column(1, "has_version", pa.array(np.ones(3, np.int8)))
-    r = resolve_clean_segment(clean, obj="clean", strategy=strategy, header="version", aborted=(),
-                              dirty=DirtyKeys.from_table(dirty))
-    assert r.dirty_found == 2
-    if strategy is CompactionStrategy.OFFSET:
-        assert (r.winners.tolist(), r.superseded.tolist()) == ([0], [])
-    else:
-        assert (r.winners.tolist(), r.superseded.tolist()) == ([0, 1], [100])
-
-
-def test_aborted_records_of_a_clean_segment_cannot_win() -> None:
-    txn = data(0, [b"a", b"b"], producer_id=5, producer_epoch=0, base_sequence=0, transactional=True)
-    empty = DirtyKeys.from_table(pa.table({"key": binary([]), "has_version": pa.array([], pa.int8()),
-                                           "version": pa.array([], pa.int64()), "offset": pa.array([], pa.int64())}))
-    kept = resolve_clean_segment(txn, obj="c", strategy=CompactionStrategy.OFFSET, header=None, aborted=(),
-                                 dirty=empty)
-    gone = resolve_clean_segment(txn, obj="c", strategy=CompactionStrategy.OFFSET, header=None,
-                                 aborted=[(5, 0, 3)], dirty=empty)
-    assert kept.winners.tolist() == [0, 1] and gone.winners.tolist() == []
 
 
 # --- the rewrite: filters of outputs, bounded chunks -------------------------------------------------------
@@ -349,16 +298,16 @@ def partition_task(store_root: Path, sizes: Sequence[int], budget: int | None, p
 def test_chunks_stay_within_the_disk_budget_and_outputs_carry_their_filter(tmp_path: Path) -> None:
     task, winners = partition_task(tmp_path / "store", [2000] * 10, budget=4_800)
     store = open_store(str(tmp_path / "store"))
-    done = rewrite_partition(store, task, winners)
-    assert done.summary["chunks"] == 5
-    assert 0 < done.summary["peak_temp_bytes"] <= 4_800
-    assert done.summary["peak_temp_bytes"] >= max(g.size for g in task.groups)  # it measured a whole chunk
-    for _gid, result in done.groups:
-        log = store.get(result["object_keys"]["log"])
-        f = KeyFilter.from_bytes(store.get(result["object_keys"]["bloom"]))
+    done = rewrite_groups(store, task, task.groups, winners)
+    assert done.chunks == 5
+    assert 0 < done.peak_temp_bytes <= 4_800
+    assert done.peak_temp_bytes >= max(g.size for g in task.groups)  # it measured a whole chunk
+    for result in done.groups:
+        log = store.get(result.object_keys["log"])
+        f = KeyFilter.from_bytes(store.get(result.object_keys["bloom"]))
         keys = scan_segment(log).records["key"]
         assert f.n == len(keys) and f.positives(key_hashes(keys)) == len(keys)
-        assert result["object_keys"]["bloom"] == filter_key(result["object_keys"]["log"])
+        assert result.object_keys["bloom"] == filter_key(result.object_keys["log"])
 
 
 def test_a_chunk_above_the_budget_is_refused_before_any_download(tmp_path: Path) -> None:
@@ -366,7 +315,7 @@ def test_a_chunk_above_the_budget_is_refused_before_any_download(tmp_path: Path)
     store = open_store(str(tmp_path / "store"))
     biggest = max(g.size for g in task.groups)
     with pytest.raises(DiskBudgetError, match=f"raise --disk-budget-bytes to at least {biggest} "):
-        rewrite_partition(store, task, winners)
+        rewrite_groups(store, task, task.groups, winners)
     assert store.stats.gets == 0 and store.stats.puts == 0
 
 
@@ -420,16 +369,18 @@ def test_a_round_scans_dirty_segments_and_clean_ones_without_a_filter() -> None:
     assert set(scans) == {s.segment_id for s in SEGS[3:]}
     assert [scans[s.segment_id].dirty for s in SEGS[3:]] == [False, False, True, True, True]
     assert scans[SEGS[3].segment_id].filter_key is not None and scans[SEGS[5].segment_id].filter_key is None
-    task = w.reshaped({SEGS[0].segment_id}, set(scans))
+    task = w.reshaped({SEGS[0].segment_id})
     inputs = [i for g in task.groups for i in g.inputs]
     assert [i.segment_id for i in inputs] == [s.segment_id for s in SEGS[1:]]
-    assert [i.resolve for i in inputs] == [True, True, False, False, False, False, False]
+    rescans = w.rescans({SEGS[0].segment_id}, set(scans))  # positive clean segments the first scan did not read
+    assert [s.segment_id for s in rescans] == [s.segment_id for s in SEGS[1:3]]
+    assert not any(s.dirty for s in rescans)
 
 
 def test_a_forced_round_keeps_nothing_and_scans_everything() -> None:
     w = work(False, blooms=(0, 1, 2))
     assert w.clean == [] and [s.dirty for s in w.scans()] == [True] * 8
-    ids = [[i.segment_id for i in g.inputs] for g in w.reshaped(set(), set()).groups]
+    ids = [[i.segment_id for i in g.inputs] for g in w.reshaped(set()).groups]
     assert ids == [[i.segment_id for i in g.inputs] for g in w.task.groups]  # the planner's groups
 
 

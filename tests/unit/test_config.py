@@ -40,7 +40,7 @@ KAFKA_DEFAULTS: dict[str, Any] = {
     "compaction.strategy.header": None,
     "producer.id.expiration.ms": 86400000,
     "file.delete.delay.ms": 60000,
-    "bloom.filter.fpp": 0.01,
+    "bloom.filter.fpp": None,  # derived from the partition's bytes (compaction.bloom.sizing)
 }
 
 # (key, raw value as written in YAML, parsed value): every key, as a number and as a string.

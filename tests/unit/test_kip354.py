@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from compaction.cleaner import plan
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.metadata import ChangeSet, SegmentState, StateChange, acquire_fencing_epoch, table_in_store
 from compaction.metadata import commit as commit_change_set
-from compaction.plan import Decision, PartitionPlan, Regions, UncleanableBound
+from compaction.planner import Decision, PartitionPlan, Regions, UncleanableBound
+from compaction.run.plan import plan
 from compaction.storage import ObjectStore, open_store
 from tests.scenario_log import ScenarioLog, tier
 

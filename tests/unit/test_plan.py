@@ -29,7 +29,7 @@ from compaction.metadata.model import (
     TopicPartition,
 )
 from compaction.metadata.snapshot import MetadataSnapshot, PartitionSnapshot
-from compaction.plan import (
+from compaction.planner import (
     CompactionPlan,
     Decision,
     IndexSizes,
@@ -40,8 +40,8 @@ from compaction.plan import (
     plan_partition,
     regions_of,
 )
-from compaction.plan.explain import more_bytes_needed
-from compaction.plan.regions import calculate_cleanable_bytes, clean_bytes, first_dirty_offset
+from compaction.planner.explain import more_bytes_needed
+from compaction.planner.regions import calculate_cleanable_bytes, clean_bytes, first_dirty_offset
 
 TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
 INT_MAX = 2**31 - 1

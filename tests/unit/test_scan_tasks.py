@@ -1,15 +1,17 @@
-"""How the Spark scan cuts segments into tasks (`compaction.spark.compact.scan_slices`): every segment in
+"""How the Spark scan cuts segments into tasks (`compaction.spark.scan.scan_slices`): every segment in
 exactly one task, as many tasks as the bytes and cores call for, loads balanced, and the cut is the one
 `SparkContext.parallelize` makes of the concatenation (so each task gets exactly its slice). And how the
-rewrite task reads its groups' winners (`group_winners`)."""
+rewrite tasks get their chunks: one Spark partition per chunk (`slot_keys`), winners split by group."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compaction.bloom.work import SegmentScanTask
-from compaction.spark.compact import SCAN_TASK_BYTES, scan_slices
+from compaction.run.tasks import GroupTask, SegmentScanTask
+from compaction.spark.rewrite_job import split_winners
+from compaction.spark.scan import SCAN_TASK_BYTES, scan_slices
+from compaction.spark.winners import slot_keys, spark_hash_long
 
 
 @given(st.lists(st.integers(0, 2 * SCAN_TASK_BYTES), max_size=80), st.integers(1, 16))
@@ -35,20 +37,25 @@ def test_forty_small_segments_make_a_few_tasks_not_forty() -> None:
     assert len(scan_slices(big, 4)) == 40
 
 
-def test_group_winners_merge_repeated_groups_straight_from_arrow() -> None:
+@given(st.integers(1, 300))
+def test_every_chunk_slot_lands_in_a_spark_partition_of_its_own(n: int) -> None:
+    keys = slot_keys(n)
+    assert len(set(keys)) == n
+    assert sorted(spark_hash_long(k) % n for k in keys) == list(range(n))
+
+
+def test_spark_hash_of_a_long_matches_murmur3_reference_values() -> None:
+    # Spark: SELECT hash(CAST(0 AS BIGINT)), hash(CAST(1 AS BIGINT)), hash(CAST(-1 AS BIGINT)), hash(1234567890123L)
+    assert [spark_hash_long(v) for v in (0, 1, -1, 1234567890123)] == SPARK_HASHES
+
+
+SPARK_HASHES = [-1670924195, -1712319331, -939490007, 1304145252]  # printed by Spark 4.3 (local[1])
+
+
+def test_winners_are_split_by_group_sorted_and_markers_dropped() -> None:
     import numpy as np
-    import pyarrow as pa
 
-    from compaction.spark.compact import group_winners
-
-    groups = pa.table({
-        "group_id": pa.array([0, 1, 0, 2, 2], pa.int32()),
-        "winners": pa.array([[5, 9], [], [], None, [1, 3]], pa.list_(pa.int64())),
-    })
-    got = group_winners(groups)
-    assert sorted(got) == [0, 1, 2]
-    assert got[0].tolist() == [5, 9] and got[1].tolist() == [] and got[2].tolist() == [1, 3]
+    groups = [GroupTask(0, 0, 9, ()), GroupTask(1, 10, 19, ()), GroupTask(2, 20, 29, ())]
+    got = split_winners(np.array([15, -1, 3, 29, 10, -1, 0], np.int64), groups)
+    assert {g: v.tolist() for g, v in got.items()} == {0: [0, 3], 1: [10, 15], 2: [29]}
     assert all(v.dtype == np.int64 for v in got.values())
-    split = group_winners(pa.table({"group_id": pa.array([4, 4], pa.int32()),
-                                    "winners": pa.array([[7, 8], [2]], pa.list_(pa.int64()))}))
-    assert split[4].tolist() == [2, 7, 8]

@@ -21,8 +21,8 @@ from compaction.config import KcompactConfig
 from compaction.errors import ConfigError
 from compaction.metadata.model import TopicPartition
 from compaction.metadata.snapshot import MetadataSnapshot
-from compaction.plan.explain import byte_size, duration, timestamp
-from compaction.plan.partition import PartitionPlan, plan_partition
+from compaction.planner.explain import byte_size, duration, timestamp
+from compaction.planner.partition import PartitionPlan, plan_partition
 
 
 @dataclass(frozen=True)

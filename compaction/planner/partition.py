@@ -9,9 +9,9 @@ from typing import Any
 from compaction.config import TopicConfig
 from compaction.metadata.model import SegmentMetadata
 from compaction.metadata.snapshot import PartitionSnapshot
-from compaction.plan import explain
-from compaction.plan.grouping import estimated_index_sizes, group_segments_by_size
-from compaction.plan.regions import Decision, Regions, decide, regions_of
+from compaction.planner import explain
+from compaction.planner.grouping import estimated_index_sizes, group_segments_by_size
+from compaction.planner.regions import Decision, Regions, decide, regions_of
 
 _CONFIG_SHOWN = ("cleanup.policy", "min.cleanable.dirty.ratio", "min.compaction.lag.ms", "max.compaction.lag.ms")
 

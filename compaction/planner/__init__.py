@@ -7,10 +7,10 @@ imports pyspark, reads a clock, a file or the environment.
 
 from __future__ import annotations
 
-from compaction.plan.grouping import IndexSizes, estimated_index_sizes, group_segments_by_size
-from compaction.plan.partition import PartitionPlan, plan_partition
-from compaction.plan.planner import CompactionPlan, build_plan
-from compaction.plan.regions import Decision, Regions, UncleanableBound, regions_of
+from compaction.planner.grouping import IndexSizes, estimated_index_sizes, group_segments_by_size
+from compaction.planner.partition import PartitionPlan, plan_partition
+from compaction.planner.planner import CompactionPlan, build_plan
+from compaction.planner.regions import Decision, Regions, UncleanableBound, regions_of
 
 __all__ = [
     "CompactionPlan",

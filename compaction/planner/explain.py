@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from compaction.config import LONG_MAX, TopicConfig
-from compaction.plan.regions import Decision, Regions, UncleanableBound
+from compaction.planner.regions import Decision, Regions, UncleanableBound
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

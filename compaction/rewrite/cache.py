@@ -1,0 +1,73 @@
+"""Segments fetched once per run: the scan keeps what it downloaded on local disk, the rewrite takes it.
+
+A run reads a segment twice: the scan ranks its keys, the rewrite (after every winner is known) copies its
+batches. Downloading it twice would double a run's GET bytes, so the scan writes the segment into the run's
+cache directory (`<temp dir>/kcompact-cache-<run id>/`) and the rewrite chunk that needs it moves the file
+into its own directory instead of fetching it again. The driver turns the cache on only when the segments it
+would hold plus the chunks being rewritten fit in the disk budget (`cache_fits`); without it, the rewrite
+fetches again (the report's `fetch_ratio` then shows it).
+
+On one machine (Spark local mode, or a task that lands on the executor that scanned) every cached segment is
+found. On a cluster a rewrite task may run on another node: it then fetches the segment itself. A file is
+written under a temporary name and renamed, so a reader never sees a partial segment; the rewrite deletes
+what it used, and the driver deletes the directory when the run's stage ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+from compaction.storage.base import ObjectStore
+
+
+def cache_dir(temp_dir: str | None, run_id: str) -> str:
+    """The run's cache directory (the same path on every executor)."""
+    return str(Path(temp_dir or tempfile.gettempdir()) / f"kcompact-cache-{run_id}")
+
+
+def cache_fits(cached_bytes: int, largest_chunk: int, concurrent_chunks: int, budget: int | None) -> bool:
+    """Whether caching `cached_bytes` still leaves room for `concurrent_chunks` chunks of `largest_chunk`."""
+    return budget is None or cached_bytes + concurrent_chunks * largest_chunk <= budget
+
+
+class SegmentCache:
+    """The `.log` objects of one run, by segment id, in `directory`."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
+
+    def path(self, segment_id: str) -> Path:
+        return self.directory / f"{segment_id}.log"
+
+    def fetch(self, store: ObjectStore, key: str, segment_id: str) -> bytes:
+        """Download `key` into the cache (one GET) and return its bytes."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.path(segment_id)
+        store.get_to_file(key, path)
+        return path.read_bytes()
+
+    def take(self, segment_id: str, dest: Path) -> int | None:
+        """Move the cached segment to `dest`; its size, or None when it is not cached here."""
+        path = self.path(segment_id)
+        try:
+            size = path.stat().st_size
+            try:
+                os.replace(path, dest)
+            except OSError:  # another file system: copy under a temporary name, then rename
+                tmp = dest.with_name(f".{uuid.uuid4().hex}")
+                shutil.copyfile(path, tmp)
+                os.replace(tmp, dest)
+                path.unlink(missing_ok=True)
+        except FileNotFoundError:
+            return None
+        return size
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+__all__ = ["SegmentCache", "cache_dir", "cache_fits"]

@@ -1,0 +1,12 @@
+"""One compaction run, as plan → stage → commit (the shape of `compaction.gc`: plan, execute, report).
+
+- `plan.py`: reads the metadata table once (and each partition's producer state and aborted transactions, once)
+  and returns a frozen `RunPlan` recording the table version and the clock. A dry run renders it and stops.
+- `stage.py`: takes ownership of each eligible partition (a new fencing epoch), runs the Spark data path
+  (`compaction.spark.pipeline`) and uploads every output under a fresh id. Nothing is visible yet.
+- `commit.py`: lands each partition's swap in one metadata commit and returns the outcomes.
+- `tasks.py`: the small picklable values shipped to executors. `producers.py`: producer state from the tier.
+
+The public API (`compaction.plan`, `stage`, `commit`, `compact`) and the CLI call these. Every step is safe to
+rerun. This package imports no pyspark until `stage` runs.
+"""

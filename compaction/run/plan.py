@@ -1,0 +1,112 @@
+"""Plan a run: the metadata table read once, the planner's decisions, and what each partition's round needs.
+
+`plan` returns a frozen `RunPlan`: the planner's output (`compaction.planner`) with the table version it read and
+the clock, plus per eligible partition its producer state and aborted transactions (`PartitionInputs`), read
+here once so that staging reads nothing of the tier but the segments themselves. Planning writes nothing.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from compaction.config import KcompactConfig
+from compaction.errors import ConfigError, CorruptInputError
+from compaction.format.producer_snapshot import ProducerStateEntry
+from compaction.metadata import MetadataSnapshot, TopicPartition, table_in_store
+from compaction.planner import CompactionPlan, build_plan
+from compaction.run.producers import PartitionInputs, aborted_transactions, first_unstable_offset, producer_state
+from compaction.run.tasks import TP
+from compaction.storage.base import ObjectStore, StoreSpec
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run will do: the planner's output plus where and when it was computed.
+
+    `inputs` holds, per eligible partition, what its round needs besides its segments (read once here);
+    `quarantined` the partitions whose producer state or txn indexes could not be read: held back, reported.
+    """
+
+    store: StoreSpec
+    plan: CompactionPlan
+    run_id: str
+    writer: str
+    disk_budget_bytes: int | None = None  # temporary disk per rewrite chunk; None: free local disk / 3 at stage
+    quarantined: tuple[tuple[str, int, CorruptInputError], ...] = ()
+    inputs: Mapping[TP, PartitionInputs] = field(default_factory=dict)
+
+    @property
+    def now_ms(self) -> int:
+        return self.plan.now_ms
+
+
+def plan(
+    store: ObjectStore,
+    config: KcompactConfig,
+    now_ms: int | None = None,
+    *,
+    topics: Sequence[str] | None = None,
+    partition: int | None = None,
+    force: bool = False,
+    disk_budget_bytes: int | None = None,
+) -> RunPlan:
+    """Plan a run from the latest metadata snapshot. Reads the table, producer snapshots and txn indexes.
+
+    `disk_budget_bytes` bounds the temporary disk of each rewrite chunk (default: free local disk / 3 when
+    the run is staged); a partition holding a segment larger than it fails with `DiskBudgetError`.
+    """
+    if disk_budget_bytes is not None and disk_budget_bytes <= 0:
+        raise ConfigError(f"--disk-budget-bytes {disk_budget_bytes}: expected a positive number of bytes")
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    snapshot = table_in_store(store).snapshot()
+    unreadable: dict[TopicPartition, CorruptInputError] = {}
+    producers = _producers(store, snapshot, unreadable)
+    unstable = {tp: first for tp, entries in producers.items() if (first := first_unstable_offset(entries)) is not None}
+    for tp in unreadable:  # hold the whole partition back
+        unstable[tp] = snapshot.partitions[tp].live_segments[0].start_offset
+    compaction_plan = build_plan(snapshot, config, now, topics=topics, partition=partition, force=force,
+                                 first_unstable_offsets=unstable)
+    inputs: dict[TP, PartitionInputs] = {}
+    for p in compaction_plan.eligible:
+        tp = TopicPartition(p.topic, p.partition)
+        if tp in unreadable or p.regions is None:
+            continue
+        live = snapshot.partitions[tp].live_segments
+        try:
+            aborted = aborted_transactions(store, live, p.regions.first_uncleanable_offset)
+        except CorruptInputError as exc:
+            unreadable[tp] = exc
+            continue
+        inputs[(p.topic, p.partition)] = PartitionInputs(tuple(producers.get(tp, ())), aborted)
+    quarantined = tuple((p.topic, p.partition, unreadable[TopicPartition(p.topic, p.partition)])
+                        for p in compaction_plan.partitions if TopicPartition(p.topic, p.partition) in unreadable)
+    notes = tuple(f"{t}-{p} quarantined, not compacted: {e}" for t, p, e in quarantined)
+    compaction_plan = replace(compaction_plan, notes=compaction_plan.notes + notes)
+    return RunPlan(store.spec, compaction_plan, uuid.uuid4().hex[:12], f"kcompact@{socket.gethostname()}",
+                   disk_budget_bytes, quarantined=quarantined, inputs=inputs)
+
+
+def _producers(store: ObjectStore, snapshot: MetadataSnapshot, unreadable: dict[TopicPartition, CorruptInputError]
+               ) -> dict[TopicPartition, list[ProducerStateEntry]]:
+    out = {}
+    for (topic, partition), part in snapshot.partitions.items():
+        if not part.live_segments:
+            continue
+        try:
+            out[TopicPartition(topic, partition)] = producer_state(store, part.live_segments)
+        except CorruptInputError as exc:
+            unreadable[TopicPartition(topic, partition)] = exc
+    return out
+
+
+def first_unstable_offsets(store: ObjectStore, snapshot: MetadataSnapshot) -> dict[TopicPartition, int]:
+    """Per partition, the first offset of a transaction that is still open at the end of the tier."""
+    found = {tp: first_unstable_offset(entries) for tp, entries in _producers(store, snapshot, {}).items()}
+    return {tp: first for tp, first in found.items() if first is not None}
+
+
+__all__ = ["RunPlan", "first_unstable_offsets", "plan"]

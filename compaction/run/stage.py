@@ -1,0 +1,179 @@
+"""Stage a run: take each eligible partition, run the Spark data path, upload; nothing becomes visible.
+
+Per eligible partition `stage` acquires a new fencing epoch (committed on its own, like a new leader epoch),
+checks that the planned segments are still live, and builds its `PartitionWork` from the plan (with the producer
+state and aborted transactions the plan read). `compaction.spark.pipeline` then scans, decides the winners,
+tests the filters and rewrites every chunk under a fresh segment id. A crash here leaves only unreferenced
+objects, which `kcompact gc` removes; rerunning is safe.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from compaction.bloom.sizing import filter_fpp
+from compaction.errors import CommitConflictError, KcompactError
+from compaction.format.checkpoints import EpochEntry
+from compaction.metadata import (
+    NewSegment,
+    ObjectKey,
+    ObjectSuffix,
+    PartitionSnapshot,
+    SegmentMetadata,
+    SegmentState,
+    acquire_fencing_epoch,
+    table_in_store,
+)
+from compaction.metadata.change_set import AddedObjectKey
+from compaction.planner import PartitionPlan
+from compaction.rewrite.upload import ChunkResult
+from compaction.run.plan import RunPlan
+from compaction.run.producers import active_producers
+from compaction.run.stats import partition_stats
+from compaction.run.tasks import TP, PartitionTask, PartitionWork, group_task
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass
+class StagedPartition:
+    """One partition's uploaded output, ready to commit."""
+
+    plan: PartitionPlan
+    snapshot: PartitionSnapshot
+    fencing_epoch: int
+    new_segments: tuple[NewSegment, ...]
+    replaced: tuple[str, ...]
+    cleaner_offset: int
+    stats: dict[str, int]
+    map_seconds: float  # the run's scan + winners phase (shared by every partition of the run)
+    rewrite_seconds: float  # this partition's rewrite + upload, summed over its chunks on the executors
+    kept: tuple[str, ...] = ()  # clean segments left as they are: their filter proved no dirty key in them
+    added_object_keys: tuple[AddedObjectKey, ...] = ()  # filters written for segments that had none
+    filter_fpp: float = 0.0  # the false-positive rate of the filters written with the outputs
+
+
+@dataclass
+class StagedRun:
+    """The uploaded output of a run. Phase times are wall clock for the whole run (all partitions together)."""
+
+    run: RunPlan
+    partitions: list[StagedPartition] = field(default_factory=list)
+    failed: dict[TP, KcompactError] = field(default_factory=dict)
+    map_seconds: float = 0.0
+    rewrite_seconds: float = 0.0
+
+
+def default_disk_budget(temp_dir: str | None = None) -> int:
+    """A third of the free space where rewrite chunks are downloaded."""
+    return shutil.disk_usage(temp_dir or tempfile.gettempdir()).free // 3
+
+
+def stage(spark: SparkSession, run: RunPlan, *, temp_dir: str | None = None) -> StagedRun:
+    """Rewrite and upload every eligible partition of `run` (nothing becomes visible). See the module docstring.
+
+    `temp_dir` is where executors keep the run's segment cache and download rewrite chunks (default: their
+    system temporary directory).
+    """
+    from compaction.spark.pipeline import stage_partitions
+
+    store = run.store.open()
+    table = table_in_store(store)
+    staged = StagedRun(run)
+    staged.failed.update({(t, p): exc for t, p, exc in run.quarantined})
+    budget = run.disk_budget_bytes if run.disk_budget_bytes is not None else default_disk_budget(temp_dir)
+    works: dict[TP, tuple[PartitionPlan, PartitionSnapshot, int, PartitionWork]] = {}
+    for p in run.plan.eligible:
+        tp = (p.topic, p.partition)
+        if tp in staged.failed or tp not in run.inputs:
+            continue
+        try:
+            epoch = acquire_fencing_epoch(table, p.topic, p.partition, run.writer, run.now_ms, run_id=run.run_id)
+            snap = table.partition_snapshot(p.topic, p.partition)
+            planned = {s.segment_id for g in p.groups for s in g}
+            replaced_since = planned - {s.segment_id for s in snap.live_segments}
+            if replaced_since:
+                raise CommitConflictError(f"{p.topic}-{p.partition}: expected planned segments to be live, found "
+                                          f"{sorted(replaced_since)} replaced since the plan")
+            works[tp] = (p, snap, epoch, partition_work(run, p, snap.topic_id or "", budget, temp_dir))
+        except KcompactError as exc:
+            staged.failed[tp] = exc
+    result = stage_partitions(spark, run.store, [w[3] for w in works.values()], run.run_id, temp_dir)
+    for tp, (p, snap, epoch, work) in works.items():
+        done = result.partitions[tp]
+        if done.error is not None:
+            staged.failed[tp] = done.error
+            continue
+        by_id = {s.segment_id: s for s in work.segments}
+        groups = {g.group_id: [by_id[i.segment_id] for i in g.inputs] for g in done.task.groups}
+        staged.partitions.append(StagedPartition(
+            plan=p,
+            snapshot=snap,
+            fencing_epoch=epoch,
+            new_segments=tuple(_new_segment(c, groups[c.group_id]) for c in done.chunks),
+            replaced=tuple(i.segment_id for g in done.task.groups for i in g.inputs),
+            cleaner_offset=work.task.upper_bound_offset,
+            stats=partition_stats(work, done),
+            map_seconds=result.map_seconds,
+            rewrite_seconds=float(sum(c.seconds for c in done.chunks)),
+            kept=tuple(s.segment_id for s in done.kept),
+            added_object_keys=tuple(AddedObjectKey(sid, ObjectKey(ObjectSuffix.BLOOM, key))
+                                    for sid, key in done.scan.filters_built.items()),
+            filter_fpp=work.task.bloom_fpp,
+        ))
+    staged.map_seconds, staged.rewrite_seconds = result.map_seconds, result.rewrite_seconds
+    return staged
+
+
+def partition_work(run: RunPlan, p: PartitionPlan, topic_id: str, budget: int, temp_dir: str | None
+                   ) -> PartitionWork:
+    """The round of one eligible partition, as the Spark side runs it."""
+    assert p.regions is not None
+    inputs = run.inputs[(p.topic, p.partition)]
+    members = tuple(s for g in p.groups for s in g)
+    task = PartitionTask(
+        topic=p.topic,
+        topic_id=topic_id,
+        partition=p.partition,
+        upper_bound_offset=p.regions.first_uncleanable_offset,
+        now_ms=run.now_ms,
+        delete_retention_ms=p.config.delete_retention_ms,
+        index_interval_bytes=p.config.index_interval_bytes,
+        aborted=inputs.aborted,
+        active_producers=active_producers(inputs.producers, run.now_ms, p.config.producer_id_expiration_ms),
+        groups=tuple(group_task(gid, group) for gid, group in enumerate(p.groups)),
+        strategy=p.config.compaction_strategy.value,
+        strategy_header=p.config.compaction_strategy_header,
+        bloom_fpp=filter_fpp(p.config.bloom_filter_fpp, sum(s.segment_size_bytes for s in members)),
+        disk_budget_bytes=budget,
+        temp_dir=temp_dir,
+    )
+    return PartitionWork(task=task, segments=members, first_dirty_offset=p.regions.first_dirty_offset,
+                         skipping=not run.plan.forced, segment_bytes=p.config.segment_bytes,
+                         segment_index_bytes=p.config.segment_index_bytes)
+
+
+def _new_segment(chunk: ChunkResult, group: list[SegmentMetadata]) -> NewSegment:
+    epochs: dict[int, int] = {}
+    for seg in group:
+        for e in seg.segment_leader_epochs:
+            epochs.setdefault(e.epoch, e.start_offset)
+    return NewSegment(
+        segment_id=chunk.segment_id,
+        start_offset=chunk.start_offset,
+        end_offset=chunk.end_offset,
+        max_timestamp_ms=chunk.max_timestamp_ms,
+        segment_leader_epochs=tuple(EpochEntry(k, v) for k, v in sorted(epochs.items())),
+        segment_size_bytes=chunk.size,
+        object_keys=tuple(ObjectKey(ObjectSuffix(s), k) for s, k in chunk.object_keys.items()),
+        record_count=chunk.record_count,
+        first_batch_max_timestamp_ms=chunk.first_batch_max_timestamp_ms,
+        state=SegmentState.COPY_SEGMENT_FINISHED,
+    )
+
+
+__all__ = ["StagedPartition", "StagedRun", "default_disk_budget", "partition_work", "stage"]

@@ -1,0 +1,270 @@
+"""The compaction data path on Spark, for every partition of a run at once: scan → winners → skip → rewrite.
+
+1. **Scan** (`compaction.spark.scan`): every dirty segment, and clean segments without a filter (building it),
+   fetched into the run's segment cache when it fits the disk budget, so the rewrite does not fetch them again.
+2. **Winners** (`compaction.spark.winners.best_per_key`): the best rank per (tp, key) and whether the key is
+   dirty; persisted, since the filter test and the rewrite both read it.
+3. **Skip** (`compaction.spark.skipping`): the clean segments' filters against the dirty keys; a segment that
+   may hold none, and that nothing else forces to be rewritten, is kept (`compaction.bloom.skipping`).
+4. **Rescan** the clean segments to rewrite that the first scan did not read (their filter said they may hold a
+   dirty key), cached as well, and fold their keys into the winners: every winner is known before any chunk is
+   rewritten, and each segment is still fetched once.
+5. **Rewrite** (`compaction.spark.rewrite_job`): the driver regroups what is left (kept segments end groups,
+   chunks within the disk budget), gives each chunk the transaction-marker state at its start (from the
+   transactional and control batches the scans saw: `compaction.strategies.transactions.states_at`) and each
+   chunk becomes a task of its own, so one hot partition uses every core. Nothing is visible until the driver
+   commits the metadata.
+
+Jobs per run: the scan with its aggregate (collected as per-partition key counts), the filter test when there
+are clean segments with filters, the rescan when some of them must be rewritten, and the rewrite.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from compaction.bloom.filter import FilterFacts
+from compaction.bloom.skipping import Verdict, merge_small, verdict
+from compaction.errors import KcompactError
+from compaction.metadata.model import ObjectSuffix, SegmentMetadata
+from compaction.rewrite.cache import SegmentCache, cache_dir, cache_fits
+from compaction.rewrite.upload import ChunkResult, check_budget
+from compaction.run.tasks import TP, PartitionTask, PartitionWork, SegmentScanTask
+from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, run_rewrites
+from compaction.spark.scan import PartitionScan, ScanSettings, ScanTracker, scan_rows
+from compaction.spark.skipping import FilterProbe, ProbeOutcome, ProbeResult, probe_filters
+from compaction.spark.winners import best_per_key, chunk_winners, slot_keys
+from compaction.storage.base import StoreSpec, StoreStats
+from compaction.strategies.transactions import TxnEvent, states_at
+
+
+@dataclass
+class PartitionStage:
+    """What staging did for one partition: its final task, the chunks rewritten, the filter test, counters."""
+
+    task: PartitionTask
+    chunks: list[ChunkResult] = field(default_factory=list)  # in offset order
+    kept: tuple[SegmentMetadata, ...] = ()
+    verdicts: dict[str, Verdict] = field(default_factory=dict)  # clean segment id -> verdict
+    probes: dict[str, ProbeResult] = field(default_factory=dict)  # clean segment id -> filter test result
+    scan: PartitionScan = field(default_factory=PartitionScan)
+    dirty_keys: int = 0
+    keys: int = 0  # distinct keys among the scanned segments
+    rewrite_tasks: int = 0
+    chunk_count: int = 0
+    peak_temp_bytes: int = 0
+    cache_hits: int = 0
+    cached: bool = False  # the scan kept segments for the rewrite (`compaction.rewrite.cache`)
+    requests: StoreStats = field(default_factory=StoreStats)  # scan + filters + rewrite
+    true_dirty: dict[str, int] = field(default_factory=dict)  # rescanned clean segment id -> dirty keys it holds
+    error: KcompactError | None = None
+
+    def fail(self, error: KcompactError) -> None:
+        self.error = self.error or error
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """Per partition what staging did, and the wall time of each phase (for the whole run)."""
+
+    partitions: dict[TP, PartitionStage]
+    map_seconds: float
+    rewrite_seconds: float
+
+
+def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[PartitionWork], run_id: str,
+                     temp_dir: str | None = None) -> StageResult:
+    """Run scan → winners → skip → rescan → rewrite for `works`. Uploads outputs (fresh ids) and the filters
+    built on the way; commits nothing."""
+    if not works:
+        return StageResult({}, 0.0, 0.0)
+    started = time.monotonic()
+    tps = {w.tp: i for i, w in enumerate(works)}
+    stages = {w.tp: PartitionStage(w.task) for w in works}
+    parallelism = spark.sparkContext.defaultParallelism
+    directory = cache_dir(temp_dir, run_id)
+    settings = ScanSettings(
+        spec,
+        strategies=tuple((w.task.strategy, w.task.strategy_header) for w in works),
+        aborted=tuple(tuple((t.producer_id, t.first_offset, t.last_offset) for t in w.task.aborted) for w in works),
+        fpps=tuple(w.task.bloom_fpp for w in works),
+        cache_dir=directory,
+    )
+    first = _cached([w.scans() for w in works], works, parallelism)
+    tracker = spark.sparkContext.accumulator({}, ScanTracker())
+    keys = best_per_key(scan_rows(spark, settings, [s for part in first for s in part], tps, tracker),
+                        settings.by_offset).persist(StorageLevel.MEMORY_AND_DISK)
+    persisted = [keys]
+    try:
+        counted = keys.groupBy("tp").agg(F.sum(F.col("dirty").cast("long")).alias("dirty"),
+                                         F.count(F.lit(1)).alias("keys")).collect()
+        for row in counted:  # materialises the scan and the winners; dirty counts size the filter test
+            stage = stages[works[row.tp].tp]
+            stage.dirty_keys, stage.keys = int(row.dirty or 0), int(row.keys)
+        _collect_scans(works, stages, tracker.value)
+        live = [w for w in works if stages[w.tp].error is None]
+        outcome = probe_filters(spark, spec, keys, _probes(live, stages, tps),
+                                {tps[w.tp]: stages[w.tp].dirty_keys for w in live})
+        _decide(live, stages, outcome, tps)
+        scanned = {s.segment_id for part in first for s in part}
+        wanted = [w.rescans({k.segment_id for k in stages[w.tp].kept}, scanned) for w in live]
+        rescans = [s for part in _cached(wanted, live, parallelism, [s for p in first for s in p]) for s in part]
+        winners = keys
+        if rescans:
+            again = spark.sparkContext.accumulator({}, ScanTracker())
+            more = scan_rows(spark, replace(settings, with_segment=True), rescans, tps, again).persist(
+                StorageLevel.MEMORY_AND_DISK)
+            persisted.append(more)
+            _count_true_positives(works, stages, more, keys, rescans)
+            winners = best_per_key(keys.unionByName(more.drop("seg")), settings.by_offset)
+        map_seconds = time.monotonic() - started
+        units = _units(live, stages, tps, parallelism)
+        outcomes = _rewrite(spark, spec, winners, units) if units else []
+        if rescans:
+            _collect_scans(works, stages, again.value)
+    finally:
+        for frame in persisted:
+            frame.unpersist()
+        SegmentCache(directory).remove()
+    _collect_rewrites(works, stages, outcomes)
+    return StageResult(stages, map_seconds, time.monotonic() - started - map_seconds)
+
+
+def _cached(scans: Sequence[list[SegmentScanTask]], works: Sequence[PartitionWork], parallelism: int,
+            before: Sequence[SegmentScanTask] = ()) -> list[list[SegmentScanTask]]:
+    """`scans` (per work) set to keep their bytes for the rewrite, when they, what `before` already cached and the
+    chunks rewritten at once (`parallelism` of the largest) all fit the run's disk budget; else none is cached."""
+    if not works:
+        return [list(s) for s in scans]
+    largest = max((g.size for w in works for g in w.task.groups), default=0)
+    total = sum(s.size for part in scans for s in part) + sum(s.size for s in before if s.cache)
+    fits = (not before or any(s.cache for s in before)) and cache_fits(total, largest, parallelism,
+                                                                       works[0].task.disk_budget_bytes)
+    return [[replace(s, cache=fits) for s in part] for part in scans]
+
+
+def _collect_scans(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage],
+                   tracked: Mapping[int, PartitionScan]) -> None:
+    for i, report in tracked.items():
+        stage = stages[works[i].tp]
+        stage.scan.add(report)
+        stage.requests = stage.requests + report.requests
+        if report.error is not None:
+            stage.fail(report.error)
+
+
+def _count_true_positives(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], more: DataFrame,
+                          keys: DataFrame, rescans: Sequence[SegmentScanTask]) -> None:
+    """How many dirty keys each rescanned segment really holds (its filter's truth), from the rescan's rows."""
+    dirty = keys.filter(F.col("dirty")).select("tp", "key")
+    for row in more.join(dirty, ["tp", "key"]).groupBy("seg").count().collect():
+        s = rescans[row.seg]
+        stages[(s.topic, s.partition)].true_dirty[s.segment_id] = int(row["count"])
+    for s in rescans:
+        stages[(s.topic, s.partition)].true_dirty.setdefault(s.segment_id, 0)
+
+
+def _probes(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], tps: Mapping[TP, int]
+            ) -> list[FilterProbe]:
+    out = []
+    for w in works:
+        built = stages[w.tp].scan.filters_built
+        for s in w.clean:
+            key = s.object_key(ObjectSuffix.BLOOM) or built.get(s.segment_id)
+            if key is not None:
+                out.append(FilterProbe(tps[w.tp], s.segment_id, key))
+    return out
+
+
+def _decide(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], outcome: ProbeOutcome,
+            tps: Mapping[TP, int]) -> None:
+    """Per partition the verdict of each clean segment, and the segments kept."""
+    for w in works:
+        stage = stages[w.tp]
+        stage.requests = stage.requests + outcome.requests.get(tps[w.tp], StoreStats())
+        for s in w.clean:
+            probe = outcome.results.get((tps[w.tp], s.segment_id))
+            if probe is not None:
+                stage.probes[s.segment_id] = probe
+            stage.verdicts[s.segment_id] = _verdict(probe, w.task.now_ms)
+        could = {i for i, v in stage.verdicts.items() if v.kept}
+        kept = merge_small(w.segments, could, w.segment_bytes)
+        stage.verdicts.update({i: Verdict.MERGED for i in could - kept})
+        stage.kept = tuple(s for s in w.segments if s.segment_id in kept)
+
+
+def _verdict(probe: ProbeResult | None, now_ms: int) -> Verdict:
+    if probe is None or not probe.readable:
+        return verdict(None, 0, now_ms)
+    return verdict(FilterFacts(probe.horizon_ms, probe.transactional), probe.positives, now_ms)
+
+
+def _units(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], tps: Mapping[TP, int],
+           parallelism: int) -> list[RewriteUnit]:
+    """The rewrite tasks: per partition its regrouped chunks, each with the marker-walk state at its start; one
+    task per chunk, unless that many chunks at once would pass the disk budget (then one task per partition)."""
+    units: list[RewriteUnit] = []
+    for w in works:
+        stage = stages[w.tp]
+        if stage.error is not None:
+            continue
+        try:
+            task = w.reshaped({s.segment_id for s in stage.kept})
+            check_budget(task)
+        except KcompactError as exc:
+            stage.fail(exc)
+            continue
+        if not task.groups:
+            stage.task = task
+            continue
+        events: list[TxnEvent] = [e for g in task.groups for i in g.inputs for e in stage.scan.events.get(
+            i.segment_id, ())]
+        states = states_at([g.start_offset for g in task.groups], task.aborted, events)
+        groups = tuple(replace(g, txn_state=s) for g, s in zip(task.groups, states, strict=True))
+        stage.task = replace(task, groups=groups)
+        budget = task.disk_budget_bytes
+        largest = max(g.size for g in groups)
+        if budget is None or parallelism * largest <= budget:
+            units.extend(RewriteUnit(tps[w.tp], stage.task, (g,)) for g in groups)
+        else:
+            units.append(RewriteUnit(tps[w.tp], stage.task, groups))
+    return units
+
+
+def _rewrite(spark: SparkSession, spec: StoreSpec, winners: DataFrame, units: Sequence[RewriteUnit]
+             ) -> list[UnitOutcome]:
+    slots = slot_keys(len(units))
+    chunks = [(u.tp, u.groups[0].start_offset, u.groups[-1].end_offset, slot) for u, slot in zip(units, slots,
+                                                                                                 strict=True)]
+    return run_rewrites(spec, chunk_winners(spark, winners.select("tp", "offset"), chunks),
+                        dict(zip(slots, units, strict=True)))
+
+
+def _collect_rewrites(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage],
+                      outcomes: Sequence[UnitOutcome]) -> None:
+    for o in outcomes:
+        stage = stages[works[o.tp].tp]
+        stage.rewrite_tasks += 1
+        if o.error is not None:
+            stage.fail(o.error)
+            stage.requests = stage.requests + o.requests
+            continue
+        assert o.rewrite is not None
+        stage.chunks.extend(o.rewrite.groups)
+        stage.chunk_count += o.rewrite.chunks
+        stage.peak_temp_bytes = max(stage.peak_temp_bytes, o.rewrite.peak_temp_bytes)
+        stage.cache_hits += o.rewrite.cache_hits
+        stage.requests = stage.requests + o.rewrite.requests
+    for stage in stages.values():
+        stage.chunks.sort(key=lambda c: c.group_id)
+        stage.cached = bool(stage.scan.cached)
+        stage.peak_temp_bytes += sum(stage.scan.cached.values())  # the run's cache held while chunks ran
+
+
+__all__ = ["PartitionStage", "StageResult", "stage_partitions"]
