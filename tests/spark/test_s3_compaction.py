@@ -25,7 +25,6 @@ from compaction.report import run_report
 from compaction.run.commit import commit
 from compaction.run.plan import plan
 from compaction.run.stage import stage
-from compaction.spark import compact as compact_module
 from compaction.storage import ObjectStore, StoreSpec
 from tests.integration.conftest import (
     BUCKET,
@@ -84,9 +83,8 @@ def new_store(moto_endpoint: str, fake_aws_env: None) -> Callable[[], ObjectStor
 def test_s3_round_keeps_segments_unread_and_reports_its_requests(
     spark: SparkSession, tmp_path: Path, moto_endpoint: str, fake_aws_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Also the path for partitions with too many dirty keys to ship to the rewrite task (forced here): the
-    rewritten clean segments are scanned on Spark a second time and their keys join the winners."""
-    monkeypatch.setattr(compact_module, "MAX_SHIPPED_DIRTY_KEYS", 0)
+    """Also the rescan path: the clean segment holding the changed key is scanned on Spark after the filter
+    test, cached, and its keys join the winners; on S3 too each object is fetched once."""
     store = s3_store(moto_endpoint)
     config = KcompactConfig(defaults=TopicConfig.from_kafka({
         "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.0001", "bloom.filter.fpp": "0.001",
@@ -110,6 +108,7 @@ def test_s3_round_keeps_segments_unread_and_reports_its_requests(
     assert sorted(held) == sorted(keys), "below the checkpoint each key is held once"
     [part] = report["partitions"]
     assert part["committed"] and part["segments_skipped"] > 0 and part["bytes_not_downloaded"] > 0
+    assert part["fetch_ratio"] <= 1.05 and part["stats"]["cache_hits"] == part["stats"]["segments_scanned"]
     [sp] = staged.partitions
     uploaded = sum(store.size(o.key) for n in sp.new_segments for o in n.object_keys)
     requests = part["requests"]

@@ -51,7 +51,7 @@ from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 from tests.faults import SimulatedCrash, failing_uploads
 from tests.latest_view import Entry, Strategy, View, store_problems, view_differences, views
 
-cleaner_module = importlib.import_module("compaction.cleaner")
+cleaner_module = importlib.import_module("compaction.run.commit")
 compact_module = importlib.import_module("compaction.spark.pipeline")
 gc_execute_module = importlib.import_module("compaction.gc.execute")
 
