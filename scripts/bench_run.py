@@ -92,10 +92,11 @@ def warm_up(spark: Any, cores: int) -> None:
     one tiny segment scanned and ranked per task."""
 
     def scan_tiny(batches: Any) -> Any:
+        from compaction.rewrite.resolve import candidate_records
+
         from compaction.config import CompactionStrategy
         from compaction.format.batch import Record, build_batch, encode_batch
         from compaction.format.scan import scan_segment
-        from compaction.rewrite.resolve import candidate_records
         from compaction.strategies.winner import ranks
 
         segment = encode_batch(build_batch([Record(0, 0, b"k", b"v", ())]))
@@ -114,9 +115,9 @@ def profile_map(spark: Any, store_dir: Path) -> dict[str, Any]:
     the JVM (counted); aggregate: + Spark's hash aggregate and shuffle to one row per key (materialised);
     persist: + caching the result, as `stage` does. The differences are what each step costs.
     """
+    import compaction.spark.compact as C
     from pyspark.sql import functions as F
 
-    import compaction.spark.compact as C
     from compaction import cleaner
     from compaction.config import KcompactConfig, TopicConfig
     from compaction.storage import open_store
@@ -173,6 +174,7 @@ def main() -> int:
     sampler.start()
     started = time.perf_counter()
     from compaction.cleaner import commit, plan, stage
+
     from compaction.config import KcompactConfig, TopicConfig
     from compaction.report import run_report
     from compaction.spark.session import build_session

@@ -62,6 +62,7 @@ class PartitionStage:
     cache_hits: int = 0
     cached: bool = False  # the scan kept segments for the rewrite (`compaction.rewrite.cache`)
     requests: StoreStats = field(default_factory=StoreStats)  # scan + filters + rewrite
+    rewrite_task_ids: set[int] = field(default_factory=set)
     true_dirty: dict[str, int] = field(default_factory=dict)  # rescanned clean segment id -> dirty keys it holds
     error: KcompactError | None = None
 
@@ -85,10 +86,11 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
     if not works:
         return StageResult({}, 0.0, 0.0)
     started = time.monotonic()
+    directory = cache_dir(temp_dir, run_id)
+    works = [replace(w, task=replace(w.task, cache_dir=directory)) for w in works]
     tps = {w.tp: i for i, w in enumerate(works)}
     stages = {w.tp: PartitionStage(w.task) for w in works}
     parallelism = spark.sparkContext.defaultParallelism
-    directory = cache_dir(temp_dir, run_id)
     settings = ScanSettings(
         spec,
         strategies=tuple((w.task.strategy, w.task.strategy_header) for w in works),
@@ -96,7 +98,9 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
         fpps=tuple(w.task.bloom_fpp for w in works),
         cache_dir=directory,
     )
-    first = _cached([w.scans() for w in works], works, parallelism)
+    largest = max((g.size for w in works for g in w.task.groups), default=0)
+    concurrency = concurrent_chunks(parallelism, largest, works[0].task.disk_budget_bytes)
+    first = _cached([w.scans() for w in works], works, concurrency)
     tracker = spark.sparkContext.accumulator({}, ScanTracker())
     keys = best_per_key(scan_rows(spark, settings, [s for part in first for s in part], tps, tracker),
                         settings.by_offset).persist(StorageLevel.MEMORY_AND_DISK)
@@ -114,7 +118,7 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
         _decide(live, stages, outcome, tps)
         scanned = {s.segment_id for part in first for s in part}
         wanted = [w.rescans({k.segment_id for k in stages[w.tp].kept}, scanned) for w in live]
-        rescans = [s for part in _cached(wanted, live, parallelism, [s for p in first for s in p]) for s in part]
+        rescans = [s for part in _cached(wanted, live, concurrency, [s for p in first for s in p]) for s in part]
         winners = keys
         if rescans:
             again = spark.sparkContext.accumulator({}, ScanTracker())
@@ -124,8 +128,9 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
             _count_true_positives(works, stages, more, keys, rescans)
             winners = best_per_key(keys.unionByName(more.drop("seg")), settings.by_offset)
         map_seconds = time.monotonic() - started
-        units = _units(live, stages, tps, parallelism)
-        outcomes = _rewrite(spark, spec, winners, units) if units else []
+        units = _units(live, stages, tps)
+        slots = rewrite_slots(units, concurrency, parallelism)
+        outcomes = _rewrite(spark, spec, winners, slots) if units else []
         if rescans:
             _collect_scans(works, stages, again.value)
     finally:
@@ -136,15 +141,15 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
     return StageResult(stages, map_seconds, time.monotonic() - started - map_seconds)
 
 
-def _cached(scans: Sequence[list[SegmentScanTask]], works: Sequence[PartitionWork], parallelism: int,
+def _cached(scans: Sequence[list[SegmentScanTask]], works: Sequence[PartitionWork], concurrency: int,
             before: Sequence[SegmentScanTask] = ()) -> list[list[SegmentScanTask]]:
     """`scans` (per work) set to keep their bytes for the rewrite, when they, what `before` already cached and the
-    chunks rewritten at once (`parallelism` of the largest) all fit the run's disk budget; else none is cached."""
+    chunks rewritten at once (`concurrency` of the largest) all fit the run's disk budget; else none is cached."""
     if not works:
         return [list(s) for s in scans]
     largest = max((g.size for w in works for g in w.task.groups), default=0)
     total = sum(s.size for part in scans for s in part) + sum(s.size for s in before if s.cache)
-    fits = (not before or any(s.cache for s in before)) and cache_fits(total, largest, parallelism,
+    fits = (not before or any(s.cache for s in before)) and cache_fits(total, largest, concurrency,
                                                                        works[0].task.disk_budget_bytes)
     return [[replace(s, cache=fits) for s in part] for part in scans]
 
@@ -205,10 +210,10 @@ def _verdict(probe: ProbeResult | None, now_ms: int) -> Verdict:
     return verdict(FilterFacts(probe.horizon_ms, probe.transactional), probe.positives, now_ms)
 
 
-def _units(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], tps: Mapping[TP, int],
-           parallelism: int) -> list[RewriteUnit]:
-    """The rewrite tasks: per partition its regrouped chunks, each with the marker-walk state at its start; one
-    task per chunk, unless that many chunks at once would pass the disk budget (then one task per partition)."""
+def _units(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], tps: Mapping[TP, int]
+           ) -> list[RewriteUnit]:
+    """The rewrite units: per partition its regrouped chunks, each with the marker-walk state at its start, so
+    that any unit can run in any task, in any order."""
     units: list[RewriteUnit] = []
     for w in works:
         stage = stages[w.tp]
@@ -228,29 +233,47 @@ def _units(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], 
         states = states_at([g.start_offset for g in task.groups], task.aborted, events)
         groups = tuple(replace(g, txn_state=s) for g, s in zip(task.groups, states, strict=True))
         stage.task = replace(task, groups=groups)
-        budget = task.disk_budget_bytes
-        largest = max(g.size for g in groups)
-        if budget is None or parallelism * largest <= budget:
-            units.extend(RewriteUnit(tps[w.tp], stage.task, (g,)) for g in groups)
-        else:
-            units.append(RewriteUnit(tps[w.tp], stage.task, groups))
+        units.extend(RewriteUnit(tps[w.tp], stage.task, (g,)) for g in groups)
     return units
 
 
-def _rewrite(spark: SparkSession, spec: StoreSpec, winners: DataFrame, units: Sequence[RewriteUnit]
+def concurrent_chunks(parallelism: int, largest_chunk: int, budget: int | None) -> int:
+    """How many chunks may be rewritten at once: one per core, as far as the disk budget holds them. Pure."""
+    if budget is None or largest_chunk <= 0:
+        return parallelism
+    return max(1, min(parallelism, budget // largest_chunk))
+
+
+def rewrite_slots(units: Sequence[RewriteUnit], concurrency: int, parallelism: int) -> list[list[RewriteUnit]]:
+    """The rewrite tasks: a unit each while all cores may rewrite at once; else `concurrency` tasks, each running
+    its units one after the other, the largest first into the lightest task (so at most `concurrency` chunks are
+    on local disk at any time). Pure."""
+    if concurrency >= parallelism:
+        return [[u] for u in units]
+    slots: list[list[RewriteUnit]] = [[] for _ in range(min(concurrency, len(units)))]
+    loads = [0] * len(slots)
+    for u in sorted(units, key=lambda u: -u.groups[0].size):
+        i = loads.index(min(loads))
+        slots[i].append(u)
+        loads[i] += u.groups[0].size
+    return slots
+
+
+def _rewrite(spark: SparkSession, spec: StoreSpec, winners: DataFrame, slots: Sequence[Sequence[RewriteUnit]]
              ) -> list[UnitOutcome]:
-    slots = slot_keys(len(units))
-    chunks = [(u.tp, u.groups[0].start_offset, u.groups[-1].end_offset, slot) for u, slot in zip(units, slots,
-                                                                                                 strict=True)]
-    return run_rewrites(spec, chunk_winners(spark, winners.select("tp", "offset"), chunks),
-                        dict(zip(slots, units, strict=True)))
+    keys = slot_keys(len(slots))
+    chunks = [(u.tp, g.start_offset, g.end_offset, key) for units, key in zip(slots, keys, strict=True)
+              for u in units for g in u.groups]
+    return run_rewrites(spec, chunk_winners(spark, winners.select("tp", "offset"), chunks, len(slots)),
+                        dict(zip(keys, slots, strict=True)))
 
 
 def _collect_rewrites(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage],
                       outcomes: Sequence[UnitOutcome]) -> None:
     for o in outcomes:
         stage = stages[works[o.tp].tp]
-        stage.rewrite_tasks += 1
+        stage.rewrite_tasks = len({*stage.rewrite_task_ids, o.task_id})
+        stage.rewrite_task_ids.add(o.task_id)
         if o.error is not None:
             stage.fail(o.error)
             stage.requests = stage.requests + o.requests

@@ -1,9 +1,10 @@
-"""The rewrite job: one Spark task per rewrite chunk (or per partition when the disk budget asks for it).
+"""The rewrite job: one Spark task per rewrite chunk, or fewer tasks running several chunks each in turn when the
+disk budget does not hold a chunk per core (`compaction.spark.pipeline.rewrite_slots`).
 
-Each task receives its chunk's winning offsets (`compaction.spark.winners.chunk_winners`), opens the store from
+Each task receives its chunks' winning offsets (`compaction.spark.winners.chunk_winners`), opens the store from
 its spec and calls the pyspark-free `compaction.rewrite.upload.rewrite_groups`, which takes the inputs from the
 run's segment cache (or the store), rewrites and uploads under fresh ids. What comes back is one typed
-`UnitOutcome` per task (a dataclass, pickled into a binary column: errors keep their class).
+`UnitOutcome` per unit (a dataclass, pickled into a binary column: errors keep their class).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class UnitOutcome:
     """What one rewrite task did, or the error that fails its partition (nothing of it is committed)."""
 
     tp: int
+    task_id: int  # the slot of the Spark task that ran it
     rewrite: PartitionRewrite | None = None
     error: KcompactError | None = None
     requests: StoreStats = field(default_factory=StoreStats)
@@ -55,23 +57,30 @@ def split_winners(offsets: np.ndarray, groups: Sequence[GroupTask]) -> dict[int,
     return out
 
 
-def _rewriter(spec: StoreSpec, units: Mapping[int, RewriteUnit]) -> Callable[[pa.Table], pa.Table]:
+def _rewriter(spec: StoreSpec, slots: Mapping[int, Sequence[RewriteUnit]]) -> Callable[[pa.Table], pa.Table]:
     def rewrite(chunk: pa.Table) -> pa.Table:
-        unit = units[chunk[CHUNK_SLOT][0].as_py()]
-        store = spec.open()
-        try:
-            winners = split_winners(chunk["offset"].to_numpy(), unit.groups)
-            outcome = UnitOutcome(unit.tp, rewrite_groups(store, unit.task, unit.groups, winners))
-        except KcompactError as exc:  # quarantine this partition: what it uploaded stays unreferenced (gc)
-            outcome = UnitOutcome(unit.tp, error=exc, requests=store.stats)
-        return pa.table({"tp": [unit.tp], "outcome": [pickle.dumps(outcome)]}, schema=_OUTCOMES)
+        slot = chunk[CHUNK_SLOT][0].as_py()
+        tps, offsets = chunk["tp"].to_numpy(), chunk["offset"].to_numpy()
+        outcomes = []
+        for unit in slots[slot]:
+            store = spec.open()
+            try:
+                winners = split_winners(offsets[tps == unit.tp], unit.groups)
+                outcome = UnitOutcome(unit.tp, slot, rewrite_groups(store, unit.task, unit.groups, winners))
+            except KcompactError as exc:  # quarantine this partition: what it uploaded stays unreferenced (gc)
+                outcome = UnitOutcome(unit.tp, slot, error=exc, requests=store.stats)
+            outcomes.append(outcome)
+        return pa.table({"tp": [o.tp for o in outcomes], "outcome": [pickle.dumps(o) for o in outcomes]},
+                        schema=_OUTCOMES)
 
     return rewrite
 
 
-def run_rewrites(spec: StoreSpec, chunks: DataFrame, units: Mapping[int, RewriteUnit]) -> list[UnitOutcome]:
-    """Run every unit on `chunks` (slot, offset) rows laid out by `chunk_winners`; one outcome per unit."""
-    rows = chunks.groupBy(CHUNK_SLOT).applyInArrow(_rewriter(spec, units), "tp int, outcome binary").collect()
+def run_rewrites(spec: StoreSpec, chunks: DataFrame, slots: Mapping[int, Sequence[RewriteUnit]]
+                 ) -> list[UnitOutcome]:
+    """Run every slot's units on `chunks` (slot, tp, offset) rows laid out by `chunk_winners`; one outcome per
+    unit."""
+    rows = chunks.groupBy(CHUNK_SLOT).applyInArrow(_rewriter(spec, slots), "tp int, outcome binary").collect()
     return [pickle.loads(row.outcome) for row in rows]
 
 

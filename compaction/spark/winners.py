@@ -34,17 +34,20 @@ def best_per_key(rows: DataFrame, by_offset: bool) -> DataFrame:
     return best.select("tp", "key", "best.has_version", "best.version", "best.offset", "dirty")
 
 
-def chunk_winners(spark: SparkSession, winners: DataFrame, chunks: Sequence[tuple[int, int, int, int]]) -> DataFrame:
-    """(slot, offset): every winning offset tagged with the slot of the chunk (tp, start, end, slot) holding it,
-    plus one row (slot, -1) per chunk, so that a chunk with no winner still gets its task (its batch headers and
-    markers are rewritten too). Partitioned so that each slot is one Spark partition (see `slot_keys`)."""
+def chunk_winners(spark: SparkSession, winners: DataFrame, chunks: Sequence[tuple[int, int, int, int]], slots: int
+                  ) -> DataFrame:
+    """(slot, tp, offset): every winning offset tagged with the slot of the chunk (tp, start, end, slot) holding
+    it, plus one row (slot, tp, -1) per chunk, so that a chunk with no winner still gets its task (its batch
+    headers and markers are rewritten too). Partitioned so that each of the `slots` slots is one Spark partition
+    (see `slot_keys`)."""
     ranges = F.broadcast(spark.createDataFrame(list(chunks), "tp int, start long, end long, slot long"))
     tagged = winners.join(
         ranges, (winners["tp"] == ranges["tp"]) & (winners["offset"] >= ranges["start"])
         & (winners["offset"] <= ranges["end"])
-    ).select(ranges[CHUNK_SLOT], winners["offset"])
-    markers = spark.createDataFrame([(slot, -1) for *_r, slot in chunks], f"{CHUNK_SLOT} long, offset long")
-    return tagged.unionByName(markers).repartition(len(chunks), CHUNK_SLOT)
+    ).select(ranges[CHUNK_SLOT], winners["tp"], winners["offset"])
+    markers = spark.createDataFrame([(slot, tp, -1) for tp, _s, _e, slot in chunks],
+                                    f"{CHUNK_SLOT} long, tp int, offset long")
+    return tagged.unionByName(markers).repartition(slots, CHUNK_SLOT)
 
 
 def slot_keys(n: int) -> list[int]:

@@ -61,7 +61,7 @@ class Rounds:
 def rounds(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rounds]:
     root = tmp_path_factory.mktemp("fetch-once")
     store = open_store(str(root / "store"))
-    log = ScenarioLog("users", segment_bytes=SEGMENT)
+    log = ScenarioLog("users", NOW - 3 * DAY, segment_bytes=SEGMENT)
     for start in range(0, KEYS, 30):  # keys in order: a segment holds a contiguous key range, as a bulk load does
         log.append([(k, value(k, 0)) for k in range(start, start + 30)])
     log.roll()
@@ -95,10 +95,15 @@ def test_a_one_percent_clustered_update_fetches_within_the_bound_at_the_defaults
     part = rounds.second["partitions"][0]
     dirty_bytes = sum(s.segment_size_bytes for s in rounds.dirty)
     clean_region = sum(s.segment_size_bytes for s in rounds.clean)
-    holding = sum(s.segment_size_bytes for s in rounds.clean if _keys(rounds.store, s) & rounds.changed)
-    bound = dirty_bytes + holding + 0.02 * clean_region
-    assert 0 < holding < clean_region / 4 and part["segments_skipped"] > 0
-    assert part["requests"]["bytes_read"] <= bound, (part["requests"], dirty_bytes, holding, clean_region)
+    holding = [s for s in rounds.clean if _keys(rounds.store, s) & rounds.changed]
+    # small clean segments rewritten only to merge with a rewritten neighbour (kept on purpose: without it every
+    # round would leave one more small segment); at most one per side of each rewritten run, each < segment.bytes/2
+    merged = part["stats"]["clean_bytes_rewritten"] - sum(s.segment_size_bytes for s in holding)
+    assert part["stats"]["segments_merged"] <= 2 and 0 <= merged <= part["stats"]["segments_merged"] * SEGMENT / 2
+    bound = dirty_bytes + sum(s.segment_size_bytes for s in holding) + 0.02 * clean_region
+    assert 0 < len(holding) < len(rounds.clean) / 4 and part["segments_skipped"] > 0
+    assert part["requests"]["bytes_read"] <= bound + merged, (part["requests"], dirty_bytes, holding, clean_region)
+    assert part["stats"]["filter_bytes_read"] <= 0.015 * clean_region  # filters sized from the data: ~1%
     assert part["fetch_ratio"] <= 1.05
 
 
@@ -120,6 +125,7 @@ def test_the_api_takes_what_a_user_types_and_refuses_the_rest(tmp_path: Path) ->
 
     conf = tmp_path / "kcompact.yaml"
     conf.write_text("defaults:\n  cleanup.policy: compact\n")
+    table_in_store(open_store(str(tmp_path / "store")), create=True)
     run = compaction.plan(None, str(tmp_path / "store"), str(conf), NOW)
     assert run.plan.partitions == () and run.now_ms == NOW
     with pytest.raises(TypeError, match="store: expected a store URI or path"):

@@ -51,6 +51,7 @@ def sample_report() -> dict[str, Any]:
         "segments_skipped": 2,
         "bytes_not_downloaded": 2000,
         "requests": {"gets": 20, "puts": 6, "bytes_read": 600_000, "bytes_written": 150_000},
+        "fetch_ratio": 1.0,
         "time_split_seconds": {"map": 3.0, "rewrite": 1.0},
         "task_seconds": {"scan": 2.5, "download": 0.5, "rewrite": 1.5, "upload": 0.5},
         "phase_seconds": {"plan": 0.5, "stage": 5.0, "commit": 0.25},
