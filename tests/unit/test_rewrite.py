@@ -48,7 +48,7 @@ from compaction.strategies.retention import (
     retains_deletes,
     should_retain_record,
 )
-from tests.unit.strategies import data_batches
+from tests.unit.random_batches import data_batches
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
