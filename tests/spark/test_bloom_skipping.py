@@ -1,4 +1,4 @@
-"""Issue 6 on Spark: cleaned segments that hold none of a round's dirty keys are left unread, and that is safe.
+"""Skipping on Spark: cleaned segments that hold none of a round's dirty keys are left unread, and that is safe.
 
 One store, one schedule, several topics, so each round is one Spark stage over all of them (Spark's fixed
 cost dominates small inputs):

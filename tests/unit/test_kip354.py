@@ -1,4 +1,4 @@
-"""Spec §4.2 scenarios 34 and 36 at planner level, over metadata built by tiering real log dirs.
+"""Scenarios 34 (cleanable range) and 36 (compaction lag) at planner level, over metadata from tiered log dirs.
 
 `tests/unit/test_plan.py` covers the same rules over hand-made metadata rows; here every segment row comes from
 `kcompact tier` (max and first-batch timestamps read from the `.log`, open transactions from the producer
