@@ -9,7 +9,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN))/python
 export SPARK_LOCAL_IP := 127.0.0.1
 export NUMBA_CACHE_DIR := $(abspath .numba-cache)
 
-.PHONY: venv test lint demo bench soak clean java airflow-test
+.PHONY: venv test test-fast lint demo bench soak clean java airflow-test
 
 venv: $(STAMP)
 
@@ -25,6 +25,10 @@ java:
 
 test: venv java
 	$(BIN)/python -m pytest -q tests
+
+# Everything but the tests marked `spark` (tests/conftest.py marks every user of the Spark fixture): no JVM.
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not spark" tests
 
 lint: venv
 	$(BIN)/ruff check compaction tests jobs scripts examples

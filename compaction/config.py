@@ -1,4 +1,6 @@
-"""Kafka's topic-level compaction configs, with Kafka's names, defaults and validation (spec §3.13).
+"""Kafka's topic-level compaction configs, with Kafka's names, defaults and validation.
+
+Names as in Kafka's `TopicConfig`, defaults and validation as in its `LogConfig`.
 
 `TopicConfig` is one topic's settings as a frozen, validated value; `KcompactConfig` is `defaults:` plus
 per-topic overrides. Values are parsed the way Kafka's `ConfigDef` parses them: a long or int may be given
@@ -65,7 +67,7 @@ class ConfigValueError(ConfigError):
 
 @dataclass(frozen=True)
 class TopicConfig:
-    """One topic's compaction settings; every default is Kafka's (spec §3.13).
+    """One topic's compaction settings; every default is Kafka's (`LogConfig`).
 
     Raises `ConfigValueError` on construction if a value is out of Kafka's range, or if
     max.compaction.lag.ms < min.compaction.lag.ms (KIP-354).

@@ -1,9 +1,18 @@
-"""Shared fixtures. The SparkSession (spark/ tests) and the moto server (integration/) live in their own conftests."""
+"""Shared fixtures and the `spark` marker. The SparkSession (spark/ tests) and the moto server (integration/)
+live in their own conftests.
+
+Every test that uses the `spark` fixture is marked `spark`, so `pytest -m "not spark"` (`make test-fast`) runs
+everything that needs no JVM. A test that starts Spark some other way must carry the marker itself; one that
+does not fails at teardown, naming itself.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), ".numba-cache"))
@@ -11,3 +20,36 @@ os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(os.path.dirname(os.path.di
 settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("soak", max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("soak" if os.environ.get("KCOMPACT_SOAK") == "full" else "ci")
+
+pytest_plugins = ["tests.moto_s3"]  # moto_endpoint and fake_aws_env, for integration/ and spark/
+
+SPARK_RUNNING = pytest.StashKey[bool]()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+
+
+def spark_running() -> bool:
+    """Whether this process has a live SparkContext (pyspark is never imported just to ask)."""
+    if "pyspark" not in sys.modules:
+        return False
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[SPARK_RUNNING] = spark_running()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    started = not item.stash.get(SPARK_RUNNING, True) and spark_running()
+    yield  # the fixtures' teardown runs whatever the verdict
+    if started and item.get_closest_marker("spark") is None:
+        pytest.fail(f"{item.nodeid} started Spark without the `spark` marker: mark it, so that "
+                    "`pytest -m 'not spark'` leaves it out", pytrace=False)

@@ -1,4 +1,4 @@
-"""Record batch v2: the readable reference decoder and the encoder (spec §1.1-1.5).
+"""Record batch v2: the readable reference decoder and the encoder (Kafka's `DefaultRecordBatch` and `DefaultRecord`).
 
 The batch layout is written down once below, each field's offset derived from the one before, as in
 Kafka's `DefaultRecordBatch`. The CRC-32C covers bytes [21, end): attributes through the last record, so

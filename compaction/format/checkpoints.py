@@ -1,4 +1,6 @@
-"""Per-partition text files: `leader-epoch-checkpoint` (spec §2.6) and `partition.metadata` (§2.1).
+"""Per-partition text files: `leader-epoch-checkpoint` and `partition.metadata`.
+
+Kafka writes them with `LeaderEpochCheckpointFile` and `PartitionMetadataFile`.
 
 `leader-epoch-checkpoint` is Kafka's `CheckpointFile` format: a version line (0), a count line, then one
 `epoch startOffset` line per entry, `\\n`-terminated. The reader follows `CheckpointReadBuffer`: an empty file

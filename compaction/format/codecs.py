@@ -1,4 +1,6 @@
-"""The five record-batch compression codecs, byte-compatible with Kafka's Java writers (spec §1.8).
+"""The five record-batch compression codecs, byte-compatible with Kafka's Java writers.
+
+Kafka's side: `CompressionType` and its `Compression` classes.
 
 Only the records section (bytes after offset 61) is compressed, as one stream:
 - gzip: a standard gzip member.

@@ -1,4 +1,4 @@
-"""Control records: transaction markers and the KRaft-only types (spec §1.7).
+"""Control records: transaction markers and the KRaft-only types (Kafka's `ControlRecordType`, `EndTransactionMarker`).
 
 A control record's key is version int16 + type int16; an end-transaction marker's value is
 version int16 + coordinatorEpoch int32. Unknown types are kept as opaque (`ControlType.UNKNOWN`).

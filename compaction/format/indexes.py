@@ -1,4 +1,6 @@
-"""Offset, time and transaction indexes of a segment (spec §2.2-2.5), and their rebuild from a `.log`.
+"""Offset, time and transaction indexes of a segment, and their rebuild from a `.log`.
+
+Kafka's side: `OffsetIndex`, `TimeIndex`, `TransactionIndex` and `LogSegment.recover`.
 
 Formats (all big-endian, no header, no checksum: Kafka rebuilds them rather than trusting them):
 

@@ -1,4 +1,6 @@
-"""Producer state snapshots (`<nextOffset>.snapshot`, spec §2.7) and the producer state they record.
+"""Producer state snapshots (`<nextOffset>.snapshot`) and the producer state they record.
+
+Kafka writes them with `ProducerStateManager.writeSnapshot`.
 
 Layout: version int16 (= 1) | crc uint32 | count int32 | count × 46-byte entries (producerId int64,
 epoch int16, lastSequence int32, lastOffset int64, offsetDelta int32, timestamp int64,

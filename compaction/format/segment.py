@@ -1,4 +1,6 @@
-"""Segment (`.log`) files: batches back to back, each `baseOffset int64, batchLength int32, ...` (spec §1.10).
+"""Segment (`.log`) files: batches back to back, each `baseOffset int64, batchLength int32, ...`.
+
+Kafka reads and writes them as `FileRecords`.
 
 `iter_batch_headers` walks a segment reading only the 61-byte headers: it is what index rebuilds,
 planning and byte-for-byte copying need. Unlike Kafka's iterator, a trailing incomplete batch is an

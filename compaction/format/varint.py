@@ -1,4 +1,4 @@
-"""Protobuf-style zigzag varints, as Kafka's `ByteUtils` writes them (spec §1.6).
+"""Protobuf-style zigzag varints, as Kafka's `ByteUtils` writes them (`writeVarint`, `writeVarlong`).
 
 An int varint takes at most 5 bytes and a long at most 10; longer encodings are corrupt.
 """

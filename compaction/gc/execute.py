@@ -1,10 +1,10 @@
 """gc's execution: list, snapshot, plan, then retire -> delete objects -> finish, in that order.
 
-The order is Redpanda's manifest-first rule (peers.md §2.2): no metadata row that a reader could serve
-ever points at a deleted object. A row is moved to DELETE_SEGMENT_STARTED before any of its objects
-go, and DELETE_SEGMENT_FINISHED is recorded only after they went. A crash between two steps leaves a
-state the next run finishes: deleting a missing object succeeds, `mark_deleted_finished` skips finished
-rows, and a DELETE_SEGMENT_STARTED row whose objects are all gone needs no grace.
+The metadata changes before any object goes: no metadata row that a reader could serve ever points at a
+deleted object. A row is moved to DELETE_SEGMENT_STARTED before any of its objects go, and
+DELETE_SEGMENT_FINISHED is recorded only after they went. A crash between two steps leaves a state the next
+run finishes: deleting a missing object succeeds, `mark_deleted_finished` skips finished rows, and a
+DELETE_SEGMENT_STARTED row whose objects are all gone needs no grace.
 """
 
 from __future__ import annotations

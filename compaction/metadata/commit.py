@@ -17,7 +17,7 @@ A Delta commit is a single log entry written put-if-absent, so the new row set l
 files written by a failed attempt are never referenced and vacuum removes them. Blind appends are never
 used for partition data: they would skip the conflict check.
 
-Fencing follows seed 000's table. `acquire_fencing_epoch` bumps the partition's fencing epoch in its own
+Fencing as docs/fencing.md explains it. `acquire_fencing_epoch` bumps the partition's fencing epoch in its own
 commit, like a new leader epoch, and adds the epoch's entry to the cleaner-offset vector. Every change
 set carries the epoch of its run, and a commit whose epoch is not the partition's raises `FencedError`,
 whatever the arrival order (old run commits before or after the new run's commit). Objects a fenced run

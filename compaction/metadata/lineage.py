@@ -1,4 +1,4 @@
-"""Cleaner-offset vectors keyed by fencing epoch, and their read-time validation (seed 000's zombie table).
+"""Cleaner-offset vectors keyed by fencing epoch, and their read-time validation (docs/fencing.md).
 
 A vector `[(e0, o0), (e1, o1), ...]` says: under fencing epoch `e_i` the partition was cleaned below
 `o_i`. Epochs ascend and offsets never decrease along a vector. A vector is only ever written by a run
@@ -110,7 +110,7 @@ def _valid_vectors(vectors: set[Vector], trusted: set[Vector], granted: int | No
 
 
 def valid_cleaner_offsets(rows: Iterable[SegmentMetadata | PartitionState]) -> CleanerOffsetLineage:
-    """Validate the cleaner-offset vectors of one partition's rows against each other (seed 000).
+    """Validate the cleaner-offset vectors of one partition's rows against each other (see the module docstring).
 
     Every row is evidence, whatever its state. The partition row, if given, is trusted (only fenced
     commits write it) and rejects any segment row whose vector names an epoch above the partition's

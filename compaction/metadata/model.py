@@ -35,11 +35,10 @@ Columns (a column that does not apply to a row kind is null in it):
 | leader_epochs | list<struct<epoch int32, start_offset int64>> | partition | lineage of tiered data |
 | updated_ms | int64 | partition | time of the last commit |
 
-The fencing epoch plays the role the leader epoch plays in KIP-405 and in the compacted-topics KIP
-(seed 000): `cleaner_offsets` is keyed by fencing epoch, `segment_leader_epochs`/`leader_epochs` by the
-Kafka leader epochs found in the data. All timestamps are epoch milliseconds, as in Kafka.
-The table stays plain Delta (reader 1 / writer 2: no deletion vectors, no column mapping) so that
-delta-spark on a cluster reads it.
+The fencing epoch plays the role the leader epoch plays in KIP-405 (docs/fencing.md): `cleaner_offsets` is
+keyed by fencing epoch, `segment_leader_epochs`/`leader_epochs` by the Kafka leader epochs found in the
+data. All timestamps are epoch milliseconds, as in Kafka. The table stays plain Delta (reader 1 / writer 2:
+no deletion vectors, no column mapping) so that delta-spark on a cluster reads it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Which adjacent segments are rewritten into one output segment: Kafka's `groupSegmentsBySize` (spec §3.5).
+"""Which adjacent segments are rewritten into one output segment: Kafka's `Cleaner.groupSegmentsBySize`.
 
 Greedy and in offset order: a group starts with the next segment and takes the one after it while all of
 these hold (every size is a *pre-clean* size, so an output segment can never outgrow the limits):
@@ -12,7 +12,7 @@ these hold (every size is a *pre-clean* size, so an output segment can never out
   `lastOffsetForFirstSegment`); empty segments skip the check so that they merge away.
 
 The metadata table does not record index sizes. `estimated_index_sizes` bounds them from the segment size
-and index.interval.bytes, the way `LogSegment.append` adds entries (spec §2.5); pass any other callable
+and index.interval.bytes, the way `LogSegment.append` adds entries; pass any other callable
 (e.g. sizes read from the store) as `index_sizes`. Pure: no I/O.
 """
 

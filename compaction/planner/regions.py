@@ -1,4 +1,4 @@
-"""Where a partition is clean, dirty and uncleanable, and whether to clean it now (spec §3.2, KIP-354).
+"""Where a partition is clean, dirty and uncleanable, and whether to clean it now (KIP-354; docs/cleaner-rules.md).
 
 This is Kafka's `LogCleanerManager.cleanableOffsets` / `calculateCleanableBytes` / `maxCompactionDelay`
 and the eligibility test of `grabFilthiestCompactedLog`, over the live segments of the remote tier:
@@ -14,7 +14,7 @@ and the eligibility test of `grabFilthiestCompactedLog`, over the live segments 
 - **bytes**: clean = segments starting below the first dirty offset; cleanable (dirty) = segments from
   the one holding min(first dirty, first uncleanable) up to the first uncleanable offset; uncleanable =
   segments from the first uncleanable offset on. As in Kafka, a checkpoint in the middle of a segment
-  counts that segment as clean *and* dirty (spec §3.2, "Quirk"); kcompact's own checkpoints are always
+  counts that segment as clean *and* dirty; kcompact's own checkpoints are always
   segment-aligned, so only an imported Kafka checkpoint can do this.
 - **dirty ratio** = cleanable / (clean + cleanable); **max compaction delay** (KIP-354) from the
   earliest positive `first_batch_max_timestamp_ms` of the dirty segments: now - max.compaction.lag.ms -

@@ -1,4 +1,6 @@
-"""Rewrite one group of consecutive segments into one cleaned segment: Kafka's `cleanSegments` (spec §3.6-3.9).
+"""Rewrite one group of consecutive segments into one cleaned segment: Kafka's `Cleaner.cleanSegments`.
+
+Which Kafka rule lives where: docs/cleaner-rules.md.
 
 The winners (one offset per key over the whole cleaned range, decided upstream) say which data records
 survive; `compaction.strategies` says what each batch retains; this module only moves bytes:

@@ -1,4 +1,4 @@
-"""Re-encoding one batch the way `MemoryRecords.filterTo` does (spec §3.9).
+"""Re-encoding one batch the way `MemoryRecords.filterTo` does.
 
 A rebuilt batch keeps everything that identifies it: base offset and lastOffsetDelta (so the last offset and
 the producer's last sequence survive even when its last record is gone), codec (at that codec's default

@@ -1,4 +1,4 @@
-"""What one group's rewrite read, wrote and removed: Kafka's `CleanerStats` counters and more (spec §3.12)."""
+"""What one group's rewrite read, wrote and removed: Kafka's `CleanerStats` counters and more."""
 
 from __future__ import annotations
 

@@ -1,10 +1,20 @@
-"""Building a SparkSession: called by `jobs/`, the CLI and the test fixture, never at import time."""
+"""Building a SparkSession: called by `jobs/`, the CLI and the test fixture, never at import time.
+
+Logging: a session this module launches hands Spark's JVM kcompact's log4j2 configuration
+(`conf/log4j2.properties`: WARN and above, known noise at ERROR) before the JVM starts, so a run's stderr
+opens with kcompact's own lines rather than Spark's start-up banner. Under spark-submit the JVM is already
+running when Python starts: there the configuration is spark-submit's to pass (`conf/spark-defaults.conf`).
+One JVM line stays: "WARNING: Using incubator modules: jdk.incubator.vector". Spark's launcher always adds
+`--add-modules=jdk.incubator.vector` to the driver's command line, and the JVM prints that warning for any
+resolved incubator module, with no option to turn it off.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -19,14 +29,32 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.python.worker.reuse": "true",
 }
 
+LOG4J2_CONFIG = Path(__file__).resolve().parents[2] / "conf" / "log4j2.properties"
+"""kcompact's log4j2 configuration, in the checkout's `conf/` (absent from an install without it: see below)."""
+
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+LOG4J2_PROPERTY = "-Dlog4j2.configurationFile="
+
 
 def build_session(
-    master: str | None = None, app_name: str = "kcompact", conf: Mapping[str, str] | None = None
+    master: str | None = None,
+    app_name: str = "kcompact",
+    conf: Mapping[str, str] | None = None,
+    log4j2_config: Path | None = LOG4J2_CONFIG,
 ) -> SparkSession:
     """Get or create the SparkSession; `master` defaults to local[2] unless launched by spark-submit.
 
     Workers must run this interpreter (pyarrow, numba and kcompact live in its environment), so
     PYSPARK_PYTHON defaults to `sys.executable`.
+
+    Args:
+        master: Spark master URL; None keeps spark-submit's, or local[2] outside spark-submit.
+        app_name: the application's name.
+        conf: Spark settings, applied over `LOCAL_DEFAULTS`.
+        log4j2_config: the log4j2 file for a JVM this call launches (default: `conf/log4j2.properties`);
+            None, a missing file, or a `-Dlog4j2.configurationFile` already in `conf`'s
+            spark.driver.extraJavaOptions leave Spark's logging as configured elsewhere. Ignored when the
+            JVM already runs (spark-submit, or an earlier session of this process).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -35,8 +63,21 @@ def build_session(
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ or "SPARK_MASTER" in os.environ
     if master or not under_submit:  # spark-submit passes its --master through the gateway: keep it
         builder = builder.master(master or "local[2]")
-    for key, value in {**LOCAL_DEFAULTS, **(conf or {})}.items():
+    settings = {**LOCAL_DEFAULTS, **(conf or {})}
+    if not under_submit and log4j2_config is not None and log4j2_config.is_file():
+        settings[DRIVER_JAVA_OPTIONS] = with_log4j2_config(settings.get(DRIVER_JAVA_OPTIONS, ""), log4j2_config)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def with_log4j2_config(java_options: str, config: Path) -> str:
+    """`java_options` plus `-Dlog4j2.configurationFile=<config as a file: URI>`, unless it names one already.
+
+    A URI needs no quoting in Spark's option string, whatever characters the path holds.
+    """
+    if LOG4J2_PROPERTY in java_options:
+        return java_options
+    return f"{java_options} {LOG4J2_PROPERTY}{config.resolve().as_uri()}".strip()

@@ -1,8 +1,8 @@
 """What a batch and its records retain during a clean: Kafka's `checkBatchRetention` and `shouldRetainRecord`.
 
-Kafka's cleaner asks its `RecordFilter` two questions (spec §3.7): once per batch, *how* the batch is kept
+Kafka's cleaner asks its `RecordFilter` two questions (`Cleaner.cleanInto`): once per batch, *how* the batch is kept
 (`BatchRetention`), and then per record, *whether* it is kept. The mechanism (`compaction.rewrite`) asks the
-same questions here and never answers them itself. Delete horizons follow KIP-534 (spec §3.10): the horizon
+same questions here and never answers them itself. Delete horizons follow KIP-534: the horizon
 lives in the batch, tombstones are kept while `now < horizon`, markers are dropped once `horizon <= now`.
 
 Winners replace Kafka's offset map: a record "wins" when its offset is in the sorted array of winning offsets
@@ -99,7 +99,7 @@ def check_batch_retention(
     upper_bound_offset: int,
     active_producers: Mapping[int, ActiveProducer],
 ) -> BatchDecision:
-    """Kafka's `checkBatchRetention`, given `can_discard` from the transaction metadata (spec §3.7, §3.8).
+    """Kafka's `checkBatchRetention`, given `can_discard` from the transaction metadata (`CleanedTransactionMetadata`).
 
     A marker's records are discarded only once it is discardable *and* its horizon has passed
     (`horizon <= now`); a data batch's as soon as it is discardable (aborted). The last batch of an active

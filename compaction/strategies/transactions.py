@@ -1,4 +1,4 @@
-"""Kafka's `CleanedTransactionMetadata` (spec §3.8): which data is aborted and which markers may go.
+"""Kafka's `CleanedTransactionMetadata`: which data is aborted and which markers may go.
 
 One cleaning round walks the batches of a partition in offset order, across all its groups. Along the way
 it tracks the aborted transactions reached so far (from the txn indexes, ordered by first offset), the

@@ -12,8 +12,8 @@ from compaction.metadata import table_in_store
 from compaction.storage import open_store
 from compaction.tier import tier_logdir
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
+from tests.prometheus_text import parse_strict
 from tests.unit.run_reports import sample_report
-from tests.unit.test_metrics import parse_strict
 
 NOW = 1_800_000_000_000
 NOTHING_TO_DO = """

@@ -299,7 +299,7 @@ def test_concurrent_acquires_get_distinct_epochs(table: MetadataTable, race: Any
     assert table.partition_snapshot(TOPIC, 0).fencing_epoch == 2
 
 
-# --- fencing: seed 000's zombie table ----------------------------------------------------------------
+# --- fencing: the zombie cases of docs/fencing.md ------------------------------------------------------
 
 
 def _seed_start(table: MetadataTable) -> tuple[int, list[str]]:

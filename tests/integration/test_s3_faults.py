@@ -46,8 +46,8 @@ from compaction.reader import consumer_records, segment_ref
 from compaction.storage import ObjectStore, RetryPolicy, StoreSpec
 from compaction.tier import tier_logdir
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
-from tests.integration.conftest import BUCKET, FAST_RETRY, REGION, TEST_PART_SIZE
 from tests.latest_view import store_problems
+from tests.moto_s3 import BUCKET, FAST_RETRY, REGION, TEST_PART_SIZE
 
 NOW = 1_800_000_000_000
 DAY = 86_400_000

@@ -32,7 +32,7 @@ from compaction.storage.base import TEMP_PREFIX, MiB
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
 from compaction.storage.local import LocalStore
 from compaction.storage.s3 import S3Store
-from tests.integration.conftest import BUCKET, FAST_RETRY, REGION, TEST_PART_SIZE, make_bucket
+from tests.moto_s3 import BUCKET, FAST_RETRY, REGION, TEST_PART_SIZE, make_bucket
 
 SEGMENT_KEY = segment_object_key(
     "orders.v2-eu", "MWJ6FHTfRYy67jzwZdeqSQ", 3, 1234, new_segment_id(), Suffix.LOG

@@ -1,4 +1,7 @@
-"""End to end on Spark: generate → tier → plan → stage → commit, and the latest-per-key property."""
+"""End to end on Spark: generate → tier → plan → stage → commit, and the latest-per-key property.
+
+Every test takes its stores from `new_store` (tests/spark/conftest.py), so it runs on a local directory and on S3.
+"""
 
 from __future__ import annotations
 
@@ -17,9 +20,10 @@ from compaction.reader import Isolation, consumer_records, segment_ref
 from compaction.run.commit import commit
 from compaction.run.plan import plan
 from compaction.run.stage import stage
-from compaction.storage import ObjectStore, open_store
+from compaction.storage import ObjectStore
 from compaction.tier import tier_logdir
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
+from tests.spark.partition_reads import all_records, latest_per_key
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -29,28 +33,6 @@ NOW = 1_800_000_000_000
 DAY = 86_400_000
 CONFIG = KcompactConfig(defaults=TopicConfig.from_kafka({"cleanup.policy": "compact",
                                                          "min.cleanable.dirty.ratio": "0.01"}))
-
-
-def latest_per_key(store: ObjectStore, topic: str, partition: int, below: int | None = None) -> dict:
-    refs = [segment_ref(s) for s in table_in_store(store).live_segments(topic, partition)]
-    latest: dict = {}
-    for r in consumer_records(store, refs, isolation=Isolation.READ_COMMITTED):
-        if r.key is not None and (below is None or r.offset < below):
-            latest[r.key] = (r.offset, r.value)
-    return latest
-
-
-def all_records(store: ObjectStore, topic: str, partition: int) -> list:
-    refs = [segment_ref(s) for s in table_in_store(store).live_segments(topic, partition)]
-    return list(consumer_records(store, refs))
-
-
-@pytest.fixture
-def new_store(tmp_path: Path) -> Callable[[], ObjectStore]:
-    """A fresh, empty store per call: a local directory here; `test_s3_compaction` overrides it with S3, so
-    every test of this module runs there too."""
-    n = itertools.count()
-    return lambda: open_store(str(tmp_path / f"store-{next(n)}"))
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Zombies and races: two runs on one partition, whatever the interleaving, and exactly one of them wins.
 
-Seed 000's table, through the plan/stage/commit API: run A (the old owner) stages; run B takes the partition
+docs/fencing.md's cases, through the plan/stage/commit API: run A (the old owner) stages; run B takes the partition
 (a newer fencing epoch, like a new leader epoch) and stages too. Whether A's commit arrives after B's or before
 it, A is fenced and nothing of it becomes live; B's swap is what readers see. A third run planned before B
 committed, but staged after, is refused before it uploads anything. Then the same with both runs in threads

@@ -1,4 +1,4 @@
-"""Spec §4.2's LogCleanerTest scenarios, KIP-280's cases and the strategy property, end to end on remote segments.
+"""Scenarios after Kafka's LogCleanerTest, KIP-280's cases and the strategy property, end to end on remote segments.
 
 Each scenario is one partition built batch by batch (`tests.scenario_log`), tiered into one local store and
 cleaned by plan → stage → commit on Spark. All scenarios share one store and one schedule of passes, so a
@@ -213,7 +213,7 @@ def history(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Hi
     return out
 
 
-# --- spec §4.2 scenarios -----------------------------------------------------------------------------
+# --- LogCleanerTest scenarios -------------------------------------------------------------------------
 
 
 @pytest.mark.spark
@@ -809,7 +809,7 @@ def aborted_offsets(batches: list[RemoteBatch]) -> set[int]:
 
 
 def rank(record: RemoteRecord, strategy: str) -> tuple[int, int, int]:
-    """KIP-280 as issue 5 resolves it: the greatest (has version, version, offset) wins."""
+    """KIP-280 as docs/cleaner-rules.md states it: the greatest (has version, version, offset) wins."""
     if strategy == "timestamp":
         return (1, record.timestamp, record.offset)
     if strategy == "header":

@@ -1,19 +1,14 @@
-"""The end-to-end compaction tests, again on the S3 backend (a moto server on 127.0.0.1).
-
-Every test of `test_compact.py` runs here unchanged: they take their stores from the `new_store` fixture,
-which this module overrides with a fresh prefix in a moto bucket. One more test: a round that keeps segments
-unread on S3, and the store requests the report counts.
+"""A compaction round on the S3 backend (a moto server on 127.0.0.1) that keeps segments unread, and the store
+requests the report counts. (Every test of `test_compact.py` also runs on S3: `new_store` in conftest.py.)
 
 The Spark Python workers reach moto through the store spec (endpoint, region); credentials come from the
 workers' environment, as on a cluster (instance profile or AWS_* variables): here fake ones, handed to the
-workers through the SparkContext's executor environment for this module only and removed afterwards.
+workers through the SparkContext's executor environment for this test only and removed afterwards.
 Nothing logs them.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,67 +20,24 @@ from compaction.report import run_report
 from compaction.run.commit import commit
 from compaction.run.plan import plan
 from compaction.run.stage import stage
-from compaction.storage import ObjectStore, StoreSpec
-from tests.integration.conftest import (
-    BUCKET,
-    FAKE_AWS_ENV,
-    FAST_RETRY,
-    REGION,
-    TEST_PART_SIZE,
-    fake_aws_env,
-    moto_endpoint,
-)
+from tests.moto_s3 import fresh_s3_store
 from tests.scenario_log import ScenarioLog, tier
-from tests.spark import test_compact as core
-from tests.spark.test_compact import DAY, NOW, all_records, latest_per_key, tiered
+from tests.spark.partition_reads import all_records, latest_per_key
 
-# The core end-to-end tests, collected here a second time: they take their stores from `new_store`, which this
-# module overrides with S3 (a moto server on 127.0.0.1).
-test_s3_end_to_end = core.test_compaction_keeps_latest_per_key_and_writes_real_segments
-test_s3_rerun_changes_nothing = core.test_rerun_with_nothing_new_changes_nothing
-test_s3_tombstones_go_after_their_horizon = core.test_tombstones_go_after_their_delete_horizon
-test_s3_timestamp_and_header_strategies = core.test_timestamp_and_header_strategies_keep_the_strategy_winner
-test_s3_corrupt_segment_quarantines_its_partition = core.test_corrupt_segment_quarantines_only_its_partition
-test_s3_uncleanable_section_is_left_untouched = core.test_uncleanable_section_is_left_untouched
-test_s3_incremental_rounds = core.test_incremental_rounds_over_cleaned_and_dirty_sections
-
-__all__ = ["fake_aws_env", "moto_endpoint", "tiered"]
+NOW = 1_800_000_000_000
+DAY = 86_400_000
 
 pytestmark = pytest.mark.s3
 
 
-@pytest.fixture(scope="module", autouse=True)
-def workers_see_fake_credentials(spark: SparkSession) -> Iterator[None]:
-    """Fake AWS credentials in the environment of the Spark Python workers started from now on."""
-    env = spark.sparkContext.environment
-    saved = {k: env.get(k) for k in FAKE_AWS_ENV}
-    env.update(FAKE_AWS_ENV)
-    yield
-    for k, v in saved.items():
-        if v is None:
-            env.pop(k, None)
-        else:
-            env[k] = v
-
-
-def s3_store(endpoint: str) -> ObjectStore:
-    return StoreSpec.parse(f"s3://{BUCKET}/e2e-{uuid.uuid4().hex[:12]}", endpoint_url=endpoint, region=REGION,
-                           retry=FAST_RETRY, part_size=TEST_PART_SIZE).open()
-
-
-@pytest.fixture
-def new_store(moto_endpoint: str, fake_aws_env: None) -> Callable[[], ObjectStore]:
-    """`test_compact.new_store`, on S3: each call a fresh prefix in the moto bucket."""
-    return lambda: s3_store(moto_endpoint)
-
-
 @pytest.mark.spark
 def test_s3_round_keeps_segments_unread_and_reports_its_requests(
-    spark: SparkSession, tmp_path: Path, moto_endpoint: str, fake_aws_env: None, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, tmp_path: Path, moto_endpoint: str, fake_aws_env: None, workers_see_fake_credentials: None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Also the rescan path: the clean segment holding the changed key is scanned on Spark after the filter
     test, cached, and its keys join the winners; on S3 too each object is fetched once."""
-    store = s3_store(moto_endpoint)
+    store = fresh_s3_store(moto_endpoint)
     config = KcompactConfig(defaults=TopicConfig.from_kafka({
         "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.0001", "bloom.filter.fpp": "0.001",
         "segment.bytes": str(16 * 1024)}))

@@ -44,8 +44,8 @@ from compaction.storage.layout import new_segment_id, parse_segment_object_key
 from compaction.tier import tier_logdir
 from compaction.verify import Finding, verify_partition
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
+from tests.prometheus_text import parse_strict
 from tests.unit.run_reports import sample_report
-from tests.unit.test_metrics import parse_strict
 
 TOPIC = "orders"
 NOW = 1_800_000_000_000

@@ -21,7 +21,7 @@ from compaction.format.batch import (
 )
 from compaction.format.codecs import Codec
 from compaction.format.control import ControlType, parse_control_record
-from tests.unit.strategies import any_batches, data_batches
+from tests.unit.random_batches import any_batches, data_batches
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

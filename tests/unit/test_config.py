@@ -26,7 +26,7 @@ from compaction.errors import ConfigError, ExitCode
 REPO = Path(__file__).resolve().parents[2]
 MIN_LAG, MAX_LAG = "min.compaction.lag.ms", "max.compaction.lag.ms"
 
-# spec §3.13, as Kafka prints them (`kafka-configs --describe --all`); bloom.filter.fpp is kcompact's own.
+# Kafka's defaults, as Kafka prints them (`kafka-configs --describe --all`); bloom.filter.fpp is kcompact's own.
 KAFKA_DEFAULTS: dict[str, Any] = {
     "cleanup.policy": "delete",
     "min.cleanable.dirty.ratio": 0.5,

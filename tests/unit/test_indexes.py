@@ -1,4 +1,4 @@
-"""Offset, time and txn indexes: round trips, lookups, the §2.5 rebuild rule, verification, corruption."""
+"""Offset, time and txn indexes: round trips, lookups, `LogSegment.recover`'s rebuild rule, verification, corruption."""
 
 from __future__ import annotations
 
@@ -252,7 +252,7 @@ def test_collect_aborted_txns_dedupes_on_producer_and_first_offset_only() -> Non
     assert got == [first, other_producer]
 
 
-# --- rebuild: the §2.5 rule by hand ----------------------------------------------------------------
+# --- rebuild: LogSegment.recover's rule by hand ------------------------------------------------------
 
 
 def test_rebuild_strict_interval_one_batch_per_append() -> None:

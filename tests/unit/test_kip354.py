@@ -1,8 +1,8 @@
-"""Spec §4.2 scenarios 34 and 36 at planner level, over metadata built by tiering real log dirs.
+"""Scenarios 34 (cleanable range) and 36 (compaction lag) at planner level, over metadata from tiered log dirs.
 
 `tests/unit/test_plan.py` covers the same rules over hand-made metadata rows; here every segment row comes from
 `kcompact tier` (max and first-batch timestamps read from the `.log`, open transactions from the producer
-snapshot), and the plan is what `compaction.cleaner.plan` computes from the store. The tier never holds the
+snapshot), and the plan is what `compaction.run.plan.plan` computes from the store. The tier never holds the
 active segment, so Kafka's "HW = LEO" and "HW inside the active segment" both end at the tier's end.
 """
 

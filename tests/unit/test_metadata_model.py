@@ -177,7 +177,7 @@ def test_rows_round_trip_through_arrow() -> None:
     assert seg_row["commit_seq"] is None and part_row["segment_id"] is None
 
 
-# --- cleaner-offset lineage (seed 000) ---------------------------------------------------------------
+# --- cleaner-offset lineage (docs/fencing.md) ----------------------------------------------------------
 
 SEED_ROWS = {
     "seg-0": seg(0, 99, vector=co((0, 100)), segment_id="seg-0"),
@@ -187,7 +187,7 @@ SEED_ROWS = {
 
 
 @pytest.mark.parametrize("order", list(itertools.permutations(SEED_ROWS)))
-def test_seed_000_zombie_is_rejected_in_any_arrival_order(order: tuple[str, ...]) -> None:
+def test_the_zombie_row_is_rejected_in_any_arrival_order(order: tuple[str, ...]) -> None:
     lineage = valid_cleaner_offsets(SEED_ROWS[k] for k in order)
     assert lineage.rejected == {"seg-1"}
     assert lineage.offsets == co((0, 100), (1, 155))

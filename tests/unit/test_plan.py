@@ -1,8 +1,9 @@
 """compaction.plan: Kafka's cleanable range, dirty ratio, KIP-354 delay, grouping and the run's order.
 
-Scenario numbers are those of spec §4.2, adapted to the remote tier: the tier holds no active segment,
-so Kafka's "active segment base" is the log end offset, and Kafka's LSO below the high watermark is the
-`first_unstable_offset` of a transaction tiered without its marker.
+Scenarios after Kafka's LogCleanerManagerTest and LogCleanerTest (numbered across kcompact's tests),
+adapted to the remote tier: the tier holds no active segment, so Kafka's "active segment base" is the log
+end offset, and Kafka's LSO below the high watermark is the `first_unstable_offset` of a transaction tiered
+without its marker.
 """
 
 from __future__ import annotations

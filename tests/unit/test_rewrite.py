@@ -1,4 +1,4 @@
-"""Rewrite of a group of segments: Kafka's cleaner scenarios (spec §4.2), batch rules, txn markers, indexes.
+"""Rewrite of a group of segments: Kafka's LogCleanerTest scenarios, batch rules, txn markers, indexes.
 
 Every output goes through `clean`, which also checks what must hold for any output: kafka-python decodes
 it with valid CRCs and sees our records, offsets strictly increase, every kept batch keeps the base and last
@@ -48,7 +48,7 @@ from compaction.strategies.retention import (
     retains_deletes,
     should_retain_record,
 )
-from tests.unit.strategies import data_batches
+from tests.unit.random_batches import data_batches
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -226,7 +226,7 @@ def kafka_python_view(log: bytes) -> list[tuple[int, int, list[tuple[int, int, b
     return view
 
 
-# --- spec §4.2 scenarios ---------------------------------------------------------------------------
+# --- LogCleanerTest scenarios -----------------------------------------------------------------------
 
 
 def test_scenario_1_basic_key_removal() -> None:

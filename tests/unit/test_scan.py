@@ -12,7 +12,7 @@ from compaction.errors import CorruptBatchError, CrcMismatchError, InvalidMagicE
 from compaction.format.batch import TimestampType, encode_batch
 from compaction.format.scan import scan_segment
 from compaction.format.segment import iter_batch_headers, iter_batches, write_segment
-from tests.unit.strategies import any_batches
+from tests.unit.random_batches import any_batches
 
 HEADER = "h"
 
