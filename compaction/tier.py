@@ -5,28 +5,44 @@ committed), record them COPY_SEGMENT_STARTED in one metadata commit, upload ever
 segment id, then record COPY_SEGMENT_FINISHED in a second commit. A crash between the two leaves
 STARTED rows that are never live; the next run moves them to DELETE_SEGMENT_STARTED (for gc) in the
 same commit that starts their replacements. A rerun copies only what is new.
+
+Every segment goes up with a producer snapshot, the producer state at its end, as Kafka's RemoteLogManager
+uploads one: the broker's `<next base>.snapshot` when the log dir has it, else one built here by replaying the
+segment's batches on top of the state at its start (the previous segment's snapshot; for the first segment
+of a run, the snapshot of the tier's last segment in the store, or the log dir's `<base>.snapshot` for a
+partition the store does not hold yet). Without it every compaction would replay the whole tier to find the
+producer state (`compaction.run.producers.producer_state`).
 """
 
 from __future__ import annotations
 
 import itertools
 import socket
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from compaction.errors import CorruptInputError, KcompactError
+from compaction.format.producer_snapshot import (
+    ProducerStateEntry,
+    encode_producer_snapshot,
+    producer_state_from_log,
+    read_producer_snapshot,
+)
+from compaction.format.segment import SNAPSHOT_SUFFIX, segment_path
 from compaction.logdir import LocalPartition, PreparedSegment, partitions, prepare_segment
 from compaction.metadata import (
     ChangeSet,
     MetadataTable,
     NewSegment,
     ObjectKey,
+    SegmentMetadata,
     SegmentState,
     StateChange,
     commit,
     record_tier_finished,
 )
+from compaction.run.producers import producer_state
 from compaction.storage.base import ObjectStore
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
 
@@ -41,6 +57,7 @@ class PartitionTierResult:
     already_tiered: int = 0
     bytes_copied: int = 0
     rebuilt_indexes: int = 0
+    built_snapshots: int = 0  # producer snapshots built by replay (the log dir had none for the segment)
     abandoned_attempts: int = 0
     error: str | None = None
     error_type: str | None = None
@@ -75,6 +92,42 @@ def _new_segment(store_prefix: str, topic: str, topic_id: str, partition: int, s
     )
 
 
+_SNAPSHOT = Suffix.PRODUCER_SNAPSHOT.value
+
+
+def with_producer_snapshots(
+    segments: Sequence[PreparedSegment], start: Iterable[ProducerStateEntry]
+) -> tuple[list[PreparedSegment], int]:
+    """`segments` (consecutive, in offset order) each with a producer snapshot, and how many were built.
+
+    A segment without one gets the state at its end: its batches replayed (`producer_state_from_log`) on top
+    of the state at its start, i.e. the previous segment's snapshot, or `start` for the first. A broker's own
+    snapshot is kept as it is and carried on to the next segment.
+    """
+    state = {e.producer_id: e for e in start}
+    out, built = [], 0
+    for seg in segments:
+        own = seg.companions.get(_SNAPSHOT)
+        if own is not None:
+            state = {e.producer_id: e for e in read_producer_snapshot(own, obj=str(seg.log_path))}
+            out.append(seg)
+            continue
+        state = producer_state_from_log(seg.log_path.read_bytes(), obj=str(seg.log_path), initial=state.values())
+        out.append(replace(seg, companions={**seg.companions, _SNAPSHOT: encode_producer_snapshot(state.values())}))
+        built += 1
+    return out, built
+
+
+def _state_at(part: LocalPartition, store: ObjectStore, live: Sequence[SegmentMetadata], base: int
+              ) -> list[ProducerStateEntry]:
+    """The producer state at offset `base`, where this run's first segment starts: at the end of the tier if
+    the store holds the partition (its last segment's snapshot), else the log dir's `<base>.snapshot` if any."""
+    if live:
+        return producer_state(store, live)
+    path = segment_path(part.directory, base, SNAPSHOT_SUFFIX)
+    return read_producer_snapshot(path.read_bytes(), obj=str(path)) if path.exists() else []
+
+
 def tier_partition(
     part: LocalPartition, store: ObjectStore, table: MetadataTable, now_ms: int, writer: str
 ) -> PartitionTierResult:
@@ -101,6 +154,9 @@ def tier_partition(
         return result
     epochs = part.leader_epochs()
     prepared = [prepare_segment(part, base, next_base, epochs) for base, next_base in todo]
+    if any(_SNAPSHOT not in seg.companions for seg in prepared):
+        at_start = _state_at(part, store, current.live_segments, prepared[0].start_offset)
+        prepared, result.built_snapshots = with_producer_snapshots(prepared, at_start)
     new = [_new_segment("", part.topic, topic_id, part.partition, seg) for seg in prepared]
     start = ChangeSet.planned_from(
         current,

@@ -17,19 +17,31 @@ Everything else is a finding: a winner that changed (`changed`), vanished (`vani
 nowhere (`appeared`), and any record at or above the current cleaner offset that differs at all
 (`uncleaned_changed`): compaction never rewrites there.
 
-Pure Python, no Spark: it holds one partition's latest-per-key map in memory, which suits spot checks of a
-partition right after a run (and before gc removes the replaced segments the `before` version points at).
-Reads only; rerunning is always safe. `view` reads, `compare` judges (pure), `report` renders the verdict.
+Two paths give the same report. Without a SparkSession, the readable reference: it holds one partition's
+latest-per-key map on the driver (`view` reads, `compare` judges, pure), which suits spot checks of small
+partitions. With one (`spark=`), `compaction.spark.verify` reads the segments on the executors and compares
+on Spark (`columnar` is what its tasks compute), so the driver only holds the listed problems, whatever the
+partition's size. Reads only; rerunning is always safe. `report` renders the verdict.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from compaction.config import TopicConfig
-from compaction.errors import ConfigError, MissingObjectError
-from compaction.metadata import table_in_store
+from compaction.errors import MissingObjectError
 from compaction.storage.base import ObjectStore
-from compaction.verify.compare import Finding, KeyProblem, compare_views, key_text, tombstone_drop_refusal
+from compaction.verify.compare import (
+    Finding,
+    KeyProblem,
+    compare_views,
+    judge_latest,
+    judge_uncleaned,
+    key_text,
+    tombstone_drop_refusal,
+)
 from compaction.verify.report import VerifyReport
+from compaction.verify.span import MAX_LISTED, VerifySpan, verify_span
 from compaction.verify.view import (
     PartitionView,
     Ranking,
@@ -39,20 +51,28 @@ from compaction.verify.view import (
     tombstone_evidence,
 )
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 __all__ = [
+    "MAX_LISTED",
     "Finding",
     "KeyProblem",
     "PartitionView",
     "Ranking",
     "TombstoneEvidence",
     "VerifyReport",
+    "VerifySpan",
     "compare_views",
+    "judge_latest",
+    "judge_uncleaned",
     "key_text",
     "log_end_offset",
     "read_view",
     "tombstone_drop_refusal",
     "tombstone_evidence",
     "verify_partition",
+    "verify_span",
 ]
 
 
@@ -64,11 +84,16 @@ def verify_partition(
     after_version: int | None = None,
     *,
     config: TopicConfig | None = None,
+    spark: SparkSession | None = None,
+    max_listed: int = MAX_LISTED,
 ) -> VerifyReport:
     """Compare the partition's latest-per-key view at `before_version` with `after_version` (latest if None).
 
     Args:
         config: the topic's config: its compaction.strategy ranks the records of a key (offset if None).
+        spark: compare on Spark (executors read the segments; the driver's memory does not grow with the
+            partition); None: the reference path, on the driver. Both give the same report.
+        max_listed: how many problems and dropped tombstones the report lists (it counts them all).
 
     Raises:
         ConfigError: `before_version` is newer than `after_version`, or the `before` view can no longer be
@@ -76,35 +101,24 @@ def verify_partition(
         MetadataVersionNotFoundError: a version that does not exist.
         CorruptInputError: a live object of `after` is missing or malformed.
     """
-    table = table_in_store(store)
-    after_snap = table.partition_snapshot(topic, partition, after_version)
-    if before_version > after_snap.version:
-        raise ConfigError(f"--before {before_version} is newer than --after {after_snap.version}")
-    before_snap = table.partition_snapshot(topic, partition, before_version)
-    ranking = Ranking.of(config)
-    below, cleaned = log_end_offset(before_snap), after_snap.lineage.current
+    span = verify_span(store, topic, partition, before_version, after_version, config)
+    if spark is not None:
+        from compaction.spark.verify import verify_on_spark
+
+        return verify_on_spark(spark, store, span, max_listed=max_listed)
+    return _verify_on_driver(store, span, max_listed)
+
+
+def _verify_on_driver(store: ObjectStore, span: VerifySpan, max_listed: int) -> VerifyReport:
+    """The reference path: both views as maps on the driver, judged by `compare_views`."""
+    below, cleaned = span.log_end_offset, span.cleaner_offset
     try:
-        before = read_view(store, before_snap, ranking, below=below, tail_from=cleaned)
+        before = read_view(store, span.before, span.ranking, below=below, tail_from=cleaned)
     except MissingObjectError as exc:
-        raise ConfigError(
-            f"{topic}-{partition} at metadata version {before_version} can no longer be read ({exc}): gc deleted "
-            "its replaced segments; verify within file.delete.delay.ms of a run, or pass a later --before"
-        ) from exc
-    after = read_view(store, after_snap, ranking, below=below, tail_from=cleaned, also_unstable=before.unstable)
+        raise span.unreadable(exc) from exc
+    after = read_view(store, span.after, span.ranking, below=below, tail_from=cleaned, also_unstable=before.unstable)
     vanished = {k: r for k, r in before.latest.items() if k not in after.latest and r.value is None}
-    evidence = tombstone_evidence(store, after_snap, vanished)
+    evidence = tombstone_evidence(store, span.after, vanished)
     problems, expired = compare_views(before, after, evidence)
-    return VerifyReport(
-        topic=topic,
-        partition=partition,
-        before_version=before_snap.version,
-        after_version=after_snap.version,
-        strategy=ranking.strategy.value,
-        log_end_offset=below,
-        cleaner_offset_before=before.cleaner_offset,
-        cleaner_offset_after=after.cleaner_offset,
-        keys_before=len(before.latest),
-        keys_after=len(after.latest),
-        expired_tombstones=tuple(expired),
-        problems=tuple(problems),
-    )
+    return span.report(keys_before=len(before.latest), keys_after=len(after.latest), problems=problems[:max_listed],
+                       problem_count=len(problems), expired=expired[:max_listed], expired_count=len(expired))

@@ -61,45 +61,67 @@ def tombstone_drop_refusal(record: Record, cleaner_offset: int, evidence: Tombst
     return None
 
 
+def judge_latest(
+    key: bytes, before: Record | None, after: Record | None, *, cleaner_offset: int, log_end_offset: int,
+    evidence: TombstoneEvidence | None,
+) -> KeyProblem | None:
+    """What is wrong with `key`'s winner going from `before` to `after` (None: nothing, or an allowed drop).
+
+    `evidence` matters only for a tombstone winner that vanished. Pure; the Spark path judges the keys it
+    collects with it too, so both paths word every problem the same way.
+    """
+    if before is not None and after is not None:
+        if _same(before, after):
+            return None
+        return KeyProblem(key, Finding.CHANGED, before, after,
+                          f"latest record was {_describe(before)}, is {_describe(after)}")
+    if before is not None:
+        refusal = tombstone_drop_refusal(before, cleaner_offset, evidence)
+        return None if refusal is None else KeyProblem(key, Finding.VANISHED, before, None, refusal)
+    if after is not None:
+        return KeyProblem(key, Finding.APPEARED, None, after,
+                          f"no record before, now {_describe(after)} (below offset {log_end_offset})")
+    return None
+
+
+def judge_uncleaned(offset: int, before: Record | None, after: Record | None, cleaner_offset: int) -> KeyProblem | None:
+    """What is wrong with the record at `offset`, at or above the cleaner offset (None: it is unchanged)."""
+    if before is not None and after is not None and _same(before, after):
+        return None
+    key = before.key if before is not None else after.key if after is not None else None
+    return KeyProblem(key, Finding.UNCLEANED_CHANGED, before, after,
+                      f"record at offset {offset} (at or above the cleaner offset {cleaner_offset}) was "
+                      f"{_describe(before)}, is {_describe(after)}")
+
+
 def compare_views(
     before: PartitionView, after: PartitionView, evidence: Mapping[bytes, TombstoneEvidence]
 ) -> tuple[list[KeyProblem], list[bytes]]:
     """Every change from `before` to `after` that compaction may not make, and the tombstones it rightly dropped.
 
     Pure. `after.cleaner_offset` bounds the cleaned range; `evidence` is needed only for keys whose winner at
-    `before` was a tombstone and that have none at `after`.
+    `before` was a tombstone and that have none at `after`. Problems come in key order, then the uncleaned
+    region's in offset order (one per key: its first changed record, unless its winner is already listed).
     """
     problems: list[KeyProblem] = []
     expired: list[bytes] = []
     for key in sorted(before.latest.keys() | after.latest.keys()):
         b, a = before.latest.get(key), after.latest.get(key)
-        if b is not None and a is not None:
-            if not _same(b, a):
-                problems.append(KeyProblem(key, Finding.CHANGED, b, a,
-                                           f"latest record was {_describe(b)}, is {_describe(a)}"))
-        elif b is not None:
-            refusal = tombstone_drop_refusal(b, after.cleaner_offset, evidence.get(key))
-            if refusal is None:
-                expired.append(key)
-            else:
-                problems.append(KeyProblem(key, Finding.VANISHED, b, None, refusal))
-        elif a is not None:
-            problems.append(KeyProblem(key, Finding.APPEARED, None, a,
-                                       f"no record before, now {_describe(a)} (below offset {before.log_end_offset})"))
+        problem = judge_latest(key, b, a, cleaner_offset=after.cleaner_offset, log_end_offset=before.log_end_offset,
+                               evidence=evidence.get(key))
+        if problem is not None:
+            problems.append(problem)
+        elif a is None:
+            expired.append(key)
     reported: set[bytes | None] = {p.key for p in problems}
     b_tail = {r.offset: r for r in before.tail}
     a_tail = {r.offset: r for r in after.tail}
     for offset in sorted(b_tail.keys() | a_tail.keys()):
-        b, a = b_tail.get(offset), a_tail.get(offset)
-        if b is not None and a is not None and _same(b, a):
+        problem = judge_uncleaned(offset, b_tail.get(offset), a_tail.get(offset), after.cleaner_offset)
+        if problem is None or problem.key in reported:
             continue
-        tail_key = b.key if b is not None else a.key if a is not None else None
-        if tail_key in reported:
-            continue
-        reported.add(tail_key)
-        problems.append(KeyProblem(tail_key, Finding.UNCLEANED_CHANGED, b, a,
-                                   f"record at offset {offset} (at or above the cleaner offset "
-                                   f"{after.cleaner_offset}) was {_describe(b)}, is {_describe(a)}"))
+        reported.add(problem.key)
+        problems.append(problem)
     return problems, expired
 
 

@@ -11,7 +11,12 @@ from compaction.verify.compare import KeyProblem, key_text
 
 @dataclass(frozen=True)
 class VerifyReport:
-    """The verdict for one partition between two table versions; `ok` when no problem was found."""
+    """The verdict for one partition between two table versions; `ok` when no problem was found.
+
+    `problems` lists the first of `problem_count` problems (keys in order, then the uncleaned region's offsets)
+    and `expired_tombstones` the first of `expired_tombstone_count` keys, so a report stays small whatever
+    the partition's size.
+    """
 
     topic: str
     partition: int
@@ -25,13 +30,15 @@ class VerifyReport:
     keys_after: int
     expired_tombstones: tuple[bytes, ...]
     problems: tuple[KeyProblem, ...]
+    problem_count: int
+    expired_tombstone_count: int
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return self.problem_count == 0
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready view: every problem, with keys as text (if printable UTF-8) and base64."""
+        """A JSON-ready view: the listed problems, with keys as text (if printable UTF-8) and base64."""
         return {
             "topic": self.topic,
             "partition": self.partition,
@@ -44,7 +51,8 @@ class VerifyReport:
             "cleaner_offset_after": self.cleaner_offset_after,
             "keys_before": self.keys_before,
             "keys_after": self.keys_after,
-            "expired_tombstones": len(self.expired_tombstones),
+            "expired_tombstones": self.expired_tombstone_count,
+            "problem_count": self.problem_count,
             "problems": [p.to_dict() for p in self.problems],
         }
 
@@ -55,12 +63,13 @@ class VerifyReport:
                 f"cleaner offset {self.cleaner_offset_before} -> {self.cleaner_offset_after}, "
                 f"strategy {self.strategy}")
         counts = (f"{self.keys_before} keys before, {self.keys_after} after, "
-                  f"{len(self.expired_tombstones)} tombstones dropped after their delete horizon")
+                  f"{self.expired_tombstone_count} tombstones dropped after their delete horizon")
         if self.ok:
             yield f"verify {tp}: OK ({span}; {counts})"
             return
-        yield f"verify {tp}: FAILED, {len(self.problems)} keys lost or changed ({span}; {counts})"
+        yield f"verify {tp}: FAILED, {self.problem_count} keys lost or changed ({span}; {counts})"
         for p in self.problems[:max_keys]:
             yield f"  {p.finding.value:<17} key {key_text(p.key)!r}: {p.detail}"
-        if len(self.problems) > max_keys:
-            yield f"  ... and {len(self.problems) - max_keys} more (--json lists every key)"
+        if self.problem_count > max_keys:
+            listed = "every key" if len(self.problems) == self.problem_count else f"the first {len(self.problems)}"
+            yield f"  ... and {self.problem_count - max_keys} more (--json lists {listed})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import shutil
@@ -14,10 +15,11 @@ from deltalake import DeltaTable
 from compaction.cli import main
 from compaction.errors import CorruptInputError
 from compaction.format.control import ControlType, batch_control_type
+from compaction.format.producer_snapshot import ProducerStateEntry, producer_state_from_log, read_producer_snapshot
 from compaction.format.segment import iter_batches
 from compaction.metadata import METADATA_SCHEMA, ObjectSuffix, SegmentState, table_in_store
 from compaction.reader import Isolation, consumer_records, segment_records, segment_ref
-from compaction.storage import ObjectStore
+from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 
@@ -223,3 +225,74 @@ def test_cli_segments_and_read(logdir: Path, local_store: ObjectStore, capsys: p
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines[0]["offset"] >= 5 and set(lines[0]) == {"offset", "timestamp", "key", "value", "headers"}
     assert len(lines) == len([r for r in rolled_records(logdir / "orders-0") if r[0] >= 5])
+
+
+def without_snapshots(logdir: Path, into: Path) -> Path:
+    """A copy of `logdir` without its producer snapshots, as a tool other than a broker may write one."""
+    shutil.copytree(logdir, into)
+    for snap in into.rglob("*.snapshot"):
+        snap.unlink()
+    return into
+
+
+def tier_snapshots(store: ObjectStore, topic: str, partition: int) -> list[list[ProducerStateEntry]]:
+    """The producer snapshot object of every live segment, in offset order."""
+    live = table_in_store(store).live_segments(topic, partition)
+    keys = [s.object_key(ObjectSuffix.PRODUCER_SNAPSHOT) for s in live]
+    assert None not in keys, "every tiered segment must come with a producer snapshot"
+    return [read_producer_snapshot(store.get(k or ""), obj=k) for k in keys]
+
+
+def replayed(store: ObjectStore, topic: str, partition: int) -> list[list[ProducerStateEntry]]:
+    """The producer state at the end of every live segment, replayed from the tier's logs from the start."""
+    state: dict[int, ProducerStateEntry] = {}
+    out = []
+    for seg in table_in_store(store).live_segments(topic, partition):
+        state = producer_state_from_log(store.get(seg.object_key(ObjectSuffix.LOG) or ""), initial=state.values())
+        out.append(list(state.values()))
+    return out
+
+
+def as_the_generator_writes(entries: list[ProducerStateEntry]) -> list[ProducerStateEntry]:
+    """The one field where the generator's snapshots differ from Kafka's: before a producer's first marker,
+    Kafka's `ProducerStateEntry.empty` gives coordinatorEpoch -1, the generator writes 0."""
+    return [dataclasses.replace(e, coordinator_epoch=max(e.coordinator_epoch, 0)) for e in entries]
+
+
+def test_a_log_dir_without_snapshots_is_tiered_with_one_per_segment(logdir: Path, tmp_path: Path,
+                                                                    local_store: ObjectStore) -> None:
+    bare = without_snapshots(logdir, tmp_path / "bare")
+    results = tier_logdir(bare, local_store, table_in_store(local_store, create=True), NOW)
+    with_kafkas = open_store(str(tmp_path / "with-kafkas"))
+    kept = tier_logdir(logdir, with_kafkas, table_in_store(with_kafkas, create=True), NOW)
+    assert [r.built_snapshots for r in results] == [len(r.copied) for r in results]
+    assert [r.built_snapshots for r in kept] == [0, 0, 0]
+    for topic, partition in [("orders", 0), ("orders", 1), ("users.v2", 0)]:
+        built = tier_snapshots(local_store, topic, partition)
+        assert built == replayed(local_store, topic, partition)
+        assert [as_the_generator_writes(s) for s in built] == tier_snapshots(with_kafkas, topic, partition)
+        assert any(e.has_open_txn for s in built for e in s) and any(
+            e.coordinator_epoch >= 0 for s in built for e in s), "transactions must have run through the state"
+
+
+def test_an_incremental_tier_carries_the_state_from_the_stores_last_snapshot(logdir: Path, tmp_path: Path,
+                                                                             local_store: ObjectStore) -> None:
+    bare = without_snapshots(logdir, tmp_path / "bare")
+    early = tmp_path / "early"
+    for part in bare.iterdir():
+        (early / part.name).mkdir(parents=True)
+        fourth = sorted(part.glob("*.log"))[3].name.split(".")[0]
+        for f in part.iterdir():
+            stem = f.name.split(".")[0]
+            if not stem.isdigit() or stem <= fourth:
+                shutil.copy(f, early / part.name / f.name)
+    table = table_in_store(local_store, create=True)
+    assert all(r.built_snapshots == 3 for r in tier_logdir(early, local_store, table, NOW))
+    read_before = local_store.stats.bytes_read
+    later = tier_logdir(bare, local_store, table, NOW)
+    last_snapshots = sum(local_store.size(s.object_key(ObjectSuffix.PRODUCER_SNAPSHOT) or "")
+                         for r in later for s in table.live_segments(r.topic, r.partition)[2:3])
+    assert local_store.stats.bytes_read - read_before == last_snapshots, "no log replayed from the store"
+    assert all(r.built_snapshots == len(r.copied) > 0 for r in later)
+    for topic, partition in [("orders", 0), ("orders", 1), ("users.v2", 0)]:
+        assert tier_snapshots(local_store, topic, partition) == replayed(local_store, topic, partition)

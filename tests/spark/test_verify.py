@@ -4,6 +4,9 @@ and progress), tombstones dropped after their horizon verify clean, and tampered
 The tampering commits through the metadata table's own API, as a buggy or rogue writer would: it drops a live
 segment, or swaps one for a rewrite missing a batch, or records a run that dropped tombstones before their
 delete horizon. The expected keys come from the consumer reader, not from verify.
+
+Every verdict is reached twice, by the reference path on the driver and on Spark (`verify_both`), and the two
+reports must be the same: counts, listed keys, findings and their wording.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from compaction.run.stage import stage
 from compaction.storage import ObjectStore, open_store
 from compaction.storage.layout import new_segment_id, parse_segment_object_key
 from compaction.tier import tier_logdir
-from compaction.verify import Finding, verify_partition
+from compaction.verify import Finding, VerifyReport, verify_partition
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 from tests.prometheus_text import parse_strict
 from tests.unit.run_reports import sample_report
@@ -75,6 +78,17 @@ def tiered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     store = open_store(str(root / "store"))
     tier_logdir(root / "logs", store, table_in_store(store, create=True), NOW - 10 * DAY)
     return root / "store"
+
+
+def verify_both(spark: SparkSession, store: ObjectStore, before: int, after: int | None = None, *,
+                config: TopicConfig | None = None, max_listed: int = 10_000) -> VerifyReport:
+    """The reference path's report, after checking that the Spark path gives the same one."""
+    reference = verify_partition(store, TOPIC, 0, before, after, config=config, max_listed=max_listed)
+    on_spark = verify_partition(store, TOPIC, 0, before, after, config=config, max_listed=max_listed, spark=spark)
+    assert on_spark.to_dict() == reference.to_dict()
+    assert list(on_spark.render_text()) == list(reference.render_text())
+    assert on_spark.expired_tombstones == reference.expired_tombstones
+    return reference
 
 
 def copy_of(store_dir: Path, tmp_path: Path) -> ObjectStore:
@@ -143,7 +157,7 @@ def test_tombstones_dropped_after_their_delete_horizon_verify_clean(spark: Spark
     expected = expired_tombstone_keys(store, before)
     assert expected, "the workload must leave tombstones for the second clean"
     assert all(o.committed for o in commit(stage(spark, plan(store, CONFIG, NOW + DAY + 1, force=True))))
-    report = verify_partition(store, TOPIC, 0, before)
+    report = verify_both(spark, store, before)
     assert report.ok, list(report.render_text())
     assert set(report.expired_tombstones) == expected
     assert not expected & latest_per_key(store).keys()
@@ -157,13 +171,14 @@ def test_a_run_that_dropped_tombstones_before_their_horizon_fails(spark: SparkSe
     expected = expired_tombstone_keys(store, before)
     staged = stage(spark, plan(store, CONFIG, NOW + DAY + 1, force=True))
     assert all(o.committed for o in commit(staged, now_ms=NOW + 1)), "recorded as done a day too early"
-    report = verify_partition(store, TOPIC, 0, before)
+    report = verify_both(spark, store, before)
     assert {p.key for p in report.problems} == expected
     assert {p.finding for p in report.problems} == {Finding.VANISHED}
     assert all("before its delete horizon" in p.detail for p in report.problems)
 
 
-def test_dropping_a_live_segment_fails_listing_its_keys(tiered: Path, tmp_path: Path,
+@pytest.mark.spark
+def test_dropping_a_live_segment_fails_listing_its_keys(spark: SparkSession, tiered: Path, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     store = copy_of(tiered, tmp_path)
     table = table_in_store(store)
@@ -180,9 +195,12 @@ def test_dropping_a_live_segment_fails_listing_its_keys(tiered: Path, tmp_path: 
     expected = {k for k in latest.keys() | after.keys() if latest.get(k) != after.get(k)}
     assert {k for k, r in latest.items() if victim.start_offset <= r.offset <= victim.end_offset} <= expected
 
-    report = verify_partition(store, TOPIC, 0, before)
+    report = verify_both(spark, store, before)
     assert {p.key for p in report.problems} == expected
     assert {p.finding for p in report.problems} <= {Finding.CHANGED, Finding.VANISHED}
+    truncated = verify_both(spark, store, before, max_listed=3)
+    assert truncated.problems == report.problems[:3] and truncated.problem_count == len(expected) > 3
+    assert "FAILED" in next(truncated.render_text()) and not truncated.ok
     code = main(["verify", "--store", str(tmp_path / "store"), "--topic", TOPIC, "--partition", "0",
                  "--before", str(before), "--max-keys", "1000"])
     out = capsys.readouterr().out
@@ -193,9 +211,13 @@ def test_dropping_a_live_segment_fails_listing_its_keys(tiered: Path, tmp_path: 
     collect_garbage(store, table, NOW + DAY, grace_ms=0, orphan_grace_ms=0)
     with pytest.raises(ConfigError, match="gc deleted its replaced segments"):
         verify_partition(store, TOPIC, 0, before)  # what cannot be read anymore is never a pass
+    with pytest.raises(ConfigError, match="gc deleted its replaced segments"):
+        verify_partition(store, TOPIC, 0, before, spark=spark)
 
 
-def test_a_rewrite_missing_a_batch_fails_listing_exactly_its_latest_keys(tiered: Path, tmp_path: Path) -> None:
+@pytest.mark.spark
+def test_a_rewrite_missing_a_batch_fails_listing_exactly_its_latest_keys(spark: SparkSession, tiered: Path,
+                                                                         tmp_path: Path) -> None:
     store = copy_of(tiered, tmp_path)
     table = table_in_store(store)
     before, latest = table.version(), latest_per_key(store)
@@ -224,7 +246,53 @@ def test_a_rewrite_missing_a_batch_fails_listing_exactly_its_latest_keys(tiered:
         snap, fencing_epoch=epoch, writer="rogue@test", new_segments=[rewrite], cleaner_offset=victim.end_offset + 1,
         state_changes=[StateChange(victim.segment_id, SegmentState.DELETE_SEGMENT_STARTED)]), NOW)
 
-    report = verify_partition(store, TOPIC, 0, before)
+    report = verify_both(spark, store, before)
     assert not report.ok
     assert {p.key for p in report.problems} == expected
     assert {p.finding for p in report.problems} <= {Finding.CHANGED, Finding.VANISHED}
+
+
+@pytest.mark.spark
+def test_a_change_above_the_cleaner_offset_fails_record_by_record(spark: SparkSession, tiered: Path,
+                                                                   tmp_path: Path) -> None:
+    """Never compacted: the cleaner offset is 0, so every record must stay; a segment dropped without moving
+    the cleaner offset changes the uncleaned region."""
+    store = copy_of(tiered, tmp_path)
+    table = table_in_store(store)
+    before = table.version()
+    epoch = acquire_fencing_epoch(table, TOPIC, 0, "rogue@test", NOW)
+    snap = table.partition_snapshot(TOPIC, 0)
+    victim = snap.live_segments[-2]
+    commit_change_set(table, ChangeSet.planned_from(
+        snap, fencing_epoch=epoch, writer="rogue@test",
+        state_changes=[StateChange(victim.segment_id, SegmentState.DELETE_SEGMENT_STARTED)]), NOW)
+
+    def consumed(version: int | None) -> dict[int, Record]:
+        refs = [segment_ref(s) for s in table_in_store(store).live_segments(TOPIC, 0, version)]
+        return {r.offset: r for r in consumer_records(store, refs, isolation=Isolation.READ_COMMITTED)}
+
+    was, now = consumed(before), consumed(None)
+    differ = {o for o in was.keys() | now.keys() if was.get(o) != now.get(o)}
+    assert {o for o in differ if victim.start_offset <= o <= victim.end_offset}
+    report = verify_both(spark, store, before)
+    uncleaned = [p for p in report.problems if p.finding is Finding.UNCLEANED_CHANGED]
+    assert report.cleaner_offset_after == 0 and uncleaned
+    assert {(p.before or p.after).offset for p in uncleaned if p.before or p.after} <= differ
+    reported = {p.key for p in report.problems}
+    assert {(was.get(o) or now[o]).key for o in differ} == reported
+    assert len(reported) == report.problem_count == len(report.problems)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("strategy", ["offset", "timestamp", "header"])
+def test_both_paths_rank_by_the_topics_strategy(spark: SparkSession, compacted: CliRun, strategy: str) -> None:
+    """The run compacted by offset: verified under another strategy, keys whose winner under it was dropped are
+    findings, the same on both paths. The workload's version headers often rank an older record first; its few
+    out-of-order timestamps never reorder one key's records that this run dropped."""
+    config = TopicConfig.from_kafka({"cleanup.policy": "compact", "compaction.strategy": strategy,
+                                     **({"compaction.strategy.header": "version"} if strategy == "header" else {})})
+    before = json.loads((compacted.out / "report.json").read_text())["metadata_version_planned"]
+    report = verify_both(spark, open_store(str(compacted.store)), before, config=config)
+    assert report.strategy == strategy and report.keys_before > 0
+    assert report.ok == (strategy != "header"), list(report.render_text())
+    assert {p.finding for p in report.problems} <= {Finding.CHANGED}

@@ -6,7 +6,15 @@ import pytest
 
 from compaction.config import CompactionStrategy
 from compaction.format.batch import Header, Record
-from compaction.verify import Finding, PartitionView, Ranking, TombstoneEvidence, compare_views
+from compaction.verify import (
+    Finding,
+    KeyProblem,
+    PartitionView,
+    Ranking,
+    TombstoneEvidence,
+    VerifyReport,
+    compare_views,
+)
 
 HORIZON = 1_000
 
@@ -91,3 +99,17 @@ def test_strategies_rank_like_kip_280() -> None:
     last_wins = (*version(1), *version(9))
     assert header.rank(rec(1, b"k", b"", headers=last_wins)) > header.rank(rec(2, b"k", b"", headers=version(5)))
     assert Ranking().rank(rec(6, b"k", b"", ts=0)) > Ranking().rank(rec(5, b"k", b"", ts=9))
+
+
+def test_a_report_counts_every_problem_and_says_how_many_it_lists() -> None:
+    problems = tuple(KeyProblem(bytes([97 + i]), Finding.VANISHED, rec(i, bytes([97 + i]), b"v"), None, "gone")
+                     for i in range(3))
+    report = VerifyReport(topic="t", partition=0, before_version=1, after_version=2, strategy="offset",
+                          log_end_offset=100, cleaner_offset_before=0, cleaner_offset_after=50, keys_before=10,
+                          keys_after=2, expired_tombstones=(), problems=problems, problem_count=8,
+                          expired_tombstone_count=0)
+    lines = list(report.render_text(max_keys=2))
+    assert not report.ok and lines[0].startswith("verify t-0: FAILED, 8 keys lost or changed")
+    assert lines[1:3] == ["  vanished          key 'a': gone", "  vanished          key 'b': gone"]
+    assert lines[3] == "  ... and 6 more (--json lists the first 3)"
+    assert report.to_dict()["problem_count"] == 8 and len(report.to_dict()["problems"]) == 3

@@ -1,0 +1,84 @@
+"""What one `kcompact verify` compares: a partition at two metadata table versions, and the bounds that apply.
+
+Read once on the driver from the metadata table (Delta time travel); both the reference path and the Spark
+path start from it and end in its `report`, so they check the same offsets under the same rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from compaction.config import TopicConfig
+from compaction.errors import ConfigError, MissingObjectError
+from compaction.metadata import PartitionSnapshot, table_in_store
+from compaction.storage.base import ObjectStore
+from compaction.verify.compare import KeyProblem
+from compaction.verify.report import VerifyReport
+from compaction.verify.view import Ranking, log_end_offset
+
+MAX_LISTED = 10_000
+"""Problems (and dropped tombstones) a report lists by default; it counts them all."""
+
+
+@dataclass(frozen=True)
+class VerifySpan:
+    """The partition at `before` and `after`, compared below `log_end_offset` (`before`'s log end); records at
+    or above `cleaner_offset` (`after`'s) must be identical."""
+
+    topic: str
+    partition: int
+    before: PartitionSnapshot
+    after: PartitionSnapshot
+    ranking: Ranking
+
+    @property
+    def log_end_offset(self) -> int:
+        return log_end_offset(self.before)
+
+    @property
+    def cleaner_offset(self) -> int:
+        return self.after.lineage.current
+
+    def unreadable(self, exc: MissingObjectError) -> ConfigError:
+        """The usage error for a `before` view whose objects gc deleted: never a pass."""
+        return ConfigError(
+            f"{self.topic}-{self.partition} at metadata version {self.before.version} can no longer be read "
+            f"({exc}): gc deleted its replaced segments; verify within file.delete.delay.ms of a run, or pass a "
+            "later --before"
+        )
+
+    def report(
+        self, *, keys_before: int, keys_after: int, problems: Sequence[KeyProblem], problem_count: int,
+        expired: Sequence[bytes], expired_count: int,
+    ) -> VerifyReport:
+        return VerifyReport(
+            topic=self.topic,
+            partition=self.partition,
+            before_version=self.before.version,
+            after_version=self.after.version,
+            strategy=self.ranking.strategy.value,
+            log_end_offset=self.log_end_offset,
+            cleaner_offset_before=self.before.lineage.current,
+            cleaner_offset_after=self.cleaner_offset,
+            keys_before=keys_before,
+            keys_after=keys_after,
+            expired_tombstones=tuple(expired),
+            problems=tuple(problems),
+            problem_count=problem_count,
+            expired_tombstone_count=expired_count,
+        )
+
+
+def verify_span(
+    store: ObjectStore, topic: str, partition: int, before_version: int, after_version: int | None,
+    config: TopicConfig | None,
+) -> VerifySpan:
+    """Read both snapshots. Raises ConfigError if `before_version` is newer than `after_version`, and
+    MetadataVersionNotFoundError for a version that does not exist."""
+    table = table_in_store(store)
+    after = table.partition_snapshot(topic, partition, after_version)
+    if before_version > after.version:
+        raise ConfigError(f"--before {before_version} is newer than --after {after.version}")
+    before = table.partition_snapshot(topic, partition, before_version)
+    return VerifySpan(topic, partition, before, after, Ranking.of(config))
