@@ -13,45 +13,35 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compaction.cli.options import (
-    Subcommands,
-    add_now_option,
-    add_store_options,
-    now_ms,
-    open_store,
-    print_result,
-    usage,
-)
+from compaction.cli import options
 from compaction.errors import ExitCode
 
 if TYPE_CHECKING:
     from compaction.cleaner import PartitionOutcome, RunPlan, StagedRun
     from compaction.progress import Progress
 
+PLAN_HELP = "show what a compaction run would do, and why, without doing it"
+PLAN_DESCRIPTION = """
+Plan like Kafka's cleaner manager: per partition the cleaned, dirty and uncleanable regions (min.compaction.lag.ms,
+open transactions), bytes, dirty ratio, KIP-354 compaction delay, the decision and why (including what would make an
+ineligible partition eligible). Must-clean partitions first, then the filthiest. Reads only.
+"""
+COMPACT_HELP = "compact the eligible partitions on Spark and commit the swap"
+COMPACT_DESCRIPTION = """
+plan -> stage -> commit. Eligible partitions (see `kcompact plan`) are scanned and compacted on Spark (local[2]
+unless --master or spark-submit says otherwise); every output segment is uploaded under a fresh segment id and
+becomes live in one metadata commit per partition. Replaced segments are marked DELETE_SEGMENT_STARTED; `kcompact
+gc` deletes them later. Rerunning is always safe. Exit codes: 0 done or nothing to do, 2 config error, 3 corrupt
+input in some partition (the others are committed), 4 fenced or conflicting commit (rerun).
+"""
 
-def register(sub: Subcommands) -> None:
-    p = sub.add_parser(
-        "plan",
-        help="show what a compaction run would do, and why, without doing it",
-        description="Plan like Kafka's cleaner manager: per partition the cleaned, dirty and uncleanable regions "
-        "(min.compaction.lag.ms, open transactions), bytes, dirty ratio, KIP-354 compaction delay, the decision "
-        "and why (including what would make an ineligible partition eligible). Must-clean partitions first, then "
-        "the filthiest. Reads only.",
-    )
+
+def register(sub: options.Subcommands) -> None:
+    p = options.add_command(sub, "plan", run_plan, PLAN_HELP, PLAN_DESCRIPTION)
     _add_plan_options(p)
-    p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.set_defaults(func=run_plan)
+    options.add_json_option(p, "print the plan as JSON")
 
-    p = sub.add_parser(
-        "compact",
-        help="compact the eligible partitions on Spark and commit the swap",
-        description="plan -> stage -> commit. Eligible partitions (see `kcompact plan`) are scanned and compacted on "
-        "Spark (local[2] unless --master or spark-submit says otherwise); every output segment is uploaded under "
-        "a fresh segment id and becomes live in one metadata commit per partition. Replaced segments are marked "
-        "DELETE_SEGMENT_STARTED; `kcompact gc` deletes them later. Rerunning is always safe. Exit codes: 0 done or "
-        "nothing to do, 2 config error, 3 corrupt input in some partition (the others are committed), "
-        "4 fenced or conflicting commit (rerun).",
-    )
+    p = options.add_command(sub, "compact", run_compact, COMPACT_HELP, COMPACT_DESCRIPTION)
     _add_plan_options(p)
     p.add_argument("--dry-run", action="store_true", help="print the plan and stop (same as `kcompact plan`)")
     p.add_argument("--master", default=None, help="Spark master URL (default: local[2])")
@@ -61,15 +51,14 @@ def register(sub: Subcommands) -> None:
     p.add_argument("--metrics-file", type=Path, default=None,
                    help="also write the run's metrics in Prometheus text format (for node_exporter's textfile "
                    "collector; replaced atomically). Written when there is nothing to do too")
-    p.add_argument("--json", action="store_true", help="print the run report as JSON instead of text")
-    p.set_defaults(func=run_compact)
+    options.add_json_option(p, "print the run report as JSON instead of text")
 
 
 def _add_plan_options(p: argparse.ArgumentParser) -> None:
-    add_store_options(p)
+    options.add_store_options(p)
     p.add_argument("--config", required=True, type=Path,
                    help="YAML config with Kafka topic-level names (see conf/kcompact.yaml)")
-    add_now_option(p, "the run's clock")
+    options.add_now_option(p, "the run's clock")
     p.add_argument("--topic", action="append", default=None, help="only this topic (repeatable)")
     p.add_argument("--partition", type=int, default=None, help="only this partition (with --topic)")
     p.add_argument("--force", action="store_true",
@@ -85,14 +74,14 @@ def _build_plan(args: argparse.Namespace) -> RunPlan:
     from compaction.config import load_config
 
     if args.partition is not None and not args.topic:
-        raise usage("--partition needs --topic")
-    return plan(open_store(args), load_config(args.config), now_ms(args), topics=args.topic,
+        raise options.usage("--partition needs --topic")
+    return plan(options.open_store(args), load_config(args.config), options.now_ms(args), topics=args.topic,
                 partition=args.partition, force=args.force, disk_budget_bytes=args.disk_budget_bytes)
 
 
 def run_plan(args: argparse.Namespace) -> int:
     run = _build_plan(args)
-    print_result(args.json, {"run_id": run.run_id, **run.plan.to_dict()}, [run.plan.render_text()])
+    options.print_result(args.json, {"run_id": run.run_id, **run.plan.to_dict()}, [run.plan.render_text()])
     return ExitCode.OK
 
 
@@ -170,5 +159,5 @@ def run_compact(args: argparse.Namespace) -> int:
     phases["commit"] = progress.elapsed() - phases["plan"] - phases["stage"]
     report = run_report(staged, outcomes, phases)
     _write_outputs(args, report)
-    print_result(args.json, report, render_text(report))
+    options.print_result(args.json, report, render_text(report))
     return max((o.exit_code for o in outcomes), default=0)

@@ -6,22 +6,22 @@ import argparse
 import json
 from pathlib import Path
 
-from compaction.cli.options import Subcommands
+from compaction.cli import options
 from compaction.errors import ExitCode
 
+DUMP_HELP = "print the contents of Kafka log files, like kafka-dump-log.sh"
+DUMP_DESCRIPTION = """
+Print batches and records of a .log, or the entries of a .index, .timeindex, .txnindex, .snapshot,
+leader-epoch-checkpoint or partition.metadata file. CRCs are checked and reported (isvalid); a malformed file fails
+with exit code 3 naming the byte position.
+"""
 
-def register(sub: Subcommands) -> None:
-    p = sub.add_parser(
-        "dump",
-        help="print the contents of Kafka log files, like kafka-dump-log.sh",
-        description="Print batches and records of a .log, or the entries of a .index, .timeindex, .txnindex, "
-        ".snapshot, leader-epoch-checkpoint or partition.metadata file. CRCs are checked and reported "
-        "(isvalid); a malformed file fails with exit code 3 naming the byte position.",
-    )
+
+def register(sub: options.Subcommands) -> None:
+    p = options.add_command(sub, "dump", run_dump, DUMP_HELP, DUMP_DESCRIPTION)
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files to dump")
     p.add_argument("--print-data", action="store_true", help="also print keys, values and headers")
-    p.add_argument("--json", action="store_true", help="one JSON document per file (keys/values base64)")
-    p.set_defaults(func=run_dump)
+    options.add_json_option(p, "one JSON document per file (keys/values base64)")
 
 
 def run_dump(args: argparse.Namespace) -> int:

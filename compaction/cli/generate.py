@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from compaction.cli.options import Subcommands, now_ms, option_name, print_result, usage
+from compaction.cli import options
 from compaction.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -21,22 +21,21 @@ if TYPE_CHECKING:
     from compaction.generate.workload import WorkloadSpec
 
 Spec = TypeVar("Spec", "WorkloadSpec", "BulkSpec")
-DESCRIPTION = (
-    "Generate a Kafka log directory: several topics and partitions, rolled segments plus an active one, skewed "
-    "key updates, tombstones, idempotent and transactional producers (some transactions aborted), every codec, "
-    "a `version` header, out-of-order timestamps and leader epoch changes. Records are stamped by the clock: "
-    "the last one at --now (default: the wall clock), or from --start-ms on. The output is a pure function of "
-    "the options and that clock (the seed included). "
-    "--bulk is the benchmark-scale path (millions of records a second instead of ~40 thousand): real segments, "
-    "indexes, snapshots and checkpoints as well, but a plain workload: one non-idempotent, non-transactional "
-    "producer per partition, one codec (the first of --codecs), exactly --records-per-batch records per batch, "
-    "leader epoch 0, no headers, timestamps start-ms + offset × ms-per-record, keys key-%010d chosen by "
-    "--key-order, values of exactly --value-bytes printable bytes or null (--tombstone-ratio), then optionally "
-    "--update-fraction × --keys records rewriting distinct keys. --key-skew, --transactional-ratio and "
-    "--abort-ratio do not apply to it; --key-order, --update-fraction, --update-spread, --jobs and "
-    "--progress-interval apply only to it. With --bulk the segment files already in a partition directory are "
-    "replaced."
-)
+GENERATE_HELP = "write a realistic Kafka log dir (segments, indexes, snapshots) for demos, tests and benchmarks"
+GENERATE_DESCRIPTION = """
+Generate a Kafka log directory: several topics and partitions, rolled segments plus an active one, skewed key
+updates, tombstones, idempotent and transactional producers (some transactions aborted), every codec, a `version`
+header, out-of-order timestamps and leader epoch changes. Records are stamped by the clock: the last one at --now
+(default: the wall clock), or from --start-ms on. The output is a pure function of the options and that clock (the
+seed included). --bulk is the benchmark-scale path (millions of records a second instead of ~40 thousand): real
+segments, indexes, snapshots and checkpoints as well, but a plain workload: one non-idempotent, non-transactional
+producer per partition, one codec (the first of --codecs), exactly --records-per-batch records per batch, leader
+epoch 0, no headers, timestamps start-ms + offset × ms-per-record, keys key-%010d chosen by --key-order, values of
+exactly --value-bytes printable bytes or null (--tombstone-ratio), then optionally --update-fraction × --keys
+records rewriting distinct keys. --key-skew, --transactional-ratio and --abort-ratio do not apply to it;
+--key-order, --update-fraction, --update-spread, --jobs and --progress-interval apply only to it. With --bulk the
+segment files already in a partition directory are replaced.
+"""
 WORKLOAD_ONLY: dict[str, Any] = {"key_skew": 1.1, "transactional_ratio": 0.25, "abort_ratio": 0.3}
 """Options of the realistic workload and their defaults (they are None on the command line when not given)."""
 BULK_ONLY: dict[str, Any] = {
@@ -46,12 +45,8 @@ BULK_ONLY: dict[str, Any] = {
 """Options of --bulk and their defaults."""
 
 
-def register(sub: Subcommands) -> None:
-    p = sub.add_parser(
-        "generate",
-        help="write a realistic Kafka log dir (segments, indexes, snapshots) for demos, tests and benchmarks",
-        description=DESCRIPTION,
-    )
+def register(sub: options.Subcommands) -> None:
+    p = options.add_command(sub, "generate", run_generate, GENERATE_HELP, GENERATE_DESCRIPTION)
     p.add_argument("--logdir", required=True, type=Path, help="directory to write (created if missing)")
     p.add_argument("--topics", default="orders:2,users:2,inventory:1",
                    help="comma-separated TOPIC:PARTITIONS (default: %(default)s)")
@@ -83,7 +78,7 @@ def register(sub: Subcommands) -> None:
                        help="stamp the first record with this epoch ms instead, whatever the clock")
     p.add_argument("--ms-per-record", type=int, default=50,
                    help="the clock advances this much per record (default: %(default)s)")
-    p.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    options.add_json_option(p, "print a machine-readable summary")
     bulk = p.add_argument_group("benchmark-scale generation (--bulk)")
     bulk.add_argument("--bulk", action="store_true",
                       help="fast, plain workload for benchmarks (see above): ≥ 2 M records/s per core uncompressed")
@@ -102,7 +97,6 @@ def register(sub: Subcommands) -> None:
     bulk.add_argument("--progress-interval", type=float, default=None, metavar="SECONDS",
                       help="print a progress line per partition to stderr this often; 0 = only when a partition is "
                       "done (default: 5)")
-    p.set_defaults(func=run_generate)
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -123,7 +117,7 @@ def _topics(text: str) -> tuple[TopicSpec, ...]:
     for item in text.split(","):
         name, _, parts = item.strip().partition(":")
         if not name or (parts and not parts.isdigit()):
-            raise usage(f"--topics: {item!r} is not TOPIC:PARTITIONS")
+            raise options.usage(f"--topics: {item!r} is not TOPIC:PARTITIONS")
         topics.append(TopicSpec(name, int(parts or 1)))
     return tuple(topics)
 
@@ -134,14 +128,14 @@ def _codecs(text: str) -> tuple[Codec, ...]:
     try:
         return tuple(Codec[c.strip().upper()] for c in text.split(","))
     except KeyError as exc:
-        raise usage(f"--codecs: unknown codec {exc.args[0]!r} (none, gzip, snappy, lz4, zstd)") from None
+        raise options.usage(f"--codecs: unknown codec {exc.args[0]!r} (none, gzip, snappy, lz4, zstd)") from None
 
 
 def _mode_options(args: argparse.Namespace, own: dict[str, Any], other: dict[str, Any], misuse: str) -> dict[str, Any]:
     """The options of one mode, defaults filled in; a usage error names any option of the other mode given."""
-    wrong = [option_name(dest) for dest in other if getattr(args, dest) is not None]
+    wrong = [options.option_name(dest) for dest in other if getattr(args, dest) is not None]
     if wrong:
-        raise usage(f"{', '.join(wrong)}: {misuse}")
+        raise options.usage(f"{', '.join(wrong)}: {misuse}")
     return {dest: default if getattr(args, dest) is None else getattr(args, dest) for dest, default in own.items()}
 
 
@@ -150,28 +144,28 @@ def _records_per_batch(args: argparse.Namespace, default: int) -> int:
 
 
 def _workload_spec(args: argparse.Namespace, topics: tuple[TopicSpec, ...], codecs: tuple[Codec, ...],
-                   options: dict[str, Any]) -> WorkloadSpec:
+                   mode: dict[str, Any]) -> WorkloadSpec:
     from compaction.generate.workload import WorkloadSpec
 
     spec = WorkloadSpec(
         topics=topics, records_per_partition=args.records, keys=args.keys, value_bytes=args.value_bytes,
         records_per_batch=_records_per_batch(args, 20), segment_bytes=args.segment_bytes,
         tombstone_ratio=args.tombstone_ratio, codecs=codecs, seed=args.seed, ms_per_record=args.ms_per_record,
-        **options,
+        **mode,
     )
     return _clocked(args, spec)
 
 
 def _bulk_spec(args: argparse.Namespace, topics: tuple[TopicSpec, ...], codec: Codec,
-               options: dict[str, Any]) -> BulkSpec:
+               mode: dict[str, Any]) -> BulkSpec:
     """The validated spec: a ConfigError (exit 2) names the offending options."""
     from compaction.generate.bulk import BulkSpec
 
     spec = BulkSpec(
         topics=topics, records_per_partition=args.records, keys=args.keys, value_bytes=args.value_bytes,
         records_per_batch=_records_per_batch(args, 100), segment_bytes=args.segment_bytes, codec=codec,
-        tombstone_ratio=args.tombstone_ratio, key_order=options["key_order"],
-        update_fraction=options["update_fraction"], update_spread=options["update_spread"],
+        tombstone_ratio=args.tombstone_ratio, key_order=mode["key_order"],
+        update_fraction=mode["update_fraction"], update_spread=mode["update_spread"],
         ms_per_record=args.ms_per_record, seed=args.seed,
     )
     return _clocked(args, spec)
@@ -183,7 +177,7 @@ def _clocked(args: argparse.Namespace, spec: Spec) -> Spec:
 
     if args.start_ms is not None:
         return dataclasses.replace(spec, start_ms=args.start_ms)
-    return spec.ending_at(now_ms(args))
+    return spec.ending_at(options.now_ms(args))
 
 
 def _generate_workload(args: argparse.Namespace, spec: WorkloadSpec) -> int:
@@ -202,22 +196,22 @@ def _generate_workload(args: argparse.Namespace, spec: WorkloadSpec) -> int:
         print(f"[{i}/{len(partitions)}] {topic}-{partition}: {len(truth.segment_bases)} segments, "
               f"{truth.log_end_offset} offsets, {size / 2**20:.1f} MiB", file=sys.stderr)
     total = sum(s["bytes"] for s in summary)
-    print_result(args.json, {"logdir": str(args.logdir), "partitions": summary},
+    options.print_result(args.json, {"logdir": str(args.logdir), "partitions": summary},
                  [f"wrote {len(summary)} partitions, {total / 2**20:.1f} MiB of segments to {args.logdir}"])
     return ExitCode.OK
 
 
-def _generate_bulk(args: argparse.Namespace, spec: BulkSpec, options: dict[str, Any]) -> int:
+def _generate_bulk(args: argparse.Namespace, spec: BulkSpec, mode: dict[str, Any]) -> int:
     from compaction.generate.bulk import generate_bulk_logdir
     from compaction.generate.bulk_report import print_progress
 
-    jobs, interval = options["jobs"], options["progress_interval"]
+    jobs, interval = mode["jobs"], mode["progress_interval"]
     if jobs < 1:
-        raise usage(f"--jobs must be >= 1, got {jobs}")
+        raise options.usage(f"--jobs must be >= 1, got {jobs}")
     if interval < 0:
-        raise usage(f"--progress-interval must be >= 0, got {interval}")
+        raise options.usage(f"--progress-interval must be >= 0, got {interval}")
     summary = generate_bulk_logdir(args.logdir, spec, jobs=jobs, progress=print_progress,
                                    progress_interval_s=interval if interval > 0 else float("inf"))
-    print_result(args.json, {"logdir": str(args.logdir), "bulk": True, **summary.to_dict()},
+    options.print_result(args.json, {"logdir": str(args.logdir), "bulk": True, **summary.to_dict()},
                  [f"wrote {summary.line()} to {args.logdir}"])
     return ExitCode.OK

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from compaction.errors import ConfigError
@@ -19,6 +19,14 @@ if TYPE_CHECKING:
 
 Subcommands = argparse._SubParsersAction
 STORE_HELP = "object store: a local directory (default ./kcompact-store) or s3://bucket/prefix"
+
+
+def add_command(sub: Subcommands, name: str, run: Callable[[argparse.Namespace], int], summary: str,
+                description: str) -> argparse.ArgumentParser:
+    """A sub-command whose parsed arguments go to `run`. argparse refills the description's whitespace."""
+    p = sub.add_parser(name, help=summary, description=description)
+    p.set_defaults(func=run)
+    return p
 
 
 def add_store_options(p: argparse.ArgumentParser) -> None:
@@ -35,6 +43,10 @@ def add_partition_options(p: argparse.ArgumentParser) -> None:
 
 def add_now_option(p: argparse.ArgumentParser, what: str = "clock") -> None:
     p.add_argument("--now", type=int, default=None, help=f"{what} in epoch ms (default: the wall clock)")
+
+
+def add_json_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--json", action="store_true", help=what)
 
 
 def open_store(args: argparse.Namespace) -> ObjectStore:

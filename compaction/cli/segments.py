@@ -7,44 +7,43 @@ import json
 import sys
 from typing import Any
 
-from compaction.cli.options import Subcommands, add_partition_options, open_store, print_result
+from compaction.cli import options
 from compaction.errors import ExitCode
 
 VERSION_HELP = "metadata table version to read (time travel)"
 
+SEGMENTS_HELP = "list the live remote segments of a partition"
+SEGMENTS_DESCRIPTION = """
+The live (COPY_SEGMENT_FINISHED) segments of a partition according to the metadata table, with start and end
+offsets, size, state, leader epochs and the URI of the .log object.
+"""
+READ_HELP = "print what a consumer of a partition would receive, as JSON lines"
+READ_DESCRIPTION = """
+Read a partition from its live remote segments in offset order, as a consumer would: one JSON object per record,
+{offset, timestamp, key, value, headers: [{key, value}]}, with key, value and header values base64-encoded (null
+stays null). Control records are not emitted. read_committed also drops records of aborted (and still open)
+transactions.
+"""
 
-def register(sub: Subcommands) -> None:
-    p = sub.add_parser(
-        "segments",
-        help="list the live remote segments of a partition",
-        description="The live (COPY_SEGMENT_FINISHED) segments of a partition according to the metadata table, "
-        "with start and end offsets, size, state, leader epochs and the URI of the .log object.",
-    )
-    add_partition_options(p)
+
+def register(sub: options.Subcommands) -> None:
+    p = options.add_command(sub, "segments", run_segments, SEGMENTS_HELP, SEGMENTS_DESCRIPTION)
+    options.add_partition_options(p)
     p.add_argument("--version", type=int, default=None, help=VERSION_HELP)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=run_segments)
+    options.add_json_option(p, "print JSON")
 
-    p = sub.add_parser(
-        "read",
-        help="print what a consumer of a partition would receive, as JSON lines",
-        description="Read a partition from its live remote segments in offset order, as a consumer would: "
-        "one JSON object per record, {offset, timestamp, key, value, headers: [{key, value}]}, with key, value "
-        "and header values base64-encoded (null stays null). Control records are not emitted. "
-        "read_committed also drops records of aborted (and still open) transactions.",
-    )
-    add_partition_options(p)
+    p = options.add_command(sub, "read", run_read, READ_HELP, READ_DESCRIPTION)
+    options.add_partition_options(p)
     p.add_argument("--from-offset", type=int, default=0, help="first offset to return (default: 0)")
     p.add_argument("--isolation", default="read_uncommitted", choices=["read_uncommitted", "read_committed"],
                    help="consumer isolation.level (default: %(default)s, as in Kafka)")
     p.add_argument("--version", type=int, default=None, help=VERSION_HELP)
-    p.set_defaults(func=run_read)
 
 
 def run_segments(args: argparse.Namespace) -> int:
     from compaction.metadata import ObjectSuffix, table_in_store
 
-    store = open_store(args)
+    store = options.open_store(args)
     segments = table_in_store(store).live_segments(args.topic, args.partition, args.version)
     rows = [
         {
@@ -59,7 +58,7 @@ def run_segments(args: argparse.Namespace) -> int:
         }
         for s in segments
     ]
-    print_result(args.json, rows, _segment_table(rows))
+    options.print_result(args.json, rows, _segment_table(rows))
     return ExitCode.OK
 
 
@@ -76,7 +75,7 @@ def run_read(args: argparse.Namespace) -> int:
     from compaction.metadata import table_in_store
     from compaction.reader import Isolation, consumer_records, record_json, segment_ref
 
-    store = open_store(args)
+    store = options.open_store(args)
     segments = table_in_store(store).live_segments(args.topic, args.partition, args.version)
     refs = [segment_ref(s) for s in segments]
     out = sys.stdout

@@ -7,28 +7,27 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compaction.cli.options import Subcommands, add_now_option, add_store_options, now_ms, open_store, print_result
+from compaction.cli import options
 
 if TYPE_CHECKING:
     from compaction.tier import PartitionTierResult
 
+TIER_HELP = "copy the rolled segments of a Kafka log dir into the store (like KIP-405's copy path)"
+TIER_DESCRIPTION = """
+Copy every rolled segment (all but the active, highest one) of each <topic>-<partition> directory into the store,
+with its offset/time indexes (rebuilt when missing or inconsistent), transaction index, producer snapshot and
+leader-epoch checkpoint. Each segment is recorded COPY_SEGMENT_STARTED, uploaded under a fresh segment id, then
+COPY_SEGMENT_FINISHED in the metadata table. A rerun copies only what is new. A partition with corrupt input is
+reported (exit 3) and nothing of it becomes live; the other partitions are still tiered.
+"""
 
-def register(sub: Subcommands) -> None:
-    p = sub.add_parser(
-        "tier",
-        help="copy the rolled segments of a Kafka log dir into the store (like KIP-405's copy path)",
-        description="Copy every rolled segment (all but the active, highest one) of each <topic>-<partition> "
-        "directory into the store, with its offset/time indexes (rebuilt when missing or inconsistent), "
-        "transaction index, producer snapshot and leader-epoch checkpoint. Each segment is recorded "
-        "COPY_SEGMENT_STARTED, uploaded under a fresh segment id, then COPY_SEGMENT_FINISHED in the metadata "
-        "table. A rerun copies only what is new. A partition with corrupt input is reported (exit 3) and "
-        "nothing of it becomes live; the other partitions are still tiered.",
-    )
+
+def register(sub: options.Subcommands) -> None:
+    p = options.add_command(sub, "tier", run_tier, TIER_HELP, TIER_DESCRIPTION)
     p.add_argument("--logdir", required=True, type=Path, help="a Kafka log dir (one sub-directory per partition)")
-    add_store_options(p)
-    add_now_option(p)
-    p.add_argument("--json", action="store_true", help="print a machine-readable report")
-    p.set_defaults(func=run_tier)
+    options.add_store_options(p)
+    options.add_now_option(p)
+    options.add_json_option(p, "print a machine-readable report")
 
 
 def _progress(i: int, n: int, r: PartitionTierResult) -> None:
@@ -41,11 +40,11 @@ def run_tier(args: argparse.Namespace) -> int:
     from compaction.metadata import table_in_store
     from compaction.tier import tier_logdir
 
-    clock = now_ms(args)
-    store = open_store(args)
+    clock = options.now_ms(args)
+    store = options.open_store(args)
     results = tier_logdir(args.logdir, store, table_in_store(store, create=True), clock, progress=_progress)
     copied = sum(len(r.copied) for r in results)
-    print_result(
+    options.print_result(
         args.json,
         {"store": store.uri, "partitions": [r.to_dict() for r in results], "requests": vars(store.stats)},
         [f"tiered {copied} segments of {len(results)} partitions into {store.uri} "

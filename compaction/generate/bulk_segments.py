@@ -20,7 +20,6 @@ from compaction.format.batch import (
     RECORDS_OFFSET,
 )
 from compaction.format.codecs import Codec, compress
-from compaction.format.indexes import OffsetIndexEntry, TimeIndexEntry, encode_offset_index, encode_time_index
 from compaction.generate.logdir import LogDirWriter, rolls
 
 if TYPE_CHECKING:
@@ -29,6 +28,8 @@ if TYPE_CHECKING:
 _CRC = struct.Struct(">I")
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
+_OFFSET_ENTRY = struct.Struct(">ii")  # .index: relativeOffset, position
+_TIME_ENTRY = struct.Struct(">qi")  # .timeindex: timestamp, relativeOffset
 
 
 class SegmentStream:
@@ -79,8 +80,8 @@ def segment_indexes(spec: BulkSpec, base: int, batch_sizes: list[int]) -> tuple[
     entry, index (last offset → position) and `maybeAppend` the max timestamp so far; on roll the max
     timestamp is appended once more if above the last entry. Tests check it equals `build_indexes`.
     """
-    offsets: list[OffsetIndexEntry] = []
-    times: list[TimeIndexEntry] = []
+    offsets = bytearray()
+    times = bytearray()
     end = spec.log_end_offset
     rpb = spec.records_per_batch
     last_time = NO_TIMESTAMP
@@ -93,16 +94,16 @@ def segment_indexes(spec: BulkSpec, base: int, batch_sizes: list[int]) -> tuple[
         if ts > max_ts:
             max_ts, max_ts_rel = ts, last_rel
         if since_last_entry > spec.index_interval_bytes:
-            offsets.append(OffsetIndexEntry(last_rel, position))
+            offsets += _OFFSET_ENTRY.pack(last_rel, position)
             if max_ts > last_time:
-                times.append(TimeIndexEntry(max_ts, max_ts_rel))
+                times += _TIME_ENTRY.pack(max_ts, max_ts_rel)
                 last_time = max_ts
             since_last_entry = 0
         since_last_entry += size
         position += size
     if max_ts > last_time:
-        times.append(TimeIndexEntry(max_ts, max_ts_rel))
-    return encode_offset_index(offsets), encode_time_index(times)
+        times += _TIME_ENTRY.pack(max_ts, max_ts_rel)
+    return bytes(offsets), bytes(times)
 
 
 def write_plain(stream: SegmentStream, buf: np.ndarray, starts: list[int], first: int) -> None:
