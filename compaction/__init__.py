@@ -91,13 +91,15 @@ def compact(spark: SparkSession, store: Store, config: Config, now_ms: int | Non
 
 
 def verify(store: Store, topic: str, partition: int, before_version: int, after_version: int | None = None, *,
-           config: Config | None = None) -> VerifyReport:
-    """Compare a partition's latest record per key at two metadata versions (`compaction.verify`)."""
+           config: Config | None = None, spark: SparkSession | None = None) -> VerifyReport:
+    """Compare a partition's latest record per key at two metadata versions (`compaction.verify`): on Spark with
+    a flat driver when `spark` is given, else on this process (the reference path)."""
     from compaction.arguments import as_config, as_store
     from compaction.verify import verify_partition
 
     topic_config = None if config is None else as_config(config).for_topic(topic)
-    return verify_partition(as_store(store), topic, partition, before_version, after_version, config=topic_config)
+    return verify_partition(as_store(store), topic, partition, before_version, after_version, config=topic_config,
+                            spark=spark)
 
 
 def gc(store: Store, config: Config | None = None, now_ms: int | None = None, *, dry_run: bool = False) -> GcReport:

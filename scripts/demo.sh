@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # `make demo`: generate a realistic Kafka log dir, tier it into ./kcompact-store, look at it,
 # then plan and compact it on Spark local[2], print the report and verify every compacted partition.
+# The demo reads the clock once: the generated log ends at NOW (epoch ms) and tier, plan and compact run at NOW
+# (`NOW=1795000000000 make demo` replays a given clock; the same NOW generates the same log dir).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KC=.venv/bin/kcompact
+KC=${KC:-.venv/bin/kcompact}
+PY=${PY:-.venv/bin/python}
 LOGDIR=${LOGDIR:-demo-logdir}
 STORE=${STORE:-./kcompact-store}
+NOW=${NOW:-$($PY -c 'import time; print(int(time.time() * 1000))')}
 
-echo "== 1. generate a log dir: 3 topics, 5 partitions, every codec, transactions, tombstones"
+echo "== 1. generate a log dir ending now ($NOW): 3 topics, 5 partitions, every codec, transactions, tombstones"
 rm -rf "$LOGDIR"
-$KC generate --logdir "$LOGDIR" --topics orders:2,users:2,inventory:1 --records 30000 --keys 3000
+$KC generate --logdir "$LOGDIR" --topics orders:2,users:2,inventory:1 --records 30000 --keys 3000 --now "$NOW"
 
 echo
 echo "== 2. one segment, as kafka-dump-log would print it"
@@ -18,8 +22,8 @@ $KC dump "$LOGDIR/orders-0/leader-epoch-checkpoint"
 
 echo
 echo "== 3. tier every rolled segment into $STORE (a rerun copies nothing new)"
-$KC tier --logdir "$LOGDIR" --store "$STORE"
-$KC tier --logdir "$LOGDIR" --store "$STORE"
+$KC tier --logdir "$LOGDIR" --store "$STORE" --now "$NOW"
+$KC tier --logdir "$LOGDIR" --store "$STORE" --now "$NOW"
 
 echo
 echo "== 4. the live remote segments of orders-0, from the Delta metadata table"
@@ -34,11 +38,11 @@ $KC read --store "$STORE" --topic orders --partition 0 --from-offset 100 | head 
 
 echo
 echo "== 6. plan: what compaction would do, and why (conf/kcompact.yaml)"
-$KC plan --store "$STORE" --config conf/kcompact.yaml
+$KC plan --store "$STORE" --config conf/kcompact.yaml --now "$NOW"
 
 echo
 echo "== 7. compact on Spark local[2]: stage (rewrite + upload) and commit the swap atomically"
-$KC compact --store "$STORE" --config conf/kcompact.yaml --report-json kcompact-report.json \
+$KC compact --store "$STORE" --config conf/kcompact.yaml --now "$NOW" --report-json kcompact-report.json \
     --html-report kcompact-report.html --metrics-file kcompact.prom
 
 echo
@@ -49,12 +53,12 @@ echo "read_committed: $committed records before, $after after"
 
 echo
 echo "== 9. a rerun finds nothing to do"
-$KC compact --store "$STORE" --config conf/kcompact.yaml | tail -1
+$KC compact --store "$STORE" --config conf/kcompact.yaml --now "$NOW" | tail -1
 
 echo
 echo "== 10. verify: every compacted partition keeps its latest value per key (Delta time travel to the plan's version)"
-planned=$(.venv/bin/python -c 'import json; print(json.load(open("kcompact-report.json"))["metadata_version_planned"])')
-.venv/bin/python -c 'import json
+planned=$($PY -c 'import json; print(json.load(open("kcompact-report.json"))["metadata_version_planned"])')
+$PY -c 'import json
 for p in json.load(open("kcompact-report.json"))["partitions"]:
     if p["committed"]:
         print(p["topic"], p["partition"])' |

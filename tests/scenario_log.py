@@ -18,7 +18,6 @@ the way; Kafka's assertion helpers (`keys_in_log`, `offsets_in_log`, `last_offse
 from __future__ import annotations
 
 import itertools
-import random
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,26 +34,12 @@ from compaction.format.batch import (
     build_batch,
     encode_batch,
 )
-from compaction.format.checkpoints import (
-    LEADER_EPOCH_CHECKPOINT,
-    PARTITION_METADATA,
-    EpochEntry,
-    encode_leader_epoch_checkpoint,
-    encode_partition_metadata,
-    new_topic_id,
-    write_checkpoint_file,
-)
+from compaction.format.checkpoints import EpochEntry
 from compaction.format.control import ControlType, batch_control_type, end_txn_marker
-from compaction.format.indexes import AbortedTxn, build_indexes, encode_txn_index, read_txn_index
-from compaction.format.producer_snapshot import encode_producer_snapshot, producer_state_from_batches
-from compaction.format.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    SNAPSHOT_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    segment_path,
-)
+from compaction.format.indexes import AbortedTxn, read_txn_index
+from compaction.format.producer_snapshot import producer_state_from_batches
+from compaction.generate.logdir import LogDirWriter, rolls
+from compaction.generate.topics import seeded_topic_id
 from compaction.logdir import LocalPartition
 from compaction.metadata import ObjectSuffix, SegmentMetadata, table_in_store
 from compaction.reader import Isolation, consumer_records, segment_ref
@@ -120,7 +105,7 @@ class ScenarioLog:
     def _add(self, batch: RecordBatch) -> None:
         if self.segment_bytes is not None:
             active = sum(b.size for b in self.batches if b.base_offset >= self.segment_bases[-1])
-            if active and active + batch.size > self.segment_bytes:
+            if rolls(active, batch.size, self.segment_bytes):
                 self.roll()
         self.batches.append(batch)
 
@@ -183,30 +168,18 @@ class ScenarioLog:
 
     def write(self, logdir: Path) -> Path:
         """Write (or rewrite, identically) the partition directory under `logdir`; returns it."""
-        directory = logdir / self.name
-        directory.mkdir(parents=True, exist_ok=True)
+        files = LogDirWriter(logdir / self.name)
         aborted = self.aborted_txns()
         for base, next_base in itertools.pairwise([*self.segment_bases, None]):
             assert base is not None
             members = [b for b in self.batches
                        if b.base_offset >= base and (next_base is None or b.base_offset < next_base)]
-            log = b"".join(encode_batch(b) for b in members)
-            segment_path(directory, base, LOG_SUFFIX).write_bytes(log)
-            indexes = build_indexes(log, base, obj=str(segment_path(directory, base)))
-            segment_path(directory, base, INDEX_SUFFIX).write_bytes(indexes.offset_index)
-            segment_path(directory, base, TIME_INDEX_SUFFIX).write_bytes(indexes.time_index)
-            if base in aborted:
-                segment_path(directory, base, TXN_INDEX_SUFFIX).write_bytes(encode_txn_index(aborted[base]))
+            files.write_segment(base, b"".join(encode_batch(b) for b in members), aborted.get(base, ()))
             if base > 0:
                 before = [b for b in self.batches if b.base_offset < base]
-                state = producer_state_from_batches(before)
-                write_checkpoint_file(segment_path(directory, base, SNAPSHOT_SUFFIX),
-                                      encode_producer_snapshot(state.values()))
-        write_checkpoint_file(directory / LEADER_EPOCH_CHECKPOINT,
-                              encode_leader_epoch_checkpoint([EpochEntry(self.leader_epoch, 0)]))
-        topic_id = new_topic_id(random.Random(self.topic).randbytes)
-        write_checkpoint_file(directory / PARTITION_METADATA, encode_partition_metadata(topic_id))
-        return directory
+                files.write_snapshot(base, producer_state_from_batches(before).values())
+        files.write_partition_files(seeded_topic_id(self.topic), [EpochEntry(self.leader_epoch, 0)])
+        return files.directory
 
 
 # --- tiering and cleaning ----------------------------------------------------------------------------

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from compaction import bulkgen
-from compaction.bulkgen import BulkSpec, generate_bulk_logdir, reference_records
 from compaction.cli import main
 from compaction.errors import ConfigError
 from compaction.format.batch import CURRENT_MAGIC
@@ -20,11 +18,15 @@ from compaction.format.codecs import Codec
 from compaction.format.indexes import build_indexes, verify_indexes
 from compaction.format.producer_snapshot import read_producer_snapshot
 from compaction.format.segment import iter_batches
+from compaction.generate import bulk
+from compaction.generate.bulk import BulkSpec, generate_bulk_logdir
+from compaction.generate.bulk_records import reference_records
+from compaction.generate.bulk_report import BulkProgress
+from compaction.generate.topics import TopicSpec, topic_ids
 from compaction.metadata import table_in_store
 from compaction.reader import consumer_records, segment_ref
 from compaction.storage import open_store
 from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, topic_ids_for
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -114,7 +116,7 @@ def test_rolls_indexes_snapshots_and_checkpoints(generated: tuple[Path, BulkSpec
         sizes.append((len(log), batches[0].size))
     assert not (part / f"{0:020d}.snapshot").exists() and not list(part.glob("*.txnindex"))
     assert read_leader_epoch_checkpoint((part / "leader-epoch-checkpoint").read_bytes()) == [EpochEntry(0, 0)]
-    topic_id = topic_ids_for(WorkloadSpec(topics=spec.topics, seed=spec.seed))["bench"]
+    topic_id = topic_ids(spec.topics, spec.seed)["bench"]
     assert read_partition_metadata((part / "partition.metadata").read_bytes()).topic_id == topic_id
 
 
@@ -176,7 +178,7 @@ def _files(root: Path) -> dict[str, bytes]:
 def test_deterministic_whatever_the_chunking_and_seed_matters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = dataclasses.replace(SPEC, codec=Codec.LZ4, update_spread="random")
     generate_bulk_logdir(tmp_path / "a", spec)
-    monkeypatch.setattr(bulkgen, "CHUNK_BYTES", 5000)  # a kernel call per few batches
+    monkeypatch.setattr(bulk, "CHUNK_BYTES", 5000)  # a kernel call per few batches
     generate_bulk_logdir(tmp_path / "b", spec)
     generate_bulk_logdir(tmp_path / "a2", spec)
     a = _files(tmp_path / "a")
@@ -209,16 +211,17 @@ def test_tiered_records_read_back_as_generated(tmp_path: Path) -> None:
 def test_cli_bulk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["generate", "--bulk", "--logdir", str(tmp_path), "--topics", "t:2", "--records", "1200", "--keys", "1000",
             "--value-bytes", "30", "--segment-bytes", "20000", "--codecs", "lz4,zstd", "--update-fraction", "0.02",
-            "--update-spread", "random", "--key-order", "uniform", "--seed", "3", "--json"]
+            "--update-spread", "random", "--key-order", "uniform", "--seed", "3", "--now", str(NOW), "--json"]
     assert main(args) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["records"] == 2 * 1220 and doc["segments"] > 2 and [p["updated_keys"] for p in doc["partitions"]] == [
         20, 20]
     spec = BulkSpec(topics=(TopicSpec("t", 2),), records_per_partition=1200, keys=1000, value_bytes=30,
                     segment_bytes=20000, codec=Codec.LZ4, tombstone_ratio=0.03, update_fraction=0.02,
-                    update_spread="random", key_order="uniform", seed=3, records_per_batch=100)
+                    update_spread="random", key_order="uniform", seed=3, records_per_batch=100).ending_at(NOW)
     records, _ = read_dir(tmp_path / "t-1", Codec.LZ4)
     assert records == list(reference_records(spec, "t", 1))
+    assert records[-1][1] == NOW  # the last record, updates included, is stamped with the clock
     assert main(["generate", "--bulk", "--logdir", str(tmp_path / "x"), "--records", "10", "--keys", "10"]) == 0
     assert "records/s" in capsys.readouterr().out
 
@@ -256,7 +259,7 @@ def test_spec_validation() -> None:
 
 def test_parallel_jobs_write_the_same_bytes_and_report_progress(tmp_path: Path) -> None:
     spec = dataclasses.replace(SPEC, topics=(TopicSpec("a", 2), TopicSpec("b", 1)), records_per_partition=500)
-    seen: list[bulkgen.BulkProgress] = []
+    seen: list[BulkProgress] = []
     one = generate_bulk_logdir(tmp_path / "one", spec, progress=seen.append, progress_interval_s=0.0)
     assert [(p.topic, p.partition) for p in seen if p.done] == [("a", 0), ("a", 1), ("b", 0)]
     assert all(p.records == p.records_total == spec.log_end_offset for p in seen if p.done)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 from pathlib import Path
 
@@ -128,3 +129,45 @@ def test_cli_dump_of_corrupt_file_exits_3_naming_position(tmp_path: Path, capsys
     index = tmp_path / "t-0" / "00000000000000000000.index"
     index.write_bytes(index.read_bytes()[:-3])
     assert main(["dump", str(index)]) == 3
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _timestamps(part: Path) -> list[int]:
+    return [r.timestamp for log in sorted(part.glob("*.log")) for _p, b in iter_batches(log.read_bytes())
+            if not b.is_control for r in b.records]
+
+
+CLOCK = 1_795_000_000_000
+SMALL = ["--topics", "t:1", "--records", "300", "--keys", "50", "--seed", "4"]
+
+
+def test_cli_stamps_records_up_to_its_clock(tmp_path: Path) -> None:
+    assert main(["generate", "--logdir", str(tmp_path / "cli"), *SMALL, "--now", str(CLOCK)]) == 0
+    spec = WorkloadSpec(topics=(TopicSpec("t", 1),), records_per_partition=300, keys=50, seed=4).ending_at(CLOCK)
+    assert spec.start_ms == CLOCK - 300 * 50
+    generate_logdir(tmp_path / "api", spec)
+    assert _files(tmp_path / "cli") == _files(tmp_path / "api")
+    stamps = _timestamps(tmp_path / "cli" / "t-0")
+    assert CLOCK in stamps  # the 300th record, unless it happened to be written out of order
+    assert min(stamps) > CLOCK - 300 * 50 - 60_000 and max(stamps) < CLOCK + 60_000  # an open txn's tail at most
+
+
+def test_cli_start_ms_pins_the_first_record_whatever_the_clock(tmp_path: Path) -> None:
+    assert main(["generate", "--logdir", str(tmp_path / "cli"), *SMALL, "--start-ms", "1700000000000"]) == 0
+    generate_logdir(tmp_path / "api", WorkloadSpec(topics=(TopicSpec("t", 1),), records_per_partition=300, keys=50,
+                                                   seed=4, start_ms=1_700_000_000_000))
+    assert _files(tmp_path / "cli") == _files(tmp_path / "api")
+    with pytest.raises(SystemExit) as exc:
+        main(["generate", "--logdir", str(tmp_path / "x"), *SMALL, "--start-ms", "1", "--now", "2"])
+    assert exc.value.code == 2
+
+
+def test_cli_clock_defaults_to_the_wall_clock(tmp_path: Path) -> None:
+    before = int(time.time() * 1000)
+    assert main(["generate", "--logdir", str(tmp_path), *SMALL]) == 0
+    after = int(time.time() * 1000)
+    stamps = _timestamps(tmp_path / "t-0")
+    assert before - 300 * 50 - 60_000 < min(stamps) and before <= max(stamps) < after + 60_000

@@ -1,0 +1,70 @@
+"""The `kcompact` command line. It parses arguments, reads the clock and the environment, and calls one function.
+
+One module per command family (`generate`, `dump`, `tier`, `segments` and `read`, `plan` and `compact`, `gc`,
+`verify`), each with a `register` that adds its sub-commands; `options` holds what they share.
+
+Exit codes (see `compaction.errors.ExitCode`): 0 success or nothing to do, 1 internal error, 2 configuration
+or usage error, 3 corrupt input, 4 fenced or conflicting commit (a rerun is safe), 5 verification failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from compaction.cli import compact, dump, gc, generate, segments, tier, verify
+from compaction.errors import ExitCode, KcompactError
+
+__all__ = ["build_parser", "main", "run"]
+
+EPILOG = """exit codes:
+  0  success (or nothing to do)
+  1  internal error (a bug: please report it with the traceback)
+  2  configuration or usage error: fix the config or the command line
+  3  corrupt input: the named object is malformed (the partition is quarantined)
+  4  fenced or conflicting commit: nothing was committed, rerunning is safe
+  5  verification failed (`kcompact verify`): a key was lost or changed; alert, keep the store as it is
+"""
+COMMAND_FAMILIES = (generate, dump, tier, segments, compact, gc, verify)
+"""In the order `kcompact --help` lists their commands."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kcompact",
+        description="Log compaction for Kafka topics whose segments live in object storage, as a Spark batch job.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for family in COMMAND_FAMILIES:
+        family.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `kcompact` console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KcompactError as exc:
+        print(f"kcompact {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    except BrokenPipeError:
+        return ExitCode.OK
+
+
+def run(argv: Sequence[str] | None = None) -> None:
+    """The console script: `main`, then leave without running interpreter teardown.
+
+    deltalake's Rust runtime can abort the interpreter at shutdown ("terminate called without an active
+    exception", delta-rs#2184) after a table was read, which would turn a success into exit 134 for an
+    orchestrator. Everything is flushed first; Spark was stopped by the command that started it.
+    """
+    code = main(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

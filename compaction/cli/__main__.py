@@ -1,0 +1,5 @@
+"""`python -m compaction.cli`: the `kcompact` console script."""
+
+from compaction.cli import run
+
+run()

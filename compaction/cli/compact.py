@@ -1,0 +1,154 @@
+"""`kcompact plan` and `kcompact compact`: a compaction run, plan -> stage -> commit, and its reports.
+
+The one module of the CLI that calls the run itself (`compaction.run`: plan, stage, commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from compaction.cli import options
+from compaction.errors import ExitCode
+
+if TYPE_CHECKING:
+    from compaction.progress import Progress
+    from compaction.run.commit import PartitionOutcome
+    from compaction.run.plan import RunPlan
+    from compaction.run.stage import StagedRun
+
+PLAN_HELP = "show what a compaction run would do, and why, without doing it"
+PLAN_DESCRIPTION = """
+Plan like Kafka's cleaner manager: per partition the cleaned, dirty and uncleanable regions (min.compaction.lag.ms,
+open transactions), bytes, dirty ratio, KIP-354 compaction delay, the decision and why (including what would make an
+ineligible partition eligible). Must-clean partitions first, then the filthiest. Reads only.
+"""
+COMPACT_HELP = "compact the eligible partitions on Spark and commit the swap"
+COMPACT_DESCRIPTION = """
+plan -> stage -> commit. Eligible partitions (see `kcompact plan`) are scanned and compacted on Spark (local[2]
+unless --master or spark-submit says otherwise); every output segment is uploaded under a fresh segment id and
+becomes live in one metadata commit per partition. Replaced segments are marked DELETE_SEGMENT_STARTED; `kcompact
+gc` deletes them later. Rerunning is always safe. Exit codes: 0 done or nothing to do, 2 config error, 3 corrupt
+input in some partition (the others are committed), 4 fenced or conflicting commit (rerun).
+"""
+
+
+def register(sub: options.Subcommands) -> None:
+    p = options.add_command(sub, "plan", run_plan, PLAN_HELP, PLAN_DESCRIPTION)
+    _add_plan_options(p)
+    options.add_json_option(p, "print the plan as JSON")
+
+    p = options.add_command(sub, "compact", run_compact, COMPACT_HELP, COMPACT_DESCRIPTION)
+    _add_plan_options(p)
+    p.add_argument("--dry-run", action="store_true", help="print the plan and stop (same as `kcompact plan`)")
+    p.add_argument("--master", default=None, help="Spark master URL (default: local[2])")
+    p.add_argument("--report-json", type=Path, default=None, help="also write the run report as JSON to this file")
+    p.add_argument("--html-report", type=Path, default=None,
+                   help="also write the run report as a self-contained HTML page (charts inline, works offline)")
+    p.add_argument("--metrics-file", type=Path, default=None,
+                   help="also write the run's metrics in Prometheus text format (for node_exporter's textfile "
+                   "collector; replaced atomically). Written when there is nothing to do too")
+    options.add_json_option(p, "print the run report as JSON instead of text")
+
+
+def _add_plan_options(p: argparse.ArgumentParser) -> None:
+    options.add_store_options(p)
+    p.add_argument("--config", required=True, type=Path,
+                   help="YAML config with Kafka topic-level names (see conf/kcompact.yaml)")
+    options.add_now_option(p, "the run's clock")
+    p.add_argument("--topic", action="append", default=None, help="only this topic (repeatable)")
+    p.add_argument("--partition", type=int, default=None, help="only this partition (with --topic)")
+    p.add_argument("--force", action="store_true",
+                   help="recompact every partition below its first uncleanable offset, whatever the dirty ratio "
+                   "(e.g. to drop tombstones whose delete horizon has passed)")
+    p.add_argument("--disk-budget-bytes", type=int, default=None,
+                   help="temporary local disk one rewrite chunk may use; chunks are at most min(segment.bytes, "
+                   "this) (default: a third of the free space of the temporary directory)")
+
+
+def _build_plan(args: argparse.Namespace) -> RunPlan:
+    from compaction.config import load_config
+    from compaction.run.plan import plan
+
+    if args.partition is not None and not args.topic:
+        raise options.usage("--partition needs --topic")
+    return plan(options.open_store(args), load_config(args.config), options.now_ms(args), topics=args.topic,
+                partition=args.partition, force=args.force, disk_budget_bytes=args.disk_budget_bytes)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    run = _build_plan(args)
+    options.print_result(args.json, {"run_id": run.run_id, **run.plan.to_dict()}, [run.plan.render_text()])
+    return ExitCode.OK
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename, so readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _write_outputs(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    from compaction.metrics import prometheus_text
+    from compaction.report_html import render_html
+
+    if args.report_json:
+        _write_atomically(args.report_json, json.dumps(report, indent=2))
+    if args.html_report:
+        _write_atomically(args.html_report, render_html(report))
+    if args.metrics_file:
+        _write_atomically(args.metrics_file, prometheus_text(report))
+
+
+def _commit_each(staged: StagedRun, progress: Progress) -> list[PartitionOutcome]:
+    """`commit`, reporting `commit i/n` with an ETA after each partition."""
+    from compaction.run.commit import commit
+
+    steps = progress.steps("commit", len(staged.partitions))
+
+    def step(outcome: PartitionOutcome) -> None:
+        verdict = (f"committed at version {outcome.version}" if outcome.committed
+                   else f"NOT committed ({outcome.error_type})")
+        steps.step(f"{outcome.topic}-{outcome.partition}: {verdict}")
+
+    return commit(staged, progress=step)
+
+
+def run_compact(args: argparse.Namespace) -> int:
+    from compaction.progress import Progress
+    from compaction.report import plan_report, render_text, run_report
+    from compaction.run.stage import stage
+
+    progress = Progress(sys.stderr)
+    run = _build_plan(args)
+    phases = {"plan": progress.elapsed()}
+    progress.phase(f"plan: {len(run.plan.partitions)} partitions at metadata version {run.plan.metadata_version}, "
+                   f"{len(run.plan.eligible)} to compact (run {run.run_id})")
+    if args.dry_run or not run.plan.eligible:
+        report = plan_report(run, phases)
+        if args.json and not args.dry_run:
+            print(json.dumps(report, indent=2))
+        else:
+            print(run.plan.render_text())
+        if args.dry_run:
+            return ExitCode.OK
+        if not args.json:
+            print("nothing to compact" if not report["failed"] else
+                  f"nothing to compact; {len(report['failed'])} partitions quarantined (see above)")
+        _write_outputs(args, report)
+        return int(report["exit_code"])  # a partition quarantined at planning is a failure an orchestrator sees
+    with options.spark_session(args.master) as spark:
+        staged = stage(spark, run)
+    phases["stage"] = progress.elapsed() - phases["plan"]
+    progress.phase(f"stage: {len(staged.partitions)} partitions rewritten and uploaded, {len(staged.failed)} failed")
+    outcomes = _commit_each(staged, progress)
+    phases["commit"] = progress.elapsed() - phases["plan"] - phases["stage"]
+    report = run_report(staged, outcomes, phases)
+    _write_outputs(args, report)
+    options.print_result(args.json, report, render_text(report))
+    return max((o.exit_code for o in outcomes), default=0)
