@@ -37,6 +37,8 @@ lint: venv
 demo: venv java
 	bash scripts/demo.sh
 
+# Issue 13's goals a-f into BENCHMARKS.md (workloads cached under bench-data/). BENCH_ARGS="--only P2K,P6"
+# refreshes some sections; BENCH_ARGS=--quick checks the harness on ~1/64 sizes into bench-data/quick/.
 bench: venv java
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 

@@ -2,13 +2,21 @@
 
 `scripts/bench.py` tiers a workload into a pristine store once, hard-links a copy per run and calls
 
-    python scripts/bench_run.py STORE_DIR --fpp P --now-ms T [--min-dirty-ratio R] [--cores N]
+    python scripts/bench_run.py STORE_DIR --now-ms T [--fpp P] [--min-dirty-ratio R] [--topic-config K=V] [--cores N]
 
 which plans, stages and commits one run in Spark local mode and prints one JSON object on stdout: the wall
 time of each phase (session start, plan, stage = map + rewrite, commit), executor task time summed over
-tasks (scan, download, rewrite, upload), bytes and records read and written, the filter figures, and the
-peak resident memory of the Python driver, of the JVM (driver and executor in local mode) and of the
-Spark Python workers together, sampled from /proc every 0.2 s.
+tasks (scan, download, rewrite, upload), bytes and records read and written, the filter figures, the
+report's `fetch_ratio` and per-partition counters (rewrite tasks, segments scanned, cache hits, needed bytes),
+and the peak resident memory of the Python driver, of the JVM (driver and executor in local mode) and of the
+Spark Python workers together, sampled from /proc every 0.2 s. Options left out are left unset in the
+config: the run uses kcompact's defaults (Kafka's, and filters sized from the data).
+
+    python scripts/bench_run.py STORE_DIR --now-ms T --profile-map
+    python scripts/bench_run.py STORE_DIR --now-ms T --verify TOPIC:PARTITION --before VERSION
+
+time the map phase's parts as separate Spark jobs (nothing committed), or run `kcompact verify` of one
+partition on the session (when `compaction.verify.verify_partition` takes `spark=`) with the same sampling.
 """
 
 from __future__ import annotations
@@ -92,17 +100,15 @@ def warm_up(spark: Any, cores: int) -> None:
     one tiny segment scanned and ranked per task."""
 
     def scan_tiny(batches: Any) -> Any:
-        from compaction.rewrite.resolve import candidate_records
-
         from compaction.config import CompactionStrategy
         from compaction.format.batch import Record, build_batch, encode_batch
         from compaction.format.scan import scan_segment
-        from compaction.strategies.winner import ranks
+        from compaction.strategies.winner import segment_best
 
         segment = encode_batch(build_batch([Record(0, 0, b"k", b"v", ())]))
-        records = candidate_records(scan_segment(segment).records, ())
+        records = scan_segment(segment).records
         for strategy in CompactionStrategy:
-            ranks(records, strategy)
+            segment_best(records, (), strategy)
         yield from batches
 
     spark.range(0, cores, numPartitions=cores).mapInArrow(scan_tiny, "id long").collect()
@@ -115,26 +121,33 @@ def profile_map(spark: Any, store_dir: Path) -> dict[str, Any]:
     the JVM (counted); aggregate: + Spark's hash aggregate and shuffle to one row per key (materialised);
     persist: + caching the result, as `stage` does. The differences are what each step costs.
     """
-    import compaction.spark.compact as C
     from pyspark.sql import functions as F
 
-    from compaction import cleaner
     from compaction.config import KcompactConfig, TopicConfig
+    from compaction.metadata import table_in_store
+    from compaction.run.plan import plan
+    from compaction.run.stage import partition_work
+    from compaction.spark.scan import ScanSettings, ScanTracker, scan_rows
+    from compaction.spark.winners import best_per_key
     from compaction.storage import open_store
 
     store = open_store(str(store_dir))
     config = KcompactConfig(defaults=TopicConfig.from_kafka({"cleanup.policy": "compact",
                                                              "min.cleanable.dirty.ratio": "0.01"}))
-    run = cleaner.plan(store, config, NOW_MS)
-    table = cleaner.table_in_store(store)
-    works = [cleaner._partition_work(store, run, p, table.partition_snapshot(p.topic, p.partition), 2**50, None)
+    run = plan(store, config, NOW_MS)
+    table = table_in_store(store)
+    works = [partition_work(run, p, table.partition_snapshot(p.topic, p.partition).topic_id or "", 2**50, None)
              for p in run.plan.eligible]
     scans = [s for w in works for s in w.scans()]
-    strategies = {w.tp: (w.task.strategy, w.task.strategy_header) for w in works}
-    fpps = {w.tp: w.task.bloom_fpp for w in works}
-    tracker = spark.sparkContext.accumulator({}, C._Tracker())
-    rows = C.scan_rows(spark, run.store, scans, {}, strategies, fpps, tracker)
-    best = C._best_of_rows(rows, sorted(strategies), C._by_offset(strategies))
+    settings = ScanSettings(
+        run.store,
+        strategies=tuple((w.task.strategy, w.task.strategy_header) for w in works),
+        aborted=tuple(tuple((t.producer_id, t.first_offset, t.last_offset) for t in w.task.aborted) for w in works),
+        fpps=tuple(w.task.bloom_fpp for w in works),
+    )
+    tracker = spark.sparkContext.accumulator({}, ScanTracker())
+    rows = scan_rows(spark, settings, scans, {w.tp: i for i, w in enumerate(works)}, tracker)
+    best = best_per_key(rows, settings.by_offset)
     out: dict[str, Any] = {"segments": len(scans)}
 
     def timed(name: str, job: Any) -> Any:
@@ -144,11 +157,11 @@ def profile_map(spark: Any, store_dir: Path) -> dict[str, Any]:
         return value
 
     out["rows_to_jvm"] = timed("scan", rows.count)
-    out["task_scan"] = sum(v.get("scan_task_ms", 0) for v in tracker.value.values()) / 1000
+    out["task_scan"] = sum(v.scan_task_ms for v in tracker.value.values()) / 1000
     timed("aggregate", lambda: best.select(F.max("offset"), F.max("dirty")).collect())
     out["keys"] = best.count()
     cached = best.persist()
-    timed("persist", lambda: cached.groupBy("topic", "partition").agg(F.sum(F.col("dirty").cast("long"))).collect())
+    timed("persist", lambda: cached.groupBy("tp").agg(F.sum(F.col("dirty").cast("long"))).collect())
     cached.unpersist()
     return out
 
@@ -156,61 +169,30 @@ def profile_map(spark: Any, store_dir: Path) -> dict[str, Any]:
 NOW_MS = 1_800_000_000_000
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("store", type=Path)
-    parser.add_argument("--fpp", type=float, default=0.01)
-    parser.add_argument("--now-ms", type=int, required=True)
-    parser.add_argument("--min-dirty-ratio", type=float, default=0.5)
-    parser.add_argument("--cores", type=int, default=2)
-    parser.add_argument("--driver-memory", default="4g")
-    parser.add_argument("--profile-map", action="store_true",
-                        help="instead of a run: time the map phase's parts as separate Spark jobs (nothing committed)")
-    parser.add_argument("--topic-config", action="append", default=[], metavar="NAME=VALUE",
-                        help="a Kafka topic config for every topic (repeatable), e.g. segment.bytes=16777216")
-    args = parser.parse_args()
-
-    sampler = MemorySampler()
-    sampler.start()
-    started = time.perf_counter()
-    from compaction.cleaner import commit, plan, stage
-
-    from compaction.config import KcompactConfig, TopicConfig
-    from compaction.report import run_report
-    from compaction.spark.session import build_session
+def verify_run(spark: Any, store_dir: Path, target: str, before: int) -> dict[str, Any]:
+    """`kcompact verify` of one partition on `spark` (issue 13 f): its wall time and verdict."""
     from compaction.storage import open_store
+    from compaction.verify import verify_partition
 
-    spark = build_session(f"local[{args.cores}]", "kcompact-bench", {"spark.driver.memory": args.driver_memory})
-    warm_up(spark, args.cores)  # JVM, Python workers and their numba kernels up: start-up is not the run's time
-    phases: dict[str, float] = {"session": time.perf_counter() - started}
-    if args.profile_map:
-        print(json.dumps({"phases": phases, "map_profile": profile_map(spark, args.store)}))
-        sys.stdout.flush()
-        os._exit(0)
-    config = KcompactConfig(defaults=TopicConfig.from_kafka({
-        "cleanup.policy": "compact", "min.cleanable.dirty.ratio": str(args.min_dirty_ratio),
-        "bloom.filter.fpp": str(args.fpp), **dict(kv.split("=", 1) for kv in args.topic_config)}))
-    store = open_store(str(args.store))
-    t = time.perf_counter()
-    run = plan(store, config, args.now_ms)
-    phases["plan"] = time.perf_counter() - t
-    t = time.perf_counter()
-    staged = stage(spark, run)
-    phases["stage"] = time.perf_counter() - t
-    t = time.perf_counter()
-    outcomes = commit(staged)
-    phases["commit"] = time.perf_counter() - t
-    report = run_report(staged, outcomes)
-    peaks = sampler.stop()
+    topic, _sep, partition = target.rpartition(":")
+    started = time.perf_counter()
+    on_spark: dict[str, Any] = {"spark": spark}  # the keyword exists once verify runs on Spark (bench.py checks)
+    report = verify_partition(open_store(str(store_dir)), topic, int(partition), before, **on_spark)
+    return {"verify_seconds": time.perf_counter() - started, "verify_ok": report.ok, "verify_keys": report.keys_before}
+
+
+def run_figures(report: dict[str, Any], staged: Any) -> dict[str, Any]:
+    """The figures `scripts/bench.py` reads, from the run report (and the staged run for the filter rates)."""
     parts = report["partitions"]
-    out: dict[str, Any] = {
-        "phases": phases,
+    fpps = {(sp.plan.topic, sp.plan.partition): sp.filter_fpp for sp in staged.partitions}
+    return {
         "map_seconds": report["time_split_seconds"]["map"],
         "rewrite_seconds": report["time_split_seconds"]["rewrite"],
         "task_seconds": report["task_seconds"],
         "partitions": len(parts),
         "committed": sum(1 for p in parts if p["committed"]),
         "errors": [p["error"] for p in parts if p["error"]],
+        "metadata_version_planned": report["metadata_version_planned"],
         "bytes_read": report["bytes_read"],
         "bytes_written": report["bytes_written"],
         "records_read": sum(p["records_read"] for p in parts),
@@ -224,9 +206,77 @@ def main() -> int:
         "clean_bytes_rewritten": sum(p["stats"].get("clean_bytes_rewritten", 0) for p in parts),
         "filter_bytes_read": sum(p["stats"].get("filter_bytes_read", 0) for p in parts),
         "requests": report["requests"],
-        "memory_peak_bytes": peaks,
+        "fetch_ratio": report.get("fetch_ratio"),
+        "needed_bytes": sum(p["stats"].get("needed_bytes", 0) for p in parts),
+        "per_partition": [{
+            "tp": f"{p['topic']}-{p['partition']}",
+            "fetch_ratio": p.get("fetch_ratio"),
+            "filter_fpp": fpps.get((p["topic"], p["partition"])),
+            **{k: p["stats"].get(k, 0) for k in ("rewrite_tasks", "chunks", "segments_scanned", "cache_hits",
+                                                 "needed_bytes", "store_bytes_read")},
+        } for p in parts],
     }
-    print(json.dumps(out))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("store", type=Path)
+    parser.add_argument("--fpp", type=float, default=None, help="bloom.filter.fpp (default: unset, sized from data)")
+    parser.add_argument("--now-ms", type=int, required=True)
+    parser.add_argument("--min-dirty-ratio", type=float, default=None,
+                        help="min.cleanable.dirty.ratio (default: unset, Kafka's 0.5)")
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--profile-map", action="store_true",
+                        help="instead of a run: time the map phase's parts as separate Spark jobs (nothing committed)")
+    parser.add_argument("--verify", metavar="TOPIC:PARTITION",
+                        help="instead of a run: `kcompact verify` of this partition on Spark (needs --before)")
+    parser.add_argument("--before", type=int, help="--verify: the metadata version before the run")
+    parser.add_argument("--topic-config", action="append", default=[], metavar="NAME=VALUE",
+                        help="a Kafka topic config for every topic (repeatable), e.g. segment.bytes=16777216")
+    args = parser.parse_args()
+
+    sampler = MemorySampler()
+    sampler.start()
+    started = time.perf_counter()
+    from compaction.config import KcompactConfig, TopicConfig
+    from compaction.report import run_report
+    from compaction.run.commit import commit
+    from compaction.run.plan import plan
+    from compaction.run.stage import stage
+    from compaction.spark.session import build_session
+    from compaction.storage import open_store
+
+    spark = build_session(f"local[{args.cores}]", "kcompact-bench", {"spark.driver.memory": args.driver_memory})
+    warm_up(spark, args.cores)  # JVM, Python workers and their numba kernels up: start-up is not the run's time
+    phases: dict[str, float] = {"session": time.perf_counter() - started}
+    if args.profile_map:
+        print(json.dumps({"phases": phases, "map_profile": profile_map(spark, args.store)}))
+        sys.stdout.flush()
+        os._exit(0)
+    if args.verify:
+        figures = verify_run(spark, args.store, args.verify, args.before)
+        print(json.dumps({"phases": phases, **figures, "memory_peak_bytes": sampler.stop()}))
+        sys.stdout.flush()
+        os._exit(0)
+    settings = {"cleanup.policy": "compact", **dict(kv.split("=", 1) for kv in args.topic_config)}
+    if args.min_dirty_ratio is not None:
+        settings["min.cleanable.dirty.ratio"] = str(args.min_dirty_ratio)
+    if args.fpp is not None:
+        settings["bloom.filter.fpp"] = str(args.fpp)
+    config = KcompactConfig(defaults=TopicConfig.from_kafka(settings))
+    store = open_store(str(args.store))
+    t = time.perf_counter()
+    run = plan(store, config, args.now_ms)
+    phases["plan"] = time.perf_counter() - t
+    t = time.perf_counter()
+    staged = stage(spark, run)
+    phases["stage"] = time.perf_counter() - t
+    t = time.perf_counter()
+    outcomes = commit(staged)
+    phases["commit"] = time.perf_counter() - t
+    figures = run_figures(run_report(staged, outcomes), staged)
+    print(json.dumps({"phases": phases, **figures, "memory_peak_bytes": sampler.stop()}))
     sys.stdout.flush()
     os._exit(0)  # deltalake may abort the interpreter at exit (see compaction.cli)
 
