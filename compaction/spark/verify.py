@@ -42,8 +42,8 @@ from compaction.errors import KcompactError, MissingObjectError
 from compaction.format.batch import Header, Record
 from compaction.metadata import ObjectSuffix, PartitionSnapshot, SegmentState
 from compaction.reader import SegmentRef, aborted_ranges, segment_ref
-from compaction.rewrite.resolve import AbortedRange
 from compaction.storage.base import ObjectStore, StoreSpec
+from compaction.strategies.winner import AbortedRange
 from compaction.verify import (
     KeyProblem,
     TombstoneEvidence,

@@ -24,6 +24,7 @@ def staged(topic: str, partition: int, bytes_: tuple[int, int], records: tuple[i
             "segments_skipped": 1, "bytes_not_downloaded": 1000,
             "bloom_false_positive_rate": {"segments": 0.0, "keys": 0.01},
             "requests": {"gets": 10, "puts": 3, "bytes_read": bytes_[0], "bytes_written": bytes_[1]},
+            "fetch_ratio": 1.0,
             "bloom_sizing": {"filter_fpp": 0.01, "dirty_keys": 300, "expected_false_read_rate": 0.95,
                              "suggested_fpp": 3.4e-05, "too_coarse": True}, "stats": {}}
 
