@@ -21,7 +21,8 @@ from compaction.metadata import METADATA_SCHEMA, ObjectSuffix, SegmentState, tab
 from compaction.reader import Isolation, consumer_records, segment_records, segment_ref
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
+from compaction.workload import TopicSpec, WorkloadSpec
+from tests.tiered_logdir import generated_logdir
 
 NOW = 1_800_000_000_000
 SPEC = WorkloadSpec(topics=(TopicSpec("orders", 2), TopicSpec("users.v2", 1)), records_per_partition=2500,
@@ -30,9 +31,7 @@ SPEC = WorkloadSpec(topics=(TopicSpec("orders", 2), TopicSpec("users.v2", 1)), r
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("gen")
-    generate_logdir(root, SPEC)
-    return root
+    return generated_logdir(tmp_path_factory, "gen", SPEC)
 
 
 @pytest.fixture

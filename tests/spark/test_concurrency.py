@@ -32,11 +32,11 @@ from compaction.metadata import METADATA_TABLE_NAME, acquire_fencing_epoch, tabl
 from compaction.run.commit import commit, commit_partition
 from compaction.run.plan import plan
 from compaction.run.stage import StagedRun, stage
-from compaction.storage import ObjectStore, open_store
-from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
+from compaction.storage import ObjectStore
+from compaction.workload import TopicSpec, WorkloadSpec
 from tests.borrowed_session import BorrowedSession
 from tests.latest_view import store_problems, view_differences, views
+from tests.tiered_logdir import generated_logdir, tiered_store
 
 cleaner_module = importlib.import_module("compaction.run.stage")
 session_module = importlib.import_module("compaction.spark.session")
@@ -53,15 +53,12 @@ SPEC = WorkloadSpec(topics=(TopicSpec(TOPIC, 2),), records_per_partition=500, ke
 
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("concurrency-logdir")
-    generate_logdir(root, SPEC)
-    return root
+    return generated_logdir(tmp_path_factory, "concurrency-logdir", SPEC)
 
 
 @pytest.fixture
 def store(logdir: Path, tmp_path: Path) -> ObjectStore:
-    store = open_store(str(tmp_path / "store"))
-    tier_logdir(logdir, store, table_in_store(store, create=True), NOW - 10 * DAY)
+    store = tiered_store(logdir, tmp_path, NOW - 10 * DAY)
     assert len(plan(store, CONFIG, NOW).plan.eligible) == len(PARTITIONS)
     return store
 

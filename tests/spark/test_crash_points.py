@@ -35,11 +35,11 @@ from compaction.metadata import SegmentState, referenced_object_keys, table_in_s
 from compaction.run.commit import commit, commit_partition
 from compaction.run.plan import plan
 from compaction.run.stage import stage
-from compaction.storage import ObjectStore, open_store
-from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
+from compaction.storage import ObjectStore
+from compaction.workload import TopicSpec, WorkloadSpec
 from tests.faults import SimulatedCrash, failing_uploads
 from tests.latest_view import store_problems, view_differences, views
+from tests.tiered_logdir import generated_logdir, tiered_store
 
 cleaner_module = importlib.import_module("compaction.run.commit")
 compact_module = importlib.import_module("compaction.spark.pipeline")
@@ -60,16 +60,12 @@ SPEC = WorkloadSpec(topics=(TopicSpec(TOPIC, len(PARTITIONS)),), records_per_par
 
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("crash-logdir")
-    generate_logdir(root, SPEC)
-    return root
+    return generated_logdir(tmp_path_factory, "crash-logdir", SPEC)
 
 
 @pytest.fixture
 def store(logdir: Path, tmp_path: Path) -> ObjectStore:
-    store = open_store(str(tmp_path / "store"))
-    tier_logdir(logdir, store, table_in_store(store, create=True), NOW - 10 * DAY)
-    return store
+    return tiered_store(logdir, tmp_path, NOW - 10 * DAY)
 
 
 def gc_now() -> int:
