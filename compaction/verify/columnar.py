@@ -30,8 +30,7 @@ from compaction.format.codecs import Codec, decompress
 from compaction.format.scan import SegmentScan, scan_segment
 from compaction.format.segment import BatchHeader, iter_batch_headers
 from compaction.format.varint import read_varint
-from compaction.rewrite.resolve import AbortedRange, in_aborted
-from compaction.strategies.winner import ranks
+from compaction.strategies.winner import AbortedRange, in_aborted, ranks
 
 HEADER = pa.struct([pa.field("key", pa.binary(), False), pa.field("value", pa.binary())])
 """A record header as verify carries it: the key as raw bytes, so invalid UTF-8 compares exactly too."""

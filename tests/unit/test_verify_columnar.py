@@ -9,10 +9,10 @@ import pytest
 
 from compaction.config import CompactionStrategy
 from compaction.format.segment import iter_batch_headers, iter_batches
+from compaction.generate.workload import VERSION_HEADER, PartitionTruth, TopicSpec, WorkloadSpec, generate_logdir
 from compaction.reader import open_transactions
 from compaction.verify import Ranking
 from compaction.verify.columnar import carried_tombstones, open_transactions_after, txn_summary, view_rows
-from compaction.workload import VERSION_HEADER, PartitionTruth, TopicSpec, WorkloadSpec, generate_logdir
 
 
 @pytest.fixture(scope="module")
