@@ -14,17 +14,16 @@ from compaction.bloom.filter import NO_HORIZON, FilterFacts, FilterFormatError, 
 from compaction.errors import MissingObjectError
 from compaction.format.batch import CONTROL_FLAG_MASK, DELETE_HORIZON_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from compaction.format.scan import SegmentScan
+from compaction.format.scan_kernels import BATCH_ATTRIBUTES, BATCH_BASE_TIMESTAMP
 from compaction.storage.base import ObjectStore
 from compaction.storage.layout import Suffix, parse_segment_object_key
-
-_ATTRIBUTES, _BASE_TIMESTAMP = 5, 7  # columns of `SegmentScan.batch_fields`
 
 
 def segment_facts(scan: SegmentScan) -> FilterFacts:
     """The earliest delete horizon of the segment's batches, and whether any is transactional or control."""
-    attrs = scan.batch_fields[:, _ATTRIBUTES]
+    attrs = scan.batch_fields[:, BATCH_ATTRIBUTES]
     with_horizon = (attrs & DELETE_HORIZON_FLAG_MASK) != 0
-    horizon = int(scan.batch_fields[with_horizon, _BASE_TIMESTAMP].min()) if with_horizon.any() else NO_HORIZON
+    horizon = int(scan.batch_fields[with_horizon, BATCH_BASE_TIMESTAMP].min()) if with_horizon.any() else NO_HORIZON
     transactional = bool(((attrs & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)) != 0).any())
     return FilterFacts(horizon, transactional)
 

@@ -1,4 +1,7 @@
-"""Record batch v2: the readable reference decoder and the encoder (Kafka's `DefaultRecordBatch` and `DefaultRecord`).
+"""Record batch v2: the readable reference decoder and the encoder (Kafka's `DefaultRecordBatch`).
+
+The records inside a batch are `record.py` (Kafka's `DefaultRecord`); `Record` and `Header` are re-exported
+here because a batch is built from them.
 
 The batch layout is written down once below, each field's offset derived from the one before, as in
 Kafka's `DefaultRecordBatch`. The CRC-32C covers bytes [21, end): attributes through the last record, so
@@ -19,7 +22,8 @@ import crc32c as _crc32c
 
 from compaction.errors import CorruptBatchError, CrcMismatchError, InvalidMagicError, UnsupportedMagicError
 from compaction.format.codecs import Codec, compress, decompress
-from compaction.format.varint import read_varint, write_varint
+from compaction.format.record import Header as Header
+from compaction.format.record import Record, decode_records, encode_record
 
 # --- layout (DefaultRecordBatch) -------------------------------------------------------------------
 BASE_OFFSET_OFFSET = 0
@@ -89,26 +93,6 @@ def increment_sequence(sequence: int, increment: int) -> int:
     if sequence > INT32_MAX - increment:
         return increment - (INT32_MAX - sequence) - 1
     return sequence + increment
-
-
-@dataclass(frozen=True)
-class Header:
-    """A record header. Keys are UTF-8 strings in Kafka; undecodable bytes survive via surrogateescape."""
-
-    key: str
-    value: bytes | None
-
-
-@dataclass(frozen=True)
-class Record:
-    """One record, with its absolute offset and timestamp resolved against its batch."""
-
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[Header, ...] = ()
-    attributes: int = 0
 
 
 class BatchAttributes:
@@ -266,7 +250,7 @@ def decode_batch(
     try:
         data: bytes | memoryview = raw if codec is Codec.NONE else decompress(codec, raw)
         log_append = bool(attrs & TIMESTAMP_TYPE_MASK)
-        records = _decode_records(data, count, base_offset, base_ts, max_ts if log_append else None)
+        records = decode_records(data, count, base_offset, base_ts, max_ts if log_append else None)
     except CorruptBatchError as exc:
         # Inside a compressed stream there is no file position; point at the records section instead.
         inner = exc.position if exc.position is not None and codec is Codec.NONE else 0
@@ -287,82 +271,7 @@ def decode_batch(
     )
 
 
-def _decode_records(
-    data: bytes | memoryview, count: int, base_offset: int, base_ts: int, log_append_ts: int | None
-) -> tuple[Record, ...]:
-    records = []
-    pos = 0
-    for _ in range(count):
-        start = pos
-        length, pos = read_varint(data, pos, 5)
-        body_start = pos
-        if length < 0 or pos + length > len(data):
-            raise CorruptBatchError(f"record length {length} overruns the batch", position=start)
-        attributes = data[pos]
-        pos += 1
-        ts_delta, pos = read_varint(data, pos)
-        offset_delta, pos = read_varint(data, pos, 5)
-        key, pos = _read_bytes(data, pos)
-        value, pos = _read_bytes(data, pos)
-        n_headers, pos = read_varint(data, pos, 5)
-        if n_headers < 0 or n_headers > len(data) - pos:
-            raise CorruptBatchError(f"invalid header count {n_headers}", position=pos)
-        headers = []
-        for _h in range(n_headers):
-            hkey, pos = _read_bytes(data, pos)
-            if hkey is None:
-                raise CorruptBatchError("null header key", position=pos)
-            hvalue, pos = _read_bytes(data, pos)
-            headers.append(Header(hkey.decode("utf-8", "surrogateescape"), hvalue))
-        if pos - body_start != length:
-            raise CorruptBatchError(
-                f"record declares {length} bytes but has {pos - body_start}", position=start
-            )
-        timestamp = log_append_ts if log_append_ts is not None else base_ts + ts_delta
-        records.append(Record(base_offset + offset_delta, timestamp, key, value, tuple(headers), attributes))
-    if pos != len(data):
-        raise CorruptBatchError(
-            f"incorrect declared batch size: {len(data) - pos} bytes remain after {count} records",
-            position=pos,
-        )
-    return tuple(records)
-
-
-def _read_bytes(data: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
-    length, pos = read_varint(data, pos, 5)
-    if length < 0:
-        return None, pos
-    if pos + length > len(data):
-        raise CorruptBatchError(f"field of {length} bytes overruns the record", position=pos)
-    return bytes(data[pos : pos + length]), pos + length
-
-
 # --- encoding --------------------------------------------------------------------------------------
-
-
-def _write_bytes(out: bytearray, value: bytes | None) -> None:
-    if value is None:
-        write_varint(out, -1)
-    else:
-        write_varint(out, len(value))
-        out += value
-
-
-def encode_record(record: Record, base_offset: int, base_timestamp: int) -> bytes:
-    """One record (length-prefixed) relative to its batch's base offset and base timestamp."""
-    body = bytearray()
-    body.append(record.attributes & 0xFF)
-    write_varint(body, record.timestamp - base_timestamp)
-    write_varint(body, record.offset - base_offset)
-    _write_bytes(body, record.key)
-    _write_bytes(body, record.value)
-    write_varint(body, len(record.headers))
-    for header in record.headers:
-        _write_bytes(body, header.key.encode("utf-8", "surrogateescape"))
-        _write_bytes(body, header.value)
-    out = bytearray()
-    write_varint(out, len(body))
-    return bytes(out + body)
 
 
 def encode_batch(batch: RecordBatch) -> bytes:

@@ -84,6 +84,21 @@ class _Producer:
     last_offset_delta: int = 0
     last_timestamp: int = -1
 
+    def appended(self, batch: RecordBatch, rng: random.Random) -> None:
+        """Track a data batch of this producer: its open transaction (1-3 batches long) and its sequence."""
+        if self.transactional:
+            if self.txn_first_offset is None:
+                self.txn_first_offset = batch.base_offset
+                self.txn_batches_left = rng.randrange(1, 4)
+            self.txn_batches_left -= 1
+        if self.idempotent:
+            n = len(batch.records)
+            self.last_seq = self.seq + n - 1
+            self.seq += n
+            self.last_offset = batch.last_offset
+            self.last_offset_delta = batch.last_offset_delta
+            self.last_timestamp = batch.max_timestamp
+
 
 @dataclass
 class PartitionTruth:
@@ -157,20 +172,55 @@ def _zipf_cumulative(rng: random.Random, n_keys: int, skew: float) -> list[float
     return list(itertools.accumulate(weights))
 
 
-def generate_partition(
-    directory: Path, spec: WorkloadSpec, topic: str, partition: int, topic_id: str
-) -> PartitionTruth:
-    """Write one partition directory; returns what was written."""
-    rng = random.Random(f"{spec.seed}/{topic}/{partition}")
-    truth = PartitionTruth(topic, partition, topic_id)
-    writer = _PartitionWriter(directory, spec, truth)
-    key_cumulative = _zipf_cumulative(rng, spec.keys, spec.key_skew)
-    key_ids = list(range(spec.keys))
-    versions: dict[int, int] = {}
-    pool = bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(4096))
+class _RecordSource:
+    """The records of one partition in order: Zipf-drawn keys, values or tombstones, a `version` header.
 
+    Owns the partition's clock, which advances `ms_per_record` per record; now and then a record's timestamp
+    goes back up to a minute.
+    """
+
+    def __init__(self, rng: random.Random, spec: WorkloadSpec) -> None:
+        self.rng = rng
+        self.spec = spec
+        self.key_cumulative = _zipf_cumulative(rng, spec.keys, spec.key_skew)
+        self.key_ids = list(range(spec.keys))
+        self.versions: dict[int, int] = {}
+        self.pool = bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(4096))
+        self.clock = spec.start_ms
+
+    def next_record(self, offset: int) -> Record:
+        """The record at `offset`."""
+        rng, spec = self.rng, self.spec
+        self.clock += spec.ms_per_record
+        ts = self.clock - rng.randrange(1, 60_000) if rng.random() < spec.out_of_order_ratio else self.clock
+        k = rng.choices(self.key_ids, cum_weights=self.key_cumulative)[0]
+        value = self._value(k, ts)
+        self.versions[k] = self.versions.get(k, 0) + rng.randrange(1, 4)
+        return Record(offset, ts, b"key-%08d" % k, value, self._headers(k))
+
+    def _value(self, k: int, ts: int) -> bytes | None:
+        if self.rng.random() < self.spec.tombstone_ratio:
+            return None
+        size = self.spec.value_bytes
+        start = self.rng.randrange(0, len(self.pool) - size)
+        return b'{"id":%d,"at":%d,"p":"' % (k, ts) + self.pool[start : start + size] + b'"}'
+
+    def _headers(self, k: int) -> tuple[Header, ...]:
+        """Mostly the key's current version; sometimes missing, short, or preceded by a stale one."""
+        h = self.rng.random()
+        if h < 0.02:
+            return ()
+        if h < 0.03:
+            return (Header(VERSION_HEADER, b"\x01\x02"),)
+        version = _LONG.pack(self.versions[k])
+        if h < 0.05:
+            return (Header(VERSION_HEADER, _LONG.pack(0)), Header(VERSION_HEADER, version))
+        return (Header(VERSION_HEADER, version), Header("source", b"generator"))
+
+
+def _producers(rng: random.Random, spec: WorkloadSpec, partition: int) -> dict[int, _Producer]:
+    """Six producers by slot, each plain, idempotent or transactional, each with its own codec."""
     producers: dict[int, _Producer] = {}
-    plain = _Producer(-1, -1, spec.codecs[0], transactional=False, idempotent=False)
     for i in range(6):
         roll = rng.random()
         transactional = roll < spec.transactional_ratio
@@ -182,85 +232,88 @@ def generate_partition(
             slot if idempotent else -1, epoch if idempotent else -1, spec.codecs[(i + 1) % len(spec.codecs)],
             transactional, idempotent,
         )
-    writers = [plain, *producers.values()]
+    return producers
 
-    epochs = [EpochEntry(0, 0)]
-    epoch_change_at = sorted(
-        rng.randrange(1, max(2, spec.records_per_partition)) for _ in range(spec.leader_epoch_changes)
-    )
-    offset = 0
-    clock = spec.start_ms
 
-    def next_record(off: int) -> Record:
-        nonlocal clock
-        clock += spec.ms_per_record
-        ts = clock - rng.randrange(1, 60_000) if rng.random() < spec.out_of_order_ratio else clock
-        k = rng.choices(key_ids, cum_weights=key_cumulative)[0]
-        key = b"key-%08d" % k
-        value: bytes | None
-        if rng.random() < spec.tombstone_ratio:
-            value = None
-        else:
-            start = rng.randrange(0, len(pool) - spec.value_bytes)
-            value = b'{"id":%d,"at":%d,"p":"' % (k, ts) + pool[start : start + spec.value_bytes] + b'"}'
-        versions[k] = versions.get(k, 0) + rng.randrange(1, 4)
-        h = rng.random()
-        headers: tuple[Header, ...]
-        if h < 0.02:
-            headers = ()
-        elif h < 0.03:
-            headers = (Header(VERSION_HEADER, b"\x01\x02"),)
-        elif h < 0.05:
-            headers = (Header(VERSION_HEADER, _LONG.pack(0)), Header(VERSION_HEADER, _LONG.pack(versions[k])))
-        else:
-            headers = (Header(VERSION_HEADER, _LONG.pack(versions[k])), Header("source", b"generator"))
-        return Record(off, ts, key, value, headers)
+class _LeaderEpochs:
+    """The partition's leader epochs: `leader_epoch_changes` bumps of 1 or 2 at random offsets."""
 
-    while offset < spec.records_per_partition or any(
-        p.txn_first_offset is not None for p in producers.values()
-    ):
-        if epoch_change_at and offset >= epoch_change_at[0]:
-            epoch_change_at.pop(0)
-            epochs.append(EpochEntry(epochs[-1].epoch + rng.randrange(1, 3), offset))
-        leader_epoch = epochs[-1].epoch
-        open_txns = [p for p in producers.values() if p.txn_first_offset is not None]
-        producer = open_txns[0] if offset >= spec.records_per_partition else rng.choice(writers)
-        if (
-            producer.transactional
-            and producer.txn_first_offset is not None
-            and producer.txn_batches_left == 0
-        ):
-            offset = _end_transaction(writer, producer, producers, offset, clock, leader_epoch, rng, spec)
-            continue
-        n = max(1, min(int(rng.expovariate(1.0 / spec.records_per_batch)) + 1, 4 * spec.records_per_batch))
-        records = [next_record(offset + i) for i in range(n)]
-        batch = build_batch(
-            records,
-            codec=producer.codec,
-            transactional=producer.transactional,
-            producer_id=producer.pid,
-            producer_epoch=producer.epoch,
-            base_sequence=producer.seq if producer.idempotent else -1,
-            partition_leader_epoch=leader_epoch,
+    def __init__(self, rng: random.Random, spec: WorkloadSpec) -> None:
+        self.rng = rng
+        self.entries = [EpochEntry(0, 0)]
+        self.change_at = sorted(
+            rng.randrange(1, max(2, spec.records_per_partition)) for _ in range(spec.leader_epoch_changes)
         )
-        writer.append(batch, encode_batch(batch), producers)  # may roll: producer state is still pre-batch
-        if producer.transactional:
-            if producer.txn_first_offset is None:
-                producer.txn_first_offset = offset
-                producer.txn_batches_left = rng.randrange(1, 4)
-            producer.txn_batches_left -= 1
-        if producer.idempotent:
-            producer.last_seq = producer.seq + n - 1
-            producer.seq += n
-            producer.last_offset = batch.last_offset
-            producer.last_offset_delta = batch.last_offset_delta
-            producer.last_timestamp = batch.max_timestamp
-        offset += n
 
+    def at(self, offset: int) -> int:
+        """The leader epoch of the batch about to be written at `offset` (at most one change per batch)."""
+        if self.change_at and offset >= self.change_at[0]:
+            self.change_at.pop(0)
+            self.entries.append(EpochEntry(self.entries[-1].epoch + self.rng.randrange(1, 3), offset))
+        return self.entries[-1].epoch
+
+
+def generate_partition(
+    directory: Path, spec: WorkloadSpec, topic: str, partition: int, topic_id: str
+) -> PartitionTruth:
+    """Write one partition directory; returns what was written.
+
+    Writes `records_per_partition` records, then only ends the transactions still open. Deterministic in
+    `spec`, `topic` and `partition`.
+    """
+    rng = random.Random(f"{spec.seed}/{topic}/{partition}")
+    truth = PartitionTruth(topic, partition, topic_id)
+    writer = _PartitionWriter(directory, spec, truth)
+    source = _RecordSource(rng, spec)
+    producers = _producers(rng, spec, partition)
+    writers = [_Producer(-1, -1, spec.codecs[0], transactional=False, idempotent=False), *producers.values()]
+    epochs = _LeaderEpochs(rng, spec)
+    offset = 0
+    while offset < spec.records_per_partition or _open_transactions(producers):
+        leader_epoch = epochs.at(offset)
+        open_txns = _open_transactions(producers)
+        producer = open_txns[0] if offset >= spec.records_per_partition else rng.choice(writers)
+        if producer.transactional and producer.txn_first_offset is not None and producer.txn_batches_left == 0:
+            offset = _end_transaction(writer, producer, producers, offset, source.clock, leader_epoch, rng, spec)
+        else:
+            offset = _append_batch(writer, producer, producers, source, offset, leader_epoch)
     writer.flush()
     truth.log_end_offset = offset
-    writer.files.write_partition_files(topic_id, epochs)
+    writer.files.write_partition_files(topic_id, epochs.entries)
     return truth
+
+
+def _open_transactions(producers: dict[int, _Producer]) -> list[_Producer]:
+    return [p for p in producers.values() if p.txn_first_offset is not None]
+
+
+def _append_batch(
+    writer: _PartitionWriter,
+    producer: _Producer,
+    producers: dict[int, _Producer],
+    source: _RecordSource,
+    offset: int,
+    leader_epoch: int,
+) -> int:
+    """Write `producer`'s next data batch at `offset`; returns the offset after it.
+
+    The record count is exponentially distributed around `records_per_batch`, capped at four times that.
+    """
+    rng, spec = source.rng, source.spec
+    n = max(1, min(int(rng.expovariate(1.0 / spec.records_per_batch)) + 1, 4 * spec.records_per_batch))
+    records = [source.next_record(offset + i) for i in range(n)]
+    batch = build_batch(
+        records,
+        codec=producer.codec,
+        transactional=producer.transactional,
+        producer_id=producer.pid,
+        producer_epoch=producer.epoch,
+        base_sequence=producer.seq if producer.idempotent else -1,
+        partition_leader_epoch=leader_epoch,
+    )
+    writer.append(batch, encode_batch(batch), producers)  # may roll: producer state is still pre-batch
+    producer.appended(batch, rng)
+    return offset + n
 
 
 def _end_transaction(

@@ -21,6 +21,7 @@ import numpy as np
 from compaction.errors import CorruptInputError
 from compaction.format.batch import decode_batch
 from compaction.format.scan import scan_segment
+from compaction.format.scan_kernels import BATCH_RECORD_COUNT
 from compaction.format.segment import BatchHeader
 
 Buffer = bytes | bytearray | memoryview
@@ -63,7 +64,7 @@ def scan_facts(
         null_value = table.column("value_is_null").to_numpy()
         window_winners = _slice(winners, headers[first].base_offset, headers[end - 1].last_offset)
         wins = keyed & _members(offsets, window_winners)
-        bounds = np.concatenate(([0], np.cumsum(scan.batch_fields[:, 12])))
+        bounds = np.concatenate(([0], np.cumsum(scan.batch_fields[:, BATCH_RECORD_COUNT])))
         for out, flags in zip(
             columns, (~keyed, keyed & null_value, wins, wins & null_value), strict=True
         ):

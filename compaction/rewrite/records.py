@@ -36,7 +36,7 @@ from compaction.format.batch import (
     make_attributes,
 )
 from compaction.format.codecs import Codec, compress, decompress
-from compaction.format.scan import _varint
+from compaction.format.scan_kernels import varint_at
 from compaction.format.segment import BatchHeader
 
 _FIRST_KEPT = np.iinfo(np.int64).min
@@ -88,20 +88,20 @@ def _filter_section(
     base = new_base_timestamp
     for _ in range(count):
         start = pos
-        length, pos = _varint(src, pos, end, 5)
+        length, pos = varint_at(src, pos, end, 5)
         if pos < 0 or length < 1 or pos + length > end:
             return start + 1, 0, 0, 0, 0
         body_end = pos + length
-        ts_delta, rest = _varint(src, pos + 1, body_end, 10)
+        ts_delta, rest = varint_at(src, pos + 1, body_end, 10)
         if rest < 0:
             return start + 1, 0, 0, 0, 0
-        offset_delta, p = _varint(src, rest, body_end, 5)
+        offset_delta, p = varint_at(src, rest, body_end, 5)
         if p < 0:
             return start + 1, 0, 0, 0, 0
-        key_length, p = _varint(src, p, body_end, 5)
+        key_length, p = varint_at(src, p, body_end, 5)
         if p < 0 or p + max(key_length, 0) > body_end:
             return start + 1, 0, 0, 0, 0
-        value_length, p = _varint(src, p + max(key_length, 0), body_end, 5)
+        value_length, p = varint_at(src, p + max(key_length, 0), body_end, 5)
         if p < 0:
             return start + 1, 0, 0, 0, 0
         pos = body_end

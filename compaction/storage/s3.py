@@ -14,35 +14,25 @@ response body, and that counts every attempt in `stats`. Throttling, 5xx, timeou
 errors back off per `spec.retry`; when attempts run out, `TransientStoreError`. A write retried after an
 ambiguous failure that then finds the key taken checks the ETag: if the object holds exactly our bytes,
 the earlier attempt landed and the write succeeded.
+
+The retry loop and error mapping live in `s3_retry.py`, the multipart requests in `s3_multipart.py`,
+the shared boto3 session and client settings in `s3_client.py`; this module is the store itself.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import random
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadError
-from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import ClientError
 
-from compaction.errors import (
-    KcompactError,
-    MissingObjectError,
-    ObjectExistsError,
-    StoreAccessError,
-    StoreRequestError,
-    TransientStoreError,
-)
+from compaction.errors import MissingObjectError, ObjectExistsError, StoreAccessError
 from compaction.storage.base import (
     TEMP_PREFIX,
     MiB,
@@ -53,47 +43,15 @@ from compaction.storage.base import (
     check_prefix,
     check_range,
 )
+from compaction.storage.s3_client import credentials, md5, new_client
+from compaction.storage.s3_multipart import MultipartUpload, part_size_for
+from compaction.storage.s3_retry import call_with_retry, status
 
 if TYPE_CHECKING:
     from os import PathLike
 
 T = TypeVar("T")
 
-_MAX_PARTS = 10_000
-_TRANSIENT_CODES = frozenset(
-    {
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "RequestThrottled",
-        "TooManyRequestsException",
-        "RequestLimitExceeded",
-        "BandwidthLimitExceeded",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "InternalError",
-        "ServiceUnavailable",
-        "OperationAborted",
-        "ConditionalRequestConflict",
-    }
-)
-_TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
-_TRANSIENT_EXCEPTIONS = (BotoConnectionError, HTTPClientError, IncompleteReadError)
-_ACCESS_CODES = frozenset(
-    {
-        "AccessDenied",
-        "AllAccessDisabled",
-        "AccountProblem",
-        "InvalidAccessKeyId",
-        "SignatureDoesNotMatch",
-        "ExpiredToken",
-        "InvalidToken",
-        "AuthorizationHeaderMalformed",
-        "PermanentRedirect",
-        "NoSuchBucket",
-    }
-)
-_MISSING_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
 _REFRESHING_CREDENTIAL_METHODS = frozenset({"iam-role", "container-role"})
 
 
@@ -124,13 +82,13 @@ class S3Store(ObjectStore):
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    self._client = _new_client(self.spec)
+                    self._client = new_client(self.spec)
         return self._client
 
     def put(self, key: str, data: bytes) -> None:
         self._ensure_conditional_put()
         uri, full = self.object_uri(key), self._prefix + key
-        etag = f'"{_md5(data).hexdigest()}"'
+        etag = f'"{md5(data).hexdigest()}"'
         self._create(uri, full, etag, partial(self._put_object, full, data))
         self._count(bytes_written=len(data))
 
@@ -216,9 +174,9 @@ class S3Store(ObjectStore):
             options["AWS_ENDPOINT_URL"] = endpoint
             if endpoint.startswith("http://"):
                 options["AWS_ALLOW_HTTP"] = "true"
-        credentials = _credentials()
-        if credentials is not None and credentials.method not in _REFRESHING_CREDENTIAL_METHODS:
-            frozen = credentials.get_frozen_credentials()
+        found = credentials()
+        if found is not None and found.method not in _REFRESHING_CREDENTIAL_METHODS:
+            frozen = found.get_frozen_credentials()
             options["AWS_ACCESS_KEY_ID"] = frozen.access_key
             options["AWS_SECRET_ACCESS_KEY"] = frozen.secret_key
             if frozen.token:
@@ -259,40 +217,21 @@ class S3Store(ObjectStore):
 
     def _put_multipart(self, key: str, path: str | PathLike[str], size: int) -> None:
         uri, full = self.object_uri(key), self._prefix + key
-        part_size = max(self.spec.part_size, -(-size // _MAX_PARTS))
-        upload_id = self._call("PUT", uri, partial(self._start_multipart, full))
+        part_size = part_size_for(size, self.spec.part_size)
+        upload = MultipartUpload(self.client, self._bucket, full, self._count)
+        self._call("PUT", uri, upload.start)
         try:
-            parts: list[dict[str, Any]] = []
-            digests: list[bytes] = []
             with open(path, "rb") as src:
                 while chunk := src.read(part_size):
-                    number = len(parts) + 1
-                    upload = partial(self._upload_part, full, upload_id, number, chunk)
-                    parts.append({"PartNumber": number, "ETag": self._call("PUT", uri, upload)})
-                    digests.append(_md5(chunk).digest())
-            etag = f'"{_md5(b"".join(digests)).hexdigest()}-{len(parts)}"'
-            self._create(uri, full, etag, partial(self._complete_multipart, full, upload_id, parts))
+                    self._call("PUT", uri, partial(upload.upload_part, chunk))
+            self._create(uri, full, upload.etag, upload.complete)
         except BaseException:
-            self._abort_multipart(full, upload_id)
+            upload.abort()
             raise
 
     def _call(self, op: str, uri: str, attempt: Callable[[], T]) -> T:
-        """Run `attempt` under the retry policy; translate what it raises into kcompact errors."""
-        policy = self.spec.retry
-        for number in range(1, policy.max_attempts + 1):
-            try:
-                return attempt()
-            except ClientError as exc:
-                if not _is_transient(exc):
-                    raise _translate(op, uri, exc) from exc
-                last: Exception = exc
-            except _TRANSIENT_EXCEPTIONS as exc:
-                last = exc
-            if number < policy.max_attempts:
-                time.sleep(policy.delay_s(number, random.random()))
-        raise TransientStoreError(
-            f"{uri}: {op} still failing after {policy.max_attempts} attempts ({last}); rerun later"
-        ) from last
+        """Run `attempt` under the store's retry policy; translate what it raises into kcompact errors."""
+        return call_with_retry(op, uri, self.spec.retry, attempt)
 
     def _check_bucket(self) -> None:
         if self._bucket_checked:
@@ -320,7 +259,7 @@ class S3Store(ObjectStore):
         try:
             response = self.client.get_object(**request)
         except ClientError as exc:
-            if _status(exc) == 416:  # the range starts at or past the end: empty, like a slice
+            if status(exc) == 416:  # the range starts at or past the end: empty, like a slice
                 return b""
             raise
         data = bytes(response["Body"].read())
@@ -353,105 +292,3 @@ class S3Store(ObjectStore):
     def _delete_object(self, full: str) -> None:
         self._count(deletes=1)
         self.client.delete_object(Bucket=self._bucket, Key=full)
-
-    def _start_multipart(self, full: str) -> str:
-        self._count(puts=1)
-        return str(self.client.create_multipart_upload(Bucket=self._bucket, Key=full)["UploadId"])
-
-    def _upload_part(self, full: str, upload_id: str, number: int, chunk: bytes) -> str:
-        self._count(puts=1)
-        response = self.client.upload_part(
-            Bucket=self._bucket, Key=full, UploadId=upload_id, PartNumber=number, Body=chunk
-        )
-        return str(response["ETag"])
-
-    def _complete_multipart(self, full: str, upload_id: str, parts: Sequence[dict[str, Any]]) -> None:
-        self._count(puts=1)
-        self.client.complete_multipart_upload(
-            Bucket=self._bucket,
-            Key=full,
-            UploadId=upload_id,
-            MultipartUpload={"Parts": [*parts]},
-            IfNoneMatch="*",
-        )
-
-    def _abort_multipart(self, full: str, upload_id: str) -> None:
-        """Best effort: a leftover upload only costs storage until a bucket lifecycle rule removes it."""
-        try:
-            self._count(deletes=1)
-            self.client.abort_multipart_upload(Bucket=self._bucket, Key=full, UploadId=upload_id)
-        except (ClientError, *_TRANSIENT_EXCEPTIONS):
-            pass
-
-
-_session_lock = threading.Lock()
-_shared_session: Any = None
-
-
-def _session() -> Any:
-    """The boto3 session of this process, shared by its stores; call with `_session_lock` held.
-
-    Making a session loads the service models (~0.1 s) and an executor opens a store per task.
-    Sessions are not thread-safe, hence the lock; the clients made from them are.
-    """
-    global _shared_session
-    if _shared_session is None:
-        _shared_session = boto3.session.Session()
-    return _shared_session
-
-
-def _new_client(spec: StoreSpec) -> Any:
-    with _session_lock:
-        return _session().client(
-            "s3",
-            endpoint_url=spec.endpoint_url,
-            region_name=spec.region,
-            config=Config(
-                retries={"mode": "standard", "total_max_attempts": 1},  # retries are ours: see module doc
-                connect_timeout=10,
-                read_timeout=60,
-                max_pool_connections=32,
-            ),
-        )
-
-
-def _credentials() -> Any:
-    with _session_lock:
-        return _session().get_credentials()
-
-
-def _md5(data: bytes) -> Any:
-    return hashlib.md5(data, usedforsecurity=False)
-
-
-def _status(exc: ClientError) -> int:
-    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _is_transient(exc: ClientError) -> bool:
-    return _code(exc) in _TRANSIENT_CODES or _status(exc) in _TRANSIENT_STATUS
-
-
-def _translate(op: str, uri: str, exc: ClientError) -> KcompactError:
-    """The kcompact error for a permanent S3 failure of `op` on the object (or bucket) `uri`."""
-    code, status = _code(exc), _status(exc)
-    message = exc.response.get("Error", {}).get("Message", "")
-    if code == "PreconditionFailed" or status == 412:
-        return ObjectExistsError(uri)
-    if code in _ACCESS_CODES or status in (301, 403):
-        hint = (
-            " (S3 also answers 403 for a missing key when s3:ListBucket is not granted)"
-            if status == 403
-            else ""
-        )
-        return StoreAccessError(
-            f"{uri}: {op} refused: {code} (HTTP {status}) {message}{hint}; "
-            "check the bucket, region, endpoint and credentials"
-        )
-    if code in _MISSING_CODES or status == 404:
-        return MissingObjectError("object does not exist", obj=uri)
-    return StoreRequestError(f"{uri}: {op} failed: {code} (HTTP {status}) {message}")

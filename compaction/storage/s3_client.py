@@ -1,0 +1,55 @@
+"""The boto3 side of the S3 backend: one shared session per process, the client settings, credentials.
+
+Making a session loads the service models (~0.1 s) and an executor opens a store per task, so the
+stores of a process share one. Sessions are not thread-safe, hence the lock; the clients made from them
+are. Clients have botocore's retries switched off: `s3_retry.py` is the one retry layer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from compaction.storage.base import StoreSpec
+
+_session_lock = threading.Lock()
+_shared_session: Any = None
+
+
+def _session() -> Any:
+    """The boto3 session of this process, shared by its stores; call with `_session_lock` held."""
+    global _shared_session
+    if _shared_session is None:
+        _shared_session = boto3.session.Session()
+    return _shared_session
+
+
+def new_client(spec: StoreSpec) -> Any:
+    """An S3 client for `spec`'s endpoint and region, from the shared session, without botocore retries."""
+    with _session_lock:
+        return _session().client(
+            "s3",
+            endpoint_url=spec.endpoint_url,
+            region_name=spec.region,
+            config=Config(
+                retries={"mode": "standard", "total_max_attempts": 1},  # retries are ours: see s3_retry
+                connect_timeout=10,
+                read_timeout=60,
+                max_pool_connections=32,
+            ),
+        )
+
+
+def credentials() -> Any:
+    """The credentials boto3 resolves for this process (environment, config files, roles), or None."""
+    with _session_lock:
+        return _session().get_credentials()
+
+
+def md5(data: bytes) -> Any:
+    """MD5 as S3 uses it for ETags (not for security)."""
+    return hashlib.md5(data, usedforsecurity=False)
