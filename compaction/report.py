@@ -1,4 +1,4 @@
-"""The run report: Kafka's cleaner summary per partition (spec §3.12), and the same facts as JSON.
+"""The run report: Kafka's cleaner summary per partition (`LogCleaner.recordStats`), and the same facts as JSON.
 
 The report dict is the one value every output is rendered from: the text summary here, the JSON file, the
 HTML page (`compaction.report_html`) and the Prometheus file (`compaction.metrics`). A run with nothing to do
@@ -57,7 +57,7 @@ def _rate(part: int, whole: int) -> float | None:
 
 
 def _filter_figures(s: Mapping[str, int]) -> dict[str, Any]:
-    """Issue 6: clean segments the filters kept unread, and every store request the partition made.
+    """Clean segments the filters kept unread, and every store request the partition made.
 
     Observed false-positive rates: `segments` over clean segments that held no dirty key (kept, or read for
     nothing), `keys` over (dirty key, filter) tests whose truth is known (see `cleaner.partition_stats`).
@@ -75,7 +75,7 @@ def _filter_figures(s: Mapping[str, int]) -> dict[str, Any]:
 
 
 TARGET_FALSE_READ_RATE = 0.01
-"""The share of clean segments without a dirty key that a run may read for nothing. Issue 6 allows reading
+"""The share of clean segments without a dirty key that a run may read for nothing. The goal is to read at most
 2% of the cleaned region beyond the segments that hold a dirty key; the filters themselves are read too
 (~1.44 log2(1/fpp) bits per key: ~0.8% of 400-byte records at 1e-6, `make bench` P4), so half of it."""
 

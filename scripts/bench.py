@@ -1,6 +1,6 @@
 """`make bench`: measured figures written to BENCHMARKS.md, each side by side with its reference and target.
 
-Issue 13's goals, each from one `make bench` run:
+The goals (a-f), each from one `make bench` run:
 (a) fetch ratio: the run report's `fetch_ratio` (bytes fetched / bytes of segments + filters the run had to
     read) of every compaction run below, per shape. Target <= 1.05.
 (b) P4 skipping at the defaults (no bloom.filter.fpp): 1% of the keys updated after a compacted round; bytes
@@ -48,7 +48,7 @@ DATA = ROOT / "bench-data"
 RESULTS = DATA / "results"
 NOW_MS = 1_800_000_000_000
 START_MS = 1_700_000_000_000  # generated timestamps start at 1.7e12: everything is old enough to clean
-KAFKA_MB_S = 16.5  # peers.md §6: Kafka's cleaner on a 25.7 GB production partition
+KAFKA_MB_S = 16.5  # Kafka's cleaner on a 25.7 GB production partition, as reported by its operators
 QUICK = 1 / 64  # --quick: every workload at this share of its size
 
 
@@ -343,7 +343,7 @@ def verify_on_spark() -> bool:
 
 
 def bench_verify(keys: int, scale: float = 1.0) -> dict[str, Any]:
-    """P7 (issue 13 f): `kcompact verify` of one partition of `keys` keys after a run, on Spark, with the
+    """P7 (goal f): `kcompact verify` of one partition of `keys` keys after a run, on Spark, with the
     driver's peak RSS. Until verify takes `spark=`, the section says so and gives the command."""
     args = cardinality_args(keys, 1, scale)
     name = f"verify-{keys}-{args[args.index('--segment-bytes') + 1]}"
@@ -391,7 +391,7 @@ def _records_per_segment(value_bytes: int, per_batch: int, segment_bytes: int) -
 def bench_skipping(keys_per_partition: int = P4_KEYS, segment_bytes: int = P4_SEGMENT) -> dict[str, Any]:
     """P4 at the defaults (no bloom.filter.fpp): round 1 compacts a base where every key appears once; then 1% of
     the keys (a contiguous range of ids per partition) are updated and round 2 runs. Bytes fetched by round 2 vs
-    the bound of issue 13 (b): dirty bytes + clean segments that really hold an updated key + 2% of the clean
+    the bound of goal (b): dirty bytes + clean segments that really hold an updated key + 2% of the clean
     region; and the bytes read from the cleaned region (clean segments rewritten + filters)."""
     from compaction.format.scan import scan_segment
     from compaction.metadata import ObjectSuffix, table_in_store
@@ -603,7 +603,7 @@ def _p2(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
              "in the same `make bench` run.", ""]
     lines += _rate_table([(r["codec"], r) for r in runs])
     lines += ["", *[f"- {r['codec']}: {_split(r)}" for r in runs], "",
-              "Target ≥ 100 MB/s and ≥ 6% of raw read + CRC-32C (issue 13 c; Kafka's cleaner: 16.5 MB/s)."]
+              "Target ≥ 100 MB/s and ≥ 6% of raw read + CRC-32C (goal c; Kafka's cleaner: 16.5 MB/s)."]
     missed = [r for r in runs if r["mb_s"] < 100 or r["raw_share"] < 0.06]
     lines += [f"- **What limits {r['codec']}**: {_time_limit(r, _fixed_cost(saved))}" for r in missed]
     lines += ["", "Where the map phase goes (the same segments, each step a Spark job of its own, warm; "
@@ -629,7 +629,7 @@ def _p2k(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
              "planning replays the whole tier to find the producer state). One run with only cleanup.policy "
              "compact set (every other option at its default), as a new user would.", ""]
     lines += _rate_table([("kafka-python, 2 partitions", r)])
-    lines += ["", f"- {_split(r)}", "", "Target ≥ 80 MB/s and ≥ 5% of raw read + CRC-32C (issue 13 c)."]
+    lines += ["", f"- {_split(r)}", "", "Target ≥ 80 MB/s and ≥ 5% of raw read + CRC-32C (goal c)."]
     if r["mb_s"] < 80 or r["raw_share"] < 0.05:
         lines.append(f"- **What limits it**: {_time_limit(r, _fixed_cost(saved))}")
     return lines
@@ -683,7 +683,7 @@ def _p4(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
         f"| not downloaded ({s['segments_skipped']} segments kept unread) | {_mb(s['bytes_not_downloaded'])} | "
         f"{100 * s['bytes_not_downloaded'] / clean:.2f}% |",
         "",
-        f"Fetched {_mb(r['fetched_bytes'])} vs bound {_mb(r['bound_bytes'])} (target: fetched ≤ bound, issue 13 b). "
+        f"Fetched {_mb(r['fetched_bytes'])} vs bound {_mb(r['bound_bytes'])} (target: fetched ≤ bound, goal b). "
         f"Segments read although they hold no updated key: {s.get('false_positive_segments', '?')} filter false "
         f"positive(s), {s.get('segments_merged', '?')} small segment(s) merged into a rewritten neighbour. Round 2 "
         f"took {s['phases']['stage']:.1f} s to stage (round 1: {r['first']['phases']['stage']:.1f} s).",
@@ -722,7 +722,7 @@ def _p5(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
                      f"{p['mb_s']:.1f} | {p['wall_seconds'] / base['wall_seconds']:.2f} | "
                      f"{p['bytes_read'] / base['bytes_read']:.2f} | {predicted:.1f} s | "
                      f"{100 * (p['wall_seconds'] / predicted - 1):+.0f}% | {_ratio(p.get('fetch_ratio'))} |")
-    lines += ["", f"Fit: **a = {a:.1f} s per run** whatever its size (target ≤ 4 s, issue 13 e), b = {1000 * b:.1f} ms "
+    lines += ["", f"Fit: **a = {a:.1f} s per run** whatever its size (target ≤ 4 s, goal e), b = {1000 * b:.1f} ms "
               f"per MB ({1 / b:.0f} MB/s marginal). The per-byte part is linear when every point is within 15% of "
               "the fit."]
     if a > 4:
@@ -744,7 +744,7 @@ def _p6(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
              "min.cleanable.dirty.ratio 0.01.", ""]
     lines += _rate_table([("1 hot partition", hot), ("8 partitions", spread)])
     lines += ["", f"- 1 partition: {_split(hot)}", f"- 8 partitions: {_split(spread)}", "",
-              f"Hot / spread = **{100 * ratio:.0f}%** (target ≥ 80%, issue 13 d); the hot partition's report: "
+              f"Hot / spread = **{100 * ratio:.0f}%** (target ≥ 80%, goal d); the hot partition's report: "
               f"rewrite_tasks {tasks['rewrite_tasks']}, chunks {tasks['chunks']}, segments_scanned "
               f"{tasks['segments_scanned']}, cache_hits {tasks['cache_hits']}."]
     if ratio < 0.8:
@@ -756,7 +756,7 @@ def _p6(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
 
 
 def _p7(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
-    lines = ["<!-- issue 13 f hook: scripts/bench.py `bench_verify` measures this once "
+    lines = ["<!-- goal f hook: scripts/bench.py `bench_verify` measures this once "
              "`compaction.verify.verify_partition` accepts `spark=` -->",
              f"Workload: `{r['command']}` ({r['keys']:,} keys in one partition; the goal's scale is 50 M)."]
     if not r["measured"]:
@@ -792,7 +792,7 @@ def _runs(saved: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 def _fetch(saved: dict[str, Any]) -> list[str]:
     lines = ["The run report's `fetch_ratio`: bytes fetched from the store (every request) / bytes of the segments "
              "and filters the run had to read; 1.00 = every byte fetched once. Target ≤ 1.05 on every shape "
-             "(issue 13 a). Workloads and dates: the sections below.", "",
+             "(goal a). Workloads and dates: the sections below.", "",
              "| run | fetched | needed | GETs | fetch ratio | worst partition | segments scanned / cache hits |",
              "|---|---|---|---|---|---|---|"]
     worse = []
@@ -814,14 +814,14 @@ def _fetch(saved: dict[str, Any]) -> list[str]:
 
 SECTIONS: dict[str, tuple[str, Callable[[Any, dict[str, Any]], list[str]]]] = {
     "P1": ("P1 — segment scan vs raw read + CRC-32C (one core)", lambda r, _s: _p1(r)),
-    "P2": ("P2 — end to end, ≥ 1 GiB, local[2] (issue 13 c, first shape)", _p2),
-    "P2K": ("P2K — end to end on a kafka-python workload: 2 partitions, 64 MiB segments, random keys (issue 13 c)",
+    "P2": ("P2 — end to end, ≥ 1 GiB, local[2] (goal c, first shape)", _p2),
+    "P2K": ("P2K — end to end on a kafka-python workload: 2 partitions, 64 MiB segments, random keys (goal c)",
             _p2k),
-    "P4": ("P4 — skipping at the defaults when 1% of keys change (issue 13 b)", _p4),
-    "P5": ("P5 — scaling 1× / 4× / 16×, fixed cost per run (issue 13 e)", _p5),
-    "P6": ("P6 — one hot partition vs 8 partitions (issue 13 d)", _p6),
+    "P4": ("P4 — skipping at the defaults when 1% of keys change (goal b)", _p4),
+    "P5": ("P5 — scaling 1× / 4× / 16×, fixed cost per run (goal e)", _p5),
+    "P6": ("P6 — one hot partition vs 8 partitions (goal d)", _p6),
     "P3": ("P3 — key cardinality and memory", _p3),
-    "P7": ("P7 — verify at scale (issue 13 f)", _p7),
+    "P7": ("P7 — verify at scale (goal f)", _p7),
 }
 PREVIOUS = "<!-- previous version: figures measured before the run refactor; replaced as sections are re-measured -->"
 
@@ -845,7 +845,7 @@ def write_report(path: Path, results: Path) -> None:
         "others). Each section names its workload, machine and date. Never part of `make test`.",
         "",
         *summary(saved),
-        "## Fetch ratio on every shape (issue 13 a)", "",
+        "## Fetch ratio on every shape (goal a)", "",
         *(_fetch(saved) if _runs(saved) else ["Not measured yet by this harness."]), "",
     ]
     for figure, (title, render) in SECTIONS.items():
@@ -870,7 +870,7 @@ def fit(points: list[dict[str, Any]]) -> tuple[float, float]:
 
 
 def summary(r: dict[str, Any]) -> list[str]:
-    """Targets vs figures (issue 13's goals first); the sections say what limits the ones not met."""
+    """Targets vs figures (the goals a-f first); the sections say what limits the ones not met."""
     rows = []
     runs = _runs(r)
     if runs:

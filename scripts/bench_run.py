@@ -170,7 +170,7 @@ NOW_MS = 1_800_000_000_000
 
 
 def verify_run(spark: Any, store_dir: Path, target: str, before: int) -> dict[str, Any]:
-    """`kcompact verify` of one partition on `spark` (issue 13 f): its wall time and verdict."""
+    """`kcompact verify` of one partition on `spark` (goal f): its wall time and verdict."""
     from compaction.storage import open_store
     from compaction.verify import verify_partition
 

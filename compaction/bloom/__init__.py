@@ -1,8 +1,10 @@
-"""Per-segment key filters and what they let a compaction round leave unread (issue 6, seed 000).
+"""Per-segment key filters and what they let a compaction round leave unread.
 
-`filter` is the bloom filter and its stored format, `hashing` the stable key hash, `segment` a segment's
-filter from its scan and its object key, `skipping` the policy that decides when a cleaned segment may be
-kept as it is, `work` the shape of one partition's round. No pyspark here: all of it runs on executors too.
+Re-reading cleaned remote segments every round is what makes tiered compaction expensive; a filter per segment
+lets a round skip the ones that cannot hold a changed key. `filter` is the bloom filter and its stored format,
+`hashing` the stable key hash, `segment` a segment's filter from its scan and its object key, `sizing` the rate
+derived from the data, `skipping` the policy that decides when a cleaned segment may be kept as it is.
+No pyspark here: all of it runs on executors too.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A segment's key filter: a bloom filter over every key the segment holds, stored as its `.bloom` object.
 
-Why a bloom filter at all (seed 000): a cleaned segment below the first dirty offset holds each key at most
+Why a bloom filter at all: a cleaned segment below the first dirty offset holds each key at most
 once, and its records can only be superseded by records of the run's *dirty keys*. A filter answers "may
 this segment hold any of these keys?" from ~10 bits per key instead of the segment's bytes; "no" is
 certain, so such a segment need not be downloaded or rewritten (`compaction.bloom.skipping`).
@@ -9,7 +9,7 @@ certain, so such a segment need not be downloaded or rewritten (`compaction.bloo
 
 | implementation | cost per key | stable hash | stored format |
 |---|---|---|---|
-| pybloom-live (dependencies.md) | ~3.6 µs | yes (md5/sha) | its own tofile layout |
+| pybloom-live | ~3.6 µs | yes (md5/sha) | its own tofile layout |
 | rbloom + `hash_func=xxh3_64` | 0.31 µs insert, 0.36 test (a Python call per key) | only via hash_func | rbloom's own |
 | **numba over Arrow buffers (here)** | **26 ns hash, 54 build (sort+insert), 35 test** | XXH64, seed 0 | below |
 

@@ -1,7 +1,7 @@
 """POLICY: when a cleaned segment may be left as it is, unread, by a compaction round.
 
-Kafka's cleaner re-reads and rewrites the whole clean prefix every round (seed 000: downloading cleaned
-remote segments again and again is what makes tiered compaction expensive). kcompact keeps a cleaned
+Kafka's cleaner re-reads and rewrites the whole clean prefix every round (on a remote tier, downloading
+cleaned segments again and again is what makes compaction expensive). kcompact keeps a cleaned
 segment — same id, same objects, same metadata row — when a rewrite could not change it. Why that is safe:
 
 **The clean-region invariant.** After any round (Kafka's or kcompact's), the records below the cleaner
