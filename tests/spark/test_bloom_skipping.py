@@ -4,12 +4,13 @@ One store, one schedule, several topics, so each round is one Spark stage over a
 cost dominates small inputs):
 
 - `acc`: the acceptance workload. 1% of the keys change; everything the round reads (every GET, counted by
-  the stores of the executors and of the driver) stays within the dirty segments (read twice: scan and
-  rewrite), the clean segments that really hold a changed key, their companions, and 2% of the clean region.
+  the stores of the executors and of the driver) stays within the dirty segments (fetched once: the rewrite
+  takes them from the run's cache), the clean segments that really hold a changed key, their companions, and 2% of the clean region.
 - `txn`: clean segments holding transactional batches are always rewritten (the marker walk must see them).
 - `tomb`: a clean segment whose tombstones' delete horizon has passed is rewritten, and they go, as in Kafka.
 - `ts`: the timestamp strategy; a clean record newer than the dirty one of its key survives and supersedes it
-  (the clean segment's winners are resolved in the rewrite task, which reads it once).
+  (the clean segment is rescanned on Spark after the filter test, so its record joins the winners; it is
+  fetched once, the rewrite takes it from the run's cache).
 - `lazy`: a clean region that came without filters (a checkpoint imported from Kafka): the first round reads
   it once, writes filters under the segments' own ids and records them in the commit; the second round uses
   them and reads nothing of what it keeps.
@@ -298,7 +299,7 @@ def test_tombstones_past_their_horizon_go_even_when_their_segment_holds_no_dirty
     assert tombstoned.segment_id in staged.replaced and b"100" not in keys_of(store, tombstoned)
 
 
-# --- strategies: winners of a clean segment resolved in the rewrite task ---------------------------------------
+# --- strategies: a rescanned clean segment's record can win over a dirty one ---------------------------------
 
 
 @pytest.mark.spark
