@@ -3,7 +3,8 @@
 1. **Scan** (`compaction.spark.scan`): every dirty segment, and clean segments without a filter (building it),
    fetched into the run's segment cache when it fits the disk budget, so the rewrite does not fetch them again.
 2. **Winners** (`compaction.spark.winners.best_per_key`): the best rank per (tp, key) and whether the key is
-   dirty; persisted, since the filter test and the rewrite both read it.
+   dirty; persisted, since the filter test and the rewrite both read it (without the key bytes when no
+   partition has a clean segment: then nothing after the count needs them).
 3. **Skip** (`compaction.spark.skipping`): the clean segments' filters against the dirty keys; a segment that
    may hold none, and that nothing else forces to be rewritten, is kept (`compaction.bloom.skipping`).
 4. **Rescan** the clean segments to rewrite that the first scan did not read (their filter said they may hold a
@@ -103,7 +104,10 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
     first = _cached([w.scans() for w in works], works, concurrency)
     tracker = spark.sparkContext.accumulator({}, ScanTracker())
     keys = best_per_key(scan_rows(spark, settings, [s for part in first for s in part], tps, tracker),
-                        settings.by_offset).persist(StorageLevel.MEMORY_AND_DISK)
+                        settings.by_offset)
+    if not any(w.clean for w in works):  # no filter test, no rescan: later steps read (tp, offset, dirty) only
+        keys = keys.select("tp", "offset", "dirty")  # the cache holds 13 bytes a key, not the key bytes
+    keys = keys.persist(StorageLevel.MEMORY_AND_DISK)
     persisted = [keys]
     try:
         counted = keys.groupBy("tp").agg(F.sum(F.col("dirty").cast("long")).alias("dirty"),
