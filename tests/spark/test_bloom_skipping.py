@@ -5,7 +5,8 @@ cost dominates small inputs):
 
 - `acc`: the acceptance workload. 1% of the keys change; everything the round reads (every GET, counted by
   the stores of the executors and of the driver) stays within the dirty segments (fetched once: the rewrite
-  takes them from the run's cache), the clean segments that really hold a changed key, their companions, and 2% of the clean region.
+  takes them from the run's cache), the clean segments that really hold a changed key, their companions,
+  and 2% of the clean region.
 - `txn`: clean segments holding transactional batches are always rewritten (the marker walk must see them).
 - `tomb`: a clean segment whose tombstones' delete horizon has passed is rewritten, and they go, as in Kafka.
 - `ts`: the timestamp strategy; a clean record newer than the dirty one of its key survives and supersedes it
