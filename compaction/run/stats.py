@@ -30,7 +30,6 @@ def partition_stats(work: PartitionWork, done: PartitionStage) -> dict[str, int]
     known = {i: n for i, n in done.true_dirty.items() if i in done.probes and done.probes[i].readable}
     sizes = {s.segment_id: s.segment_size_bytes for s in work.segments}
     kept = {s.segment_id for s in done.kept}
-    scanned_bytes = sum(sizes.get(i, 0) for i in {*done.true_dirty, *_scanned(work, done)})
     filter_bytes = sum(p.filter_bytes for p in done.probes.values())
     stats |= {
         "invalid_versions": done.scan.invalid_versions,
@@ -49,26 +48,19 @@ def partition_stats(work: PartitionWork, done: PartitionStage) -> dict[str, int]
         "bloom_key_absent_tests": sum(done.dirty_keys - n for n in known.values()) + done.dirty_keys * len(kept),
         "chunks": done.chunk_count,
         "rewrite_tasks": done.rewrite_tasks,
-        "segments_scanned": done.scan.segments_scanned,
+        "segments_scanned": len(done.scan.scanned),
         "segments_cached": len(done.scan.cached),
         "cache_hits": done.cache_hits,
         "peak_temp_bytes": done.peak_temp_bytes,
         "disk_budget_bytes": int(work.task.disk_budget_bytes or 0),
         "scan_task_ms": done.scan.scan_task_ms,
-        "needed_bytes": scanned_bytes + filter_bytes,
+        "needed_bytes": sum(done.scan.scanned.values()) + filter_bytes,
         "store_gets": done.requests.gets,
         "store_puts": done.requests.puts,
         "store_bytes_read": done.requests.bytes_read,
         "store_bytes_written": done.requests.bytes_written,
     }
     return stats
-
-
-def _scanned(work: PartitionWork, done: PartitionStage) -> set[str]:
-    """Segments the first scan read: dirty ones, and clean ones without a filter."""
-    built = set(done.scan.filters_built)
-    clean = {s.segment_id for s in work.clean}
-    return {s.segment_id for s in work.segments if s.segment_id not in clean} | built
 
 
 __all__ = ["partition_stats"]

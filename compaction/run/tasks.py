@@ -134,33 +134,31 @@ class PartitionWork:
         """The segments the filter test may keep unread (none when skipping is off)."""
         return clean_segments(self.segments, self.first_dirty_offset) if self.skipping else []
 
-    def scans(self, cache: bool = False) -> list[SegmentScanTask]:
+    def scans(self) -> list[SegmentScanTask]:
         """What the first Spark scan reads: dirty segments, and clean ones without a filter (building it).
-
-        Dirty segments are always rewritten, so with `cache` their bytes are kept for the rewrite; a clean
-        one may yet be kept unread by its new filter, so it is not cached."""
+        Whether the scan keeps their bytes for the rewrite is the run's decision (its disk budget)."""
         clean = {s.segment_id for s in self.clean}
         out = []
         for s in self.segments:
             log = s.object_key(ObjectSuffix.LOG) or ""
             if s.segment_id not in clean:
                 out.append(SegmentScanTask(*self.tp, s.segment_id, log, s.start_offset, True,
-                                           size=s.segment_size_bytes, cache=cache))
+                                           size=s.segment_size_bytes))
             elif s.object_key(ObjectSuffix.BLOOM) is None:
                 out.append(SegmentScanTask(*self.tp, s.segment_id, log, s.start_offset, False, filter_key(log),
                                            size=s.segment_size_bytes))
         return out
 
-    def rescans(self, kept: Set[str], scanned: Set[str], cache: bool = False) -> list[SegmentScanTask]:
+    def rescans(self, kept: Set[str], scanned: Set[str]) -> list[SegmentScanTask]:
         """The clean segments to rewrite that the first scan did not read: their filters said they may hold a
-        dirty key (or could not say). Scanned now, so that every winner is known before any chunk is rewritten,
-        and cached for the rewrite: each is still fetched once."""
+        dirty key (or could not say). Scanned now, so that every winner is known before any chunk is rewritten
+        (and, the budget allowing, cached for the rewrite: each is still fetched once)."""
         out = []
         for s in self.clean:
             if s.segment_id not in kept and s.segment_id not in scanned:
                 log = s.object_key(ObjectSuffix.LOG) or ""
                 out.append(SegmentScanTask(*self.tp, s.segment_id, log, s.start_offset, False,
-                                           size=s.segment_size_bytes, cache=cache))
+                                           size=s.segment_size_bytes))
         return out
 
     def reshaped(self, kept: Set[str]) -> PartitionTask:

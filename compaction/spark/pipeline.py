@@ -57,15 +57,17 @@ class PartitionStage:
     scan: PartitionScan = field(default_factory=PartitionScan)
     dirty_keys: int = 0
     keys: int = 0  # distinct keys among the scanned segments
-    rewrite_tasks: int = 0
     chunk_count: int = 0
     peak_temp_bytes: int = 0
     cache_hits: int = 0
-    cached: bool = False  # the scan kept segments for the rewrite (`compaction.rewrite.cache`)
     requests: StoreStats = field(default_factory=StoreStats)  # scan + filters + rewrite
-    rewrite_task_ids: set[int] = field(default_factory=set)
+    rewrite_task_ids: set[int] = field(default_factory=set)  # the Spark tasks (slots) that rewrote its chunks
     true_dirty: dict[str, int] = field(default_factory=dict)  # rescanned clean segment id -> dirty keys it holds
     error: KcompactError | None = None
+
+    @property
+    def rewrite_tasks(self) -> int:
+        return len(self.rewrite_task_ids)
 
     def fail(self, error: KcompactError) -> None:
         self.error = self.error or error
@@ -101,7 +103,7 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
     )
     largest = max((g.size for w in works for g in w.task.groups), default=0)
     concurrency = concurrent_chunks(parallelism, largest, works[0].task.disk_budget_bytes)
-    first = _cached([w.scans() for w in works], works, concurrency)
+    first = _cached([w.scans() for w in works], largest, concurrency, works[0].task.disk_budget_bytes)
     tracker = spark.sparkContext.accumulator({}, ScanTracker())
     keys = best_per_key(scan_rows(spark, settings, [s for part in first for s in part], tps, tracker),
                         settings.by_offset)
@@ -122,21 +124,21 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
         _decide(live, stages, outcome, tps)
         scanned = {s.segment_id for part in first for s in part}
         wanted = [w.rescans({k.segment_id for k in stages[w.tp].kept}, scanned) for w in live]
-        rescans = [s for part in _cached(wanted, live, concurrency, [s for p in first for s in p]) for s in part]
+        rescans = [s for part in _cached(wanted, largest, concurrency, works[0].task.disk_budget_bytes,
+                                         [s for p in first for s in p]) for s in part]
         winners = keys
         if rescans:
             again = spark.sparkContext.accumulator({}, ScanTracker())
             more = scan_rows(spark, replace(settings, with_segment=True), rescans, tps, again).persist(
                 StorageLevel.MEMORY_AND_DISK)
             persisted.append(more)
-            _count_true_positives(works, stages, more, keys, rescans)
+            _count_true_positives(works, stages, more, keys, rescans)  # runs the rescan
+            _collect_scans(works, stages, again.value)  # a partition whose rescan failed is not rewritten
             winners = best_per_key(keys.unionByName(more.drop("seg")), settings.by_offset)
         map_seconds = time.monotonic() - started
         units = _units(live, stages, tps)
         slots = rewrite_slots(units, concurrency, parallelism)
         outcomes = _rewrite(spark, spec, winners, slots) if units else []
-        if rescans:
-            _collect_scans(works, stages, again.value)
     finally:
         for frame in persisted:
             frame.unpersist()
@@ -145,16 +147,12 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
     return StageResult(stages, map_seconds, time.monotonic() - started - map_seconds)
 
 
-def _cached(scans: Sequence[list[SegmentScanTask]], works: Sequence[PartitionWork], concurrency: int,
+def _cached(scans: Sequence[list[SegmentScanTask]], largest: int, concurrency: int, budget: int | None,
             before: Sequence[SegmentScanTask] = ()) -> list[list[SegmentScanTask]]:
     """`scans` (per work) set to keep their bytes for the rewrite, when they, what `before` already cached and the
-    chunks rewritten at once (`concurrency` of the largest) all fit the run's disk budget; else none is cached."""
-    if not works:
-        return [list(s) for s in scans]
-    largest = max((g.size for w in works for g in w.task.groups), default=0)
+    chunks rewritten at once (`concurrency` of the `largest`) all fit the run's disk `budget`; else none is."""
     total = sum(s.size for part in scans for s in part) + sum(s.size for s in before if s.cache)
-    fits = (not before or any(s.cache for s in before)) and cache_fits(total, largest, concurrency,
-                                                                       works[0].task.disk_budget_bytes)
+    fits = (not before or any(s.cache for s in before)) and cache_fits(total, largest, concurrency, budget)
     return [[replace(s, cache=fits) for s in part] for part in scans]
 
 
@@ -276,7 +274,6 @@ def _collect_rewrites(works: Sequence[PartitionWork], stages: Mapping[TP, Partit
                       outcomes: Sequence[UnitOutcome]) -> None:
     for o in outcomes:
         stage = stages[works[o.tp].tp]
-        stage.rewrite_tasks = len({*stage.rewrite_task_ids, o.task_id})
         stage.rewrite_task_ids.add(o.task_id)
         if o.error is not None:
             stage.fail(o.error)
@@ -290,7 +287,6 @@ def _collect_rewrites(works: Sequence[PartitionWork], stages: Mapping[TP, Partit
         stage.requests = stage.requests + o.rewrite.requests
     for stage in stages.values():
         stage.chunks.sort(key=lambda c: c.group_id)
-        stage.cached = bool(stage.scan.cached)
         stage.peak_temp_bytes += sum(stage.scan.cached.values())  # the run's cache held while chunks ran
 
 

@@ -103,8 +103,8 @@ class PartitionScan:
     error: KcompactError | None = None
     filters_built: dict[str, str] = field(default_factory=dict)  # segment id -> new .bloom key
     events: dict[str, tuple[TxnEvent, ...]] = field(default_factory=dict)  # segment id -> marker-walk batches
+    scanned: dict[str, int] = field(default_factory=dict)  # segment id -> bytes fetched and scanned
     cached: dict[str, int] = field(default_factory=dict)  # segment id -> bytes left in the run's cache
-    segments_scanned: int = 0
     invalid_versions: int = 0
     scan_task_ms: int = 0
     requests: StoreStats = field(default_factory=StoreStats)
@@ -113,8 +113,8 @@ class PartitionScan:
         self.error = self.error or other.error
         self.filters_built.update(other.filters_built)
         self.events.update(other.events)
+        self.scanned.update(other.scanned)
         self.cached.update(other.cached)
-        self.segments_scanned += other.segments_scanned
         self.invalid_versions += other.invalid_versions
         self.scan_task_ms += other.scan_task_ms
         self.requests = self.requests + other.requests
@@ -153,10 +153,11 @@ def _scanner(settings: ScanSettings, tracker: Accumulator) -> Callable[[Iterator
                 tp, sid, key = d["tp"], d["segment_id"], d["log_key"]
                 strategy, header = settings.strategies[tp]
                 before, started = replace(store.stats), time.monotonic()
-                report = PartitionScan(segments_scanned=1)
+                report = PartitionScan()
                 try:
                     cached = d["cache"] and cache is not None
                     data = cache.fetch(store, key, sid) if cached and cache is not None else store.get(key)
+                    report.scanned[sid] = len(data)
                     if cached:
                         report.cached[sid] = len(data)
                     segment = scan_segment(data, obj=store.object_uri(key), header_key=header)

@@ -1,7 +1,8 @@
 """The spark-submit entry points run as scripts, with the venv's python, and exit with kcompact's codes.
 
-plan and verify need no Spark, so they run here as plain subprocesses; compact shares the CLI's code path
-(`tests/spark/test_verify.py` runs it in-process on the shared session).
+They run here as plain subprocesses (verify starts its own local Spark session there, as spark-submit would
+give it one); compact shares the CLI's code path (`tests/spark/test_verify.py` runs it in-process on the shared
+session).
 """
 
 from __future__ import annotations
