@@ -26,6 +26,7 @@ from __future__ import annotations
 import gc
 import mmap
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -179,7 +180,7 @@ def _inputs(store: ObjectStore, group: GroupTask, tmp: Path, out: PartitionRewri
         yield inputs
     finally:
         inputs = []
-        _release(views, maps)
+        _release(views, maps, failing=sys.exc_info()[1] is not None)
         for path in files:
             path.unlink(missing_ok=True)
 
@@ -188,8 +189,12 @@ def _used(directory: Path) -> int:
     return sum(e.stat().st_size for e in os.scandir(directory) if e.is_file())
 
 
-def _release(views: list[memoryview], maps: list[mmap.mmap]) -> None:
-    """Unmap the inputs: a deleted file keeps its disk space while a mapping of it lives."""
+def _release(views: list[memoryview], maps: list[mmap.mmap], *, failing: bool = False) -> None:
+    """Unmap the inputs: a deleted file keeps its disk space while a mapping of it lives.
+
+    While the chunk is `failing`, the error's traceback may still hold a slice of an input: the mapping then
+    goes with the traceback, and the chunk's own error (a corrupt input, say) is what the task reports, not a
+    BufferError from cleaning up after it."""
     for attempt in range(2):
         try:
             for v in views:
@@ -198,8 +203,10 @@ def _release(views: list[memoryview], maps: list[mmap.mmap]) -> None:
                 m.close()
             return
         except BufferError:  # a slice of an input outlived the rewrite: collect it, then retry once
-            if attempt:
+            if attempt and not failing:
                 raise
+            if attempt:
+                return
             gc.collect()
 
 

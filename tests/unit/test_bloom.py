@@ -38,7 +38,7 @@ from compaction.bloom.filter import (
 from compaction.bloom.hashing import key_hashes, reference_hash
 from compaction.bloom.segment import filter_key, read_filter, segment_facts, segment_filter
 from compaction.bloom.skipping import Verdict, merge_small, regroup_around, verdict
-from compaction.errors import MetadataInvariantError
+from compaction.errors import CorruptInputError, MetadataInvariantError
 from compaction.format.batch import Header, Record, build_batch, encode_batch
 from compaction.format.checkpoints import EpochEntry
 from compaction.format.control import ControlType, end_txn_marker
@@ -317,6 +317,21 @@ def test_a_chunk_above_the_budget_is_refused_before_any_download(tmp_path: Path)
     with pytest.raises(DiskBudgetError, match=f"raise --disk-budget-bytes to at least {biggest} "):
         rewrite_groups(store, task, task.groups, winners)
     assert store.stats.gets == 0 and store.stats.puts == 0
+
+
+def test_a_corrupt_input_found_by_the_rewrite_is_reported_as_such(tmp_path: Path) -> None:
+    """The chunk's inputs are memory-mapped: cleaning up after a failing chunk must not replace its error (a
+    CorruptInputError, which quarantines the partition) with a BufferError from a slice the traceback holds."""
+    task, winners = partition_task(tmp_path / "store", [2000] * 2, budget=None)
+    store = open_store(str(tmp_path / "store"))
+    key = task.groups[0].inputs[1].keys["log"]
+    path = tmp_path / "store" / key
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF  # a record byte of the last batch: its CRC no longer matches
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptInputError, match="CRC"):
+        rewrite_groups(store, task, task.groups, winners)
+    assert not list((tmp_path / "store").glob("**/kcompact-rewrite-*")), "the chunk's files are gone"
 
 
 # --- the metadata change that records a lazily built filter ------------------------------------------------
