@@ -79,6 +79,7 @@ class TopicConfig:
     max_compaction_lag_ms: int = LONG_MAX
     delete_retention_ms: int = 86_400_000
     segment_bytes: int = 1_073_741_824
+    segment_ms: int = 604_800_000
     segment_index_bytes: int = 10_485_760
     index_interval_bytes: int = 4096
     compaction_strategy: CompactionStrategy = CompactionStrategy.OFFSET
@@ -269,6 +270,7 @@ KEYS: Mapping[str, _Key] = MappingProxyType(
             _Key("max.compaction.lag.ms", "max_compaction_lag_ms", _long, 1, LONG_MAX),
             _Key("delete.retention.ms", "delete_retention_ms", _long, 0, LONG_MAX),
             _Key("segment.bytes", "segment_bytes", _int, 14, INT_MAX),
+            _Key("segment.ms", "segment_ms", _long, 1, LONG_MAX),
             _Key("segment.index.bytes", "segment_index_bytes", _int, 4, INT_MAX),
             _Key("index.interval.bytes", "index_interval_bytes", _int, 0, INT_MAX),
             _Key("compaction.strategy", "compaction_strategy", _strategy),

@@ -8,7 +8,12 @@ so both answer the same question the same way:
 - read_committed drops records of aborted transactions, identified as the consumer does, from the
   aborted-transaction index: a transactional batch of producer P whose offsets fall within an
   AbortedTxn(P, firstOffset .. lastOffset = the ABORT marker) is skipped. Transactions still open at the
-  end of the tier (no marker yet) are not returned either, since a read_committed consumer stops at the LSO.
+  end of the log (no marker yet) are not returned either, since a read_committed consumer stops at the LSO.
+
+The log is the partition's live segments, then its WAL tail (`compaction.wal`): a slice of a combined
+object is read with a ranged GET of just its bytes, and since the WAL has no transaction index, its
+aborted transactions are found from the markers in it, carrying the transactions still open at the end of
+the tier; a transaction that starts in the tier and ends in the WAL is aborted or committed there.
 """
 
 from __future__ import annotations
@@ -19,12 +24,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from compaction.errors import ConfigError, CorruptInputError, CorruptMetadataError
+from compaction.errors import ConfigError, CorruptInputError, CorruptMetadataError, TruncatedSegmentError
 from compaction.format.batch import Record, RecordBatch
+from compaction.format.control import ControlType, parse_control_record
 from compaction.format.indexes import AbortedTxn, offset_index_lookup, read_offset_index, read_txn_index
 from compaction.format.segment import iter_batches
-from compaction.metadata import ObjectSuffix, SegmentMetadata
+from compaction.metadata import ObjectSuffix, SegmentMetadata, TopicPartition
 from compaction.storage.base import ObjectStore
+from compaction.wal.log import WalSlice
+from compaction.wal.view import store_log
 
 
 class Isolation(StrEnum):
@@ -41,13 +49,20 @@ class Isolation(StrEnum):
 
 @dataclass(frozen=True)
 class SegmentRef:
-    """The small picklable description of one live segment that a reader (or a Spark task) needs."""
+    """The small picklable description of one piece of the log a reader (or a Spark task) needs.
+
+    A live segment, or (`wal=True`) the slice `[start_position, end_position)` of a combined object, of which
+    offsets `start_offset..end_offset` are part of the log.
+    """
 
     start_offset: int
     end_offset: int
     log_key: str
     txn_index_key: str | None
     offset_index_key: str | None = None
+    wal: bool = False
+    start_position: int = 0
+    end_position: int | None = None
 
 
 def segment_ref(segment: SegmentMetadata) -> SegmentRef:
@@ -59,8 +74,34 @@ def segment_ref(segment: SegmentMetadata) -> SegmentRef:
                       segment.object_key(ObjectSuffix.OFFSET_INDEX))
 
 
+def wal_ref(s: WalSlice) -> SegmentRef:
+    """The reader's view of a WAL slice."""
+    e = s.entry
+    return SegmentRef(s.first_offset, s.last_offset, s.object_key, None, None, True, e.start_position, e.end_position)
+
+
+def log_refs(store: ObjectStore, topic: str, partition: int, version: int | None = None) -> list[SegmentRef]:
+    """The partition's whole log: its live segments (at metadata `version`, default latest), then its WAL tail.
+
+    With `version`, the WAL continues from that version's tier end as far as the WAL still holds the data.
+    """
+    view = store_log(store, metadata_version=version)
+    p = view.snapshot.partitions.get(TopicPartition(topic, partition)) if view.snapshot is not None else None
+    tier = [segment_ref(s) for s in p.live_segments] if p is not None else []
+    return tier + [wal_ref(s) for s in view.partition(topic, partition).slices]
+
+
 def aborted_ranges(store: ObjectStore, segments: Sequence[SegmentRef]) -> dict[int, list[tuple[int, int]]]:
-    """producerId -> [(firstOffset, lastOffset)] of every aborted transaction in the tier, deduplicated."""
+    """producerId -> [(firstOffset, lastOffset)] of every aborted transaction in the log, deduplicated.
+
+    From the tier's transaction indexes, and for WAL slices from their markers (`wal_transactions`).
+    """
+    if any(seg.wal for seg in segments):
+        return log_transactions(store, segments)[0]
+    return _indexed_aborts(store, segments)
+
+
+def _indexed_aborts(store: ObjectStore, segments: Sequence[SegmentRef]) -> dict[int, list[tuple[int, int]]]:
     seen: dict[tuple[int, int], AbortedTxn] = {}
     for seg in segments:
         if seg.txn_index_key is None:
@@ -108,9 +149,12 @@ def segment_records(
     """
     uri = store.object_uri(seg.log_key)
     data, position = _segment_tail(store, seg, from_offset)
+    low = max(from_offset, seg.start_offset) if seg.wal else from_offset
     try:
         for _pos, batch in iter_batches(data, obj=uri):
-            if batch.is_control or batch.last_offset < from_offset:
+            if batch.base_offset > seg.end_offset:
+                break
+            if batch.is_control or batch.last_offset < low:
                 continue
             if isolation is Isolation.READ_COMMITTED and batch.is_transactional:
                 if _is_aborted(batch, aborted or {}):
@@ -118,13 +162,29 @@ def segment_records(
                 first_open = (unstable_from or {}).get(batch.producer_id)
                 if first_open is not None and batch.base_offset >= first_open:
                     continue
-            yield from (r for r in batch.records if r.offset >= from_offset)
+            yield from (r for r in batch.records if low <= r.offset <= seg.end_offset)
     except CorruptInputError as exc:  # positions in the fetched tail -> positions in the object
         raise exc.located(uri, position) from None
 
 
+def slice_bytes(store: ObjectStore, seg: SegmentRef) -> bytes:
+    """The bytes of a WAL slice (one ranged GET); a short object is a TruncatedSegmentError at its end."""
+    assert seg.end_position is not None
+    data = store.get(seg.log_key, seg.start_position, seg.end_position)
+    if len(data) < seg.end_position - seg.start_position:
+        raise TruncatedSegmentError(
+            f"combined object ends inside the entry [{seg.start_position}, {seg.end_position}) of offsets "
+            f"{seg.start_offset}..{seg.end_offset}: {seg.end_position - seg.start_position - len(data)} bytes missing",
+            obj=store.object_uri(seg.log_key),
+            position=seg.start_position + len(data),
+        )
+    return data
+
+
 def _segment_tail(store: ObjectStore, seg: SegmentRef, from_offset: int) -> tuple[bytes, int]:
     """(bytes, their position in the object): from the batch of `from_offset`'s offset index entry on."""
+    if seg.wal:
+        return slice_bytes(store, seg), seg.start_position
     if from_offset <= seg.start_offset or seg.offset_index_key is None:
         return store.get(seg.log_key), 0
     index = store.get(seg.offset_index_key)
@@ -134,14 +194,51 @@ def _segment_tail(store: ObjectStore, seg: SegmentRef, from_offset: int) -> tupl
 
 
 def unstable_transactions(store: ObjectStore, segments: Sequence[SegmentRef]) -> dict[int, int]:
-    """Transactions with data in the tier but no marker yet (read_committed stops at them)."""
+    """Transactions with data in the log but no marker yet (read_committed stops at them)."""
+    if any(seg.wal for seg in segments):
+        return log_transactions(store, segments)[1]
+    return open_transactions(_tier_batches(store, segments))
 
-    def batches() -> Iterator[RecordBatch]:
-        for seg in segments:
-            for _pos, batch in iter_batches(store.get(seg.log_key), obj=store.object_uri(seg.log_key)):
-                yield batch
 
-    return open_transactions(batches())
+def _tier_batches(store: ObjectStore, segments: Iterable[SegmentRef]) -> Iterator[RecordBatch]:
+    for seg in segments:
+        for _pos, batch in iter_batches(store.get(seg.log_key), obj=store.object_uri(seg.log_key)):
+            yield batch
+
+
+def _is_abort(record: Record) -> bool:
+    return parse_control_record(record).type is ControlType.ABORT
+
+
+def log_transactions(
+    store: ObjectStore, segments: Sequence[SegmentRef]
+) -> tuple[dict[int, list[tuple[int, int]]], dict[int, int]]:
+    """(aborted ranges, still-open transactions) of a log of tier segments followed by WAL slices.
+
+    The tier's come from its indexes and a replay; the WAL's from its markers, carrying what is open at the
+    tier's end: an ABORT of producer P aborts P's transaction from its first offset (maybe in the tier) to it.
+    """
+    tier = [s for s in segments if not s.wal]
+    aborted = _indexed_aborts(store, tier)
+    open_txns = open_transactions(_tier_batches(store, tier))
+    for seg in sorted((s for s in segments if s.wal), key=lambda s: s.start_offset):
+        uri = store.object_uri(seg.log_key)
+        data = slice_bytes(store, seg)
+        try:
+            for _pos, batch in iter_batches(data, obj=uri):
+                if batch.base_offset > seg.end_offset:
+                    break
+                if batch.last_offset < seg.start_offset or not batch.is_transactional:
+                    continue
+                if not batch.is_control:
+                    open_txns.setdefault(batch.producer_id, batch.base_offset)
+                    continue
+                first = open_txns.pop(batch.producer_id, None)
+                if first is not None and batch.records and _is_abort(batch.records[0]):
+                    aborted.setdefault(batch.producer_id, []).append((first, batch.base_offset))
+        except CorruptInputError as exc:
+            raise exc.located(uri, seg.start_position) from None
+    return aborted, open_txns
 
 
 def record_json(record: Record) -> dict[str, Any]:
@@ -170,8 +267,7 @@ def consumer_records(
     aborted: dict[int, list[tuple[int, int]]] = {}
     unstable: dict[int, int] = {}
     if isolation is Isolation.READ_COMMITTED:
-        aborted = aborted_ranges(store, segments)
-        unstable = unstable_transactions(store, segments)
+        aborted, unstable = log_transactions(store, segments)
     for seg in sorted(segments, key=lambda s: s.start_offset):
         if seg.end_offset < from_offset:
             continue

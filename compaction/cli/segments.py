@@ -15,11 +15,14 @@ VERSION_HELP = "metadata table version to read (time travel)"
 SEGMENTS_HELP = "list the live remote segments of a partition"
 SEGMENTS_DESCRIPTION = """
 The live (COPY_SEGMENT_FINISHED) segments of a partition according to the metadata table, with start and end
-offsets, size, state, leader epochs and the URI of the .log object.
+offsets, size, state, leader epochs and the URI of the .log object. Tiered segments only: the WAL tail is listed
+by `kcompact wal list`.
 """
 READ_HELP = "print what a consumer of a partition would receive, as JSON lines"
 READ_DESCRIPTION = """
-Read a partition from its live remote segments in offset order, as a consumer would: one JSON object per record,
+Read a partition from its live remote segments and then its WAL tail (combined objects uploaded by `kcompact wal
+upload`, read with ranged GETs of just the partition's bytes) in offset order, as a consumer would: one JSON object
+per record,
 {offset, timestamp, key, value, headers: [{key, value}]}, with key, value and header values base64-encoded (null
 stays null). Control records are not emitted. read_committed also drops records of aborted (and still open)
 transactions.
@@ -72,12 +75,10 @@ def _segment_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def run_read(args: argparse.Namespace) -> int:
-    from compaction.metadata import table_in_store
-    from compaction.reader import Isolation, consumer_records, record_json, segment_ref
+    from compaction.reader import Isolation, consumer_records, log_refs, record_json
 
     store = options.open_store(args)
-    segments = table_in_store(store).live_segments(args.topic, args.partition, args.version)
-    refs = [segment_ref(s) for s in segments]
+    refs = log_refs(store, args.topic, args.partition, args.version)
     out = sys.stdout
     for record in consumer_records(store, refs, from_offset=args.from_offset,
                                    isolation=Isolation.parse(args.isolation)):

@@ -14,20 +14,19 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
+    BooleanType,
     LongType,
     StringType,
     StructField,
     StructType,
 )
 
-from compaction.metadata import table_in_store
 from compaction.reader import (
     Isolation,
     SegmentRef,
-    aborted_ranges,
+    log_refs,
+    log_transactions,
     segment_records,
-    segment_ref,
-    unstable_transactions,
 )
 from compaction.storage.base import ObjectStore, StoreSpec
 
@@ -64,6 +63,9 @@ _DESCRIPTOR = StructType(
         StructField("log_key", StringType(), False),
         StructField("txn_index_key", StringType(), True),
         StructField("offset_index_key", StringType(), True),
+        StructField("wal", BooleanType(), False),
+        StructField("start_position", LongType(), False),
+        StructField("end_position", LongType(), True),
     ]
 )
 
@@ -79,8 +81,7 @@ def _decoder(
         store = spec.open()
         for descriptors in batches:
             for d in descriptors.to_pylist():
-                ref = SegmentRef(d["start_offset"], d["end_offset"], d["log_key"], d["txn_index_key"],
-                                 d["offset_index_key"])
+                ref = SegmentRef(**d)
                 records = list(segment_records(store, ref, from_offset=from_offset, isolation=isolation,
                                                aborted=aborted, unstable_from=unstable))
                 yield pa.RecordBatch.from_pydict(
@@ -110,17 +111,17 @@ def read_partition(
     """What a consumer of `topic`-`partition` would receive, in offset order, as a DataFrame.
 
     Columns: offset, timestamp, key (binary), value (binary), headers (array<struct<key, value>>). Reads the
-    live segments at metadata table `version` (default: the latest). Idempotent; reads only.
+    live segments at metadata table `version` (default: the latest), then the WAL tail (`compaction.wal`), one
+    task per segment or WAL slice. Idempotent; reads only.
     """
     level = Isolation.parse(isolation)
-    refs = [segment_ref(s) for s in table_in_store(store).live_segments(topic, partition, version)]
-    refs = [r for r in refs if r.end_offset >= from_offset]
+    refs = [r for r in log_refs(store, topic, partition, version) if r.end_offset >= from_offset]
     aborted: dict[int, list[tuple[int, int]]] = {}
     unstable: dict[int, int] = {}
     if level is Isolation.READ_COMMITTED:
-        aborted = aborted_ranges(store, refs)
-        unstable = unstable_transactions(store, refs)
-    rows = [(r.start_offset, r.end_offset, r.log_key, r.txn_index_key, r.offset_index_key) for r in refs]
+        aborted, unstable = log_transactions(store, refs)
+    rows = [(r.start_offset, r.end_offset, r.log_key, r.txn_index_key, r.offset_index_key, r.wal, r.start_position,
+             r.end_position) for r in refs]
     descriptors = spark.createDataFrame(rows, _DESCRIPTOR).repartition(max(1, len(rows)), "start_offset")
     decoded = descriptors.mapInArrow(_decoder(store.spec, from_offset, level, aborted, unstable), RECORD_STRUCT)
     return decoded.orderBy("offset")

@@ -34,6 +34,7 @@ KAFKA_DEFAULTS: dict[str, Any] = {
     "max.compaction.lag.ms": 9223372036854775807,
     "delete.retention.ms": 86400000,
     "segment.bytes": 1073741824,
+    "segment.ms": 604800000,
     "segment.index.bytes": 10485760,
     "index.interval.bytes": 4096,
     "compaction.strategy": "offset",

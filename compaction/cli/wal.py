@@ -1,0 +1,121 @@
+"""`kcompact wal upload | list | roll`: the active-segment data of a log dir in combined objects (KIP-1176)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from compaction.cli import options
+from compaction.errors import ExitCode
+
+WAL_HELP = "the recent (active-segment) log in combined objects: upload, list, roll into segments"
+WAL_DESCRIPTION = """
+The store holds the whole log: tiered segments, and above them the recent data that brokers upload every few
+milliseconds as combined objects (KIP-1176), each holding whole record batches of many partitions. `upload` writes
+them from a log dir, `list` shows them, `roll` turns them into tiered segments, `kcompact read` reads across both,
+and `kcompact gc` deletes an object once tiered segments cover it (or a newer leader epoch truncated it).
+"""
+UPLOAD_HELP = "upload every batch above what the store holds, from rolled and active segments, in combined objects"
+UPLOAD_DESCRIPTION = """
+For each <topic>-<partition> of the log dir, upload every batch above the store's log (its tiered end and its WAL
+end), packing slices of many partitions into combined objects of at most --max-object-bytes (a bigger batch gets an
+object of its own), at batch and leader-epoch boundaries. Each group of objects is recorded COPY_SEGMENT_STARTED in
+the WAL table (<store>/_kcompact_wal), written under fresh ids, then recorded COPY_SEGMENT_FINISHED: a crash leaves
+nothing visible, and a rerun uploads what is missing. A log dir whose leader epochs diverged from the store's (a
+newer epoch starting at an offset the store holds under an older one) uploads from the divergence point; one whose
+latest epoch is older than the store's (a deposed leader) uploads nothing for that partition (exit 4).
+"""
+LIST_HELP = "list the combined objects and their entries"
+LIST_DESCRIPTION = """
+One item per combined object: object_id, uri, size, state, broker_id, created_ms and its entries (topic, partition,
+start_offset, end_offset, leader_epoch, start_position, end_position). --topic / --partition keep the objects with an
+entry of that topic (partition) and only those entries.
+"""
+
+
+def register(sub: options.Subcommands) -> None:
+    p = sub.add_parser("wal", help=WAL_HELP, description=WAL_DESCRIPTION)
+    wal = p.add_subparsers(dest="wal_command", required=True, metavar="WAL_COMMAND")
+
+    up = options.add_command(wal, "upload", run_upload, UPLOAD_HELP, UPLOAD_DESCRIPTION)
+    up.add_argument("--logdir", required=True, type=Path, help="a Kafka log dir (one sub-directory per partition)")
+    options.add_store_options(up)
+    up.add_argument("--broker-id", type=int, default=0, help="the broker whose log dir this is (default: 0)")
+    up.add_argument("--max-object-bytes", type=_positive, default=4 * 1024 * 1024,
+                    help="largest combined object (default: 4 MiB)")
+    options.add_now_option(up)
+    up.add_argument("--dry-run", action="store_true", help="say what would be uploaded; write nothing")
+    options.add_json_option(up, "print a machine-readable report")
+
+    ls = options.add_command(wal, "list", run_list, LIST_HELP, LIST_DESCRIPTION)
+    options.add_store_options(ls)
+    ls.add_argument("--topic", default=None)
+    ls.add_argument("--partition", type=int, default=None)
+    options.add_json_option(ls, "print JSON")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    return value
+
+
+def run_upload(args: argparse.Namespace) -> int:
+    from compaction.wal.upload import upload_logdir
+
+    clock = options.now_ms(args)
+    store = options.open_store(args)
+    report = upload_logdir(args.logdir, store, clock, broker_id=args.broker_id, max_object_bytes=args.max_object_bytes,
+                           dry_run=args.dry_run, progress=lambda line: print(line, file=sys.stderr))
+    doc = {"store": store.uri, "dry_run": args.dry_run, **report.to_dict(), "requests": vars(store.stats)}
+    lines = [_upload_line(p.to_dict()) for p in report.partitions]
+    verb = "would upload" if args.dry_run else "uploaded"
+    total = sum(p.bytes for p in report.partitions if p.status == "uploaded")
+    lines.append(f"{verb} {total / 2**20:.2f} MiB of {len(report.partitions)} partitions in {len(report.objects)} "
+                 f"combined objects into {store.uri} ({store.stats.puts} PUTs)")
+    options.print_result(args.json, doc, lines)
+    return report.exit_code
+
+
+def _upload_line(p: dict[str, Any]) -> str:
+    where = f"{p['topic']}-{p['partition']}"
+    if p["error"]:
+        return f"{where}: {p['status'].upper()} ({p['error_type']}): {p['error']}"
+    if p["status"] == "up_to_date":
+        return f"{where}: up to date"
+    diverged = f" (diverged from the store at {p['diverged_at']})" if p["diverged_at"] is not None else ""
+    tail = f", {p['incomplete_tail_bytes']} bytes of a batch in progress left" if p["incomplete_tail_bytes"] else ""
+    return f"{where}: offsets {p['from_offset']}..{p['end_offset'] - 1}, {p['batches']} batches{diverged}{tail}"
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from compaction.wal.table import WalTable
+
+    store = options.open_store(args)
+    items = []
+    for o in WalTable.in_store(store).objects():
+        doc = o.to_dict(store.object_uri(o.key))
+        doc["entries"] = [e for e in doc["entries"] if _wanted(e, args)]
+        if doc["entries"] or (args.topic is None and args.partition is None):
+            items.append(doc)
+    options.print_result(args.json, items, _list_lines(items))
+    return ExitCode.OK
+
+
+def _wanted(entry: dict[str, Any], args: argparse.Namespace) -> bool:
+    return (args.topic is None or entry["topic"] == args.topic) and (
+        args.partition is None or entry["partition"] == args.partition)
+
+
+def _list_lines(items: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for o in items:
+        lines.append(f"{o['object_id']}  {o['state']:<23} {o['size']:>10} bytes  broker {o['broker_id']}  "
+                     f"created {o['created_ms']}  {o['uri']}")
+        for e in o["entries"]:
+            lines.append(f"    {e['topic']}-{e['partition']}  offsets {e['start_offset']}..{e['end_offset']}  "
+                         f"epoch {e['leader_epoch']}  bytes [{e['start_position']}, {e['end_position']})")
+    return [*lines, f"{len(items)} combined objects"]

@@ -1,0 +1,181 @@
+"""The WAL metadata table: reads, and the commits of the combined objects' lifecycle.
+
+- `record_started` appends an object's rows in COPY_SEGMENT_STARTED (a blind append is safe here: the
+  object id is new, so no other writer can hold rows of it).
+- `change_state` moves objects to a new state with one Delta commit that rewrites exactly their rows
+  (`write_deltalake(..., mode="overwrite", predicate="object_id IN (...)")`). It checks the objects' current
+  states against the allowed KIP-405 transitions first, and delta-rs refuses the commit if another commit
+  rewrote any of those rows after the version it read (tested in tests/integration/test_wal_table.py),
+  so an uploader's FINISHED and gc's DELETE_SEGMENT_STARTED of one object can never both land. A refused
+  commit is re-planned from the latest version a bounded number of times.
+
+Like the segment metadata table, `WalTable` holds only a URI and storage options: it pickles and shares.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
+from compaction.errors import (
+    CommitConflictError,
+    MetadataInvariantError,
+    MetadataSchemaError,
+    MetadataTableNotFoundError,
+    TransientStoreError,
+)
+from compaction.metadata.model import SegmentState, check_transition
+from compaction.metadata.table import ObjectStoreLike
+from compaction.wal.model import WAL_SCHEMA, WAL_TABLE_NAME, WalObject, objects_from_rows, objects_to_arrow
+
+
+class WalTable:
+    """The Delta table of combined objects (`compaction.wal.model` documents its columns)."""
+
+    def __init__(self, table_uri: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self._uri = table_uri
+        self._options = dict(storage_options or {})
+
+    @classmethod
+    def in_store(cls, store: ObjectStoreLike, *, create: bool = False) -> WalTable:
+        """The WAL table of `store` (`<store>/_kcompact_wal`); created empty if `create` and missing."""
+        table = cls(store.delta_uri(WAL_TABLE_NAME), store.delta_storage_options())
+        if create:
+            table._create_if_missing()
+        return table
+
+    @property
+    def table_uri(self) -> str:
+        return self._uri
+
+    def exists(self) -> bool:
+        try:
+            self._delta_table()
+        except MetadataTableNotFoundError:
+            return False
+        return True
+
+    def _create_if_missing(self) -> None:
+        if self.exists():
+            self._check_schema(self._delta_table())
+            return
+        with contextlib.suppress(DeltaError):  # lost the race to version 0: the other creator's table is fine
+            DeltaTable.create(
+                self._uri,
+                WAL_SCHEMA,
+                mode="ignore",
+                name=WAL_TABLE_NAME,
+                description="kcompact combined WAL objects (KIP-1176)",
+                storage_options=self._options or None,
+            )
+        self._check_schema(self._delta_table())
+
+    def _delta_table(self) -> DeltaTable:
+        try:
+            return DeltaTable(self._uri, storage_options=self._options or None)
+        except TableNotFoundError as e:
+            raise MetadataTableNotFoundError(f"{self._uri}: no WAL table here ({e})") from e
+
+    def _check_schema(self, dt: DeltaTable) -> None:
+        found = pa.schema(dt.schema().to_arrow())
+        if not found.equals(WAL_SCHEMA):
+            raise MetadataSchemaError(
+                f"{self._uri}: not a kcompact WAL table: expected columns {WAL_SCHEMA.names}, found {found.names}"
+            )
+
+    def version(self) -> int:
+        return int(self._delta_table().version())
+
+    def objects(self, states: Iterable[SegmentState] | None = None) -> list[WalObject]:
+        """Every object (in `states`, if given), oldest first. An absent table holds none."""
+        try:
+            dt = self._delta_table()
+        except MetadataTableNotFoundError:
+            return []
+        return self._objects_of(dt, states)
+
+    @staticmethod
+    def _objects_of(dt: DeltaTable, states: Iterable[SegmentState] | None = None) -> list[WalObject]:
+        rows = dt.to_pyarrow_table()
+        if states is not None:
+            rows = rows.filter(pc.is_in(rows["state"], value_set=_strings(s.value for s in states)))
+        return objects_from_rows(rows.to_pylist())
+
+    def record_started(self, objects: Sequence[WalObject], now_ms: int) -> int:
+        """Append `objects` in COPY_SEGMENT_STARTED (before their bytes are written); returns the version."""
+        started = [replace(o, state=SegmentState.COPY_SEGMENT_STARTED, created_ms=now_ms, event_timestamp_ms=now_ms)
+                   for o in objects]
+        dt = self._delta_table()
+        try:
+            write_deltalake(dt, objects_to_arrow(started), mode="append",
+                            commit_properties=CommitProperties(custom_metadata={"kcompact.wal": "started"}))
+        except (DeltaError, OSError) as e:
+            raise TransientStoreError(f"{self._uri}: recording {len(objects)} WAL objects started failed ({e})") from e
+        return int(dt.version())
+
+    def change_state(
+        self,
+        object_ids: Iterable[str],
+        state: SegmentState,
+        now_ms: int,
+        *,
+        attempts: int = 5,
+    ) -> list[WalObject]:
+        """Move `object_ids` to `state` in one commit; returns the objects as committed.
+
+        Objects already in `state` are left as they are (idempotent). Raises InvalidStateTransitionError
+        for a transition KIP-405 does not allow (e.g. DELETE_SEGMENT_STARTED -> COPY_SEGMENT_FINISHED:
+        gc took the object over), MetadataInvariantError for an unknown id, and CommitConflictError if
+        other commits kept rewriting these rows for `attempts` tries.
+        """
+        wanted = sorted(set(object_ids))
+        if not wanted:
+            return []
+        for attempt in range(1, attempts + 1):
+            dt = self._delta_table()
+            current = {o.object_id: o for o in self._objects_of(dt)}
+            unknown = [i for i in wanted if i not in current]
+            if unknown:
+                raise MetadataInvariantError(f"{self._uri}: unknown WAL object ids {unknown}")
+            for i in wanted:
+                check_transition(i, current[i].state, state)
+            todo = [current[i] for i in wanted if current[i].state is not state]
+            if not todo:
+                return [current[i] for i in wanted]
+            changed = [replace(o, state=state, event_timestamp_ms=now_ms) for o in todo]
+            ids = ", ".join(f"'{o.object_id}'" for o in todo)
+            try:
+                write_deltalake(
+                    dt,
+                    objects_to_arrow(changed),
+                    mode="overwrite",
+                    predicate=f"object_id IN ({ids})",
+                    commit_properties=CommitProperties(custom_metadata={"kcompact.wal": state.value}),
+                )
+            except CommitFailedError as e:
+                if attempt == attempts:
+                    raise CommitConflictError(
+                        f"{self._uri}: WAL objects {[o.object_id for o in todo]} kept being changed by other "
+                        f"commits ({str(e).splitlines()[0]}); rerun"
+                    ) from e
+                time.sleep(0.05 * attempt)
+                continue
+            except (DeltaError, OSError) as e:
+                raise TransientStoreError(f"{self._uri}: WAL state commit failed ({e}); rerun") from e
+            done = {o.object_id: o for o in changed}
+            return [done.get(i, current[i]) for i in wanted]
+        raise AssertionError("unreachable")
+
+    def __repr__(self) -> str:
+        return f"WalTable({self._uri!r})"
+
+
+def _strings(values: Iterable[str]) -> pa.Array:
+    return pa.array(list(values), pa.string())
