@@ -33,6 +33,17 @@ One item per combined object: object_id, uri, size, state, broker_id, created_ms
 start_offset, end_offset, leader_epoch, start_position, end_position). --topic / --partition keep the objects with an
 entry of that topic (partition) and only those entries.
 """
+ROLL_HELP = "turn the WAL above each partition's tier into tiered segments (a Spark job), as Kafka rolls a log"
+ROLL_DESCRIPTION = """
+For each partition with WAL data above its tiered segments, cut the batches into segments as Kafka rolls an active
+segment: a new one when the next batch would pass segment.bytes, or when it is more than segment.ms (for a compacted
+topic min(segment.ms, max.compaction.lag.ms)) newer than the segment's first batch. The last, open segment stays in
+the WAL unless it is full or its first batch is older than that at --now. Every rolled segment is complete (.log,
+offset/time/txn indexes, producer snapshot, leader-epoch checkpoint) and is registered in the metadata table in one
+fenced commit per partition, as compaction commits are: reruns are safe and concurrent runs commit once. Compaction,
+verify, read and gc then treat rolled segments like any other. A partition whose WAL object is missing, truncated or
+corrupt fails alone (exit 3, naming the object and byte position); the others roll.
+"""
 
 
 def register(sub: options.Subcommands) -> None:
@@ -48,6 +59,17 @@ def register(sub: options.Subcommands) -> None:
     options.add_now_option(up)
     up.add_argument("--dry-run", action="store_true", help="say what would be uploaded; write nothing")
     options.add_json_option(up, "print a machine-readable report")
+
+    rl = options.add_command(wal, "roll", run_roll, ROLL_HELP, ROLL_DESCRIPTION)
+    options.add_store_options(rl)
+    rl.add_argument("--config", required=True, type=Path,
+                    help="YAML config with Kafka topic-level names (see conf/kcompact.yaml)")
+    options.add_now_option(rl)
+    rl.add_argument("--topic", default=None, help="roll only this topic")
+    rl.add_argument("--partition", type=int, default=None, help="roll only this partition (with --topic)")
+    rl.add_argument("--dry-run", action="store_true", help="cut and report the segments; upload and commit nothing")
+    rl.add_argument("--master", default=None, help="Spark master URL (default: local[2])")
+    options.add_json_option(rl, "print a machine-readable report")
 
     ls = options.add_command(wal, "list", run_list, LIST_HELP, LIST_DESCRIPTION)
     options.add_store_options(ls)
@@ -89,6 +111,40 @@ def _upload_line(p: dict[str, Any]) -> str:
     diverged = f" (diverged from the store at {p['diverged_at']})" if p["diverged_at"] is not None else ""
     tail = f", {p['incomplete_tail_bytes']} bytes of a batch in progress left" if p["incomplete_tail_bytes"] else ""
     return f"{where}: offsets {p['from_offset']}..{p['end_offset'] - 1}, {p['batches']} batches{diverged}{tail}"
+
+
+def run_roll(args: argparse.Namespace) -> int:
+    from compaction.config import load_config
+    from compaction.wal.roll import roll
+
+    if args.partition is not None and args.topic is None:
+        raise options.usage("--partition needs --topic")
+    clock = options.now_ms(args)
+    config = load_config(args.config)
+    store = options.open_store(args)
+    with options.spark_session(args.master) as spark:
+        report = roll(spark, store, config, clock, topic=args.topic, partition=args.partition, dry_run=args.dry_run,
+                      progress=lambda o: print(_roll_line(o.to_dict()), file=sys.stderr))
+    doc = {"store": store.uri, **report.to_dict(), "requests": vars(store.stats)}
+    verb = "would roll" if args.dry_run else "rolled"
+    ok = [p for p in report.partitions if p.error is None]
+    lines = [_roll_line(p.to_dict()) for p in report.partitions]
+    lines.append(f"{verb} {sum(len(p.new_segments) for p in ok)} segments "
+                 f"({sum(p.rolled_bytes for p in ok) / 2**20:.2f} MiB) of {len(report.partitions)} partitions with WAL "
+                 f"data; exit {report.exit_code}")
+    options.print_result(args.json, doc, lines)
+    return report.exit_code
+
+
+def _roll_line(p: dict[str, Any]) -> str:
+    where = f"{p['topic']}-{p['partition']}"
+    if p["error"]:
+        return f"{where}: FAILED ({p['error_type']}): {p['error']}"
+    segs = p["segments"]
+    rolled = f"{len(segs)} segments, offsets {segs[0]['start_offset']}..{segs[-1]['end_offset']}" if segs else \
+        "nothing to roll"
+    tail = f"open tail {p['open_tail_batches']} batches ({p['open_tail_bytes']} bytes) stays in the WAL"
+    return f"{where}: {rolled}; {tail}"
 
 
 def run_list(args: argparse.Namespace) -> int:

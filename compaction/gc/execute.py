@@ -25,6 +25,7 @@ from compaction.gc.plan import (
     segment_action,
 )
 from compaction.gc.report import GcReport
+from compaction.gc.wal import execute_wal_gc, plan_wal_gc
 from compaction.metadata import (
     ChangeSet,
     MetadataTable,
@@ -34,6 +35,7 @@ from compaction.metadata import (
     mark_deleted_finished,
 )
 from compaction.storage.base import ObjectStore
+from compaction.wal.table import WalTable
 
 
 def default_writer() -> str:
@@ -52,10 +54,10 @@ def collect_garbage(
 ) -> GcReport:
     """Delete the objects no reader needs any more and record it in the metadata table.
 
-    Lists the store first, then reads the metadata snapshot, plans (`compaction.gc.plan`) and, unless
-    `dry_run`, executes it. Idempotent: a rerun after success changes nothing, a rerun after a crash at
-    any point converges. Never deletes an object of a live segment, of the metadata table, or under a
-    key that is not a segment object key.
+    Lists the store first, then reads the metadata snapshot, plans (`compaction.gc.plan`, and for combined WAL
+    objects `compaction.gc.wal`) and, unless `dry_run`, executes it. Idempotent: a rerun after success changes
+    nothing, a rerun after a crash at any point converges. Never deletes an object of a live segment, of the
+    metadata table, a combined object an entry still needs, or a key that is not a segment object key.
 
     Args:
         now_ms: the run's clock; every grace is measured against it.
@@ -70,11 +72,20 @@ def collect_garbage(
         TransientStoreError: the store kept failing; rerun.
     """
     listing = list(store.list(""))
-    plan = plan_gc(listing, table.snapshot(), now_ms, grace_ms=grace_ms, orphan_grace_ms=orphan_grace_ms)
+    snapshot = table.snapshot()
+    plan = plan_gc(listing, snapshot, now_ms, grace_ms=grace_ms, orphan_grace_ms=orphan_grace_ms)
+    wal_table = WalTable.in_store(store)
+    wal_plan = plan_wal_gc(wal_table.objects(), snapshot, now_ms, grace_function(grace_ms))
     if dry_run:
-        return plan.report(dry_run=True)
-    done = execute_gc(plan, store, table, grace_ms=grace_ms, writer=writer or default_writer())
-    return done.report(dry_run=False)
+        report = plan.report(dry_run=True)
+    else:
+        report = execute_gc(plan, store, table, grace_ms=grace_ms, writer=writer or default_writer()).report(
+            dry_run=False)
+        if wal_plan.deletions:
+            wal_plan = execute_wal_gc(wal_plan, store, wal_table, now_ms)
+    if not wal_table.exists():
+        return report
+    return replace(report, wal=wal_plan.to_dict(store, dry_run=dry_run), wal_summary=wal_plan.summary(dry_run=dry_run))
 
 
 def execute_gc(plan: GcPlan, store: ObjectStore, table: MetadataTable, *, grace_ms: GraceMs, writer: str) -> GcPlan:

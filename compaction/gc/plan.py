@@ -17,7 +17,8 @@ failed or fenced run) and is deleted once older than `max(grace, orphan_grace_ms
 running compaction uploads before it commits, so its objects look like orphans until then: the orphan
 grace must exceed a run's longest upload-to-commit time, hence its larger default.
 
-Never deleted: anything under the metadata table, a key that does not parse as a segment object key
+Combined WAL objects and the WAL table are `compaction.gc.wal`'s. Never deleted here: anything under the
+metadata table, a key that does not parse as a segment object key
 (reported as unknown), and a key that a row outside this run's deletions still references (a forged
 row may share keys with a live one; `shared_keys_kept` counts them).
 """
@@ -42,6 +43,7 @@ from compaction.metadata import (
 )
 from compaction.storage.base import ObjectInfo
 from compaction.storage.layout import parse_segment_object_key
+from compaction.wal.model import WAL_TABLE_NAME, parse_wal_object_key
 
 DEFAULT_GRACE_MS = TopicConfig().file_delete_delay_ms
 """Kafka's file.delete.delay.ms default (60 s)."""
@@ -53,6 +55,12 @@ GraceMs = int | Callable[[str], int]
 """A grace in ms for every topic, or a function of the topic name (e.g. its file.delete.delay.ms)."""
 
 METADATA_PREFIX = METADATA_TABLE_NAME + "/"
+WAL_TABLE_PREFIX = WAL_TABLE_NAME + "/"
+
+
+def is_wal_key(key: str) -> bool:
+    """A key of the WAL table or of a combined object: `compaction.gc.wal` decides about those."""
+    return key.startswith(WAL_TABLE_PREFIX) or parse_wal_object_key(key) is not None
 
 
 class SegmentAction(StrEnum):
@@ -162,7 +170,7 @@ def plan_gc(
             between is either referenced by the snapshot or too young to be an orphan.
     """
     grace = grace_function(grace_ms)
-    listed = {o.key: o for o in listing if not o.key.startswith(METADATA_PREFIX)}
+    listed = {o.key: o for o in listing if not o.key.startswith(METADATA_PREFIX) and not is_wal_key(o.key)}
     actions = {
         (tp, s.segment_id): segment_action(p, s, now_ms, grace(tp.topic), listed)
         for tp, p in snapshot.partitions.items()

@@ -62,6 +62,8 @@ class GcReport:
     dry_run: bool
     partitions: tuple[PartitionGcReport, ...]
     unknown_objects: tuple[str, ...]
+    wal: dict[str, object] | None = None  # the combined WAL objects' part (`compaction.gc.wal`), if any
+    wal_summary: str | None = None
 
     @property
     def totals(self) -> GcCounts:
@@ -80,6 +82,7 @@ class GcReport:
                 if not p.counts.is_empty
             ],
             "unknown_objects": list(self.unknown_objects),
+            "wal": self.wal,
         }
 
     def summary(self) -> list[str]:
@@ -91,6 +94,8 @@ class GcReport:
         ]
         prefix = "dry run, nothing changed: " if self.dry_run else ""
         lines.append(f"{prefix}total: {self.totals.describe(self.dry_run)} (metadata v{self.metadata_version})")
+        if self.wal_summary is not None:
+            lines.append(prefix + self.wal_summary)
         if self.unknown_objects:
             n = len(self.unknown_objects)
             shown = ", ".join(self.unknown_objects[:_SHOWN_UNKNOWN])

@@ -126,11 +126,13 @@ class WalTable:
         state: SegmentState,
         now_ms: int,
         *,
+        expected: SegmentState | None = None,
         attempts: int = 5,
     ) -> list[WalObject]:
         """Move `object_ids` to `state` in one commit; returns the objects as committed.
 
-        Objects already in `state` are left as they are (idempotent). Raises InvalidStateTransitionError
+        Objects already in `state` are left as they are (idempotent), and with `expected`, so are objects no
+        longer in that state (gc retires only what is still as it planned from). Raises InvalidStateTransitionError
         for a transition KIP-405 does not allow (e.g. DELETE_SEGMENT_STARTED -> COPY_SEGMENT_FINISHED:
         gc took the object over), MetadataInvariantError for an unknown id, and CommitConflictError if
         other commits kept rewriting these rows for `attempts` tries.
@@ -144,9 +146,10 @@ class WalTable:
             unknown = [i for i in wanted if i not in current]
             if unknown:
                 raise MetadataInvariantError(f"{self._uri}: unknown WAL object ids {unknown}")
-            for i in wanted:
+            candidates = [i for i in wanted if expected is None or current[i].state is expected]
+            for i in candidates:
                 check_transition(i, current[i].state, state)
-            todo = [current[i] for i in wanted if current[i].state is not state]
+            todo = [current[i] for i in candidates if current[i].state is not state]
             if not todo:
                 return [current[i] for i in wanted]
             changed = [replace(o, state=state, event_timestamp_ms=now_ms) for o in todo]
