@@ -178,8 +178,16 @@ class ScenarioLog:
             if base > 0:
                 before = [b for b in self.batches if b.base_offset < base]
                 files.write_snapshot(base, producer_state_from_batches(before).values())
-        files.write_partition_files(seeded_topic_id(self.topic), [EpochEntry(self.leader_epoch, 0)])
+        files.write_partition_files(seeded_topic_id(self.topic), self.epochs())
         return files.directory
+
+    def epochs(self) -> list[EpochEntry]:
+        """The leader-epoch checkpoint: each epoch of the batches at its first offset (set `leader_epoch` between
+        appends to change leaders)."""
+        starts: dict[int, int] = {}
+        for b in self.batches:
+            starts.setdefault(b.partition_leader_epoch, b.base_offset)
+        return [EpochEntry(e, o) for e, o in starts.items()] or [EpochEntry(self.leader_epoch, 0)]
 
 
 # --- tiering and cleaning ----------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import mmap
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from compaction.errors import CorruptInputError, FencedError, KcompactError, TruncatedSegmentError
@@ -231,7 +231,7 @@ def pack(runs: Sequence[_Run], max_object_bytes: int) -> Iterator[tuple[list[Wal
                 j += 1
             if j > i:
                 chunk = hs[i:j]
-                entries.append(_entry(run, chunk, size))
+                _append(entries, _entry(run, chunk, size))
                 parts.append(run.data[chunk[0].position : chunk[-1].position + chunk[-1].size])
                 size += taken
                 i = j
@@ -240,6 +240,19 @@ def pack(runs: Sequence[_Run], max_object_bytes: int) -> Iterator[tuple[list[Wal
                 entries, parts, size = [], [], 0
     if entries:
         yield entries, parts
+
+
+def _append(entries: list[WalEntry], e: WalEntry) -> None:
+    """Add `e`, merged into the object's last entry when it continues it (the next segment file of the same
+    partition and epoch): one entry, one ranged GET for a reader."""
+    last = entries[-1] if entries else None
+    continues = last is not None and last.end_position == e.start_position
+    if last is not None and continues and (last.tp, last.leader_epoch) == (e.tp, e.leader_epoch):
+        entries[-1] = replace(last, end_offset=e.end_offset, end_position=e.end_position,
+                              max_timestamp_ms=max(last.max_timestamp_ms, e.max_timestamp_ms),
+                              record_count=last.record_count + e.record_count)
+    else:
+        entries.append(e)
 
 
 def _entry(run: _Run, batch: Sequence[BatchHeader], start: int) -> WalEntry:
