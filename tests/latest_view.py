@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 from compaction.config import CompactionStrategy, KcompactConfig
 from compaction.format.batch import Header, Record
-from compaction.metadata import METADATA_TABLE_NAME, referenced_object_keys, table_in_store
-from compaction.reader import Isolation, consumer_records, segment_ref
+from compaction.metadata import METADATA_TABLE_NAME, SegmentState, referenced_object_keys, table_in_store
+from compaction.reader import Isolation, consumer_records, log_refs
 from compaction.storage import ObjectStore
+from compaction.wal.model import WAL_TABLE_NAME
+from compaction.wal.table import WalTable
 
 Entry = tuple[int, int, bytes | None, tuple[Header, ...]]  # offset, timestamp, value, headers
 View = dict[bytes, Entry]
@@ -53,8 +55,8 @@ OFFSET = Strategy()
 
 
 def latest_view(store: ObjectStore, topic: str, partition: int, strategy: Strategy = OFFSET) -> View:
-    """Per key, the winning record a read_committed consumer of the live segments sees (tombstones included)."""
-    refs = [segment_ref(s) for s in table_in_store(store).live_segments(topic, partition)]
+    """Per key, the winning record a read_committed consumer of the whole log sees (tombstones included)."""
+    refs = log_refs(store, topic, partition)  # the live segments, then the WAL tail if any
     best: dict[bytes, tuple[tuple[int, int, int], Record]] = {}
     for r in consumer_records(store, refs, isolation=Isolation.READ_COMMITTED):
         if r.key is None:
@@ -99,8 +101,10 @@ def store_problems(store: ObjectStore) -> list[str]:
     """Orphans (objects no row in any state but DELETE_SEGMENT_FINISHED references, outside the metadata
     table) and live segments with a missing object. Empty after a gc with every grace passed."""
     snapshot = table_in_store(store).snapshot()
-    referenced = referenced_object_keys(snapshot)
-    listed = {o.key for o in store.list("") if not o.key.startswith(METADATA_TABLE_NAME + "/")}
+    wal = [o for o in WalTable.in_store(store).objects() if o.state is not SegmentState.DELETE_SEGMENT_FINISHED]
+    referenced = referenced_object_keys(snapshot) | {o.key for o in wal}
+    tables = (METADATA_TABLE_NAME + "/", WAL_TABLE_NAME + "/")
+    listed = {o.key for o in store.list("") if not o.key.startswith(tables)}
     problems = [f"orphan: {key}" for key in sorted(listed - referenced)]
     for tp, part in sorted(snapshot.partitions.items()):
         for seg in part.live_segments:
