@@ -26,11 +26,16 @@ $KC tier --logdir "$LOGDIR" --store "$STORE" --now "$NOW"
 $KC tier --logdir "$LOGDIR" --store "$STORE" --now "$NOW"
 
 echo
+echo "== 3b. upload the active segments too, as combined WAL objects (KIP-1176): the store now holds the whole log"
+$KC wal upload --logdir "$LOGDIR" --store "$STORE" --now "$NOW" --max-object-bytes 262144
+$KC wal list --store "$STORE" --topic orders --partition 0 | tail -3
+
+echo
 echo "== 4. the live remote segments of orders-0, from the Delta metadata table"
 $KC segments --store "$STORE" --topic orders --partition 0 | tail -4
 
 echo
-echo "== 5. read orders-0 back as a consumer would"
+echo "== 5. read orders-0 back as a consumer would: the tiered segments, then the WAL tail (ranged GETs)"
 uncommitted=$($KC read --store "$STORE" --topic orders --partition 0 | wc -l)
 committed=$($KC read --store "$STORE" --topic orders --partition 0 --isolation read_committed | wc -l)
 echo "read_uncommitted: $uncommitted records; read_committed: $committed records (aborted transactions dropped)"
@@ -73,3 +78,13 @@ echo
 echo "== 11. the run's HTML report and Prometheus metrics"
 echo "open kcompact-report.html in a browser (self-contained, works offline); kcompact.prom:"
 grep -E '^kcompact_(max_compaction_delay_secs|max_dirty_percent|uncleanable_partitions_count|bytes_(read|written)_total|duration_seconds) ' kcompact.prom
+
+echo
+echo "== 12. a week later (segment.ms): wal roll turns the WAL tails into tiered segments, compact cleans them, gc"
+echo "   deletes the combined objects the rolled segments now cover"
+LATER=$((NOW + 604800001))
+$KC wal roll --store "$STORE" --config conf/kcompact.yaml --now "$LATER" | tail -3
+$KC compact --store "$STORE" --config conf/kcompact.yaml --now "$LATER" | tail -1
+$KC gc --store "$STORE" --config conf/kcompact.yaml --now "$((LATER + 60000))" | tail -2
+final=$($KC read --store "$STORE" --topic orders --partition 0 --isolation read_committed | wc -l)
+echo "read_committed orders-0: $final records, all from tiered segments now"

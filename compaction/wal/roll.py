@@ -280,6 +280,7 @@ class RollReport:
     dry_run: bool
     partitions: list[RollOutcome] = field(default_factory=list)
     metadata_version: int | None = None
+    job_seconds: float = 0.0  # the Spark job (fetch, cut, build, upload on the executors)
 
     @property
     def exit_code(self) -> int:
@@ -292,6 +293,7 @@ class RollReport:
             "exit_code": self.exit_code,
             "segments_rolled": sum(len(p.new_segments) for p in self.partitions if p.error is None),
             "bytes_rolled": sum(p.rolled_bytes for p in self.partitions if p.error is None),
+            "job_seconds": round(self.job_seconds, 3),
             "partitions": [p.to_dict() for p in self.partitions],
         }
 
@@ -354,8 +356,10 @@ def roll(
     spec = store.spec
     outcomes: list[RollOutcome] = []
     if tasks:
+        started = time.monotonic()
         rdd = spark.sparkContext.parallelize(tasks, len(tasks))
         outcomes = rdd.map(lambda t: roll_partition(spec, t)).collect()
+        report.job_seconds = time.monotonic() - started
     for t, o in zip(tasks, outcomes, strict=True):
         if o.error is None and o.new_segments and not dry_run:
             _commit(table, view, t, o, epochs[TopicPartition(t.topic, t.partition)], writer, now_ms)
