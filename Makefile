@@ -9,7 +9,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN))/python
 export SPARK_LOCAL_IP := 127.0.0.1
 export NUMBA_CACHE_DIR := $(abspath .numba-cache)
 
-.PHONY: venv test test-fast lint demo bench soak clean java airflow-test
+.PHONY: venv test test-fast lint demo bench bench-wal soak clean java airflow-test
 
 venv: $(STAMP)
 
@@ -41,6 +41,10 @@ demo: venv java
 # refreshes some sections; BENCH_ARGS=--quick checks the harness on ~1/64 sizes into bench-data/quick/.
 bench: venv java
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+
+# The WAL's figures (issue 15): upload, read and roll on two >= 1 GiB shapes, into BENCHMARKS.md's "W" section.
+bench-wal: venv java
+	$(BIN)/python scripts/bench_wal.py
 
 soak: venv java
 	KCOMPACT_SOAK=full $(BIN)/python -m pytest -q tests -k soak
