@@ -250,3 +250,29 @@ def test_gc_that_dies_mid_delete_converges(spark: SparkSession, tmp_path: Path,
     assert not list(store.list("wal/")) and store_problems(store) == []
     assert latest_view(store, "orders", 0) == before
     del logs
+
+
+def test_read_partition_continues_into_the_wal_like_kcompact_read(spark: SparkSession, new_store: Callable[[],
+                                                                   ObjectStore], tmp_path: Path) -> None:
+    from compaction.reader import Isolation, consumer_records, log_refs
+    from tests.scenario_log import tier
+
+    store = new_store()
+    log = ScenarioLog("orders", NOW - 5000)
+    txn = log.producer(7)
+    log.record(1, b"a")
+    txn([10, 11])
+    log.roll()
+    log.record(2, b"b")
+    log.abort(7)
+    committed = log.producer(8)
+    committed([12])
+    log.commit(8)
+    tier([log], tmp_path / "logdir", store, NOW)
+    upload_logdir(tmp_path / "logdir", store, NOW)
+    for isolation in Isolation:
+        df = compaction.read_partition(spark, store, "orders", 0, isolation=isolation.value)
+        got = [(r["offset"], r["value"]) for r in df.collect()]
+        want = [(r.offset, r.value) for r in consumer_records(store, log_refs(store, "orders", 0), isolation=isolation)]
+        assert got == want
+    assert [o for o, _v in got] == [0, 3, 5]
