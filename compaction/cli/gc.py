@@ -8,14 +8,18 @@ from pathlib import Path
 from compaction.cli import options
 from compaction.errors import ExitCode
 
-GC_HELP = "delete the objects of replaced, abandoned and orphaned segments once past their grace period"
+GC_HELP = ("delete the objects of replaced, abandoned and orphaned segments, and combined WAL objects no longer "
+           "needed, once past their grace period")
 GC_DESCRIPTION = """
 Garbage-collect the store, metadata first. Segments in DELETE_SEGMENT_STARTED (replaced by a compaction) for longer
 than the grace (file.delete.delay.ms) lose their objects, then are recorded DELETE_SEGMENT_FINISHED. Tier attempts
 stuck in COPY_SEGMENT_STARTED for longer than the grace are retired and deleted the same way; zombie rows are
 retired now and deleted a grace later. Objects under segment keys that no metadata row references (uploads of failed
-or fenced runs) are deleted once older than the orphan grace. Live segments, the metadata table and keys that are
-not segment keys are never touched. Idempotent: a rerun, also after a crash, converges.
+or fenced runs) are deleted once older than the orphan grace. Combined WAL objects (`kcompact wal upload`) are
+deleted once no entry of theirs is needed any more (tiered segments cover it, a newer leader epoch truncated it, or
+another copy serves it), the grace after that moment; uploads abandoned in COPY_SEGMENT_STARTED likewise. Live
+segments, the metadata and WAL tables, combined objects still needed and keys that are not segment keys are never
+touched. Idempotent: a rerun, also after a crash, converges.
 """
 
 
