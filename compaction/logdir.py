@@ -29,6 +29,7 @@ from compaction.format.segment import (
     SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+    BatchHeader,
     iter_batch_headers,
     segment_path,
 )
@@ -74,6 +75,10 @@ class PreparedSegment:
     leader_epochs: tuple[EpochEntry, ...]
     companions: dict[str, bytes]  # suffix (storage layout) -> bytes
     rebuilt_indexes: bool
+    log_bytes: bytes | None = None  # the `.log` to upload when it is not the whole file (a tail, see `start`)
+
+    def log(self) -> bytes:
+        return self.log_bytes if self.log_bytes is not None else self.log_path.read_bytes()
 
 
 def partitions(logdir: Path) -> Iterator[LocalPartition]:
@@ -86,17 +91,24 @@ def partitions(logdir: Path) -> Iterator[LocalPartition]:
             yield LocalPartition(topic, int(part), d)
 
 
-def prepare_segment(part: LocalPartition, base: int, next_base: int, epochs: list[EpochEntry]) -> PreparedSegment:
+def prepare_segment(part: LocalPartition, base: int, next_base: int, epochs: list[EpochEntry],
+                    start: int | None = None, open_txns_at_start: dict[int, int] | None = None) -> PreparedSegment:
     """Validate segment `base` (CRCs included) and gather what a remote copy needs.
 
     Raises CorruptInputError naming the file and byte position if the `.log` is malformed. Indexes that are
     missing or inconsistent are rebuilt; a corrupt transaction index is an error (it cannot be rebuilt
     without the producer state at the segment's start, which a snapshot may not give).
+
+    With `start` (above `base`), only the segment's tail from the batch at offset `start` is prepared, as a
+    segment of its own: the part above a tier that `kcompact wal roll` extended into this local segment. Its
+    indexes are rebuilt, the transaction index from `open_txns_at_start` (the producer state at `start`).
     """
     d = part.directory
     log_path = segment_path(d, base, LOG_SUFFIX)
     log = log_path.read_bytes()
     headers = list(iter_batch_headers(log, obj=str(log_path), verify_crc=True))
+    if start is not None and start > base:
+        return _prepare_tail(part, log_path, log, headers, start, next_base, epochs, open_txns_at_start or {})
     index_path, time_path = segment_path(d, base, INDEX_SUFFIX), segment_path(d, base, TIME_INDEX_SUFFIX)
     rebuilt = False
     try:
@@ -134,6 +146,41 @@ def prepare_segment(part: LocalPartition, base: int, next_base: int, epochs: lis
         leader_epochs=tuple(epochs_in_range(epochs, base, next_base)),
         companions=companions,
         rebuilt_indexes=rebuilt,
+    )
+
+
+def _prepare_tail(part: LocalPartition, log_path: Path, log: bytes, headers: list[BatchHeader], start: int,
+                  next_base: int, epochs: list[EpochEntry], open_txns: dict[int, int]) -> PreparedSegment:
+    at = next((h for h in headers if h.base_offset == start), None)
+    if at is None:
+        raise CorruptInputError(
+            f"the tier ends at offset {start - 1}, which is not the end of a batch of this segment: it cannot be "
+            "tiered from there (was the tier rolled from another broker's log?)", obj=str(log_path))
+    tail = log[at.position :]
+    built = build_indexes(tail, start, obj=str(log_path), txn_first_offsets=open_txns)
+    companions = {"index": built.offset_index, "timeindex": built.time_index}
+    if built.txn_index is not None:
+        companions["txnindex"] = built.txn_index
+    snapshot_path = segment_path(part.directory, next_base, SNAPSHOT_SUFFIX)
+    if snapshot_path.exists():
+        snap = snapshot_path.read_bytes()
+        read_producer_snapshot(snap, obj=str(snapshot_path))
+        companions["snapshot"] = snap
+    up_to = [e for e in epochs if e.start_offset < next_base]
+    companions["leader-epoch-checkpoint"] = encode_leader_epoch_checkpoint(up_to)
+    kept = [h for h in headers if h.base_offset >= start]
+    return PreparedSegment(
+        start_offset=start,
+        end_offset=next_base - 1,
+        log_path=log_path,
+        size=len(tail),
+        max_timestamp_ms=max(h.max_timestamp for h in kept),
+        first_batch_max_timestamp_ms=kept[0].max_timestamp,
+        record_count=sum(h.records_count for h in kept),
+        leader_epochs=tuple(epochs_in_range(epochs, start, next_base)),
+        companions=companions,
+        rebuilt_indexes=True,
+        log_bytes=tail,
     )
 
 

@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from compaction.errors import CorruptInputError, KcompactError
+from compaction.errors import KcompactError
 from compaction.format.producer_snapshot import (
     ProducerStateEntry,
     encode_producer_snapshot,
+    open_transactions,
     producer_state_from_log,
     read_producer_snapshot,
 )
@@ -112,7 +113,7 @@ def with_producer_snapshots(
             state = {e.producer_id: e for e in read_producer_snapshot(own, obj=str(seg.log_path))}
             out.append(seg)
             continue
-        state = producer_state_from_log(seg.log_path.read_bytes(), obj=str(seg.log_path), initial=state.values())
+        state = producer_state_from_log(seg.log(), obj=str(seg.log_path), initial=state.values())
         out.append(replace(seg, companions={**seg.companions, _SNAPSHOT: encode_producer_snapshot(state.values())}))
         built += 1
     return out, built
@@ -143,17 +144,13 @@ def tier_partition(
     for base, next_base in rolled:
         if next_base - 1 <= tiered_end:
             result.already_tiered += 1
-        elif base <= tiered_end:
-            raise CorruptInputError(
-                f"local segment [{base}, {next_base - 1}] overlaps the tier, which ends at {tiered_end}",
-                obj=str(part.directory / f"{base:020d}.log"),
-            )
-        else:
-            todo.append((base, next_base))
+        else:  # a segment the tier reaches into (`kcompact wal roll` cut elsewhere) is tiered from the tier's end
+            todo.append((base, next_base, tiered_end + 1 if base <= tiered_end else None))
     if not todo and not abandoned:
         return result
     epochs = part.leader_epochs()
-    prepared = [prepare_segment(part, base, next_base, epochs) for base, next_base in todo]
+    carried = open_transactions(producer_state(store, current.live_segments)) if any(t[2] for t in todo) else {}
+    prepared = [prepare_segment(part, base, next_base, epochs, start, carried) for base, next_base, start in todo]
     if any(_SNAPSHOT not in seg.companions for seg in prepared):
         at_start = _state_at(part, store, current.live_segments, prepared[0].start_offset)
         prepared, result.built_snapshots = with_producer_snapshots(prepared, at_start)
@@ -170,7 +167,9 @@ def tier_partition(
     result.abandoned_attempts = len(abandoned)
     for seg, meta in zip(prepared, new, strict=True):
         for obj in meta.object_keys:
-            if obj.suffix is Suffix.LOG:
+            if obj.suffix is Suffix.LOG and seg.log_bytes is not None:
+                store.put(obj.key, seg.log_bytes)
+            elif obj.suffix is Suffix.LOG:
                 store.put_file(obj.key, seg.log_path)
             else:
                 store.put(obj.key, seg.companions[obj.suffix.value])

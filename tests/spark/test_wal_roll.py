@@ -276,3 +276,39 @@ def test_read_partition_continues_into_the_wal_like_kcompact_read(spark: SparkSe
         want = [(r.offset, r.value) for r in consumer_records(store, log_refs(store, "orders", 0), isolation=isolation)]
         assert got == want
     assert [o for o, _v in got] == [0, 3, 5]
+
+
+def test_tier_after_roll_tiers_a_local_segment_from_where_the_roll_ended(spark: SparkSession, tmp_path: Path) -> None:
+    """Brokers tier their rolled segments later (KIP-405); where `wal roll` cut elsewhere, the local segment the
+    tier reaches into is tiered from the tier's end: one contiguous tier, nothing read twice, nothing lost."""
+    from compaction.tier import tier_logdir
+
+    store = open_store(str(tmp_path / "store"))
+    log = ScenarioLog("orders", NOW - HOUR)
+    for i in range(60):
+        log.record(i % 13, f"v{i}".encode())
+        if i == 39:
+            log.roll()
+    log.write(tmp_path / "logdir")  # local segments 0..39, 40..59 (active)
+    upload_logdir(tmp_path / "logdir", store, NOW)
+    roll(spark, store, config(segment_bytes=10**6), NOW + 2 * HOUR)  # all of it, as one segment 0..59
+    rolled_end = table_in_store(store).live_segments("orders", 0)[-1].end_offset
+    assert rolled_end == 59
+    for i in range(60, 100):  # the broker writes on and rolls at 80: its local segment 40..79 straddles the tier
+        log.record(i % 13, f"v{i}".encode())
+        if i == 79:
+            log.roll()
+    log.write(tmp_path / "logdir")
+    upload_logdir(tmp_path / "logdir", store, NOW + 1)  # 60..99 into the WAL
+    before = latest_view(store, "orders", 0)
+    assert len(before) == 13 and max(e[0] for e in before.values()) == 99
+    [result] = tier_logdir(tmp_path / "logdir", store, table_in_store(store), NOW)
+    assert result.error is None and result.copied == [rolled_end + 1]
+    live = table_in_store(store).live_segments("orders", 0)
+    assert all(a.end_offset + 1 == b.start_offset for a, b in itertools.pairwise(live))
+    tail = live[-1]
+    assert (tail.start_offset, tail.end_offset) == (rolled_end + 1, 79)
+    data = store.get(tail.object_key(ObjectSuffix.LOG) or "")
+    verify_indexes(data, tail.start_offset, store.get(tail.object_key(ObjectSuffix.OFFSET_INDEX) or ""),
+                   store.get(tail.object_key(ObjectSuffix.TIME_INDEX) or ""))
+    assert latest_view(store, "orders", 0) == before
