@@ -47,7 +47,7 @@ corrupt fails alone (exit 3, naming the object and byte position); the others ro
 
 
 def register(sub: options.Subcommands) -> None:
-    p = sub.add_parser("wal", help=WAL_HELP, description=WAL_DESCRIPTION)
+    p = options.add_command(sub, "wal", lambda _args: int(ExitCode.CONFIG), WAL_HELP, WAL_DESCRIPTION)
     wal = p.add_subparsers(dest="wal_command", required=True, metavar="WAL_COMMAND")
 
     up = options.add_command(wal, "upload", run_upload, UPLOAD_HELP, UPLOAD_DESCRIPTION)
