@@ -338,11 +338,11 @@ def roll(
     """Roll the WAL of every partition (or the one selected) into tiered segments; see the module docstring."""
     writer = writer or default_writer()
     report = RollReport(now_ms, dry_run)
-    table = table_in_store(store, create=not dry_run)
+    table = None if dry_run else table_in_store(store, create=True)
     candidates = roll_tasks(store_log(store), config, now_ms, topic=topic, partition=partition, dry_run=dry_run)
     epochs: dict[TopicPartition, int] = {}
     failed: list[RollOutcome] = []
-    if not dry_run:
+    if table is not None:
         for t in candidates:
             try:
                 epochs[TopicPartition(t.topic, t.partition)] = acquire_fencing_epoch(
@@ -361,13 +361,13 @@ def roll(
         outcomes = rdd.map(lambda t: roll_partition(spec, t)).collect()
         report.job_seconds = time.monotonic() - started
     for t, o in zip(tasks, outcomes, strict=True):
-        if o.error is None and o.new_segments and not dry_run:
+        if o.error is None and o.new_segments and table is not None:
             _commit(table, view, t, o, epochs[TopicPartition(t.topic, t.partition)], writer, now_ms)
         report.partitions.append(o)
         if progress is not None:
             progress(o)
     report.partitions.extend(failed)
-    report.metadata_version = table.version() if not dry_run else None
+    report.metadata_version = table.version() if table is not None else None
     return report
 
 

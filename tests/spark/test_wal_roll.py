@@ -120,7 +120,11 @@ def test_time_rolls_split_segments_by_segment_ms(spark: SparkSession, tmp_path: 
     store = open_store(str(tmp_path / "store"))
     [log] = workload(tmp_path / "logdir", partitions=1, n=60, step_ms=60_000)  # a batch a minute
     upload_logdir(tmp_path / "logdir", store, NOW)
-    roll(spark, store, config(segment_bytes=10**9, segment_ms=10 * 60_000), log.timestamp + 1)
+    cfg = config(segment_bytes=10**9, segment_ms=10 * 60_000)
+    dry = roll(spark, store, cfg, log.timestamp + 1, dry_run=True)  # reports the cut, writes nothing
+    assert len(dry.partitions[0].new_segments) == 5 and dry.metadata_version is None
+    assert not list(store.list("orders-")) and table_in_store(store, create=True).live_segments("orders", 0) == ()
+    roll(spark, store, cfg, log.timestamp + 1)
     live = table_in_store(store).live_segments("orders", 0)
     firsts = [s.first_batch_max_timestamp_ms for s in live]
     assert len(live) == 5 and all(b - a > 10 * 60_000 for a, b in itertools.pairwise(firsts))
