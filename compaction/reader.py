@@ -29,10 +29,10 @@ from compaction.format.batch import Record, RecordBatch
 from compaction.format.control import ControlType, parse_control_record
 from compaction.format.indexes import AbortedTxn, offset_index_lookup, read_offset_index, read_txn_index
 from compaction.format.segment import iter_batches
-from compaction.metadata import ObjectSuffix, SegmentMetadata, TopicPartition
+from compaction.metadata import ObjectSuffix, SegmentMetadata
 from compaction.storage.base import ObjectStore
 from compaction.wal.log import WalSlice
-from compaction.wal.view import store_log
+from compaction.wal.view import partition_log
 
 
 class Isolation(StrEnum):
@@ -85,10 +85,9 @@ def log_refs(store: ObjectStore, topic: str, partition: int, version: int | None
 
     With `version`, the WAL continues from that version's tier end as far as the WAL still holds the data.
     """
-    view = store_log(store, metadata_version=version)
-    p = view.snapshot.partitions.get(TopicPartition(topic, partition)) if view.snapshot is not None else None
+    p, log = partition_log(store, topic, partition, metadata_version=version)
     tier = [segment_ref(s) for s in p.live_segments] if p is not None else []
-    return tier + [wal_ref(s) for s in view.partition(topic, partition).slices]
+    return tier + [wal_ref(s) for s in log.slices]
 
 
 def aborted_ranges(store: ObjectStore, segments: Sequence[SegmentRef]) -> dict[int, list[tuple[int, int]]]:

@@ -18,6 +18,7 @@ import contextlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -100,6 +101,15 @@ class WalTable:
         except MetadataTableNotFoundError:
             return []
         return self._objects_of(dt, states)
+
+    def partition_objects(self, topic: str, partition: int) -> list[WalObject]:
+        """The objects with an entry of `topic`-`partition`, each with those entries only (a filtered read)."""
+        try:
+            dt = self._delta_table()
+        except MetadataTableNotFoundError:
+            return []
+        filters: Any = [("topic", "=", topic), ("partition", "=", int(partition))]
+        return objects_from_rows(dt.to_pyarrow_table(filters=filters).to_pylist())
 
     @staticmethod
     def _objects_of(dt: DeltaTable, states: Iterable[SegmentState] | None = None) -> list[WalObject]:

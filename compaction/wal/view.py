@@ -76,6 +76,19 @@ def resolve_all(snapshot: MetadataSnapshot | None, objects: Sequence[WalObject])
     return out
 
 
+def partition_log(store: ObjectStoreLike, topic: str, partition: int, *, metadata_version: int | None = None
+                  ) -> tuple[PartitionSnapshot | None, PartitionLog]:
+    """One partition's tier snapshot and resolved log, from filtered reads of both tables (same order as
+    `store_log`: metadata first)."""
+    try:
+        p: PartitionSnapshot | None = table_in_store(store).partition_snapshot(topic, partition, metadata_version)
+    except MetadataTableNotFoundError:
+        p = None
+    objects = WalTable.in_store(store).partition_objects(topic, partition)
+    entries = finished_entries(objects).get(TopicPartition(topic, partition), [])
+    return p, resolve(topic, partition, tier_end(p), tier_epochs(p), entries)
+
+
 def store_log(store: ObjectStoreLike, *, metadata_version: int | None = None) -> StoreLog:
     """Read the metadata table (at `metadata_version`, default latest), then the WAL table, and resolve.
 
