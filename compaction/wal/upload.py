@@ -14,6 +14,8 @@ Per partition of the log dir (`plan_partition`):
    incomplete last batch, a write in progress, is left for the next run and reported), cut where the
    leader epoch changes.
 
+Every batch is read and CRC-checked before anything of its partition is uploaded; the packer then reads the
+segment files again, one at a time, so memory holds one file and the objects of one group, not the log dir.
 Then the slices of all partitions are packed into combined objects of at most `max_object_bytes` (a batch
 larger than that gets an object of its own), in groups: STARTED commit for the group, the PUTs (in
 parallel, each a fresh key, never overwritten), FINISHED commit. A crash leaves STARTED objects that no
@@ -22,9 +24,10 @@ reader sees and `kcompact gc` removes; the rerun uploads the same data again und
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -128,17 +131,25 @@ def upload_from(log: PartitionLog, dir_epochs: Sequence[EpochEntry], dir_start: 
     return max(start, log.tier_end or 0)
 
 
-def _segment_runs(part: LocalPartition, topic_id: str, start: int, result: PartitionUpload) -> Iterator[_Run]:
-    """The batches at or above `start`, as runs of one epoch each, from the segment holding `start` on."""
+def _segment_runs(part: LocalPartition, topic_id: str, start: int, result: PartitionUpload, *,
+                  end: int | None = None, verify: bool = True) -> Iterator[_Run]:
+    """The batches at or above `start` (and below `end`), as runs of one epoch each, one segment file at a time.
+
+    Only the file being read is in memory (plus what the caller still holds of earlier runs).
+    """
     bases = part.segment_bases()
     first = max((i for i, b in enumerate(bases) if b <= start), default=0)
     for i, base in enumerate(bases[first:], first):
+        if end is not None and base >= end:
+            return
         path = segment_path(part.directory, base, LOG_SUFFIX)
         active = i == len(bases) - 1
         data = _read(path)
         headers: list[BatchHeader] = []
         try:
-            for h in iter_batch_headers(data, obj=str(path), verify_crc=True):
+            for h in iter_batch_headers(data, obj=str(path), verify_crc=verify):
+                if end is not None and h.base_offset >= end:
+                    break
                 if h.base_offset + h.last_offset_delta >= start:
                     headers.append(h)
         except TruncatedSegmentError as exc:
@@ -184,8 +195,10 @@ def _local_end(part: LocalPartition) -> tuple[int, int]:
     return bases[0], end
 
 
-def plan_partition(part: LocalPartition, log: PartitionLog) -> tuple[PartitionUpload, list[_Run]]:
-    """What to upload for one partition (see the module docstring); raises what `upload_from` raises."""
+def plan_partition(part: LocalPartition, log: PartitionLog) -> tuple[PartitionUpload, Callable[[], Iterator[_Run]]]:
+    """What to upload for one partition (see the module docstring): its counts, and the runs to upload, read
+    again lazily when the packer gets to them. Every batch is CRC-checked here, before anything is uploaded;
+    raises what `upload_from` raises and CorruptInputError for a malformed local log."""
     result = PartitionUpload(part.topic, part.partition)
     topic_id = part.topic_id
     dir_start, dir_end = _local_end(part)
@@ -201,18 +214,21 @@ def plan_partition(part: LocalPartition, log: PartitionLog) -> tuple[PartitionUp
             obj=str(part.directory),
         )
     result.from_offset = start
-    runs = list(_segment_runs(part, topic_id, start, result)) if start < dir_end else []
-    for run in runs:
+    last: BatchHeader | None = None
+    for run in _segment_runs(part, topic_id, start, result) if start < dir_end else ():
         result.batches += len(run.headers)
         result.bytes += sum(h.size for h in run.headers)
-    if runs:
-        last = runs[-1].headers[-1]
-        result.end_offset = last.base_offset + last.last_offset_delta + 1
-        result.status = "uploaded"
-    return result, runs
+        last = run.headers[-1]
+    if last is None:
+        return result, lambda: iter(())
+    end = last.base_offset + last.last_offset_delta + 1
+    result.end_offset, result.status = end, "uploaded"
+    # The second read stops where the first did: a broker appending meanwhile adds nothing unchecked.
+    return result, lambda: _segment_runs(part, topic_id, start, PartitionUpload(part.topic, part.partition),
+                                         end=end, verify=False)
 
 
-def pack(runs: Sequence[_Run], max_object_bytes: int) -> Iterator[tuple[list[WalEntry], list[memoryview]]]:
+def pack(runs: Iterable[_Run], max_object_bytes: int) -> Iterator[tuple[list[WalEntry], list[memoryview]]]:
     """Cut `runs` (in order) into objects of at most `max_object_bytes`, at batch boundaries.
 
     Yields each object's entries and the byte pieces that make it up, in order. A batch larger than
@@ -293,11 +309,11 @@ def upload_logdir(
     table = WalTable.in_store(store, create=not dry_run)
     view = store_log(store)
     report = UploadReport()
-    runs: list[_Run] = []
+    readers: list[Callable[[], Iterator[_Run]]] = []
     for part in partitions(logdir):
         try:
-            result, part_runs = plan_partition(part, view.partition(part.topic, part.partition))
-            runs.extend(part_runs)
+            result, reader = plan_partition(part, view.partition(part.topic, part.partition))
+            readers.append(reader)
         except KcompactError as exc:
             result = PartitionUpload(part.topic, part.partition, status="fenced" if isinstance(exc, FencedError)
                                      else "failed", error=str(exc), error_type=type(exc).__name__,
@@ -305,7 +321,7 @@ def upload_logdir(
         report.partitions.append(result)
     if dry_run:
         return report
-    objects = pack(runs, max_object_bytes)
+    objects = pack(itertools.chain.from_iterable(r() for r in readers), max_object_bytes)
     try:
         while True:
             group = [next(objects, None) for _ in range(GROUP_OBJECTS)]

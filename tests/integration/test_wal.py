@@ -297,3 +297,20 @@ def test_finished_and_delete_started_of_one_object_never_both_land(
         table.change_state([o.object_id], SegmentState.COPY_SEGMENT_FINISHED, NOW)
     [after] = table.objects()
     assert after.state is SegmentState.DELETE_SEGMENT_STARTED
+
+
+def test_a_corrupt_local_segment_fails_its_partition_before_anything_of_it_is_uploaded(
+    local_store: ObjectStore, tmp_path: Path
+) -> None:
+    bad, good = filled("orders", 0), filled("users", 0)
+    bad.write(tmp_path / "logdir")
+    good.write(tmp_path / "logdir")
+    segment = tmp_path / "logdir" / "orders-0" / f"{10:020d}.log"
+    data = bytearray(segment.read_bytes())
+    data[-5] ^= 0x01  # the last batch of the second segment: every batch before it is valid
+    segment.write_bytes(bytes(data))
+    report = upload_logdir(tmp_path / "logdir", local_store, NOW)
+    status = {p.topic: p for p in report.partitions}
+    assert report.exit_code == 3 and status["orders"].error_type == "CrcMismatchError"
+    assert str(segment) in (status["orders"].error or "") and status["users"].status == "uploaded"
+    assert {e.topic for o in WalTable.in_store(local_store).objects() for e in o.entries} == {"users"}
