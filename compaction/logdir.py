@@ -127,13 +127,7 @@ def prepare_segment(part: LocalPartition, base: int, next_base: int, epochs: lis
         txn = txn_path.read_bytes()
         read_txn_index(txn, obj=str(txn_path))  # validates
         companions["txnindex"] = txn
-    snapshot_path = segment_path(d, next_base, SNAPSHOT_SUFFIX)
-    if snapshot_path.exists():
-        snap = snapshot_path.read_bytes()
-        read_producer_snapshot(snap, obj=str(snapshot_path))
-        companions["snapshot"] = snap
-    up_to = [e for e in epochs if e.start_offset < next_base]
-    companions["leader-epoch-checkpoint"] = encode_leader_epoch_checkpoint(up_to)
+    companions.update(_closing_files(d, next_base, epochs))
     data_headers = headers or []
     return PreparedSegment(
         start_offset=base,
@@ -149,6 +143,19 @@ def prepare_segment(part: LocalPartition, base: int, next_base: int, epochs: lis
     )
 
 
+def _closing_files(directory: Path, next_base: int, epochs: list[EpochEntry]) -> dict[str, bytes]:
+    """The producer snapshot at the segment's end (the broker's `<next base>.snapshot`, validated, if it has one)
+    and the leader-epoch checkpoint of every epoch up to it."""
+    files = {}
+    snapshot_path = segment_path(directory, next_base, SNAPSHOT_SUFFIX)
+    if snapshot_path.exists():
+        snap = snapshot_path.read_bytes()
+        read_producer_snapshot(snap, obj=str(snapshot_path))
+        files["snapshot"] = snap
+    files["leader-epoch-checkpoint"] = encode_leader_epoch_checkpoint([e for e in epochs if e.start_offset < next_base])
+    return files
+
+
 def _prepare_tail(part: LocalPartition, log_path: Path, log: bytes, headers: list[BatchHeader], start: int,
                   next_base: int, epochs: list[EpochEntry], open_txns: dict[int, int]) -> PreparedSegment:
     at = next((h for h in headers if h.base_offset == start), None)
@@ -161,13 +168,7 @@ def _prepare_tail(part: LocalPartition, log_path: Path, log: bytes, headers: lis
     companions = {"index": built.offset_index, "timeindex": built.time_index}
     if built.txn_index is not None:
         companions["txnindex"] = built.txn_index
-    snapshot_path = segment_path(part.directory, next_base, SNAPSHOT_SUFFIX)
-    if snapshot_path.exists():
-        snap = snapshot_path.read_bytes()
-        read_producer_snapshot(snap, obj=str(snapshot_path))
-        companions["snapshot"] = snap
-    up_to = [e for e in epochs if e.start_offset < next_base]
-    companions["leader-epoch-checkpoint"] = encode_leader_epoch_checkpoint(up_to)
+    companions.update(_closing_files(part.directory, next_base, epochs))
     kept = [h for h in headers if h.base_offset >= start]
     return PreparedSegment(
         start_offset=start,
