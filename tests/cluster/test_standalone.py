@@ -133,7 +133,7 @@ def test_compact_verify_gc_on_a_standalone_cluster(master: str, target: Target, 
                         "--report-json", str(report_file))
     assert succeeded(done), done.stderr[-4000:]
     report = json.loads(report_file.read_text())
-    assert (report["exit_code"], report["failed"]) == (0, [])
+    assert (report["exit_code"], report["failed"], report["metadata_version_planned"]) == (0, [], version)
     committed = [(p["topic"], p["partition"]) for p in report["partitions"] if p["committed"]]
     assert sorted(committed) == sorted((p["topic"], p["partition"]) for p in report["planned"] if p["eligible"])
     assert ("orders", 0) in committed and ("orders", 1) in committed

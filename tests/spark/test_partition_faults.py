@@ -5,9 +5,10 @@ Three partitions are tiered to moto without faults; the compaction run then goes
 the store's retries, and delta-rs's, run out):
 
 - its segment objects, read by the Spark scan tasks on the executors;
-- its metadata rows, read by the driver when staging takes the partition (after the run was planned).
+- its metadata rows, read by the driver when staging takes the partition (after the run was planned);
+- its producer snapshots and transaction indexes, read by the driver while planning.
 
-Either way that partition fails with `TransientStoreError` (kept in the report, exit code 4: rerun), nothing of
+Each way that partition fails with `TransientStoreError` (kept in the report, exit code 4: rerun), nothing of
 it changes, and the other two commit with the latest record per key unchanged. A rerun without the fault
 compacts it too.
 """
@@ -15,7 +16,6 @@ compacts it too.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -68,11 +68,14 @@ def store(proxy: FlakyProxy, moto_endpoint: str, fake_aws_env: None, workers_see
     return store
 
 
-def run_with_fault(spark: SparkSession, store: ObjectStore, proxy: FlakyProxy, fault: Fault) -> dict:
-    """Plan without faults, then stage and commit with `fault` on; the run's report."""
+def run_with_fault(spark: SparkSession, store: ObjectStore, proxy: FlakyProxy, fault: Fault,
+                   planning: bool = False) -> dict:
+    """Plan (with `fault` on if `planning`, else without), then stage and commit with `fault` on; the report."""
+    if planning:
+        proxy.fault = fault
     run = plan(store, CONFIG, NOW)
-    assert {(p.topic, p.partition) for p in run.plan.eligible} == set(PARTITIONS)
-    run = replace(run, store=store.spec)
+    eligible = {(p.topic, p.partition) for p in run.plan.eligible}
+    assert eligible == (set(PARTITIONS) - {BROKEN} if planning else set(PARTITIONS))
     proxy.fault = fault
     staged = stage(spark, run)
     report = run_report(staged, commit(staged))
@@ -106,10 +109,11 @@ def rerun_converges(spark: SparkSession, store: ObjectStore, moto_endpoint: str,
     assert views(direct(store, moto_endpoint), PARTITIONS) == before
 
 
-def segment_reads_of(tp: tuple[str, int]) -> Callable[[str, str], bool]:
+def segment_reads_of(tp: tuple[str, int], *suffixes: str) -> Callable[[str, str], bool]:
+    """Whether a request reads one of `tp`'s segment objects whose key ends with one of `suffixes`."""
     topic, partition = tp
     return lambda method, path: (method == "GET" and "_kcompact" not in path and f"/{topic}-" in path
-                                 and f"/{partition}/" in path and path.split("?")[0].endswith(".log"))
+                                 and f"/{partition}/" in path and path.split("?")[0].endswith(suffixes))
 
 
 def test_a_scan_task_whose_store_keeps_failing_fails_its_partition_only(
@@ -117,7 +121,7 @@ def test_a_scan_task_whose_store_keeps_failing_fails_its_partition_only(
 ) -> None:
     before = views(direct(store, moto_endpoint), PARTITIONS)
     live_before = live_ids(direct(store, moto_endpoint))
-    hits = segment_reads_of(BROKEN)
+    hits = segment_reads_of(BROKEN, ".log")
     report = run_with_fault(spark, store, proxy, lambda m, p, seen: (503, "SlowDown") if hits(m, p) else None)
     assert proxy.injected, "the fault was reached"
     check_only_broken_failed(report, store, moto_endpoint, live_before, before)
@@ -132,6 +136,19 @@ def test_a_metadata_read_that_keeps_failing_fails_its_partition_only(
     rows = f"_kcompact_metadata/topic%3D{BROKEN[0]}/partition%3D{BROKEN[1]}/"
     report = run_with_fault(spark, store, proxy,
                             lambda m, p, seen: (503, "SlowDown") if m == "GET" and rows in p else None)
+    assert proxy.injected, "the fault was reached"
+    check_only_broken_failed(report, store, moto_endpoint, live_before, before)
+    rerun_converges(spark, store, moto_endpoint, before)
+
+
+def test_producer_state_that_cannot_be_read_holds_its_partition_back_only(
+    spark: SparkSession, store: ObjectStore, proxy: FlakyProxy, moto_endpoint: str
+) -> None:
+    before = views(direct(store, moto_endpoint), PARTITIONS)
+    live_before = live_ids(direct(store, moto_endpoint))
+    hits = segment_reads_of(BROKEN, ".snapshot", ".txnindex")
+    report = run_with_fault(spark, store, proxy, lambda m, p, seen: (503, "SlowDown") if hits(m, p) else None,
+                            planning=True)
     assert proxy.injected, "the fault was reached"
     check_only_broken_failed(report, store, moto_endpoint, live_before, before)
     rerun_converges(spark, store, moto_endpoint, before)
