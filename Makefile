@@ -59,5 +59,16 @@ airflow-test:
 	PYTHONPATH=$(CURDIR) $(AIRFLOW_VENV)/bin/python -m pytest -q --noconftest -p no:cacheprovider \
 		tests/integration/test_airflow_dag.py
 
+# The Python environment executors unpack from spark.archives (conf/spark-defaults.conf): a venv-pack of a
+# wheel install of kcompact and its dependencies but pyspark (scripts/pack_env.py), cached under .dist-cache/.
+.PHONY: dist cluster-test
+dist: venv
+	$(BIN)/python scripts/pack_env.py --python $(PY)
+
+# kcompact on a Spark standalone cluster (tests/cluster/): a master and two workers on 127.0.0.1, spark-submit
+# of jobs/ against a local store and S3 (moto), executors running from dist/kcompact-env.tar.gz. A few minutes.
+cluster-test: venv java dist
+	KCOMPACT_CLUSTER_TEST=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/cluster
+
 clean:
-	rm -rf $(VENV) $(AIRFLOW_VENV) .numba-cache kcompact-store demo-logdir .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(AIRFLOW_VENV) .dist-cache dist build .numba-cache kcompact-store demo-logdir .pytest_cache .mypy_cache

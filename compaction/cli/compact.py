@@ -33,7 +33,8 @@ plan -> stage -> commit. Eligible partitions (see `kcompact plan`) are scanned a
 unless --master or spark-submit says otherwise); every output segment is uploaded under a fresh segment id and
 becomes live in one metadata commit per partition. Replaced segments are marked DELETE_SEGMENT_STARTED; `kcompact
 gc` deletes them later. Rerunning is always safe. Exit codes: 0 done or nothing to do, 2 config error, 3 corrupt
-input in some partition (the others are committed), 4 fenced or conflicting commit (rerun).
+input in some partition (the others are committed), 4 fenced or conflicting commit, or a store that kept failing, in
+some partition (the others are committed; a rerun is safe).
 """
 
 

@@ -5,19 +5,28 @@ in its directory: old files stay there until vacuum, and only the Delta log says
 partition is loaded with a filter on both partition columns, so delta-rs prunes the other partitions'
 files. `MetadataTable` holds nothing but the URI and storage options: it is small, picklable and safe to
 share between threads; every read opens the Delta log afresh.
+
+A read that still fails after delta-rs's own retries (the log or a parquet file unreachable: throttling, 5xx,
+timeouts) raises `TransientStoreError`, like a failed commit: the caller fails what the read was for (one
+partition, when it read one) and a rerun is safe.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from compaction.errors import MetadataSchemaError, MetadataTableNotFoundError, MetadataVersionNotFoundError
+from compaction.errors import (
+    MetadataSchemaError,
+    MetadataTableNotFoundError,
+    MetadataVersionNotFoundError,
+    TransientStoreError,
+)
 from compaction.metadata.model import (
     METADATA_SCHEMA,
     PARTITION_COLUMNS,
@@ -97,16 +106,18 @@ class MetadataTable:
         """A fresh `DeltaTable` at `version` (latest if None).
 
         Raises:
-            MetadataTableNotFoundError, MetadataVersionNotFoundError.
+            MetadataTableNotFoundError, MetadataVersionNotFoundError, TransientStoreError.
         """
         try:
-            return DeltaTable(self._uri, version=version, storage_options=self._options or None)
+            with reading(self._uri):
+                return DeltaTable(self._uri, version=version, storage_options=self._options or None)
         except TableNotFoundError as e:
             raise MetadataTableNotFoundError(f"{self._uri}: no Delta table here ({e})") from e
-        except DeltaError as e:
-            if version is None:
+        except TransientStoreError as e:
+            if version is None or not isinstance(e.__cause__, DeltaError):
                 raise
-            raise MetadataVersionNotFoundError(f"{self._uri}: cannot load table version {version} ({e})") from e
+            raise MetadataVersionNotFoundError(f"{self._uri}: cannot load table version {version} "
+                                               f"({e.__cause__})") from e.__cause__
 
     def version(self) -> int:
         """The latest table version."""
@@ -115,7 +126,9 @@ class MetadataTable:
     def snapshot(self, version: int | None = None) -> MetadataSnapshot:
         """Every partition at `version` (latest if None)."""
         dt = self.delta_table(version)
-        return _snapshot_of(dt, dt.to_pyarrow_table(), self._uri)
+        with reading(self._uri):
+            rows = dt.to_pyarrow_table()
+        return _snapshot_of(dt, rows, self._uri)
 
     def partition_snapshot(self, topic: str, partition: int, version: int | None = None) -> PartitionSnapshot:
         """One partition at `version` (latest if None), read with partition filters."""
@@ -142,8 +155,24 @@ class MetadataTable:
 def load_partition(dt: DeltaTable, topic: str, partition: int, where: str = "metadata") -> PartitionSnapshot:
     """One partition of the already opened `dt`, at `dt`'s version, read with partition filters."""
     filters: Any = [("topic", "=", check_topic(topic)), ("partition", "=", int(partition))]
-    snapshot = _snapshot_of(dt, dt.to_pyarrow_table(filters=filters), where)
-    return snapshot.partition(topic, partition)
+    with reading(f"{where} ({topic}-{partition})"):
+        rows = dt.to_pyarrow_table(filters=filters)
+    return _snapshot_of(dt, rows, where).partition(topic, partition)
+
+
+@contextlib.contextmanager
+def reading(where: str) -> Iterator[None]:
+    """delta-rs's and pyarrow's read failures (after delta-rs's retries) as `TransientStoreError`, naming `where`.
+
+    `TableNotFoundError` passes through: the caller knows what a missing table means.
+    """
+    try:
+        yield
+    except TableNotFoundError:
+        raise
+    except (DeltaError, OSError) as e:
+        raise TransientStoreError(f"{where}: reading the metadata table failed after delta-rs's retries "
+                                  f"(a rerun may pass): {e}") from e
 
 
 def _snapshot_of(dt: DeltaTable, rows: pa.Table, where: str) -> MetadataSnapshot:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from compaction.config import KcompactConfig
-from compaction.errors import ConfigError, CorruptInputError
+from compaction.errors import ConfigError, CorruptInputError, TransientStoreError
 from compaction.format.producer_snapshot import ProducerStateEntry
 from compaction.metadata import MetadataSnapshot, TopicPartition, table_in_store
 from compaction.planner import CompactionPlan, build_plan
@@ -22,13 +22,17 @@ from compaction.run.producers import PartitionInputs, aborted_transactions, firs
 from compaction.run.tasks import TP
 from compaction.storage.base import ObjectStore, StoreSpec
 
+Unreadable = CorruptInputError | TransientStoreError
+"""Why a partition's producer state or txn indexes could not be read: it is quarantined, the others go on."""
+
 
 @dataclass(frozen=True)
 class RunPlan:
     """What a run will do: the planner's output plus where and when it was computed.
 
     `inputs` holds, per eligible partition, what its round needs besides its segments (read once here);
-    `quarantined` the partitions whose producer state or txn indexes could not be read: held back, reported.
+    `quarantined` the partitions whose producer state or txn indexes could not be read (corrupt, exit 3, or the
+    store kept failing, exit 4): held back, reported, while the others run.
     """
 
     store: StoreSpec
@@ -36,7 +40,7 @@ class RunPlan:
     run_id: str
     writer: str
     disk_budget_bytes: int | None = None  # temporary disk per rewrite chunk; None: free local disk / 3 at stage
-    quarantined: tuple[tuple[str, int, CorruptInputError], ...] = ()
+    quarantined: tuple[tuple[str, int, Unreadable], ...] = ()
     inputs: Mapping[TP, PartitionInputs] = field(default_factory=dict)
 
     @property
@@ -63,7 +67,7 @@ def plan(
         raise ConfigError(f"--disk-budget-bytes {disk_budget_bytes}: expected a positive number of bytes")
     now = int(time.time() * 1000) if now_ms is None else now_ms
     snapshot = table_in_store(store).snapshot()
-    unreadable: dict[TopicPartition, CorruptInputError] = {}
+    unreadable: dict[TopicPartition, Unreadable] = {}
     producers = _producers(store, snapshot, unreadable)
     unstable = {tp: first for tp, entries in producers.items() if (first := first_unstable_offset(entries)) is not None}
     for tp in unreadable:  # hold the whole partition back
@@ -78,7 +82,7 @@ def plan(
         live = snapshot.partitions[tp].live_segments
         try:
             aborted = aborted_transactions(store, live, p.regions.first_uncleanable_offset)
-        except CorruptInputError as exc:
+        except (CorruptInputError, TransientStoreError) as exc:
             unreadable[tp] = exc
             continue
         inputs[(p.topic, p.partition)] = PartitionInputs(tuple(producers.get(tp, ())), aborted)
@@ -90,7 +94,7 @@ def plan(
                    disk_budget_bytes, quarantined=quarantined, inputs=inputs)
 
 
-def _producers(store: ObjectStore, snapshot: MetadataSnapshot, unreadable: dict[TopicPartition, CorruptInputError]
+def _producers(store: ObjectStore, snapshot: MetadataSnapshot, unreadable: dict[TopicPartition, Unreadable]
                ) -> dict[TopicPartition, list[ProducerStateEntry]]:
     out = {}
     for (topic, partition), part in snapshot.partitions.items():
@@ -98,7 +102,7 @@ def _producers(store: ObjectStore, snapshot: MetadataSnapshot, unreadable: dict[
             continue
         try:
             out[TopicPartition(topic, partition)] = producer_state(store, part.live_segments)
-        except CorruptInputError as exc:
+        except (CorruptInputError, TransientStoreError) as exc:
             unreadable[TopicPartition(topic, partition)] = exc
     return out
 

@@ -14,21 +14,16 @@ reply lost after the request landed, 403 AccessDenied. At the store and tier lev
   failing fail alone, each with its typed error and exit code, nothing of them live; without the faults a
   rerun converges and gc leaves no orphan.
 
-Compaction on S3 end to end (Spark executors reading through such a store) is left to the S3 compaction tests.
+The proxy is `tests/s3_proxy.py`. Compaction through it, a fault on one partition failing that partition alone,
+is `tests/spark/test_partition_faults.py`.
 """
 
 from __future__ import annotations
 
-import http.client
 import shutil
-import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -43,11 +38,20 @@ from compaction.metadata import (
     table_in_store,
 )
 from compaction.reader import consumer_records, segment_ref
-from compaction.storage import ObjectStore, RetryPolicy, StoreSpec
+from compaction.storage import ObjectStore, StoreSpec
 from compaction.tier import tier_logdir
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 from tests.latest_view import store_problems
-from tests.moto_s3 import BUCKET, FAST_RETRY, REGION, TEST_PART_SIZE
+from tests.moto_s3 import FAST_RETRY
+from tests.s3_proxy import (
+    FlakyProxy,
+    commit_entry,
+    direct,
+    fast_delta_retries,
+    is_segment_object,
+    running_proxy,
+    spec_through,
+)
 
 NOW = 1_800_000_000_000
 DAY = 86_400_000
@@ -55,129 +59,10 @@ SPEC = WorkloadSpec(topics=(TopicSpec("orders", 2), TopicSpec("users", 1)), reco
                     segment_bytes=8 * 1024, seed=17)
 PARTITIONS = [("orders", 0), ("orders", 1), ("users", 0)]
 
-Fault = Callable[[str, str, int], "tuple[int, str] | str | None"]
-"""(method, path, how many times this method+path was seen before) -> (status, S3 error code) to answer
-without forwarding, "lose" to forward and then answer 503 as if the reply was lost, or None to forward."""
-
-_ERROR_XML = ('<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{code} (injected by the '
-              'test proxy)</Message><RequestId>kcompact-test</RequestId></Error>')
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection"}
-
-
-@dataclass
-class FlakyProxy:
-    """A threaded HTTP/1.1 proxy that forwards to `upstream` unless `fault` says otherwise; records what it injected."""
-
-    upstream: str
-    fault: Fault = lambda method, path, seen: None
-    endpoint: str = ""  # the proxy's URL, once started
-    injected: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, code)
-    _seen: dict[tuple[str, str], int] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def start(self) -> str:
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-            def _body(self) -> bytes:
-                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    chunks = []
-                    while size := int(self.rfile.readline().split(b";")[0], 16):
-                        chunks.append(self.rfile.read(size))
-                        self.rfile.readline()
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return b"".join(chunks)
-                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-            def _answer(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-                self.send_response(status)
-                for name, value in headers:
-                    if name.lower() not in _HOP_BY_HOP:
-                        self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)) if self.command != "HEAD" else
-                                 dict((k.lower(), v) for k, v in headers).get("content-length", "0"))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            def _error(self, status: int, code: str) -> None:
-                body = _ERROR_XML.format(code=code).encode()
-                self._answer(status, [("Content-Type", "application/xml")], b"" if self.command == "HEAD" else body)
-
-            def _handle(self) -> None:
-                body = self._body()
-                decision = proxy.decide(self.command, self.path)
-                if isinstance(decision, tuple):
-                    self._error(*decision)
-                    return
-                status, headers, reply = proxy.forward(self.command, self.path, dict(self.headers), body)
-                if decision == "lose":
-                    self._error(503, "ServiceUnavailable")
-                    return
-                self._answer(status, headers, reply)
-
-            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
-        return self.endpoint
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def decide(self, method: str, path: str) -> tuple[int, str] | str | None:
-        with self._lock:
-            seen = self._seen.get((method, path), 0)
-            self._seen[(method, path)] = seen + 1
-            decision = self.fault(method, path, seen)
-            if decision is not None:
-                self.injected.append((method, path, decision if isinstance(decision, str) else decision[1]))
-            return decision
-
-    def forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, list, bytes]:
-        target = urlsplit(self.upstream)
-        conn = http.client.HTTPConnection(target.hostname or "127.0.0.1", target.port, timeout=30)
-        try:
-            sent = {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
-            conn.request(method, path, body=body if body or method in ("PUT", "POST") else None, headers=sent)
-            response = conn.getresponse()
-            return response.status, response.getheaders(), response.read()
-        finally:
-            conn.close()
-
 
 @pytest.fixture
 def proxy(moto_endpoint: str) -> Iterator[FlakyProxy]:
-    p = FlakyProxy(moto_endpoint)
-    p.start()
-    yield p
-    p.stop()
-
-
-def spec_through(proxy: FlakyProxy, retry: RetryPolicy = FAST_RETRY) -> StoreSpec:
-    return StoreSpec.parse(f"s3://{BUCKET}/faults-{uuid.uuid4().hex[:12]}/store",
-                           endpoint_url=proxy.endpoint, region=REGION, retry=retry,
-                           part_size=TEST_PART_SIZE)
-
-
-def fast_delta_retries(store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    """delta-rs retries once after 10 ms instead of ten times with backoff: the same paths, a faster test."""
-    options = store.delta_storage_options()
-    monkeypatch.setattr(store, "delta_storage_options",
-                        lambda: {**options, "max_retries": "1", "backoff_config.init_backoff": "10ms"})
-
-
-def is_segment_object(path: str) -> bool:
-    return "_kcompact_metadata" not in path and "/_kcompact/" not in path and urlsplit(path).path.count("/") > 3
+    yield from running_proxy(moto_endpoint)
 
 
 @pytest.fixture(scope="module")
@@ -195,11 +80,6 @@ def read_back(store: ObjectStore) -> dict[tuple[str, int], list[tuple]]:
         refs = [segment_ref(s) for s in snapshot.live_segments(*tp)]
         out[tp] = [(r.offset, r.key, r.value) for r in consumer_records(store, refs)]
     return out
-
-
-def direct(store: ObjectStore, moto_endpoint: str) -> ObjectStore:
-    """The same store without the proxy, for the test's own reads."""
-    return StoreSpec.parse(store.uri, endpoint_url=moto_endpoint, region=REGION).open()
 
 
 @pytest.fixture(scope="module")
@@ -250,12 +130,6 @@ def test_retries_that_run_out_raise_transient_store_error(proxy: FlakyProxy, fak
         store.put("k-hot", b"x")
     assert store.object_uri("k-hot") in str(e.value)
     assert len(proxy.injected) == FAST_RETRY.max_attempts
-
-
-def commit_entry(path: str) -> int | None:
-    """The table version a PUT of `path` commits, if it is a Delta log entry."""
-    name = urlsplit(path).path.rsplit("/", 1)[-1]
-    return int(name[:-5]) if "/_delta_log/" in path and name.endswith(".json") and name[:-5].isdigit() else None
 
 
 @pytest.mark.s3

@@ -1,0 +1,79 @@
+"""`make dist`: the executors' Python environment, packed for `spark.archives` (dist/kcompact-env.tar.gz).
+
+A virtual environment with kcompact installed from a wheel (not editable: venv-pack refuses editable installs,
+and an executor has no checkout to point at) and kcompact's runtime dependencies from pyproject.toml, except
+pyspark: executors import the cluster's own pyspark (Spark puts `$SPARK_HOME/python/lib/pyspark.zip` on their
+PYTHONPATH), which must be the driver's version anyway, and leaving it out saves ~450 MB per executor. venv-pack
+then packs it with relative paths, so it works wherever Spark unpacks it (`#env` -> ./env/bin/python).
+
+venv-pack does not copy the interpreter itself: `bin/python` links to the base Python the environment was made
+from (this machine's `python3.11`), which must exist at the same path on every executor host (same image).
+
+Cached under .dist-cache/ (git-ignored): the environment is rebuilt only when the dependency list changes; the
+kcompact wheel is rebuilt and reinstalled on every call. Run with the project venv's python:
+
+    .venv/bin/python scripts/pack_env.py [--python python3.11] [--output dist/kcompact-env.tar.gz]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / ".dist-cache"
+VENV_PACK = "venv-pack==0.2.0"
+LEFT_OUT = {"pyspark"}  # provided by the cluster's Spark installation (see the module docstring)
+SMOKE = ("import numba, pyarrow, deltalake, boto3, compaction.format.scan, compaction.rewrite.group, "
+         "compaction.metadata, compaction.storage.s3")
+
+
+def runtime_requirements(pyproject: Path) -> list[str]:
+    """kcompact's pinned runtime dependencies, less those the cluster provides."""
+    deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    return sorted(d for d in deps if d.split("==")[0].strip().lower() not in LEFT_OUT)
+
+
+def run(*cmd: str | Path) -> None:
+    print("+", " ".join(str(c) for c in cmd), file=sys.stderr, flush=True)
+    subprocess.run([str(c) for c in cmd], check=True)
+
+
+def fresh_venv(path: Path, python: str, requirements: list[str]) -> None:
+    """`path` as a venv holding `requirements`, rebuilt only when they changed since the last build."""
+    stamp = path / ".requirements"
+    wanted = "\n".join(requirements) + "\n"
+    if stamp.is_file() and stamp.read_text() == wanted:
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    run(python, "-m", "venv", path)
+    run(path / "bin" / "python", "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    run(path / "bin" / "python", "-m", "pip", "install", "--quiet", *requirements)
+    stamp.write_text(wanted)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--python", default="python3.11", help="the base interpreter (default: %(default)s)")
+    parser.add_argument("--output", type=Path, default=REPO / "dist" / "kcompact-env.tar.gz")
+    args = parser.parse_args()
+
+    env, tools, wheels = CACHE / "env", CACHE / "tools", CACHE / "wheel"
+    fresh_venv(env, args.python, runtime_requirements(REPO / "pyproject.toml"))
+    fresh_venv(tools, args.python, [VENV_PACK])
+    shutil.rmtree(wheels, ignore_errors=True)
+    run(env / "bin" / "python", "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", wheels, REPO)
+    (wheel,) = wheels.glob("kcompact-*.whl")
+    run(env / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", wheel)
+    run(env / "bin" / "python", "-I", "-c", SMOKE)  # -I: no PYTHONPATH, no checkout: what an executor sees
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    run(tools / "bin" / "venv-pack", "--prefix", env, "--output", args.output, "--force", "--quiet")
+    print(f"{args.output} ({args.output.stat().st_size / 2**20:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""kcompact on a Spark standalone cluster, as README's "Running on a cluster" runs it, step for step.
+
+A master and two workers (separate JVMs, `scripts/standalone_cluster.py`: `spark-class` from the venv's pyspark,
+on 127.0.0.1, stopped at the end whatever happens). Their environment holds no AWS_*, PYSPARK_* or PYTHONPATH
+variable: executors run Python from the packed environment `make dist` built (`spark.archives`,
+`./env/bin/python`), never from the project venv, so a dependency missing from the archive fails the run, and
+reach S3 with the endpoint and credentials the application hands them (`spark.executorEnv.*`, as
+conf/spark-defaults.conf documents). The driver runs in client mode from the project venv.
+
+Per store, a local directory and S3 on the moto server: tier (in-process), then `spark-submit` of
+jobs/compact.py (exit 0, the JSON report: every planned partition committed), jobs/verify.py (exit 0) and
+jobs/gc.py (exit 0, replaced segments deleted, no orphan); after each step the latest record per key of every
+partition is what it was before compaction (`tests/latest_view.py`, the property of the other end-to-end tests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from compaction.errors import ExitCode
+from compaction.metadata import table_in_store
+from compaction.storage import ObjectStore, open_store
+from compaction.tier import tier_logdir
+from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
+from tests.latest_view import store_problems, views
+from tests.moto_s3 import BUCKET, FAKE_AWS_ENV, REGION, UNSET_AWS_ENV
+
+REPO = Path(__file__).resolve().parents[2]
+ARCHIVE = REPO / "dist" / "kcompact-env.tar.gz"
+VENV_BIN = Path(sys.executable).parent
+NOW = 1_800_000_000_000
+DAY = 86_400_000
+PARTITIONS = [("orders", 0), ("orders", 1), ("users", 0)]
+CONFIG = "defaults:\n  cleanup.policy: compact\n  min.cleanable.dirty.ratio: 0.01\n"
+SIZING = {  # this machine's two workers of 1 core and 1 GiB, instead of conf/spark-defaults.conf's production sizes
+    "spark.driver.memory": "1g",
+    "spark.executor.memory": "512m",
+    "spark.executor.memoryOverhead": "512m",
+    "spark.executor.cores": "1",
+}
+SUBMIT_TIMEOUT_S = 600
+DRIVER_PYTHON = ({} if (REPO / ".venv").resolve() == VENV_BIN.parent.resolve()
+                 else {"spark.pyspark.driver.python": sys.executable})
+"""conf/spark-defaults.conf's driver python is the checkout's .venv/bin/python; a checkout that runs its tests
+from another one's venv (a git worktree) names that one."""
+
+pytestmark = pytest.mark.spark
+
+
+@dataclass(frozen=True)
+class Target:
+    """A store as the jobs name it, with what the driver's and the executors' environments need to reach it."""
+
+    uri: str
+    driver_env: dict[str, str]
+    executor_env: dict[str, str]
+
+    def open(self) -> ObjectStore:
+        return open_store(self.uri, endpoint_url=self.driver_env.get("AWS_ENDPOINT_URL"))
+
+
+@pytest.fixture(scope="module")
+def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if not ARCHIVE.is_file():
+        pytest.fail(f"{ARCHIVE.relative_to(REPO)} is missing: `make cluster-test` builds it (`make dist`)")
+    directory = tmp_path_factory.mktemp("standalone")
+    script = [sys.executable, str(REPO / "scripts" / "standalone_cluster.py")]
+    try:
+        started = subprocess.run([*script, "start", "--dir", str(directory)], capture_output=True, text=True,
+                                 timeout=180)
+        assert started.returncode == 0, started.stderr
+        yield started.stdout.strip()
+    finally:
+        subprocess.run([*script, "stop", "--dir", str(directory)], timeout=60)
+
+
+@pytest.fixture(params=["local", "s3"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
+    if request.param == "local":
+        return Target(str(tmp_path / "store"), {}, {})
+    endpoint: str = request.getfixturevalue("moto_endpoint")
+    credentials = {k: FAKE_AWS_ENV[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    return Target(f"s3://{BUCKET}/cluster-{tmp_path.name}", {**FAKE_AWS_ENV, "AWS_ENDPOINT_URL": endpoint},
+                  {**credentials, "AWS_REGION": REGION, "AWS_ENDPOINT_URL": endpoint})
+
+
+@pytest.fixture
+def tiered(target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ObjectStore:
+    """Three partitions tiered a day before the run; the kcompact config beside them."""
+    for name in UNSET_AWS_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in target.driver_env.items():
+        monkeypatch.setenv(name, value)
+    generate_logdir(tmp_path / "logs", WorkloadSpec(topics=(TopicSpec("orders", 2), TopicSpec("users", 1)),
+                                                    records_per_partition=2000, keys=150, segment_bytes=32 * 1024))
+    store = target.open()
+    tier_logdir(tmp_path / "logs", store, table_in_store(store, create=True), NOW - DAY)
+    (tmp_path / "kcompact.yaml").write_text(CONFIG)
+    return store
+
+
+def spark_submit(master: str, target: Target, script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """README's spark-submit line for `jobs/<script>`, from the checkout, with the venv's launcher on PATH."""
+    conf = {**SIZING, **DRIVER_PYTHON,
+            **{f"spark.executorEnv.{k}": v for k, v in target.executor_env.items()}}
+    command = ["spark-submit", "--master", master, "--properties-file", "conf/spark-defaults.conf",
+               *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}")), f"jobs/{script}", *args]
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AWS_", "PYSPARK_", "NUMBA_")) and k not in ("SPARK_HOME", "SPARK_MASTER")}
+    env.update(target.driver_env, PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", SPARK_LOCAL_IP="127.0.0.1")
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S)
+
+
+def succeeded(done: subprocess.CompletedProcess[str]) -> bool:
+    return done.returncode == ExitCode.OK
+
+
+def test_compact_verify_gc_on_a_standalone_cluster(master: str, target: Target, tiered: ObjectStore,
+                                                   tmp_path: Path) -> None:
+    store, config = tiered, str(tmp_path / "kcompact.yaml")
+    before, version = views(store, PARTITIONS), table_in_store(store).version()
+
+    report_file = tmp_path / "report.json"
+    done = spark_submit(master, target, "compact.py", "--store", target.uri, "--config", config, "--now", str(NOW),
+                        "--report-json", str(report_file))
+    assert succeeded(done), done.stderr[-4000:]
+    report = json.loads(report_file.read_text())
+    assert (report["exit_code"], report["failed"], report["metadata_version_planned"]) == (0, [], version)
+    committed = [(p["topic"], p["partition"]) for p in report["partitions"] if p["committed"]]
+    assert sorted(committed) == sorted((p["topic"], p["partition"]) for p in report["planned"] if p["eligible"])
+    assert ("orders", 0) in committed and ("orders", 1) in committed
+    assert all(p["segments_replaced"] > p["segments_written"] for p in report["partitions"])
+    assert views(store, PARTITIONS) == before, "latest record per key unchanged"
+
+    done = spark_submit(master, target, "verify.py", "--store", target.uri, "--topic", "orders", "--partition", "0",
+                        "--before", str(version), "--json")  # one partition: a Spark application each
+    assert succeeded(done), done.stderr[-4000:]
+    assert json.loads(done.stdout)["ok"] is True
+
+    done = spark_submit(master, target, "gc.py", "--store", target.uri, "--config", config,
+                        "--now", str(NOW + 2 * DAY), "--json")
+    assert succeeded(done), done.stderr[-4000:]
+    gc = json.loads(done.stdout)
+    assert gc["totals"]["objects_deleted"] >= sum(p["segments_replaced"] for p in report["partitions"]) > 0
+    assert store_problems(store) == []
+    assert views(store, PARTITIONS) == before
+
+    # jobs/wal_roll.py (the WAL feature) joins here: spark_submit(master, target, "wal_roll.py", ...), its exit
+    # code and report checked, then `views(store, PARTITIONS)` against what the roll should leave.
