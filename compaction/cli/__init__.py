@@ -4,7 +4,8 @@ One module per command family (`generate`, `dump`, `tier`, `wal`, `segments` and
 `gc`, `verify`), each with a `register` that adds its sub-commands; `options` holds what they share.
 
 Exit codes (see `compaction.errors.ExitCode`): 0 success or nothing to do, 1 internal error, 2 configuration
-or usage error, 3 corrupt input, 4 fenced or conflicting commit (a rerun is safe), 5 verification failed.
+or usage error, 3 corrupt input, 4 fenced or conflicting commit or transient store failure (a rerun is safe), 5
+verification failed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ EPILOG = """exit codes:
   1  internal error (a bug: please report it with the traceback)
   2  configuration or usage error: fix the config or the command line
   3  corrupt input: the named object is malformed (the partition is quarantined)
-  4  fenced or conflicting commit: nothing was committed, rerunning is safe
+  4  fenced or conflicting commit, or a store that kept failing: nothing of it was committed, rerunning is safe
   5  verification failed (`kcompact verify`): a key was lost or changed; alert, keep the store as it is
 """
 COMMAND_FAMILIES = (generate, dump, tier, wal, segments, compact, gc, verify)

@@ -18,16 +18,23 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+REQUIRED: dict[str, str] = {
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.python.worker.reuse": "true",
+}
+"""What kcompact's data path relies on (Arrow transfers, UTC, reused Python workers), set in every session."""
+
 LOCAL_DEFAULTS: dict[str, str] = {
+    **REQUIRED,
     "spark.sql.shuffle.partitions": "8",
     "spark.default.parallelism": "4",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "2g",
-    "spark.python.worker.reuse": "true",
 }
+"""A session this module launches itself (local mode, notebooks): sized for one machine. Under spark-submit only
+`REQUIRED` applies, so the sizing and UI of `--conf` / `--properties-file` (conf/spark-defaults.conf) stand."""
 
 LOG4J2_CONFIG = Path(__file__).resolve().parents[2] / "conf" / "log4j2.properties"
 """kcompact's log4j2 configuration, in the checkout's `conf/` (absent from an install without it: see below)."""
@@ -50,7 +57,8 @@ def build_session(
     Args:
         master: Spark master URL; None keeps spark-submit's, or local[2] outside spark-submit.
         app_name: the application's name.
-        conf: Spark settings, applied over `LOCAL_DEFAULTS`.
+        conf: Spark settings, applied over `LOCAL_DEFAULTS` (under spark-submit: over `REQUIRED` only, so that
+            spark-submit's own settings are kept).
         log4j2_config: the log4j2 file for a JVM this call launches (default: `conf/log4j2.properties`);
             None, a missing file, or a `-Dlog4j2.configurationFile` already in `conf`'s
             spark.driver.extraJavaOptions leave Spark's logging as configured elsewhere. Ignored when the
@@ -63,7 +71,7 @@ def build_session(
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ or "SPARK_MASTER" in os.environ
     if master or not under_submit:  # spark-submit passes its --master through the gateway: keep it
         builder = builder.master(master or "local[2]")
-    settings = {**LOCAL_DEFAULTS, **(conf or {})}
+    settings = {**(REQUIRED if under_submit else LOCAL_DEFAULTS), **(conf or {})}
     if not under_submit and log4j2_config is not None and log4j2_config.is_file():
         settings[DRIVER_JAVA_OPTIONS] = with_log4j2_config(settings.get(DRIVER_JAVA_OPTIONS, ""), log4j2_config)
     for key, value in settings.items():

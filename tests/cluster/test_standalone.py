@@ -7,9 +7,10 @@ variable: executors run Python from the packed environment `make dist` built (`s
 reach S3 with the endpoint and credentials the application hands them (`spark.executorEnv.*`, as
 conf/spark-defaults.conf documents). The driver runs in client mode from the project venv.
 
-Per store, a local directory and S3 on the moto server: tier (in-process), then `spark-submit` of
-jobs/compact.py (exit 0, the JSON report: every planned partition committed), jobs/verify.py (exit 0) and
-jobs/gc.py (exit 0, replaced segments deleted, no orphan); after each step the latest record per key of every
+Per store, a local directory and S3 on the moto server: tier and `wal upload` of the active segments (in-process),
+then `spark-submit` of jobs/compact.py (exit 0, the JSON report: every planned partition committed), jobs/verify.py
+(exit 0), jobs/gc.py (exit 0, replaced segments deleted, no orphan) and jobs/wal_roll.py (exit 0, every partition's
+WAL tail rolled into a committed segment); after each step the latest record per key of every
 partition is what it was before compaction (`tests/latest_view.py`, the property of the other end-to-end tests).
 """
 
@@ -27,8 +28,10 @@ import pytest
 
 from compaction.errors import ExitCode
 from compaction.metadata import table_in_store
+from compaction.reader import log_refs
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
+from compaction.wal.upload import upload_logdir
 from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 from tests.latest_view import store_problems, views
 from tests.moto_s3 import BUCKET, FAKE_AWS_ENV, REGION, UNSET_AWS_ENV
@@ -103,6 +106,7 @@ def tiered(target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> O
                                                     records_per_partition=2000, keys=150, segment_bytes=32 * 1024))
     store = target.open()
     tier_logdir(tmp_path / "logs", store, table_in_store(store, create=True), NOW - DAY)
+    upload_logdir(tmp_path / "logs", store, NOW - DAY)  # the active segments, as combined WAL objects
     (tmp_path / "kcompact.yaml").write_text(CONFIG)
     return store
 
@@ -153,5 +157,12 @@ def test_compact_verify_gc_on_a_standalone_cluster(master: str, target: Target, 
     assert store_problems(store) == []
     assert views(store, PARTITIONS) == before
 
-    # jobs/wal_roll.py (the WAL feature) joins here: spark_submit(master, target, "wal_roll.py", ...), its exit
-    # code and report checked, then `views(store, PARTITIONS)` against what the roll should leave.
+    assert any(r.wal for t, p in PARTITIONS for r in log_refs(store, t, p)), "no WAL tail to roll"
+    done = spark_submit(master, target, "wal_roll.py", "--store", target.uri, "--config", config,
+                        "--now", str(NOW + 30 * DAY), "--json")  # past segment.ms: every open tail rolls
+    assert succeeded(done), done.stderr[-4000:]
+    rolled = json.loads(done.stdout)
+    assert rolled["exit_code"] == 0 and rolled["segments_rolled"] == len(PARTITIONS)
+    assert all(p["committed_version"] is not None and p["open_tail_bytes"] == 0 for p in rolled["partitions"])
+    assert not any(r.wal for t, p in PARTITIONS for r in log_refs(store, t, p)), "the log still ends in the WAL"
+    assert views(store, PARTITIONS) == before
