@@ -63,7 +63,7 @@ def alive_workers(ui_port: int) -> int:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as reply:
             return int(json.load(reply).get("aliveworkers", 0))
-    except OSError:
+    except (OSError, ValueError):  # not listening yet, or a page still being set up (not JSON yet)
         return 0
 
 
