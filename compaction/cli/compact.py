@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,23 +86,16 @@ def run_plan(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename, so readers never see half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _write_outputs(args: argparse.Namespace, report: dict[str, Any]) -> None:
     from compaction.metrics import prometheus_text
     from compaction.report_html import render_html
 
     if args.report_json:
-        _write_atomically(args.report_json, json.dumps(report, indent=2))
+        options.write_atomically(args.report_json, json.dumps(report, indent=2))
     if args.html_report:
-        _write_atomically(args.html_report, render_html(report))
+        options.write_atomically(args.html_report, render_html(report))
     if args.metrics_file:
-        _write_atomically(args.metrics_file, prometheus_text(report))
+        options.write_atomically(args.metrics_file, prometheus_text(report))
 
 
 def _commit_each(staged: StagedRun, progress: Progress) -> list[PartitionOutcome]:

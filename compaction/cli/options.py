@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compaction.errors import ConfigError
@@ -70,6 +72,13 @@ def print_result(as_json: bool, doc: Any, text: Iterable[str]) -> None:
         return
     for line in text:
         print(line)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename, so readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def option_name(dest: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,9 @@ def register(sub: options.Subcommands) -> None:
     rl.add_argument("--dry-run", action="store_true", help="cut and report the segments; upload and commit nothing")
     rl.add_argument("--master", default=None, help="Spark master URL (default: local[2])")
     options.add_json_option(rl, "print a machine-readable report")
+    rl.add_argument("--report-json", type=Path, default=None,
+                    help="also write that report to this file (under spark-submit the driver's stderr progress "
+                    "lines share stdout with it)")
 
     ls = options.add_command(wal, "list", run_list, LIST_HELP, LIST_DESCRIPTION)
     options.add_store_options(ls)
@@ -126,6 +130,8 @@ def run_roll(args: argparse.Namespace) -> int:
         report = roll(spark, store, config, clock, topic=args.topic, partition=args.partition, dry_run=args.dry_run,
                       progress=lambda o: print(_roll_line(o.to_dict()), file=sys.stderr))
     doc = {"store": store.uri, **report.to_dict(), "requests": vars(store.stats)}
+    if args.report_json:
+        options.write_atomically(args.report_json, json.dumps(doc, indent=2))
     verb = "would roll" if args.dry_run else "rolled"
     ok = [p for p in report.partitions if p.error is None]
     lines = [_roll_line(p.to_dict()) for p in report.partitions]
