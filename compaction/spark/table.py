@@ -58,8 +58,8 @@ def row_schema(strategy: CompactionStrategy) -> StructType:
 
 
 def topic_records(spark: SparkSession, store: ObjectStore, topic: str, spans: Sequence[PartitionSpan],
-                  metadata_version: int) -> DataFrame:
-    """(partition, key, value, offset, timestamp, headers, fresh) of every span; `fresh`: at or above from_offset."""
+                  metadata_version: int) -> list[DataFrame]:
+    """Per span, (partition, key, value, offset, timestamp, headers, fresh); `fresh`: at or above from_offset."""
     frames = []
     for span in spans:
         view = read_partition(spark, store, topic, span.partition, from_offset=span.read_from,
@@ -67,7 +67,7 @@ def topic_records(spark: SparkSession, store: ObjectStore, topic: str, spans: Se
         frames.append(view.where((F.col("offset") < span.to_offset) & F.col("key").isNotNull()).select(
             F.lit(span.partition).cast("int").alias(PARTITION_COLUMN), "key", "value", "offset", "timestamp",
             "headers", (F.col("offset") >= span.from_offset).alias("fresh")))
-    return reduce(DataFrame.unionByName, frames)
+    return frames
 
 
 def header_version(name: str) -> tuple[Column, Column]:
@@ -80,24 +80,32 @@ def header_version(name: str) -> tuple[Column, Column]:
     return has.cast("tinyint"), F.when(has, signed).otherwise(F.lit(0).cast("long"))
 
 
-def winners(records: DataFrame, strategy: CompactionStrategy, header: str | None) -> DataFrame:
+def winners(frames: Sequence[DataFrame], strategy: CompactionStrategy, header: str | None) -> DataFrame:
     """Per (partition, key) with a fresh record, the winning record (value null = tombstone), plus `version`
-    (null when the record has none) unless the strategy is offset."""
+    (null when the record has none) unless the strategy is offset.
+
+    The winner is `max(struct(rank..., record...))`: ranks are unique (they end in the offset), so the record
+    fields never decide. Unlike `max_by`, `max` does not depend on row order, so Spark drops the offset sort that
+    `read_partition` ends with (and the sampling pass over the data that sort needs); aggregating each partition
+    before the union keeps that sort directly under its aggregate, where the optimizer sees it.
+    """
+    return reduce(DataFrame.unionByName, [_best(f, strategy, header) for f in frames])
+
+
+def _best(records: DataFrame, strategy: CompactionStrategy, header: str | None) -> DataFrame:
     if strategy is CompactionStrategy.OFFSET:
-        rank = F.col("offset")
-        payload = F.struct(*DATA_COLUMNS)
+        ranked = F.struct("offset", "value", "timestamp", "headers")
+        extra: list[Column] = []
     else:
         if strategy is CompactionStrategy.TIMESTAMP:
             has, version = F.lit(1).cast("tinyint"), F.col("timestamp")
         else:
             has, version = header_version(header or "")
-        records = records.withColumn("has_version", has).withColumn(VERSION_COLUMN, version)
-        rank = F.struct("has_version", VERSION_COLUMN, "offset")
-        payload = F.struct(*DATA_COLUMNS, F.when(F.col("has_version") == 1, F.col(VERSION_COLUMN)).alias(
-            VERSION_COLUMN))
-    best = records.groupBy(PARTITION_COLUMN, "key").agg(F.max_by(payload, rank).alias("w"),
-                                                         F.max("fresh").alias("fresh"))
-    return best.where("fresh").select(PARTITION_COLUMN, "key", "w.*")
+        records = records.withColumn("has_version", has).withColumn("rank_version", version)
+        ranked = F.struct("has_version", "rank_version", "offset", "value", "timestamp", "headers")
+        extra = [F.when(F.col("w.has_version") == 1, F.col("w.rank_version")).alias(VERSION_COLUMN)]
+    best = records.groupBy(PARTITION_COLUMN, "key").agg(F.max(ranked).alias("w"), F.max("fresh").alias("fresh"))
+    return best.where("fresh").select(PARTITION_COLUMN, "key", *(F.col(f"w.{c}") for c in DATA_COLUMNS), *extra)
 
 
 def _file_reader(location: Location, columns: Sequence[str] | None) -> Callable[

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from deltalake.transaction import AddAction
 
 from compaction.config import CompactionStrategy, KcompactConfig
 from compaction.errors import ConfigError, ExitCode
+from compaction.format.segment import iter_batch_headers
 from compaction.metadata import PartitionSnapshot, table_in_store
-from compaction.reader import segment_ref, unstable_transactions
+from compaction.reader import open_transactions, segment_ref
 from compaction.storage.base import ObjectStore
 from compaction.topic_table.plan import PartitionSource, TablePlan, plan_table
 from compaction.topic_table.target import Applied, DataFile, Location, TableState, TopicTable
@@ -26,6 +28,7 @@ from compaction.topic_table.target import Applied, DataFile, Location, TableStat
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from compaction.format.batch import RecordBatch
     from compaction.progress import Progress
 
 
@@ -44,14 +47,15 @@ class TableRun:
 def stable_offset(store: ObjectStore, partition: PartitionSnapshot, from_offset: int) -> int:
     """The partition's last stable offset: its tier's end, or the first offset of a transaction still open there.
 
-    Reads the segments from `from_offset`'s on: a transaction that began below the previous run's LSO had its
-    marker by then, so it cannot be open.
+    Reads the batch headers of the segments from `from_offset`'s on (a transaction that began below the previous
+    run's LSO had its marker by then, so it cannot be open there); `open_transactions` needs no records.
     """
     segments = partition.live_segments
     if not segments:
         return 0
-    refs = [segment_ref(s) for s in segments if s.end_offset >= from_offset]
-    open_from = unstable_transactions(store, refs).values()
+    headers = (h for s in segments if s.end_offset >= from_offset
+               for h in iter_batch_headers(store.get(segment_ref(s).log_key), obj=segment_ref(s).log_key))
+    open_from = open_transactions(cast("Iterable[RecordBatch]", headers)).values()
     return min([segments[-1].end_offset + 1, *open_from])
 
 
