@@ -26,7 +26,7 @@ from compaction.topic_table.plan import PartitionSource, TablePlan, plan_table
 from compaction.topic_table.target import Applied, DataFile, Location, TableState, TopicTable
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from compaction.format.batch import RecordBatch
     from compaction.progress import Progress
@@ -145,7 +145,7 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
     if candidates:
         fresh = fresh.persist()
     part = fresh[data.PARTITION_COLUMN]
-    touched = data.touched_files(spark, location, candidates, schema, fresh.where(part.isin(sorted(updated))))
+    touched = _touched_files(spark, run, candidates, fresh.where(part.isin(sorted(updated))))
     if progress:
         progress.phase(f"table: {len(touched)} of {len(candidates)} files of updated partitions hold a changed key")
     columns = [c for c in schema.fieldNames() if c != "key"]
@@ -178,6 +178,30 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
     if progress:
         progress.phase(f"table: committed version {report.committed_version}")
     return report
+
+
+ALL_TOUCHED_KEYS_PER_FILE = 20
+"""A partition with at least this many changed keys per file has every file touched: files are written after a
+hash partitioning by key, so a file misses all k changed keys of its partition of F files with probability about
+exp(-k / F) (2e-9 here); the key-only read that would find the untouched ones is skipped."""
+
+
+def _touched_files(spark: SparkSession, run: TableRun, candidates: list[DataFile], fresh: DataFrame) -> set[str]:
+    """The files of updated partitions that hold a changed key: all of a partition's when it has many changed keys,
+    else those a key-only read finds."""
+    from compaction.spark import table as data
+
+    if not candidates:
+        return set()
+    changed = {r[data.PARTITION_COLUMN]: r["count"] for r in fresh.groupBy(data.PARTITION_COLUMN).count().collect()}
+    files: dict[int, list[DataFile]] = {}
+    for f in candidates:
+        files.setdefault(f.partition, []).append(f)
+    crowded = {p for p, fs in files.items() if changed.get(p, 0) >= ALL_TOUCHED_KEYS_PER_FILE * len(fs)}
+    sparse = [f for f in candidates if f.partition not in crowded]
+    found = data.touched_files(spark, run.table.location, sparse, data.row_schema(run.strategy),
+                               fresh.where(~fresh[data.PARTITION_COLUMN].isin(sorted(crowded))))
+    return found | {f.path for f in candidates if f.partition in crowded}
 
 
 def update_table(spark: SparkSession, store: ObjectStore, config: KcompactConfig, topic: str, location: Location,
