@@ -183,8 +183,8 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
 ALL_TOUCHED_KEYS_PER_FILE = 20
 """A partition with at least this many changed keys per file counts all its files as touched and skips the key-only
 read: files are written after a hash partitioning by key, so with changed keys spread over the key space a file
-misses all k of its partition's F files' share with probability about exp(-k / F) (2e-9 here). Were the keys
-clustered, some files would be rewritten needlessly, never wrongly: the merge reads every file it rewrites."""
+holds none of the k changed keys of its partition (F files) with probability about exp(-k / F) (2e-9 here). Were
+the keys clustered, some files would be rewritten needlessly, never wrongly: the merge reads every file it rewrites."""
 
 
 def _touched_files(spark: SparkSession, run: TableRun, candidates: list[DataFile], fresh: DataFrame) -> set[str]:
