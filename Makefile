@@ -71,4 +71,4 @@ cluster-test: venv java dist
 	KCOMPACT_CLUSTER_TEST=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/cluster
 
 clean:
-	rm -rf $(VENV) $(AIRFLOW_VENV) .dist-cache dist build .numba-cache kcompact-store demo-logdir .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(AIRFLOW_VENV) .dist-cache dist build .numba-cache kcompact-store kcompact-tables demo-logdir .pytest_cache .mypy_cache

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from compaction.run.plan import RunPlan
     from compaction.run.stage import StagedRun
     from compaction.storage import ObjectStore
+    from compaction.topic_table import TableReport
     from compaction.verify import VerifyReport
 
     Store = str | ObjectStore
@@ -90,6 +91,24 @@ def compact(spark: SparkSession, store: Store, config: Config, now_ms: int | Non
     return run_report(staged, commit(staged, raise_on_superseded=False))
 
 
+def table(spark: SparkSession, store: Store, config: Config, topic: str, table_uri: str, now_ms: int | None = None,
+          *, rebuild: bool = False, dry_run: bool = False) -> TableReport:
+    """Bring the Delta table at `table_uri` (a local path or s3://) up to date with `topic`'s latest value per key
+    (`compaction.table`): incremental, exactly once, safe to rerun; `report.to_dict()` is the JSON report.
+
+    Raises `CommitConflictError` (exit 4, rerun) if a concurrent run applied the same partitions first.
+    """
+    import time
+
+    from compaction.arguments import as_config, as_store
+    from compaction.topic_table import Location, update_table
+
+    opened = as_store(store)
+    clock = int(time.time() * 1000) if now_ms is None else now_ms
+    location = Location.parse(table_uri, endpoint_url=opened.spec.endpoint_url, region=opened.spec.region)
+    return update_table(spark, opened, as_config(config), topic, location, clock, rebuild=rebuild, dry_run=dry_run)
+
+
 def verify(store: Store, topic: str, partition: int, before_version: int, after_version: int | None = None, *,
            config: Config | None = None, spark: SparkSession | None = None) -> VerifyReport:
     """Compare a partition's latest record per key at two metadata versions (`compaction.verify`): on Spark with
@@ -133,5 +152,6 @@ __all__ = [
     "plan",
     "read_partition",
     "stage",
+    "table",
     "verify",
 ]

@@ -28,7 +28,7 @@ from compaction.errors import ConfigError, CorruptInputError, CorruptMetadataErr
 from compaction.format.batch import Record, RecordBatch
 from compaction.format.control import ControlType, parse_control_record
 from compaction.format.indexes import AbortedTxn, offset_index_lookup, read_offset_index, read_txn_index
-from compaction.format.segment import iter_batches
+from compaction.format.segment import iter_batch_headers, iter_batches
 from compaction.metadata import ObjectSuffix, SegmentMetadata
 from compaction.storage.base import ObjectStore
 from compaction.wal.log import WalSlice
@@ -203,6 +203,32 @@ def _tier_batches(store: ObjectStore, segments: Iterable[SegmentRef]) -> Iterato
     for seg in segments:
         for _pos, batch in iter_batches(store.get(seg.log_key), obj=store.object_uri(seg.log_key)):
             yield batch
+
+
+def last_stable_offset(store: ObjectStore, segments: Sequence[SegmentRef], from_offset: int = 0) -> int:
+    """The log's last stable offset: its end, or the first offset of a transaction still open there.
+
+    Reads batch headers only (an open transaction needs no records), of the tier segments and WAL slices from
+    `from_offset`'s on: a transaction that began below an earlier LSO had its marker by then. 0 for an empty log.
+    """
+    end = 0
+    open_txns: dict[int, int] = {}
+    for seg in sorted(segments, key=lambda s: s.start_offset):
+        end = max(end, seg.end_offset + 1)
+        if seg.end_offset < from_offset:
+            continue
+        data = slice_bytes(store, seg) if seg.wal else store.get(seg.log_key)
+        for h in iter_batch_headers(data, obj=store.object_uri(seg.log_key)):
+            last = h.base_offset + h.last_offset_delta
+            if last < seg.start_offset or not h.is_transactional:
+                continue
+            if h.base_offset > seg.end_offset:
+                break
+            if h.is_control:
+                open_txns.pop(h.producer_id, None)
+            else:
+                open_txns.setdefault(h.producer_id, h.base_offset)
+    return min([end, *open_txns.values()])
 
 
 def _is_abort(record: Record) -> bool:

@@ -168,9 +168,11 @@ def write(section_text: str) -> None:
     path = ROOT / "BENCHMARKS.md"
     text = path.read_text()
     start = text.find("## W — ")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section_text + (text[end + 1 :] if end >= 0 else "")
+    if start >= 0:  # replace it where it is (scripts/bench.py keeps it after its own sections)
+        ends = [i for i in (text.find("\n## ", start + 1), text.find("<!-- previous version", start)) if i >= 0]
+        end = min(ends, default=len(text))
+        rest = text[end:].lstrip("\n")
+        text = text[:start] + section_text.rstrip("\n") + "\n" + ("\n" + rest if rest else "")
     else:
         text = text.rstrip("\n") + "\n\n" + section_text
     path.write_text(text)

@@ -1,7 +1,7 @@
 """The `kcompact` command line. It parses arguments, reads the clock and the environment, and calls one function.
 
 One module per command family (`generate`, `dump`, `tier`, `wal`, `segments` and `read`, `plan` and `compact`,
-`gc`, `verify`), each with a `register` that adds its sub-commands; `options` holds what they share.
+`gc`, `verify`, `table`), each with a `register` that adds its sub-commands; `options` holds what they share.
 
 Exit codes (see `compaction.errors.ExitCode`): 0 success or nothing to do, 1 internal error, 2 configuration
 or usage error, 3 corrupt input, 4 fenced or conflicting commit or transient store failure (a rerun is safe), 5
@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from compaction.cli import compact, dump, gc, generate, segments, tier, verify, wal
+from compaction.cli import compact, dump, gc, generate, segments, table, tier, verify, wal
 from compaction.errors import ExitCode, KcompactError
 
 __all__ = ["build_parser", "main", "run"]
@@ -28,7 +28,7 @@ EPILOG = """exit codes:
   4  fenced or conflicting commit, or a store that kept failing: nothing of it was committed, rerunning is safe
   5  verification failed (`kcompact verify`): a key was lost or changed; alert, keep the store as it is
 """
-COMMAND_FAMILIES = (generate, dump, tier, wal, segments, compact, gc, verify)
+COMMAND_FAMILIES = (generate, dump, tier, wal, segments, compact, gc, verify, table)
 """In the order `kcompact --help` lists their commands."""
 
 

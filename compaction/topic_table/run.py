@@ -1,0 +1,216 @@
+"""A table run: plan (metadata, the table's state, the clock) → execute (Spark writes files) → one Delta commit.
+
+Idempotent and exactly once: the offsets a run applies are recorded in the commit that adds its files, so a
+run that dies before that commit left only unreferenced files (vacuum removes them) and the rerun starts from
+the same offsets; a run that lost the race to a concurrent one fails with `CommitConflictError` (exit 4) and
+its rerun starts from what the winner applied.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from deltalake.transaction import AddAction
+
+from compaction.config import CompactionStrategy, KcompactConfig
+from compaction.errors import ConfigError, ExitCode
+from compaction.metadata import MetadataSnapshot
+from compaction.reader import last_stable_offset, log_refs
+from compaction.storage.base import ObjectStore
+from compaction.topic_table.plan import PartitionSource, TablePlan, plan_table
+from compaction.topic_table.target import Applied, DataFile, Location, TableState, TopicTable
+from compaction.wal.view import store_log
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from compaction.progress import Progress
+
+
+@dataclass(frozen=True)
+class TableRun:
+    """A planned run: the plan, and the table opened at the version the plan read."""
+
+    plan: TablePlan
+    table: TopicTable
+    state: TableState
+    strategy: CompactionStrategy
+    header: str | None
+    run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+
+def stable_offset(store: ObjectStore, topic: str, partition: int, from_offset: int, version: int) -> int:
+    """The partition's last stable offset over its whole log (the tier at metadata `version`, then the WAL tail):
+    its end, or the first offset of a transaction still open there (`compaction.reader.last_stable_offset`)."""
+    return last_stable_offset(store, log_refs(store, topic, partition, version), from_offset)
+
+
+def plan_run(store: ObjectStore, config: KcompactConfig, topic: str, location: Location, now_ms: int, *,
+             rebuild: bool = False, dry_run: bool = False) -> TableRun:
+    """Read the metadata and the table once and plan the run; creates the (empty) table unless `dry_run`.
+
+    Raises:
+        ConfigError: the store has no such topic, or the table holds another topic or strategy.
+    """
+    topic_config = config.for_topic(topic)
+    view = store_log(store)  # the tier's partitions and those only the WAL holds yet
+    snapshot = view.snapshot or MetadataSnapshot(-1, {})
+    partitions = [snapshot.partition(tp.topic, tp.partition) for tp in sorted(view.logs) if tp.topic == topic]
+    if not partitions:
+        raise ConfigError(f"topic {topic!r} has no partitions in the store {store.uri}")
+    strategy, header = topic_config.compaction_strategy, topic_config.compaction_strategy_header
+    table = TopicTable(location, topic, strategy, header)
+    numbers = [p.partition for p in partitions]
+    state = table.open(numbers, create=True) if not dry_run or table.exists() else TableState(-1, {}, ())
+    sources = []
+    for p in partitions:
+        applied = state.applied.get(p.partition)
+        start = 0 if rebuild or applied is None else applied.offset
+        sources.append(PartitionSource(p.partition, p.live_segments, p.lineage.current,
+                                       stable_offset(store, topic, p.partition, start, snapshot.version)))
+    plan = plan_table(topic, snapshot.version, state.version, now_ms, sources, state.applied, strategy,
+                      topic_config.delete_retention_ms, rebuild=rebuild)
+    return TableRun(plan, table, state, strategy, header)
+
+
+@dataclass
+class TableReport:
+    """What a run did; `to_dict` is the JSON report, `summary` the text one."""
+
+    run: TableRun
+    committed_version: int | None = None
+    files_added: int = 0
+    files_removed: int = 0
+    rows_written: int = 0
+    bytes_written: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+    dry_run: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        return int(ExitCode.OK)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"table": self.run.table.uri, "run_id": self.run.run_id, "dry_run": self.dry_run,
+                "plan": self.run.plan.to_dict(), "committed_version": self.committed_version,
+                "files_added": self.files_added, "files_removed": self.files_removed,
+                "rows_written": self.rows_written, "bytes_written": self.bytes_written,
+                "segment_bytes_read": sum(s.segment_bytes for s in self.run.plan.spans),
+                "seconds": {k: round(v, 3) for k, v in self.seconds.items()}, "exit_code": self.exit_code}
+
+    def summary(self) -> list[str]:
+        lines = self.run.plan.render_text()
+        if self.dry_run:
+            return [*lines, "dry run: nothing written"]
+        if self.committed_version is None:
+            return [*lines, "nothing to apply: the table is up to date"]
+        return [*lines, f"committed table version {self.committed_version}: {self.files_added} files added "
+                f"({self.rows_written} rows, {self.bytes_written} bytes), {self.files_removed} removed"]
+
+
+def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Progress | None = None
+            ) -> TableReport:
+    """Write the plan's files on Spark and commit them with the applied offsets (one Delta commit).
+
+    Raises:
+        CommitConflictError: a concurrent run applied some of the same partitions first; rerun.
+    """
+    from compaction.spark import table as data
+
+    report = TableReport(run)
+    plan = run.plan
+    if not plan.spans:
+        return report
+    started = time.monotonic()
+    location, state = run.table.location, run.state
+    schema = data.row_schema(run.strategy)
+    rebuilt = {s.partition for s in plan.spans if s.rebuild}
+    updated = {s.partition for s in plan.spans if not s.rebuild}
+    fresh = data.winners(data.topic_records(spark, store, plan.topic, plan.spans, plan.metadata_version),
+                         run.strategy, run.header)
+    candidates = state.files_of(updated)
+    if candidates:
+        fresh = fresh.persist()
+    part = fresh[data.PARTITION_COLUMN]
+    touched = _touched_files(spark, run, candidates, fresh.where(part.isin(sorted(updated))))
+    if progress:
+        progress.phase(f"table: {len(touched)} of {len(candidates)} files of updated partitions hold a changed key")
+    columns = [c for c in schema.fieldNames() if c != "key"]
+    rows = fresh.where(part.isin(sorted(rebuilt | updated)) & fresh["value"].isNotNull()).select(
+        data.PARTITION_COLUMN, "key", *columns)
+    kept = [f for f in state.files if f.path in touched]
+    if kept:
+        old = data.table_rows(spark, location, kept, schema)
+        rows = rows.where(~rows[data.PARTITION_COLUMN].isin(sorted(updated))).unionByName(
+            data.merged(old, fresh.where(part.isin(sorted(updated))), columns))
+    input_bytes = sum(s.segment_bytes for s in plan.spans) + sum(f.size for f in kept)
+    tasks = max(1, -(-input_bytes // data.FILE_BYTES))
+    written = data.write_files(rows, location, run.table.schema, tasks)
+    fresh.unpersist()
+    report.seconds["write"] = time.monotonic() - started
+    if progress:
+        progress.phase(f"table: {len(written)} files written ({sum(int(str(w['rows'])) for w in written)} rows)")
+    adds = [AddAction(str(w["path"]), int(str(w["size"])), {data.PARTITION_COLUMN: str(w["partition"])},
+                      plan.now_ms, True, data.stats(int(str(w["rows"])))) for w in written]
+    removes: list[DataFile] = [f for f in state.files if f.path in touched or f.partition in rebuilt]
+    applied = {s.partition: Applied(s.to_offset, plan.now_ms) for s in plan.spans}
+    info = {"run_id": run.run_id, "metadata_version": plan.metadata_version,
+            "applied": {str(p): a.offset for p, a in applied.items()}, "rebuilt": sorted(rebuilt)}
+    committed = time.monotonic()
+    report.committed_version = run.table.commit(adds, removes, applied, plan.now_ms, info)
+    report.seconds["commit"] = time.monotonic() - committed
+    report.files_added, report.files_removed = len(adds), len(removes)
+    report.rows_written = sum(int(str(w["rows"])) for w in written)
+    report.bytes_written = sum(a.size for a in adds)
+    if progress:
+        progress.phase(f"table: committed version {report.committed_version}")
+    return report
+
+
+ALL_TOUCHED_KEYS_PER_FILE = 20
+"""A partition with at least this many changed keys per file counts all its files as touched and skips the key-only
+read: files are written after a hash partitioning by key, so with changed keys spread over the key space a file
+holds none of the k changed keys of its partition (F files) with probability about exp(-k / F) (2e-9 here). Were
+the keys clustered, some files would be rewritten needlessly, never wrongly: the merge reads every file it rewrites."""
+
+
+def _touched_files(spark: SparkSession, run: TableRun, candidates: list[DataFile], fresh: DataFrame) -> set[str]:
+    """The files of updated partitions that hold a changed key: all of a partition's when it has many changed keys,
+    else those a key-only read finds."""
+    from compaction.spark import table as data
+
+    if not candidates:
+        return set()
+    changed = {r[data.PARTITION_COLUMN]: r["count"] for r in fresh.groupBy(data.PARTITION_COLUMN).count().collect()}
+    files: dict[int, list[DataFile]] = {}
+    for f in candidates:
+        files.setdefault(f.partition, []).append(f)
+    crowded = {p for p, fs in files.items() if changed.get(p, 0) >= ALL_TOUCHED_KEYS_PER_FILE * len(fs)}
+    sparse = [f for f in candidates if f.partition not in crowded]
+    found = data.touched_files(spark, run.table.location, sparse, data.row_schema(run.strategy),
+                               fresh.where(~fresh[data.PARTITION_COLUMN].isin(sorted(crowded))))
+    return found | {f.path for f in candidates if f.partition in crowded}
+
+
+def update_table(spark: SparkSession, store: ObjectStore, config: KcompactConfig, topic: str, location: Location,
+                 now_ms: int, *, rebuild: bool = False, dry_run: bool = False,
+                 progress: Progress | None = None) -> TableReport:
+    """Bring the topic's table up to date (see `compaction.table`); returns what the run did.
+
+    Safe to rerun at any point; concurrent runs apply each record once (the loser raises
+    `CommitConflictError`).
+    """
+    started = time.monotonic()
+    run = plan_run(store, config, topic, location, now_ms, rebuild=rebuild, dry_run=dry_run)
+    if progress:
+        progress.phase(f"table plan: {len(run.plan.spans)} partitions to apply, {len(run.plan.up_to_date)} up to "
+                       f"date (metadata version {run.plan.metadata_version}, table version {run.state.version})")
+    report = TableReport(run, dry_run=True) if dry_run else execute(spark, store, run, progress)
+    report.seconds["total"] = time.monotonic() - started
+    return report
+
+
+__all__ = ["TableReport", "TableRun", "execute", "plan_run", "stable_offset", "update_table"]

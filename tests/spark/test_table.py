@@ -1,0 +1,247 @@
+"""`kcompact table` end to end: the table equals the latest committed value per key, computed plainly from the
+records (`tests.topic_table.expected_rows`), after any sequence of appends, compactions and runs, under every
+strategy; incremental equals rebuild; a crash before or at the commit converges; concurrent runs apply once;
+a tombstone compacted away behind the table's back rebuilds its partition.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+import compaction
+from compaction.cli import main
+from compaction.config import CompactionStrategy, KcompactConfig, TopicConfig
+from compaction.errors import CommitConflictError
+from compaction.storage import ObjectStore, open_store
+from compaction.topic_table import Location, Reason, TopicTable, execute, plan_run
+from tests.faults import SimulatedCrash
+from tests.latest_view import Strategy
+from tests.scenario_log import ScenarioLog, clean, tier
+from tests.topic_table import VERSION_HEADER, RandomProducer, expected_rows, table_rows
+
+T = 1_800_000_000_000
+MINUTE = 60_000
+TOPIC = "users"
+STRATEGIES = {
+    "offset": Strategy(),
+    "timestamp": Strategy(CompactionStrategy.TIMESTAMP),
+    "header": Strategy(CompactionStrategy.HEADER, VERSION_HEADER),
+}
+
+
+def config_for(kind: str, **extra: object) -> KcompactConfig:
+    settings: dict[str, object] = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
+                                   "compaction.strategy": kind, **extra}
+    if kind == "header":
+        settings["compaction.strategy.header"] = VERSION_HEADER
+    return KcompactConfig(defaults=TopicConfig.from_kafka(settings))
+
+
+class Topic:
+    """Two partitions of random appends, tiered into one store, and the clock of the next step."""
+
+    def __init__(self, root: Path, seed: int, store: ObjectStore | None = None) -> None:
+        self.root = root
+        self.rng = random.Random(seed)
+        self.producers = [RandomProducer(ScenarioLog(TOPIC, T, partition=p), self.rng) for p in range(2)]
+        self.store = store or open_store(str(root / "store"))
+        self.now = T
+
+    def append(self, batches: int = 6, *, leave_open: bool = False) -> None:
+        self.now += MINUTE
+        for p in self.producers:
+            p.log.timestamp = self.now
+            p.append(batches, leave_open=leave_open and self.rng.random() < 0.7)
+        tier([p.log for p in self.producers], self.root / "logdir", self.store, self.now)
+
+    def expected(self, kind: str) -> set[Any]:
+        return expected_rows(self.producers, STRATEGIES[kind])
+
+
+def table_uri(root: Path, name: str = "table") -> str:
+    return str(root / "tables" / name)
+
+
+def run_table(spark: SparkSession, topic: Topic, kind: str, uri: str, **options: Any) -> compaction.TableReport:
+    topic.now += MINUTE
+    return compaction.table(spark, topic.store, config_for(kind), TOPIC, uri, now_ms=topic.now, **options)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind", sorted(STRATEGIES))
+def test_the_table_holds_the_latest_committed_value_per_key(spark: SparkSession, tmp_path: Path, kind: str) -> None:
+    topic = Topic(tmp_path, seed=sorted(STRATEGIES).index(kind))
+    uri = table_uri(tmp_path)
+    config = config_for(kind)
+    for step, action in enumerate(["append", "table", "append", "compact", "open", "table", "append", "table",
+                                   "table"]):
+        if action in ("append", "open"):
+            topic.append(leave_open=action == "open")
+        elif action == "compact":
+            topic.now += MINUTE
+            clean(spark, topic.store, config, topic.now, [TOPIC])
+        else:
+            report = run_table(spark, topic, kind, uri)
+            assert table_rows(uri) == topic.expected(kind), f"step {step}"
+            if step > 1:  # after the first run only updates, never a rebuild
+                assert all(s.reason is Reason.UPDATE for s in report.run.plan.spans), report.run.plan.render_text()
+    assert report.committed_version is None  # the last run found nothing new
+    rebuilt = table_uri(tmp_path, "rebuilt")
+    run_table(spark, topic, kind, rebuilt)
+    assert table_rows(rebuilt) == table_rows(uri)
+
+
+@pytest.mark.spark
+def test_a_crash_before_or_at_the_commit_converges(spark: SparkSession, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # every changed partition counts as touching all its files (the shortcut a large update takes)
+    monkeypatch.setattr(importlib.import_module("compaction.topic_table.run"), "ALL_TOUCHED_KEYS_PER_FILE", 1)
+    topic = Topic(tmp_path, seed=11)
+    uri = table_uri(tmp_path)
+    topic.append()
+    run_table(spark, topic, "offset", uri)
+    before = table_rows(uri)
+    topic.append()
+    real_commit = TopicTable.commit
+
+    def crash_before(self: TopicTable, *args: Any) -> int:
+        raise SimulatedCrash("after the files were written, before the commit")
+
+    monkeypatch.setattr(TopicTable, "commit", crash_before)
+    with pytest.raises(SimulatedCrash):
+        run_table(spark, topic, "offset", uri)
+    assert table_rows(uri) == before  # the written files are not part of the table
+
+    def crash_after(self: TopicTable, *args: Any) -> int:
+        real_commit(self, *args)
+        raise SimulatedCrash("the commit landed, the caller never heard")
+
+    monkeypatch.setattr(TopicTable, "commit", crash_after)
+    with pytest.raises(SimulatedCrash):
+        run_table(spark, topic, "offset", uri)
+    monkeypatch.setattr(TopicTable, "commit", real_commit)
+    rerun = run_table(spark, topic, "offset", uri)
+    assert rerun.committed_version is None and not rerun.run.plan.spans
+    assert table_rows(uri) == topic.expected("offset")
+    topic.append()
+    run_table(spark, topic, "offset", uri)
+    rebuilt = table_uri(tmp_path, "rebuilt")
+    run_table(spark, topic, "offset", rebuilt)
+    assert table_rows(uri) == table_rows(rebuilt) == topic.expected("offset")
+    again = run_table(spark, topic, "offset", uri, rebuild=True)
+    assert {s.reason for s in again.run.plan.spans} == {Reason.REQUESTED}
+    assert table_rows(uri) == topic.expected("offset")
+
+
+@pytest.mark.spark
+def test_concurrent_runs_apply_the_same_records_once(spark: SparkSession, tmp_path: Path) -> None:
+    topic = Topic(tmp_path, seed=12)
+    uri = table_uri(tmp_path)
+    topic.append()
+    run_table(spark, topic, "timestamp", uri)
+    topic.append()
+    location = Location.parse(uri)
+    config = config_for("timestamp")
+    first = plan_run(topic.store, config, TOPIC, location, topic.now + 1)
+    second = plan_run(topic.store, config, TOPIC, location, topic.now + 2)
+    assert first.plan.spans == second.plan.spans and first.plan.spans
+    version = execute(spark, topic.store, first).committed_version
+    with pytest.raises(CommitConflictError, match="rerun"):
+        execute(spark, topic.store, second)
+    assert DeltaTable(uri).version() == version  # the loser committed nothing
+    assert table_rows(uri) == topic.expected("timestamp")
+    rerun = run_table(spark, topic, "timestamp", uri)
+    assert rerun.committed_version is None
+
+
+@pytest.mark.spark
+def test_a_tombstone_compacted_away_behind_the_table_rebuilds_its_partition(spark: SparkSession,
+                                                                           tmp_path: Path) -> None:
+    retention = 10 * MINUTE
+    config = config_for("offset", **{"delete.retention.ms": retention})
+    store = open_store(str(tmp_path / "store"))
+    log = ScenarioLog(TOPIC, T)
+    for key in (b"a", b"b"):
+        log.record(key, key)
+    log.roll()
+    tier([log], tmp_path / "logdir", store, T)
+    uri = table_uri(tmp_path)
+    compaction.table(spark, store, config, TOPIC, uri, now_ms=T)
+    log.record(b"a", None)
+    log.record(b"c", b"c")
+    log.roll()
+    tier([log], tmp_path / "logdir", store, T + MINUTE)
+    clean(spark, store, config, T + 2 * MINUTE, [TOPIC])  # keeps the tombstone, stamps its delete horizon
+    clean(spark, store, config, T + 2 * MINUTE + retention + 1, [TOPIC])  # past the horizon: the tombstone goes
+    report = compaction.table(spark, store, config, TOPIC, uri, now_ms=T + 3 * MINUTE + retention)
+    assert [s.reason for s in report.run.plan.spans] == [Reason.TOMBSTONE_HORIZON]
+    assert {r[1] for r in table_rows(uri)} == {b"b", b"c"}
+
+
+@pytest.mark.spark
+def test_the_command_line(spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    topic = Topic(tmp_path, seed=13)
+    topic.append()
+    config = tmp_path / "kcompact.yaml"
+    config.write_text("defaults:\n  cleanup.policy: compact\n  compaction.strategy: timestamp\n")
+    uri = table_uri(tmp_path)
+    base = ["table", "--store", topic.store.uri, "--config", str(config), "--topic", TOPIC, "--table", uri,
+            "--now", str(T)]
+    assert main([*base, "--dry-run"]) == 0
+    assert not Path(uri).exists()
+    capsys.readouterr()
+    assert main([*base, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["committed_version"] == 1 and report["plan"]["spans"][0]["reason"] == str(Reason.NEW)
+    assert table_rows(uri) == topic.expected("timestamp")
+    assert main([*base[:-4], "--topic", "nope", "--table", uri]) == 2
+    config.write_text("defaults:\n  cleanup.policy: compact\n")
+    assert main(base) == 2  # built under timestamp: an offset run is refused
+    assert "strategy" in capsys.readouterr().err
+
+
+@pytest.mark.spark
+def test_the_table_on_each_store(spark: SparkSession, tmp_path: Path, new_store: Any) -> None:
+    store = new_store()
+    topic = Topic(tmp_path, seed=14, store=store)
+    topic.append(leave_open=True)
+    uri = f"{store.uri}/tables/{TOPIC}"
+    run_table(spark, topic, "header", uri)
+    topic.append()
+    run_table(spark, topic, "header", uri)
+    options = Location.parse(uri, store.spec.endpoint_url, store.spec.region).open().delta_storage_options()
+    assert table_rows(store.delta_uri(f"tables/{TOPIC}"), options) == topic.expected("header")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind", ["offset", "header"])
+def test_the_table_takes_the_wal_tail_too(spark: SparkSession, tmp_path: Path, kind: str) -> None:
+    """Records only the WAL holds yet (`kcompact wal upload` of the active segments) are in the table, with the
+    transactions they close; the table does not wait for a roll."""
+    from compaction.wal.upload import upload_logdir
+
+    topic = Topic(tmp_path, seed=21)
+    topic.append()  # tiered
+    uri = table_uri(tmp_path)
+    run_table(spark, topic, kind, uri)
+    for _ in range(2):
+        topic.now += MINUTE
+        for p in topic.producers:
+            p.log.timestamp = topic.now
+            p.append(6)
+            p.log.segment_bases.pop()  # undo the append's roll: these batches stay in the active segment
+            p.log.write(tmp_path / "logdir")
+        upload_logdir(tmp_path / "logdir", topic.store, topic.now)
+        run_table(spark, topic, kind, uri)
+        assert table_rows(uri) == topic.expected(kind)
+    rebuilt = table_uri(tmp_path, "rebuilt")
+    run_table(spark, topic, kind, rebuilt)
+    assert table_rows(rebuilt) == table_rows(uri)
