@@ -28,7 +28,7 @@ from compaction.errors import ConfigError, CorruptInputError, CorruptMetadataErr
 from compaction.format.batch import Record, RecordBatch
 from compaction.format.control import ControlType, parse_control_record
 from compaction.format.indexes import AbortedTxn, offset_index_lookup, read_offset_index, read_txn_index
-from compaction.format.segment import iter_batch_headers, iter_batches
+from compaction.format.segment import BatchHeader, iter_batch_headers, iter_batches
 from compaction.metadata import ObjectSuffix, SegmentMetadata
 from compaction.storage.base import ObjectStore
 from compaction.wal.log import WalSlice
@@ -119,7 +119,7 @@ def _is_aborted(batch: RecordBatch, aborted: dict[int, list[tuple[int, int]]]) -
     )
 
 
-def open_transactions(batches: Iterable[RecordBatch]) -> dict[int, int]:
+def open_transactions(batches: Iterable[RecordBatch | BatchHeader]) -> dict[int, int]:
     """producerId -> first offset of its transaction that has data but no marker, after `batches`."""
     open_txns: dict[int, int] = {}
     for batch in batches:
@@ -199,10 +199,10 @@ def unstable_transactions(store: ObjectStore, segments: Sequence[SegmentRef]) ->
     return open_transactions(_tier_batches(store, segments))
 
 
-def _tier_batches(store: ObjectStore, segments: Iterable[SegmentRef]) -> Iterator[RecordBatch]:
+def _tier_batches(store: ObjectStore, segments: Iterable[SegmentRef]) -> Iterator[BatchHeader]:
+    """The batch headers of the tier: which transactions are open needs no records (nor their decoding)."""
     for seg in segments:
-        for _pos, batch in iter_batches(store.get(seg.log_key), obj=store.object_uri(seg.log_key)):
-            yield batch
+        yield from iter_batch_headers(store.get(seg.log_key), obj=store.object_uri(seg.log_key))
 
 
 def last_stable_offset(store: ObjectStore, segments: Sequence[SegmentRef], from_offset: int = 0) -> int:
