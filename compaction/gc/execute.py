@@ -85,7 +85,8 @@ def collect_garbage(
             wal_plan = execute_wal_gc(wal_plan, store, wal_table, now_ms)
     if not wal_table.exists():
         return report
-    return replace(report, wal=wal_plan.to_dict(store, dry_run=dry_run), wal_summary=wal_plan.summary(dry_run=dry_run))
+    return replace(report, wal=wal_plan.to_dict(store, dry_run=dry_run),
+                   wal_summary=wal_plan.summary(store, dry_run=dry_run))
 
 
 def execute_gc(plan: GcPlan, store: ObjectStore, table: MetadataTable, *, grace_ms: GraceMs, writer: str) -> GcPlan:

@@ -53,10 +53,15 @@ class WalGcPlan:
             ],
         }
 
-    def summary(self, *, dry_run: bool) -> str:
+    def summary(self, store: ObjectStore | None = None, *, dry_run: bool) -> str:
+        """One line of counts; with `dry_run`, then a line per object it would delete (its URI and why)."""
         verb = "would delete" if dry_run else "deleted"
-        return (f"WAL: {verb} {len(self.deletions)} combined objects ({sum(d.size for d in self.deletions)} bytes), "
-                f"{self.waiting} waiting for their grace, {self.needed} still needed")
+        lines = [f"WAL: {verb} {len(self.deletions)} combined objects ({sum(d.size for d in self.deletions)} bytes), "
+                 f"{self.waiting} waiting for their grace, {self.needed} still needed"]
+        if dry_run:
+            lines += [f"  would delete {store.object_uri(d.key) if store else d.key} ({d.size} bytes, {d.reason})"
+                      for d in self.deletions]
+        return "\n".join(lines)
 
 
 def needed_since(obj: WalObject, logs: Mapping[TopicPartition, PartitionLog], snapshot: MetadataSnapshot | None,

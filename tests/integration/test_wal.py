@@ -314,3 +314,25 @@ def test_a_corrupt_local_segment_fails_its_partition_before_anything_of_it_is_up
     assert report.exit_code == 3 and status["orders"].error_type == "CrcMismatchError"
     assert str(segment) in (status["orders"].error or "") and status["users"].status == "uploaded"
     assert {e.topic for o in WalTable.in_store(local_store).objects() for e in o.entries} == {"users"}
+
+
+def test_gc_dry_run_lists_the_combined_objects_it_would_delete_and_deletes_nothing(
+    store: ObjectStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = filled("orders", 0)
+    log.write(tmp_path / "logdir")
+    upload_logdir(tmp_path / "logdir", store, NOW, max_object_bytes=800)
+    # Tier the same log (a broker's KIP-405 copy): every combined object is covered from then on.
+    tier([log], tmp_path / "logdir", store, NOW + 1)
+    covered = [o for o in WalTable.in_store(store).objects() if o.entries[0].end_offset < 30]
+    assert covered, "nothing covered: the test would not test the listing"
+    endpoint = ["--endpoint-url", store.spec.endpoint_url] if store.spec.endpoint_url else []
+    args = ["gc", "--store", store.uri, *endpoint, "--now", str(NOW + 1 + GRACE)]
+    assert main([*args, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"would delete {store.object_uri(o.key)}" in out for o in covered), out
+    assert all(store.exists(o.key) for o in covered)
+    assert main([*args, "--dry-run", "--json"]) == 0
+    listed = {d["uri"] for d in json.loads(capsys.readouterr().out)["wal"]["would_delete"]}
+    assert listed == {store.object_uri(o.key) for o in covered}
+    assert read(store, log) == expected(log.batches)
