@@ -24,7 +24,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from compaction.errors import ConfigError, CorruptInputError, CorruptMetadataError, TruncatedSegmentError
+from compaction.errors import (
+    ConfigError,
+    CorruptBatchError,
+    CorruptInputError,
+    CorruptMetadataError,
+    TruncatedSegmentError,
+)
 from compaction.format.batch import Record, RecordBatch
 from compaction.format.control import ControlType, parse_control_record
 from compaction.format.indexes import AbortedTxn, offset_index_lookup, read_offset_index, read_txn_index
@@ -148,6 +154,8 @@ def segment_records(
     """
     uri = store.object_uri(seg.log_key)
     data, position = _segment_tail(store, seg, from_offset)
+    if seg.wal:
+        wal_headers(data, seg, uri)
     low = max(from_offset, seg.start_offset) if seg.wal else from_offset
     try:
         for _pos, batch in iter_batches(data, obj=uri):
@@ -164,6 +172,40 @@ def segment_records(
             yield from (r for r in batch.records if low <= r.offset <= seg.end_offset)
     except CorruptInputError as exc:  # positions in the fetched tail -> positions in the object
         raise exc.located(uri, position) from None
+
+
+def wal_headers(data: bytes | memoryview, seg: SegmentRef, uri: str, *, verify_crc: bool = False) -> list[BatchHeader]:
+    """The headers of the batches of a WAL slice's bytes that hold its offsets, checked for what a CRC misses.
+
+    Errors name absolute positions in the object. A batch's base offset lies outside the CRC (as in Kafka), so
+    a damaged one could make a reader stop early or skip batches silently. The bytes are exactly one entry's,
+    so every batch in them must follow the previous one, and the batches taken must cover the slice from
+    `start_offset` to `end_offset`; anything else is a CorruptBatchError naming the object and byte position.
+    """
+    try:
+        headers = list(iter_batch_headers(data, obj=uri, verify_crc=verify_crc))
+    except CorruptInputError as exc:  # positions in the slice -> positions in the object
+        raise exc.located(uri, seg.start_position) from None
+    taken: list[BatchHeader] = []
+    previous: BatchHeader | None = None
+    for h in headers:
+        last = h.base_offset + h.last_offset_delta
+        if previous is not None and h.base_offset <= previous.base_offset + previous.last_offset_delta:
+            raise CorruptBatchError(
+                f"batch base offset {h.base_offset} does not follow the previous batch's last offset "
+                f"{previous.base_offset + previous.last_offset_delta}",
+                obj=uri, position=seg.start_position + h.position)
+        previous = h
+        if last >= seg.start_offset and h.base_offset <= seg.end_offset:
+            taken.append(h)
+    covered_to = taken[-1].base_offset + taken[-1].last_offset_delta if taken else None
+    if not taken or taken[0].base_offset > seg.start_offset or covered_to is None or covered_to < seg.end_offset:
+        where = seg.start_position + (taken[-1].position + taken[-1].size if taken else 0)
+        raise CorruptBatchError(
+            f"the entry's batches do not hold offsets {seg.start_offset}..{seg.end_offset} (they hold "
+            f"{taken[0].base_offset if taken else '-'}..{covered_to if taken else '-'}): a damaged batch header",
+            obj=uri, position=where)
+    return taken
 
 
 def slice_bytes(store: ObjectStore, seg: SegmentRef) -> bytes:
@@ -218,6 +260,8 @@ def last_stable_offset(store: ObjectStore, segments: Sequence[SegmentRef], from_
         if seg.end_offset < from_offset:
             continue
         data = slice_bytes(store, seg) if seg.wal else store.get(seg.log_key)
+        if seg.wal:
+            wal_headers(data, seg, store.object_uri(seg.log_key))
         for h in iter_batch_headers(data, obj=store.object_uri(seg.log_key)):
             last = h.base_offset + h.last_offset_delta
             if last < seg.start_offset or not h.is_transactional:
@@ -249,6 +293,7 @@ def log_transactions(
     for seg in sorted((s for s in segments if s.wal), key=lambda s: s.start_offset):
         uri = store.object_uri(seg.log_key)
         data = slice_bytes(store, seg)
+        wal_headers(data, seg, uri)
         try:
             for _pos, batch in iter_batches(data, obj=uri):
                 if batch.base_offset > seg.end_offset:

@@ -38,7 +38,7 @@ from compaction.format.producer_snapshot import (
     open_transactions,
     producer_state_from_log,
 )
-from compaction.format.segment import BatchHeader, iter_batch_headers
+from compaction.format.segment import BatchHeader
 from compaction.metadata import (
     ChangeSet,
     MetadataTable,
@@ -50,7 +50,7 @@ from compaction.metadata import (
     table_in_store,
 )
 from compaction.metadata.model import TopicPartition
-from compaction.reader import SegmentRef, slice_bytes, wal_ref
+from compaction.reader import SegmentRef, slice_bytes, wal_headers, wal_ref
 from compaction.run.producers import producer_state
 from compaction.storage.base import ObjectStore, StoreSpec
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
@@ -176,16 +176,8 @@ def _batches(store: ObjectStore, refs: Sequence[SegmentRef]) -> list[_Batch]:
     for ref in refs:
         uri = store.object_uri(ref.log_key)
         data = memoryview(slice_bytes(store, ref))
-        try:
-            headers = list(iter_batch_headers(data, obj=uri, verify_crc=True))
-        except CorruptInputError as exc:
-            raise exc.located(uri, ref.start_position) from None
-        for h in headers:
+        for h in wal_headers(data, ref, uri, verify_crc=True):
             last = h.base_offset + h.last_offset_delta
-            if last < ref.start_offset:
-                continue
-            if h.base_offset > ref.end_offset:
-                break
             if h.base_offset < ref.start_offset or last > ref.end_offset:
                 raise CorruptInputError(
                     f"batch of offsets {h.base_offset}..{last} straddles the log's slice {ref.start_offset}.."

@@ -13,6 +13,7 @@ from deltalake import write_deltalake
 
 from compaction.cli import main
 from compaction.errors import (
+    CorruptInputError,
     CrcMismatchError,
     InvalidStateTransitionError,
     MissingObjectError,
@@ -336,3 +337,25 @@ def test_gc_dry_run_lists_the_combined_objects_it_would_delete_and_deletes_nothi
     listed = {d["uri"] for d in json.loads(capsys.readouterr().out)["wal"]["would_delete"]}
     assert listed == {store.object_uri(o.key) for o in covered}
     assert read(store, log) == expected(log.batches)
+
+
+@pytest.mark.parametrize("batch", ["middle", "last"])
+def test_a_damaged_base_offset_which_no_crc_covers_is_caught_not_skipped(
+    local_store: ObjectStore, tmp_path: Path, batch: str
+) -> None:
+    """A batch's base offset is outside its CRC (as in Kafka): a damaged one must fail the read, not end it early."""
+    log = filled("orders", 0, n=12, roll_every=100)  # one entry of 12 single-record batches
+    log.write(tmp_path / "logdir")
+    upload_logdir(tmp_path / "logdir", local_store, NOW)
+    [o] = WalTable.in_store(local_store).objects()
+    from compaction.format.segment import iter_batch_headers
+
+    data = bytearray(local_store.get(o.key))
+    headers = list(iter_batch_headers(bytes(data)))
+    victim = headers[5] if batch == "middle" else headers[-1]
+    data[victim.position] ^= 0x55  # the high byte of the base offset: a huge offset, CRC still valid
+    (Path(local_store.uri.removeprefix("file://")) / o.key).write_bytes(bytes(data))
+    with pytest.raises(CorruptInputError) as caught:
+        list(consumer_records(local_store, log_refs(local_store, "orders", 0)))
+    assert caught.value.obj == local_store.object_uri(o.key)  # type: ignore[attr-defined]
+    assert caught.value.position is not None  # type: ignore[attr-defined]

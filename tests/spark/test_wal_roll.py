@@ -159,7 +159,7 @@ def test_a_bad_wal_object_fails_only_its_partition(
     entry = victim.entries[0]
     path = tmp_path / "store" / victim.key
     data = bytearray(path.read_bytes())
-    data[entry.start_position + 70] ^= 0x55
+    data[entry.start_position + 62] ^= 0x55  # a record byte of the entry's first batch (its CRC covers it)
     path.write_bytes(bytes(data))
     (tmp_path / "cfg.yaml").write_text("defaults:\n  cleanup.policy: compact\n  segment.bytes: 2000\n")
     code = main(["wal", "roll", "--store", str(tmp_path / "store"), "--config", str(tmp_path / "cfg.yaml"),
