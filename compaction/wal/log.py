@@ -69,15 +69,20 @@ class PartitionLog:
         return min((s for e, s in self.epoch_starts.items() if e > epoch), default=NO_END)
 
     def epoch_end(self, epoch: int) -> int | None:
-        """Kafka's OffsetsForLeaderEpoch answer: the end offset of the largest epoch <= `epoch` in this log.
+        """Kafka's OffsetsForLeaderEpoch answer for this log (`epoch_end`)."""
+        return epoch_end(self.epoch_starts, self.end_offset, epoch)
 
-        That is the next epoch's start, or the log end for the latest epoch; None if no epoch <= `epoch`.
-        """
-        older = [e for e in self.epoch_starts if e <= epoch]
-        if not older:
-            return None
-        newer = [s for e, s in self.epoch_starts.items() if e > max(older)]
-        return min(newer) if newer else self.end_offset
+
+def epoch_end(epoch_starts: Mapping[int, int], log_end: int | None, epoch: int) -> int | None:
+    """Kafka's OffsetsForLeaderEpoch answer: the end offset of the largest epoch <= `epoch` in a lineage.
+
+    That is the next epoch's start, or `log_end` for the latest epoch; None if no epoch <= `epoch`.
+    """
+    older = [e for e in epoch_starts if e <= epoch]
+    if not older:
+        return None
+    newer = [s for e, s in epoch_starts.items() if e > max(older)]
+    return min(newer) if newer else log_end
 
 
 def resolve(

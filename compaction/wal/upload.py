@@ -38,7 +38,7 @@ from compaction.format.segment import LOG_SUFFIX, BatchHeader, iter_batch_header
 from compaction.logdir import LocalPartition, partitions
 from compaction.metadata.model import SegmentState, new_kafka_uuid
 from compaction.storage.base import ObjectStore
-from compaction.wal.log import PartitionLog
+from compaction.wal.log import PartitionLog, epoch_end
 from compaction.wal.model import WalEntry, WalObject, wal_object_key
 from compaction.wal.table import WalTable
 from compaction.wal.view import store_log
@@ -122,12 +122,9 @@ def upload_from(log: PartitionLog, dir_epochs: Sequence[EpochEntry], dir_start: 
         )
     start = store_end
     if latest is not None and dir_epochs:
-        older = [e for e in dir_epochs if e.epoch <= latest]
-        if older:
-            newer = [e.start_offset for e in dir_epochs if e.epoch > older[-1].epoch]
-            start = min(start, min(newer) if newer else dir_end)
-        else:
-            start = min(start, dir_epochs[0].start_offset)
+        # The log dir's end for the store's latest epoch; before its first epoch if it has none that old.
+        ended = epoch_end({e.epoch: e.start_offset for e in dir_epochs}, dir_end, latest)
+        start = min(start, dir_epochs[0].start_offset if ended is None else ended)
     return max(start, log.tier_end or 0)
 
 

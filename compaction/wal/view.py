@@ -56,14 +56,6 @@ class StoreLog:
         p = self.snapshot.partitions.get(tp) if self.snapshot is not None else None
         return resolve(topic, partition, tier_end(p), tier_epochs(p), ())
 
-    def topic_id(self, topic: str) -> str | None:
-        """The topic's Uuid as the tier or the WAL records it."""
-        if self.snapshot is not None:
-            for tp, p in self.snapshot.partitions.items():
-                if tp.topic == topic and p.topic_id:
-                    return p.topic_id
-        return next((e.topic_id for o in self.objects for e in o.entries if e.topic == topic), None)
-
 
 def resolve_all(snapshot: MetadataSnapshot | None, objects: Sequence[WalObject]) -> dict[TopicPartition, PartitionLog]:
     """Every partition's log, for partitions with tiered segments or WAL entries."""
