@@ -741,7 +741,8 @@ def _p2(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
              "kernels loaded in them) is measured apart, as a long-lived executor has paid it already; the whole "
              "process figure counts it (interpreter, JVM, workers, a one-task-per-core warm-up job, the run). The "
              "raw reference reads the same .log files and computes their CRC-32C on one core, page cache warm, "
-             "in the same `make bench` run.", ""]
+             "in the same `make bench` run. A first compaction runs scan, winners and rewrite as one Spark job of two "
+             "stages; its map / rewrite split is taken at the end of the last scan task.", ""]
     lines += _rate_table([(r["codec"], r) for r in runs])
     lines += ["", *[f"- {r['codec']}: {_split(r)}" for r in runs], "",
               "Target ≥ 100 MB/s and ≥ 6% of raw read + CRC-32C (goal c; Kafka's cleaner: 16.5 MB/s)."]
@@ -749,8 +750,9 @@ def _p2(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
     lines += [f"- **What limits {r['codec']}**: {_time_limit(r, _fixed_cost(saved))}" for r in missed]
     lines += ["", "Where the map phase goes (the same segments, each step a Spark job of its own, warm; "
               "`bench_run.py --profile-map`):", "",
-              "| codec | segments | rows to the JVM (per-segment bests) | distinct keys | scan + hand-over | "
-              "+ hash aggregate & shuffle | + persist | scan task time (summed) |", "|---|---|---|---|---|---|---|---|"]
+              "| codec | segments | rows to the JVM (each scan task's best per partition and key) | distinct keys | "
+              "scan + hand-over | + hash aggregate & shuffle | + persist (step-by-step path) | scan task time (summed) |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in runs:
         p = r.get("map_profile")
         if p:

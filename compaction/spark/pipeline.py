@@ -18,6 +18,11 @@
 
 Jobs per run: the scan with its aggregate (collected as per-partition key counts), the filter test when there
 are clean segments with filters, the rescan when some of them must be rewritten, and the rewrite.
+
+When every chunk is known before the scan (`_units_before_scan`: no clean segment, one chunk per partition, as
+in a first compaction within the disk budget), steps 1, 2 and 5 are one job of two stages instead
+(`_scan_and_rewrite`): no persisted winners, no counting job, one shuffle. A run's fixed cost is mostly Spark's
+per-job and per-stage cost in a JVM not yet warm (`make bench` P5), so the job count is what sets it.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from pyspark import StorageLevel
+from pyspark import Accumulator, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -40,7 +45,7 @@ from compaction.run.tasks import TP, PartitionTask, PartitionWork, SegmentScanTa
 from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, run_rewrites
 from compaction.spark.scan import PartitionScan, ScanSettings, ScanTracker, scan_rows
 from compaction.spark.skipping import FilterProbe, ProbeOutcome, ProbeResult, probe_filters
-from compaction.spark.winners import best_per_key, chunk_winners, slot_keys
+from compaction.spark.winners import CHUNK_SLOT, best_per_key, chunk_winners, slot_keys
 from compaction.storage.base import StoreSpec, StoreStats
 from compaction.strategies.transactions import TxnEvent, states_at
 
@@ -105,6 +110,22 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
     concurrency = concurrent_chunks(parallelism, largest, works[0].task.disk_budget_bytes)
     first = _cached([w.scans() for w in works], largest, concurrency, works[0].task.disk_budget_bytes)
     tracker = spark.sparkContext.accumulator({}, ScanTracker())
+    known = None if any(w.clean for w in works) else _units_before_scan(works, stages, tps)
+    if known is not None:
+        try:
+            outcomes = _scan_and_rewrite(spark, settings, [s for part in first for s in part], tps, tracker,
+                                         rewrite_slots(known, concurrency, parallelism))
+        finally:
+            SegmentCache(directory).remove()
+        _collect_scans(works, stages, tracker.value)  # first: a scan's error is the partition's error
+        _collect_rewrites(works, stages, outcomes)
+        for o in outcomes:  # each partition's one chunk received every winner of its partition
+            stages[works[o.tp].tp].keys += o.keys
+            stages[works[o.tp].tp].dirty_keys += o.dirty_keys
+        total = time.monotonic() - started
+        ended = max((r.ended for r in tracker.value.values()), default=0.0)
+        map_seconds = min(total, max(0.0, total - (time.time() - ended))) if ended else 0.0
+        return StageResult(stages, map_seconds, total - map_seconds)
     keys = best_per_key(scan_rows(spark, settings, [s for part in first for s in part], tps, tracker),
                         settings.by_offset)
     if not any(w.clean for w in works):  # no filter test, no rescan: later steps read (tp, offset, dirty) only
@@ -145,6 +166,54 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
         SegmentCache(directory).remove()
     _collect_rewrites(works, stages, outcomes)
     return StageResult(stages, map_seconds, time.monotonic() - started - map_seconds)
+
+
+def _units_before_scan(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], tps: Mapping[TP, int]
+                       ) -> list[RewriteUnit] | None:
+    """The rewrite units, when they are known before any scan: no partition has a clean segment (nothing for the
+    filter test to keep) and each rewrites at most one chunk, which then starts the partition's rewrite, so its
+    marker-walk state depends on no scanned batch. None otherwise (or when a partition's budget check fails: the
+    step-by-step path reports it for that partition alone)."""
+    units: list[RewriteUnit] = []
+    tasks: dict[TP, PartitionTask] = {}
+    for w in works:
+        try:
+            task = w.reshaped(set())
+            check_budget(task)
+        except KcompactError:
+            return None
+        if len(task.groups) > 1:
+            return None
+        if task.groups:
+            (state,) = states_at([task.groups[0].start_offset], task.aborted, ())
+            task = replace(task, groups=(replace(task.groups[0], txn_state=state),))
+            units.append(RewriteUnit(tps[w.tp], task, task.groups))
+        tasks[w.tp] = task
+    if not units:
+        return None
+    for tp, task in tasks.items():
+        stages[tp].task = task
+    return units
+
+
+def _scan_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequence[SegmentScanTask],
+                      tps: Mapping[TP, int], tracker: Accumulator, slots: Sequence[Sequence[RewriteUnit]]
+                      ) -> list[UnitOutcome]:
+    """Scan, winners and rewrite as one Spark job of two stages, when every chunk is known before the scan
+    (`_units_before_scan`): each scan row is tagged with the slot of its partition's chunk and shuffled once,
+    by slot; the aggregate then runs in the rewrite task that needs its winners (grouping by slot too, on rows
+    already partitioned by slot, adds no shuffle). No persisted winners and no counting job: each rewrite task
+    counts the winners it receives."""
+    keys = slot_keys(len(slots))
+    owner = [-1] * len(tps)
+    for units, key in zip(slots, keys, strict=True):
+        for u in units:
+            owner[u.tp] = key
+    tagged = scan_rows(spark, replace(settings, slots=tuple(owner)), scans, tps, tracker)  # with markers
+    laid_out = tagged.repartition(len(slots), CHUNK_SLOT)
+    winners = best_per_key(laid_out, settings.by_offset, by=(CHUNK_SLOT,))
+    return run_rewrites(settings.spec, winners.select(CHUNK_SLOT, "tp", "offset", "dirty"),
+                        dict(zip(keys, slots, strict=True)))
 
 
 def _cached(scans: Sequence[list[SegmentScanTask]], largest: int, concurrency: int, budget: int | None,

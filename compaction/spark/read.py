@@ -28,6 +28,7 @@ from compaction.reader import (
     log_transactions,
     segment_records,
 )
+from compaction.spark.local import local_frame
 from compaction.storage.base import ObjectStore, StoreSpec
 
 RECORD_STRUCT = StructType(
@@ -122,6 +123,6 @@ def read_partition(
         aborted, unstable = log_transactions(store, refs)
     rows = [(r.start_offset, r.end_offset, r.log_key, r.txn_index_key, r.offset_index_key, r.wal, r.start_position,
              r.end_position) for r in refs]
-    descriptors = spark.createDataFrame(rows, _DESCRIPTOR).repartition(max(1, len(rows)), "start_offset")
+    descriptors = local_frame(spark, rows, _DESCRIPTOR).repartition(max(1, len(rows)), "start_offset")
     decoded = descriptors.mapInArrow(_decoder(store.spec, from_offset, level, aborted, unstable), RECORD_STRUCT)
     return decoded.orderBy("offset")

@@ -10,7 +10,7 @@ run's segment cache (or the store), rewrites and uploads under fresh ids. What c
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +23,7 @@ from compaction.run.tasks import GroupTask, PartitionTask
 from compaction.spark.winners import CHUNK_SLOT
 from compaction.storage.base import StoreSpec, StoreStats
 
+_WINNERS = pa.schema([pa.field(CHUNK_SLOT, pa.int64()), pa.field("tp", pa.int32()), pa.field("offset", pa.int64())])
 _OUTCOMES = pa.schema([pa.field("tp", pa.int32(), False), pa.field("outcome", pa.binary(), False)])
 
 
@@ -44,6 +45,8 @@ class UnitOutcome:
     rewrite: PartitionRewrite | None = None
     error: KcompactError | None = None
     requests: StoreStats = field(default_factory=StoreStats)
+    keys: int = 0  # winners received (the partition's distinct keys, when its only unit)
+    dirty_keys: int = 0  # of which dirty (when the rows say)
 
 
 def split_winners(offsets: np.ndarray, groups: Sequence[GroupTask]) -> dict[int, np.ndarray]:
@@ -57,21 +60,30 @@ def split_winners(offsets: np.ndarray, groups: Sequence[GroupTask]) -> dict[int,
     return out
 
 
-def _rewriter(spec: StoreSpec, slots: Mapping[int, Sequence[RewriteUnit]]) -> Callable[[pa.Table], pa.Table]:
-    def rewrite(chunk: pa.Table) -> pa.Table:
-        slot = chunk[CHUNK_SLOT][0].as_py()
-        tps, offsets = chunk["tp"].to_numpy(), chunk["offset"].to_numpy()
+def _rewriter(spec: StoreSpec, slots: Mapping[int, Sequence[RewriteUnit]]
+              ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def rewrite(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        received = list(batches)
+        chunk = pa.Table.from_batches(received) if received else _WINNERS.empty_table()
+        slot_of, tps, offsets = (chunk[c].to_numpy() for c in (CHUNK_SLOT, "tp", "offset"))
+        dirty = chunk["dirty"].to_numpy(zero_copy_only=False) if "dirty" in chunk.column_names else None
         outcomes = []
-        for unit in slots[slot]:
-            store = spec.open()
-            try:
-                winners = split_winners(offsets[tps == unit.tp], unit.groups)
-                outcome = UnitOutcome(unit.tp, slot, rewrite_groups(store, unit.task, unit.groups, winners))
-            except KcompactError as exc:  # quarantine this partition: what it uploaded stays unreferenced (gc)
-                outcome = UnitOutcome(unit.tp, slot, error=exc, requests=store.stats)
-            outcomes.append(outcome)
-        return pa.table({"tp": [o.tp for o in outcomes], "outcome": [pickle.dumps(o) for o in outcomes]},
-                        schema=_OUTCOMES)
+        for slot in np.unique(slot_of).tolist():  # one slot per Spark partition (`slot_keys`); more still work
+            mine = slot_of == slot
+            for unit in slots[slot]:
+                store = spec.open()
+                ours = mine & (tps == unit.tp)
+                counted = ours & (offsets >= 0)
+                keys, dirty_keys = int(counted.sum()), int((counted & dirty).sum()) if dirty is not None else 0
+                try:
+                    winners = split_winners(offsets[ours], unit.groups)
+                    outcome = UnitOutcome(unit.tp, slot, rewrite_groups(store, unit.task, unit.groups, winners),
+                                          keys=keys, dirty_keys=dirty_keys)
+                except KcompactError as exc:  # quarantine this partition: what it uploaded stays unreferenced (gc)
+                    outcome = UnitOutcome(unit.tp, slot, error=exc, requests=store.stats)
+                outcomes.append(outcome)
+        yield pa.RecordBatch.from_pydict({"tp": [o.tp for o in outcomes],
+                                          "outcome": [pickle.dumps(o) for o in outcomes]}, schema=_OUTCOMES)
 
     return rewrite
 
@@ -79,8 +91,8 @@ def _rewriter(spec: StoreSpec, slots: Mapping[int, Sequence[RewriteUnit]]) -> Ca
 def run_rewrites(spec: StoreSpec, chunks: DataFrame, slots: Mapping[int, Sequence[RewriteUnit]]
                  ) -> list[UnitOutcome]:
     """Run every slot's units on `chunks` (slot, tp, offset) rows laid out by `chunk_winners`; one outcome per
-    unit."""
-    rows = chunks.groupBy(CHUNK_SLOT).applyInArrow(_rewriter(spec, slots), "tp int, outcome binary").collect()
+    unit. A `mapInArrow` over the slot-partitioned rows: no sort by slot, as a grouped map would add."""
+    rows = chunks.mapInArrow(_rewriter(spec, slots), "tp int, outcome binary").collect()
     return [pickle.loads(row.outcome) for row in rows]
 
 

@@ -1,11 +1,13 @@
-"""The scan job: segments → one row per (segment, key) with the key's best rank in that segment.
+"""The scan job: segments → one row per (scan task, partition, key) with the key's best rank there.
 
-`mapInArrow` over segment descriptors cut into tasks of ~`SCAN_TASK_BYTES` (`scan_slices`): each executor opens
-the store from its picklable spec, fetches the object (into the run's segment cache when the rewrite will need
-it: `compaction.rewrite.cache`), runs the numba columnar scan and pre-aggregates per key
-(`compaction.strategies.winner.segment_best`). Rows are as narrow as the aggregation allows, since Spark pays per
-row and column: the partition is an index `tp` into the run's partitions, and when every partition ranks by
-offset the constant rank columns are left out (`rows_schema`).
+`mapInArrow` over `spark.range(n)`, task i scanning slice i of the segments (`scan_slices`: runs of one
+partition's consecutive segments, ~`SCAN_TASK_BYTES` a task; the descriptors travel in the closure, so no Python
+task builds an input DataFrame): each executor opens the store from its picklable spec, fetches the object (into
+the run's segment cache when the rewrite will need it: `compaction.rewrite.cache`), runs the numba columnar scan
+and pre-aggregates per key (`compaction.strategies.winner.segment_best`), then across the task's segments of the
+same partition (`merge_bests`). Rows are as narrow as the aggregation allows, since Spark pays per row and column:
+the partition is an index `tp` into the run's partitions, and when every partition ranks by offset the constant
+rank columns are left out (`rows_schema`). A rescan keeps its rows per segment (`seg`).
 
 What the tasks learn besides rows travels back in a typed accumulator (`ScanTracker`: per partition a
 `PartitionScan`, merged with `add`): the error that quarantines a partition (the exception itself, class kept),
@@ -20,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import pyarrow as pa
 from pyspark import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
@@ -29,7 +32,6 @@ from pyspark.sql.types import (
     ByteType,
     IntegerType,
     LongType,
-    StringType,
     StructField,
     StructType,
 )
@@ -37,25 +39,31 @@ from pyspark.sql.types import (
 from compaction.config import CompactionStrategy
 from compaction.errors import KcompactError
 from compaction.run.tasks import TP, SegmentScanTask
-from compaction.storage.base import StoreSpec, StoreStats
+from compaction.storage.base import ObjectStore, StoreSpec, StoreStats
 from compaction.strategies.transactions import TxnEvent
-from compaction.strategies.winner import AbortedRange
+from compaction.strategies.winner import AbortedRange, SegmentBest
+
+SLOT = "slot"
+"""The column naming a row's rewrite slot (`compaction.spark.winners.CHUNK_SLOT`)."""
 
 SCAN_TASK_BYTES = 256 * 2**20
 """Segment bytes one scan task aims at. A Python task costs ~55 ms whatever it does (`make bench` P5: a
 run's fixed cost), so a task per segment made a run of 40 small segments spend 4 s on task overhead alone."""
 
-_SEGMENTS = StructType(
-    [
-        StructField("tp", IntegerType(), False),
-        StructField("segment_id", StringType(), False),
-        StructField("log_key", StringType(), False),
-        StructField("dirty", BooleanType(), False),
-        StructField("filter_key", StringType(), True),
-        StructField("cache", BooleanType(), False),
-        StructField("seg", IntegerType(), False),
-    ]
-)
+
+
+@dataclass(frozen=True)
+class _Descriptor:
+    """One segment of a scan task: what the executor needs to fetch and scan it."""
+
+    tp: int
+    segment_id: str
+    log_key: str
+    dirty: bool
+    filter_key: str | None
+    cache: bool
+    seg: int  # index among the scanned segments
+
 ROWS = StructType(
     [
         StructField("tp", IntegerType(), False),
@@ -72,11 +80,16 @@ _ARROW_ROWS = pa.schema([pa.field(f.name, t, False) for f, t in zip(
 _ARROW_ROWS_BY_OFFSET = pa.schema([f for f in _ARROW_ROWS if f.name not in ("has_version", "version")])
 
 
-def rows_schema(by_offset: bool, with_segment: bool = False) -> StructType:
+def rows_schema(by_offset: bool, with_segment: bool = False, with_slot: bool = False) -> StructType:
     """The scan rows' schema: without the rank columns when every partition ranks by offset; with `seg`, the
-    index of the row's segment among the scanned ones, when asked."""
+    index of the row's segment among the scanned ones, and `slot`, the rewrite slot of the row's partition,
+    when asked. With `slot`, each task adds a marker row per partition it scanned (null key, offset -1), so
+    that every slot has rows, and a rewrite task, even for a partition without any keyed record."""
     schema = ROWS_BY_OFFSET if by_offset else ROWS
-    return StructType([*schema.fields, StructField("seg", IntegerType(), False)]) if with_segment else schema
+    fields = [StructField(f.name, f.dataType, True) if with_slot and f.name == "key" else f for f in schema.fields]
+    extra = ([StructField("seg", IntegerType(), False)] if with_segment else []) + (
+        [StructField(SLOT, LongType(), False)] if with_slot else [])
+    return StructType([*fields, *extra])
 
 
 @dataclass(frozen=True)
@@ -89,6 +102,7 @@ class ScanSettings:
     fpps: tuple[float, ...]  # per tp: rate of the filters the scan builds
     cache_dir: str | None = None
     with_segment: bool = False  # rows carry `seg`: which scanned segment they come from
+    slots: tuple[int, ...] = ()  # per tp the rewrite slot its rows carry (`slot`); -1: no rows. () = no column
 
     @property
     def by_offset(self) -> bool:
@@ -107,6 +121,7 @@ class PartitionScan:
     cached: dict[str, int] = field(default_factory=dict)  # segment id -> bytes left in the run's cache
     invalid_versions: int = 0
     scan_task_ms: int = 0
+    ended: float = 0.0  # wall clock (epoch s) when its last scan of a segment ended
     requests: StoreStats = field(default_factory=StoreStats)
 
     def add(self, other: PartitionScan) -> PartitionScan:
@@ -117,6 +132,7 @@ class PartitionScan:
         self.cached.update(other.cached)
         self.invalid_versions += other.invalid_versions
         self.scan_task_ms += other.scan_task_ms
+        self.ended = max(self.ended, other.ended)
         self.requests = self.requests + other.requests
         return self
 
@@ -133,61 +149,96 @@ class ScanTracker(AccumulatorParam):
         return a
 
 
-def _scanner(settings: ScanSettings, tracker: Accumulator) -> Callable[[Iterator[pa.RecordBatch]],
-                                                                      Iterator[pa.RecordBatch]]:
+def _scanner(settings: ScanSettings, tracker: Accumulator, slices: Sequence[Sequence[_Descriptor]]
+             ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     from compaction.bloom.segment import segment_filter
     from compaction.errors import ObjectExistsError
     from compaction.format.scan import scan_segment
     from compaction.rewrite.cache import SegmentCache
     from compaction.rewrite.events import txn_events
-    from compaction.strategies.winner import segment_best
+    from compaction.strategies.winner import merge_bests, segment_best
 
     cache = SegmentCache(settings.cache_dir) if settings.cache_dir else None
     base = _ARROW_ROWS_BY_OFFSET if settings.by_offset else _ARROW_ROWS
     schema = base.append(pa.field("seg", pa.int32(), False)) if settings.with_segment else base
+    if settings.slots:
+        schema = schema.set(schema.get_field_index("key"), pa.field("key", pa.binary(), True)).append(
+            pa.field(SLOT, pa.int64(), False))
+
+    def scan_one(store: ObjectStore, d: _Descriptor) -> SegmentBest | None:
+        """Fetch, check and rank one segment; its report goes to the tracker (None: it failed its partition)."""
+        tp, sid, key = d.tp, d.segment_id, d.log_key
+        strategy, header = settings.strategies[tp]
+        before, started = replace(store.stats), time.monotonic()
+        report = PartitionScan()
+        try:
+            cached = d.cache and cache is not None
+            data = cache.fetch(store, key, sid) if cached and cache is not None else store.get(key)
+            report.scanned[sid] = len(data)
+            if cached:
+                report.cached[sid] = len(data)
+            segment = scan_segment(data, obj=store.object_uri(key), header_key=header)
+        except KcompactError as exc:  # corrupt input, or a store failure retries did not cure:
+            report.error = exc  # fail this partition (its exit code says whether a rerun helps)
+            report.requests = store.stats - before
+            tracker.add({tp: report})
+            return None
+        if d.filter_key is not None:
+            with contextlib.suppress(ObjectExistsError):  # an earlier attempt wrote it, from the same bytes
+                store.put(d.filter_key, segment_filter(segment, settings.fpps[tp]).to_bytes())
+            report.filters_built[sid] = d.filter_key
+        best = segment_best(segment.records, settings.aborted[tp], CompactionStrategy(strategy))
+        events = txn_events(segment)
+        if events:
+            report.events[sid] = tuple(events)
+        report.invalid_versions = best.invalid_versions
+        report.scan_task_ms = round(1000 * (time.monotonic() - started))
+        report.ended = time.time()
+        report.requests = store.stats - before
+        tracker.add({tp: report})
+        return best
+
+    def rows(tp: int, best: SegmentBest, dirty: np.ndarray, seg: int | None) -> pa.RecordBatch:
+        n = len(best.keys)
+        where = pa.repeat(pa.scalar(tp, pa.int32()), n)
+        columns = ([where, best.keys, best.offset, pa.array(dirty, pa.bool_())] if settings.by_offset
+                   else [where, best.keys, best.has_version, best.version, best.offset, pa.array(dirty, pa.bool_())])
+        if seg is not None:
+            columns.append(pa.repeat(pa.scalar(seg, pa.int32()), n))
+        if settings.slots:
+            columns.append(pa.repeat(pa.scalar(settings.slots[tp], pa.int64()), n))
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store = settings.spec.open()
-        for descriptors in batches:
-            for d in descriptors.to_pylist():
-                tp, sid, key = d["tp"], d["segment_id"], d["log_key"]
-                strategy, header = settings.strategies[tp]
-                before, started = replace(store.stats), time.monotonic()
-                report = PartitionScan()
-                try:
-                    cached = d["cache"] and cache is not None
-                    data = cache.fetch(store, key, sid) if cached and cache is not None else store.get(key)
-                    report.scanned[sid] = len(data)
-                    if cached:
-                        report.cached[sid] = len(data)
-                    segment = scan_segment(data, obj=store.object_uri(key), header_key=header)
-                except KcompactError as exc:  # corrupt input, or a store failure retries did not cure:
-                    report.error = exc  # fail this partition (its exit code says whether a rerun helps)
-                    report.requests = store.stats - before
-                    tracker.add({tp: report})
+        pending: dict[int, list[tuple[SegmentBest, bool]]] = {}
+        seen: dict[int, None] = {}
+        for ids in batches:
+            for d in (d for i in ids.column(0).to_pylist() for d in slices[i]):
+                seen[d.tp] = None
+                best = scan_one(store, d)
+                if best is None:
                     continue
-                if d["filter_key"] is not None:
-                    with contextlib.suppress(ObjectExistsError):  # an earlier attempt wrote it, from the same bytes
-                        store.put(d["filter_key"], segment_filter(segment, settings.fpps[tp]).to_bytes())
-                    report.filters_built[sid] = d["filter_key"]
-                best = segment_best(segment.records, settings.aborted[tp], CompactionStrategy(strategy))
-                events = txn_events(segment)
-                if events:
-                    report.events[sid] = tuple(events)
-                report.invalid_versions = best.invalid_versions
-                report.scan_task_ms = round(1000 * (time.monotonic() - started))
-                report.requests = store.stats - before
-                tracker.add({tp: report})
-                n = len(best.keys)
-                where = pa.repeat(pa.scalar(tp, pa.int32()), n)
-                dirty = pa.repeat(pa.scalar(d["dirty"], pa.bool_()), n)
-                columns = ([where, best.keys, best.offset, dirty] if settings.by_offset
-                           else [where, best.keys, best.has_version, best.version, best.offset, dirty])
-                if settings.with_segment:
-                    columns.append(pa.repeat(pa.scalar(d["seg"], pa.int32()), n))
-                yield pa.RecordBatch.from_arrays(columns, schema=schema)
+                if settings.with_segment:  # the rescan: rows stay per segment
+                    yield rows(d.tp, best, np.full(len(best.keys), d.dirty), d.seg)
+                else:
+                    pending.setdefault(d.tp, []).append((best, d.dirty))
+        for tp, parts in pending.items():  # one row per key of the task's segments of tp
+            if settings.slots and settings.slots[tp] < 0:
+                continue  # nothing of tp is rewritten
+            strategy, _header = settings.strategies[tp]
+            merged, dirty = merge_bests(parts, CompactionStrategy(strategy))
+            yield rows(tp, merged, dirty, None)
+        for tp in seen if settings.slots else ():
+            if settings.slots[tp] >= 0:
+                yield rows(tp, _MARKER, np.zeros(1, bool), None)
 
     return scan
+
+
+_MARKER = SegmentBest(pa.nulls(1, pa.binary()), pa.array([0], pa.int8()), pa.array([0], pa.int64()),
+                      pa.array([-1], pa.int64()), 0)
+"""The marker row's columns: no key, offset -1 (never a winner: `compaction.spark.rewrite_job` skips it)."""
 
 
 def scan_rows(spark: SparkSession, settings: ScanSettings, segments: Sequence[SegmentScanTask],
@@ -196,32 +247,62 @@ def scan_rows(spark: SparkSession, settings: ScanSettings, segments: Sequence[Se
     partitions, `seg` (when asked) indexes `segments`. Lazy: the scan runs when the rows are first used."""
     index = {s.segment_id: i for i, s in enumerate(segments)}
     slices = scan_slices(segments, spark.sparkContext.defaultParallelism)
-    described = [(tps[(s.topic, s.partition)], s.segment_id, s.log_key, s.dirty, s.filter_key, s.cache,
-                  index[s.segment_id]) for part in slices for s in part]
-    descriptors = spark.createDataFrame(spark.sparkContext.parallelize(described, max(1, len(slices))), _SEGMENTS)
-    return descriptors.mapInArrow(_scanner(settings, tracker), rows_schema(settings.by_offset,
-                                                                           settings.with_segment))
+    described = [[_Descriptor(tps[(s.topic, s.partition)], s.segment_id, s.log_key, s.dirty, s.filter_key, s.cache,
+                              index[s.segment_id]) for s in part] for part in slices]
+    ids = spark.range(0, len(described), numPartitions=max(1, len(described)))  # task i scans slice i
+    return ids.mapInArrow(_scanner(settings, tracker, described), rows_schema(
+        settings.by_offset, settings.with_segment, bool(settings.slots)))
 
 
 def scan_slices(segments: Sequence[SegmentScanTask], parallelism: int) -> list[list[SegmentScanTask]]:
     """The segments cut into scan tasks: at least 2 per core (while there are segments), more when the bytes
-    call for it (SCAN_TASK_BYTES each); largest segments first into the lightest task. Pure.
+    call for it (SCAN_TASK_BYTES each). Pure.
 
-    The slices are sized as `SparkContext.parallelize` cuts a list (slice i holds items [i*L//n, (i+1)*L//n)),
-    so parallelising their concatenation gives each task exactly one slice.
+    A task takes runs of one partition's consecutive segments (a partition's whole log when it is no larger
+    than a task's share of the bytes), so that it can reduce them to one row per key of the run
+    (`merge_bests`): a partition scanned by one task hands Spark its distinct keys once, not once per segment.
+    Runs go largest first into the lightest task.
     """
     total = sum(s.size for s in segments)
     n = min(len(segments), max(2 * parallelism, -(-total // SCAN_TASK_BYTES)))
     if n == 0:
         return []
-    counts = [(i + 1) * len(segments) // n - i * len(segments) // n for i in range(n)]
-    slices: list[list[SegmentScanTask]] = [[] for _ in range(n)]
-    loads = [0] * n
-    for s in sorted(segments, key=lambda s: -s.size):
-        i = min((i for i in range(n) if len(slices[i]) < counts[i]), key=lambda i: loads[i])
-        slices[i].append(s)
-        loads[i] += s.size
+    share = max(1, -(-total // n))
+    runs: list[list[SegmentScanTask]] = []
+    by_tp: dict[TP, list[SegmentScanTask]] = {}
+    for s in segments:
+        by_tp.setdefault((s.topic, s.partition), []).append(s)
+    for part in by_tp.values():
+        part = sorted(part, key=lambda s: s.start_offset)
+        size = sum(s.size for s in part)
+        k = max(1, min(len(part), round(size / share)))  # this partition's runs, of about a share each
+        cut: list[list[SegmentScanTask]] = [[] for _ in range(k)]
+        before = 0
+        for s in part:  # a segment goes to the run its middle byte falls in
+            cut[min(k - 1, (2 * before + s.size) * k // (2 * size)) if size else 0].append(s)
+            before += s.size
+        runs.extend(r for r in cut if r)
+    runs = _split_to(runs, n)
+    slices: list[list[SegmentScanTask]] = [[] for _ in range(min(n, len(runs)))]
+    loads = [0] * len(slices)
+    for run in sorted(runs, key=lambda r: -sum(s.size for s in r)):
+        i = min(range(len(slices)), key=lambda i: (loads[i], len(slices[i])))
+        slices[i].extend(run)
+        loads[i] += sum(s.size for s in run)
     return slices
+
+
+def _split_to(runs: list[list[SegmentScanTask]], n: int) -> list[list[SegmentScanTask]]:
+    """`runs` with the largest split in halves (by segment count) until there are `n` runs or none has two
+    segments: every core gets work even when a few partitions hold every segment."""
+    runs = list(runs)
+    while len(runs) < n:
+        longest = max(range(len(runs)), key=lambda i: (len(runs[i]) > 1, sum(s.size for s in runs[i])))
+        run = runs[longest]
+        if len(run) < 2:
+            break
+        runs[longest:longest + 1] = [run[: len(run) // 2], run[len(run) // 2:]]
+    return runs
 
 
 __all__ = ["ROWS", "ROWS_BY_OFFSET", "SCAN_TASK_BYTES", "PartitionScan", "ScanSettings", "ScanTracker",

@@ -41,6 +41,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from compaction.spark.local import local_frame
 from compaction.storage.base import StoreSpec, StoreStats
 
 PROBES_PER_TASK = 200_000_000
@@ -161,10 +162,10 @@ def probe_filters(
     if not probes:
         return ProbeOutcome()
     batches = probe_batches(probes, dirty_keys)
-    pairs = spark.createDataFrame([(b[0].tp, i) for i, b in enumerate(batches)], "tp int, batch int")
+    pairs = local_frame(spark, [(b[0].tp, i) for i, b in enumerate(batches)], "tp int, batch int")
     hashes = keys.filter(F.col("dirty")).select("tp", "key").mapInArrow(_hash_keys, "tp int, h long")
     # every batch present (its filters' headers alone may decide): one row with a null hash each
-    markers = spark.createDataFrame([(b[0].tp, None, i) for i, b in enumerate(batches)], "tp int, h long, batch int")
+    markers = local_frame(spark, [(b[0].tp, None, i) for i, b in enumerate(batches)], "tp int, h long, batch int")
     copied = hashes.join(F.broadcast(pairs), "tp").select("tp", "h", "batch").unionByName(markers)
     probed = copied.groupBy("batch").applyInArrow(_prober(spec, batches), _PROBED_DDL).collect()
     results: dict[tuple[int, str], ProbeResult] = {}

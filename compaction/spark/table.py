@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from compaction.config import CompactionStrategy
+from compaction.spark.local import local_frame
 from compaction.spark.read import RECORD_STRUCT, read_partition
 from compaction.storage.base import ObjectStore
 from compaction.topic_table.plan import PartitionSpan
@@ -132,7 +133,7 @@ def table_rows(spark: SparkSession, location: Location, files: Sequence[DataFile
                       StructField("_file", StringType(), False)])
     wanted = None if columns is None else [f.name for f in fields]
     rows = [(f.path, f.partition) for f in files]
-    descriptors = spark.createDataFrame(rows, "path string, partition int").repartition(max(1, len(rows)))
+    descriptors = local_frame(spark, rows, "path string, partition int").repartition(max(1, len(rows)))
     return descriptors.mapInArrow(_file_reader(location, wanted), out)
 
 

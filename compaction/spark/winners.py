@@ -16,22 +16,28 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-CHUNK_SLOT = "slot"
+from compaction.spark.local import local_frame
+from compaction.spark.scan import SLOT
+
+CHUNK_SLOT = SLOT
 
 
-def best_per_key(rows: DataFrame, by_offset: bool) -> DataFrame:
-    """Per (tp, key) its best-ranked row, and whether any of its rows is dirty; same columns as `rows`.
+def best_per_key(rows: DataFrame, by_offset: bool, by: Sequence[str] = ()) -> DataFrame:
+    """Per (tp, key) its best-ranked row, and whether any of its rows is dirty; same columns as `rows` (and `by`,
+    columns constant per tp that are kept: grouping by them too leaves the groups as they are, and a frame
+    already partitioned by them needs no other shuffle).
 
     `by_offset`: every rank is (0, 0, offset), so the best is max(offset), which Spark aggregates in a hash
     table over fixed-width values; max(struct) falls back to a sort-based aggregate (about twice the time of
     the whole map phase in `make bench` P2). Applying it again to its own output, or to a union with more
     rows, gives the best over all of them (max of maxes).
     """
+    keys = [*by, "tp", "key"]
     if by_offset:
-        return rows.groupBy("tp", "key").agg(F.max("offset").alias("offset"), F.max("dirty").alias("dirty"))
-    best = rows.groupBy("tp", "key").agg(F.max(F.struct("has_version", "version", "offset")).alias("best"),
-                                         F.max("dirty").alias("dirty"))
-    return best.select("tp", "key", "best.has_version", "best.version", "best.offset", "dirty")
+        return rows.groupBy(*keys).agg(F.max("offset").alias("offset"), F.max("dirty").alias("dirty"))
+    best = rows.groupBy(*keys).agg(F.max(F.struct("has_version", "version", "offset")).alias("best"),
+                                   F.max("dirty").alias("dirty"))
+    return best.select(*keys, "best.has_version", "best.version", "best.offset", "dirty")
 
 
 def chunk_winners(spark: SparkSession, winners: DataFrame, chunks: Sequence[tuple[int, int, int, int]], slots: int
@@ -40,12 +46,12 @@ def chunk_winners(spark: SparkSession, winners: DataFrame, chunks: Sequence[tupl
     it, plus one row (slot, tp, -1) per chunk, so that a chunk with no winner still gets its task (its batch
     headers and markers are rewritten too). Partitioned so that each of the `slots` slots is one Spark partition
     (see `slot_keys`)."""
-    ranges = F.broadcast(spark.createDataFrame(list(chunks), "tp int, start long, end long, slot long"))
+    ranges = F.broadcast(local_frame(spark, list(chunks), "tp int, start long, end long, slot long"))
     tagged = winners.join(
         ranges, (winners["tp"] == ranges["tp"]) & (winners["offset"] >= ranges["start"])
         & (winners["offset"] <= ranges["end"])
     ).select(ranges[CHUNK_SLOT], winners["tp"], winners["offset"])
-    markers = spark.createDataFrame([(slot, tp, -1) for tp, _s, _e, slot in chunks],
+    markers = local_frame(spark, [(slot, tp, -1) for tp, _s, _e, slot in chunks],
                                     f"{CHUNK_SLOT} long, tp int, offset long")
     return tagged.unionByName(markers).repartition(slots, CHUNK_SLOT)
 

@@ -100,8 +100,15 @@ def best_per_key(keys: pa.Array, has_version: np.ndarray, version: np.ndarray, o
     This is the rule on one executor's rows; `compaction.spark.winners.best_per_key` applies the same rule as a
     Spark aggregate over the whole run (a property test holds the two equal). Keys are compared by their bytes.
     """
+    order, first = _ranked(keys, has_version, version, offset)
+    return np.asarray(order[first], dtype=np.int64)
+
+
+def _ranked(keys: pa.Array, has_version: np.ndarray, version: np.ndarray, offset: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """The rows in (key, rank descending) order, and which of them open a key (its best)."""
     if len(keys) == 0:
-        return np.empty(0, np.int64)
+        return np.empty(0, np.int64), np.empty(0, bool)
     table = pa.table({"key": keys, "h": has_version, "v": version, "o": offset})
     order = pc.sort_indices(
         table, sort_keys=[("key", "ascending"), ("h", "descending"), ("v", "descending"), ("o", "descending")]
@@ -110,7 +117,7 @@ def best_per_key(keys: pa.Array, has_version: np.ndarray, version: np.ndarray, o
     first = np.ones(len(keys), bool)
     if len(keys) > 1:
         first[1:] = pc.not_equal(ordered[1:], ordered[:-1]).to_numpy(zero_copy_only=False)
-    return np.asarray(order.to_numpy()[first], dtype=np.int64)
+    return np.asarray(order.to_numpy(), np.int64), first
 
 
 @dataclass(frozen=True)
@@ -147,3 +154,32 @@ def segment_best(records: pa.Table, aborted: Sequence[AbortedRange], strategy: C
     idx = best_per_key(keys, has_version, version, offsets.to_numpy())
     return SegmentBest(keys.take(idx), pa.array(has_version[idx], pa.int8()), pa.array(version[idx], pa.int64()),
                        offsets.take(idx), rank.invalid_versions)
+
+
+def merge_bests(parts: Sequence[tuple[SegmentBest, bool]], strategy: CompactionStrategy
+                ) -> tuple[SegmentBest, np.ndarray]:
+    """The best per key over several segments' bests, each given with whether its segment is dirty, and per key
+    whether any of its segments is: what Spark's aggregate (`compaction.spark.winners.best_per_key`) makes of
+    the same rows, the greatest rank and any dirty, so a scan task hands Spark one row per key of its
+    segments instead of one per segment and key."""
+    if len(parts) == 1:
+        only, is_dirty = parts[0]
+        return only, np.full(len(only.keys), is_dirty)
+    keys = pa.concat_arrays([b.keys for b, _d in parts])
+    offset = pa.concat_arrays([b.offset for b, _d in parts])
+    dirty = np.concatenate([np.full(len(b.keys), d) for b, d in parts])
+    invalid = sum(b.invalid_versions for b, _d in parts)
+    if strategy is CompactionStrategy.OFFSET:
+        best = pa.table({"key": keys, "offset": offset, "dirty": dirty}).group_by("key", use_threads=False).aggregate(
+            [("offset", "max"), ("dirty", "any")])
+        n = best.num_rows
+        return (SegmentBest(best["key"].combine_chunks(), pa.repeat(pa.scalar(0, pa.int8()), n),
+                            pa.repeat(pa.scalar(0, pa.int64()), n), best["offset_max"].combine_chunks(), invalid),
+                best["dirty_any"].to_numpy())
+    has_version = np.concatenate([np.asarray(b.has_version, np.int8) for b, _d in parts])
+    version = np.concatenate([np.asarray(b.version, np.int64) for b, _d in parts])
+    order, first = _ranked(keys, has_version, version, offset.to_numpy())
+    idx = order[first]
+    any_dirty = np.logical_or.reduceat(dirty[order], np.flatnonzero(first)) if len(idx) else np.zeros(0, bool)
+    return (SegmentBest(keys.take(idx), pa.array(has_version[idx], pa.int8()), pa.array(version[idx], pa.int64()),
+                        offset.take(idx), invalid), any_dirty)

@@ -1,6 +1,6 @@
 """How the Spark scan cuts segments into tasks (`compaction.spark.scan.scan_slices`): every segment in
-exactly one task, as many tasks as the bytes and cores call for, loads balanced, and the cut is the one
-`SparkContext.parallelize` makes of the concatenation (so each task gets exactly its slice). And how the
+exactly one task, as many tasks as the bytes and cores call for, each task whole runs of one partition's
+consecutive segments (so it can reduce them to one row per key). And how the
 rewrite tasks get their chunks: one Spark partition per chunk (`slot_keys`), winners split by group."""
 
 from __future__ import annotations
@@ -14,27 +14,42 @@ from compaction.spark.scan import SCAN_TASK_BYTES, scan_slices
 from compaction.spark.winners import slot_keys, spark_hash_long
 
 
-@given(st.lists(st.integers(0, 2 * SCAN_TASK_BYTES), max_size=80), st.integers(1, 16))
-def test_slices_cover_every_segment_once_and_match_parallelize(sizes: list[int], parallelism: int) -> None:
-    segments = [SegmentScanTask("t", 0, f"s{i}", f"k{i}", i, size=n) for i, n in enumerate(sizes)]
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2 * SCAN_TASK_BYTES)), max_size=80), st.integers(1, 16))
+def test_slices_cover_every_segment_once_in_runs_of_a_partition(raw: list[tuple[int, int]], parallelism: int
+                                                                ) -> None:
+    segments = [SegmentScanTask("t", p, f"s{i}", f"k{i}", i, size=n) for i, (p, n) in enumerate(raw)]
     slices = scan_slices(segments, parallelism)
     flat = [s for part in slices for s in part]
     assert sorted(s.segment_id for s in flat) == sorted(s.segment_id for s in segments)
-    n = len(slices)
-    assert n == min(len(segments), max(2 * parallelism, -(-sum(sizes) // SCAN_TASK_BYTES)))
-    assert [flat[i * len(flat) // n : (i + 1) * len(flat) // n] for i in range(n)] == slices
-    if n:
-        loads = [sum(s.size for s in part) for part in slices]
-        assert all(part for part in slices)
-        assert max(loads) - min(loads) <= 2 * max(sizes)  # greedy within the count each slice must hold
+    n = min(len(segments), max(2 * parallelism, -(-sum(n for _p, n in raw) // SCAN_TASK_BYTES)))
+    assert len(slices) == n and all(part for part in slices)  # every core gets work, however few partitions
+    for part in slices:  # a task holds whole runs: within a partition, consecutive segments in offset order
+        for p in {s.partition for s in part}:
+            mine = [s.start_offset for s in part if s.partition == p]
+            assert mine == sorted(mine)
 
 
-def test_forty_small_segments_make_a_few_tasks_not_forty() -> None:
-    segments = [SegmentScanTask("t", p, f"s{p}-{i}", f"k{p}-{i}", i, size=2 * 2**20) for p in range(8)
+def test_small_partitions_are_scanned_whole_by_one_task_each() -> None:
+    """8 partitions of 5 segments and 8 tasks: each task takes one partition's whole log, so it hands Spark one
+    row per key of that partition."""
+    segments = [SegmentScanTask("t", p, f"s{p}-{i}", f"k{p}-{i}", 100 * i, size=2 * 2**20 + p + i) for p in range(8)
                 for i in range(5)]
-    assert len(scan_slices(segments, 4)) == 8
+    slices = scan_slices(segments, 4)
+    assert len(slices) == 8
+    assert sorted(tuple(s.segment_id for s in part) for part in slices) == sorted(
+        tuple(f"s{p}-{i}" for i in range(5)) for p in range(8))
     big = [SegmentScanTask("t", 0, f"s{i}", f"k{i}", i, size=SCAN_TASK_BYTES) for i in range(40)]
     assert len(scan_slices(big, 4)) == 40
+
+
+def test_one_hot_partition_is_cut_into_consecutive_runs_on_every_core() -> None:
+    segments = [SegmentScanTask("t", 0, f"s{i}", f"k{i}", 100 * i, size=32 * 2**20) for i in range(47)]
+    slices = scan_slices(segments, 4)
+    assert len(slices) == 8
+    for part in slices:
+        offsets = sorted(s.start_offset for s in part)
+        assert offsets == list(range(offsets[0], offsets[-1] + 100, 100))  # no gap: one run each
+    assert max(len(p) for p in slices) - min(len(p) for p in slices) <= 1
 
 
 @given(st.integers(1, 300))

@@ -6,11 +6,13 @@ import struct
 
 import numpy as np
 import pyarrow as pa
+from hypothesis import given
+from hypothesis import strategies as st
 
 from compaction.config import CompactionStrategy
 from compaction.format.batch import Header, Record, TimestampType, build_batch, encode_batch
 from compaction.format.scan import scan_segment
-from compaction.strategies.winner import header_versions, ranks
+from compaction.strategies.winner import SegmentBest, best_per_key, header_versions, merge_bests, ranks
 
 
 def long(v: int) -> bytes:
@@ -70,3 +72,37 @@ def test_header_versions_on_sliced_arrays() -> None:
     arr = pa.array([long(1), None, b"abc", long(-2)], pa.large_binary()).slice(1)
     has, version = header_versions(arr)
     assert has.tolist() == [0, 0, 1] and version[2] == -2 and version.dtype == np.int64
+
+
+SEGMENT_ROWS = st.lists(st.tuples(st.binary(min_size=0, max_size=2), st.integers(0, 1), st.integers(-2, 2)),
+                        min_size=0, max_size=12)
+
+
+@given(st.lists(st.tuples(SEGMENT_ROWS, st.booleans()), min_size=1, max_size=5),
+       st.sampled_from(list(CompactionStrategy)))
+def test_merging_segment_bests_equals_the_best_over_their_union(segments: list, strategy: CompactionStrategy) -> None:
+    """What a scan task hands Spark for several segments of a partition (`merge_bests`) is the winner rule over
+    every candidate of those segments, and a key is dirty when any segment holding it is."""
+    parts, union = [], []
+    offset = 0
+    for rows, dirty in segments:
+        keys = pa.array([k for k, _h, _v in rows], pa.binary())
+        hv = np.array([0 if strategy is CompactionStrategy.OFFSET else h for _k, h, _v in rows], np.int8)
+        v = np.array([0 if strategy is CompactionStrategy.OFFSET else x for _k, _h, x in rows], np.int64)
+        offsets = np.arange(offset, offset + len(rows), dtype=np.int64)
+        offset += len(rows)
+        idx = best_per_key(keys, hv, v, offsets)  # the segment's own best per key, as segment_best gives it
+        parts.append((SegmentBest(keys.take(pa.array(idx, pa.int64())), pa.array(hv[idx], pa.int8()),
+                                  pa.array(v[idx], pa.int64()), pa.array(offsets[idx], pa.int64()), 0), dirty))
+        union.extend((k, int(hv[i]), int(v[i]), int(offsets[i]), dirty) for i, k in enumerate(keys.to_pylist()))
+    merged, any_dirty = merge_bests(parts, strategy)
+    got = {(k, int(h), int(v), int(o), bool(d)) for k, h, v, o, d in zip(
+        merged.keys.to_pylist(), merged.has_version.to_pylist(), merged.version.to_pylist(),
+        merged.offset.to_pylist(), any_dirty, strict=True)}
+    want = set()
+    for key in {r[0] for r in union}:
+        mine = [r for r in union if r[0] == key]
+        best = max(mine, key=lambda r: (r[1], r[2], r[3]))
+        want.add((*best[:4], any(r[4] for r in mine)))
+    assert got == want
+    assert len(merged.keys) == len(got)  # one row per key
