@@ -750,8 +750,9 @@ def _p2(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
     lines += [f"- **What limits {r['codec']}**: {_time_limit(r, _fixed_cost(saved))}" for r in missed]
     lines += ["", "Where the map phase goes (the same segments, each step a Spark job of its own, warm; "
               "`bench_run.py --profile-map`):", "",
-              "| codec | segments | rows to the JVM (each scan task's best per partition and key) | distinct keys | "
-              "scan + hand-over | + hash aggregate & shuffle | + persist (step-by-step path) | scan task time (summed) |",
+              "| codec | segments | rows to the JVM (each scan task's best per partition and key) | distinct keys "
+              "| scan + hand-over | + hash aggregate & shuffle | + persist (step-by-step path) "
+              "| scan task time (summed) |",
               "|---|---|---|---|---|---|---|---|"]
     for r in runs:
         p = r.get("map_profile")
