@@ -19,10 +19,12 @@
 Jobs per run: the scan with its aggregate (collected as per-partition key counts), the filter test when there
 are clean segments with filters, the rescan when some of them must be rewritten, and the rewrite.
 
-When every chunk is known before the scan (`_units_before_scan`: no clean segment, one chunk per partition, as
-in a first compaction within the disk budget), steps 1, 2 and 5 are one job of two stages instead
-(`_scan_and_rewrite`): no persisted winners, no counting job, one shuffle. A run's fixed cost is mostly Spark's
-per-job and per-stage cost in a JVM not yet warm (`make bench` P5), so the job count is what sets it.
+When every chunk is known before the scan (`_units_before_scan`: no partition has a clean segment, as in a first
+compaction), steps 1, 2 and 5 are one job instead (`_scan_and_rewrite`): no persisted winners, no counting job,
+one shuffle when each partition has one chunk, two when some have several. A later chunk's marker-walk state is
+assumed (no transactional batch before it) and checked after the scan (`_states_held`); a partition where it does
+not hold is staged again step by step. A run's fixed cost is mostly Spark's per-job and per-stage cost in a JVM
+not yet warm (`make bench` P5), so the job count is what sets it.
 """
 
 from __future__ import annotations
@@ -110,6 +112,7 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
     concurrency = concurrent_chunks(parallelism, largest, works[0].task.disk_budget_bytes)
     first = _cached([w.scans() for w in works], largest, concurrency, works[0].task.disk_budget_bytes)
     tracker = spark.sparkContext.accumulator({}, ScanTracker())
+    todo = list(works)
     known = None if any(w.clean for w in works) else _units_before_scan(works, stages, tps)
     if known is not None:
         try:
@@ -118,17 +121,27 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
         finally:
             SegmentCache(directory).remove()
         _collect_scans(works, stages, tracker.value)  # first: a scan's error is the partition's error
-        _collect_rewrites(works, stages, outcomes)
-        for o in outcomes:  # each partition's one chunk received every winner of its partition
-            stages[works[o.tp].tp].keys += o.keys
-            stages[works[o.tp].tp].dirty_keys += o.dirty_keys
-        total = time.monotonic() - started
-        ended = max((r.ended for r in tracker.value.values()), default=0.0)
-        map_seconds = min(total, max(0.0, total - (time.time() - ended))) if ended else 0.0
-        return StageResult(stages, map_seconds, total - map_seconds)
+        todo = [w for w in works if stages[w.tp].error is None and not _states_held(stages[w.tp])]
+        redone = {tps[w.tp] for w in todo}
+        _collect_rewrites(works, stages, [o for o in outcomes if o.tp not in redone],
+                          [w for w in works if tps[w.tp] not in redone])
+        for o in outcomes:
+            if o.tp in redone:  # what the discarded attempt cost is still paid: keep it in the report
+                carried = stages[works[o.tp].tp].requests + (o.rewrite.requests if o.rewrite else o.requests)
+                stages[works[o.tp].tp] = PartitionStage(works[o.tp].task, requests=carried)
+            else:  # nothing is clean: every key is dirty, and the partition's chunks received all its winners
+                stages[works[o.tp].tp].keys += o.keys
+                stages[works[o.tp].tp].dirty_keys += o.keys
+        if not todo:
+            total = time.monotonic() - started
+            ended = max((r.ended for r in tracker.value.values()), default=0.0)
+            map_seconds = min(total, max(0.0, total - (time.time() - ended))) if ended else 0.0
+            return StageResult(stages, map_seconds, total - map_seconds)
+        tracker = spark.sparkContext.accumulator({}, ScanTracker())  # the step-by-step path for `todo`
+        first = _cached([w.scans() for w in todo], largest, concurrency, works[0].task.disk_budget_bytes)
     keys = best_per_key(scan_rows(spark, settings, [s for part in first for s in part], tps, tracker),
                         settings.by_offset)
-    if not any(w.clean for w in works):  # no filter test, no rescan: later steps read (tp, offset, dirty) only
+    if not any(w.clean for w in todo):  # no filter test, no rescan: later steps read (tp, offset, dirty) only
         keys = keys.select("tp", "offset", "dirty")  # the cache holds 13 bytes a key, not the key bytes
     keys = keys.persist(StorageLevel.MEMORY_AND_DISK)
     persisted = [keys]
@@ -139,7 +152,7 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
             stage = stages[works[row.tp].tp]
             stage.dirty_keys, stage.keys = int(row.dirty or 0), int(row.keys)
         _collect_scans(works, stages, tracker.value)
-        live = [w for w in works if stages[w.tp].error is None]
+        live = [w for w in todo if stages[w.tp].error is None]
         outcome = probe_filters(spark, spec, keys, _probes(live, stages, tps),
                                 {tps[w.tp]: stages[w.tp].dirty_keys for w in live})
         _decide(live, stages, outcome, tps)
@@ -164,16 +177,18 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
         for frame in persisted:
             frame.unpersist()
         SegmentCache(directory).remove()
-    _collect_rewrites(works, stages, outcomes)
+    _collect_rewrites(works, stages, outcomes, todo)
     return StageResult(stages, map_seconds, time.monotonic() - started - map_seconds)
 
 
 def _units_before_scan(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], tps: Mapping[TP, int]
                        ) -> list[RewriteUnit] | None:
     """The rewrite units, when they are known before any scan: no partition has a clean segment (nothing for the
-    filter test to keep) and each rewrites at most one chunk, which then starts the partition's rewrite, so its
-    marker-walk state depends on no scanned batch. None otherwise (or when a partition's budget check fails: the
-    step-by-step path reports it for that partition alone)."""
+    filter test to keep). A partition's first chunk starts its rewrite, so its marker-walk state depends on no
+    scanned batch; a later chunk's does (`states_at`), so it is taken as if the chunks before it held no
+    transactional or control batch, and checked once the scan has seen them (`_states_held`). None when some
+    partition has a clean segment, or when a budget check fails (the step-by-step path reports it for that
+    partition alone)."""
     units: list[RewriteUnit] = []
     tasks: dict[TP, PartitionTask] = {}
     for w in works:
@@ -182,18 +197,25 @@ def _units_before_scan(works: Sequence[PartitionWork], stages: Mapping[TP, Parti
             check_budget(task)
         except KcompactError:
             return None
-        if len(task.groups) > 1:
-            return None
-        if task.groups:
-            (state,) = states_at([task.groups[0].start_offset], task.aborted, ())
-            task = replace(task, groups=(replace(task.groups[0], txn_state=state),))
-            units.append(RewriteUnit(tps[w.tp], task, task.groups))
+        states = states_at([g.start_offset for g in task.groups], task.aborted, ())
+        task = replace(task, groups=tuple(replace(g, txn_state=s) for g, s in zip(task.groups, states, strict=True)))
+        units.extend(RewriteUnit(tps[w.tp], task, (g,)) for g in task.groups)
         tasks[w.tp] = task
     if not units:
         return None
     for tp, task in tasks.items():
         stages[tp].task = task
     return units
+
+
+def _states_held(stage: PartitionStage) -> bool:
+    """Whether the marker-walk states `_units_before_scan` assumed for the partition's chunks are the ones the
+    batches its scan saw give (always, for a single chunk or a partition without transactional batches)."""
+    groups = stage.task.groups
+    if len(groups) < 2:
+        return True
+    events = [e for g in groups for i in g.inputs for e in stage.scan.events.get(i.segment_id, ())]
+    return states_at([g.start_offset for g in groups], stage.task.aborted, events) == [g.txn_state for g in groups]
 
 
 def _scan_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequence[SegmentScanTask],
@@ -203,7 +225,11 @@ def _scan_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequen
     (`_units_before_scan`): each scan row is tagged with the slot of its partition's chunk and shuffled once,
     by slot; the aggregate then runs in the rewrite task that needs its winners (grouping by slot too, on rows
     already partitioned by slot, adds no shuffle). No persisted winners and no counting job: each rewrite task
-    counts the winners it receives."""
+    counts the winners it receives. When a partition has several chunks, a key's chunk is the one holding its
+    winner: the aggregate comes first (a shuffle by key), then the winners go to their chunk's slot (a second)."""
+    if len({u.tp for units in slots for u in units}) < sum(len(units) for units in slots):
+        rows = scan_rows(spark, settings, scans, tps, tracker)
+        return _rewrite(spark, settings.spec, best_per_key(rows, settings.by_offset), slots)
     keys = slot_keys(len(slots))
     owner = [-1] * len(tps)
     for units, key in zip(slots, keys, strict=True):
@@ -340,7 +366,8 @@ def _rewrite(spark: SparkSession, spec: StoreSpec, winners: DataFrame, slots: Se
 
 
 def _collect_rewrites(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage],
-                      outcomes: Sequence[UnitOutcome]) -> None:
+                      outcomes: Sequence[UnitOutcome], finished: Sequence[PartitionWork]) -> None:
+    """What the rewrite tasks did, into the stages of `finished` (the partitions whose staging ends here)."""
     for o in outcomes:
         stage = stages[works[o.tp].tp]
         stage.rewrite_task_ids.add(o.task_id)
@@ -354,7 +381,7 @@ def _collect_rewrites(works: Sequence[PartitionWork], stages: Mapping[TP, Partit
         stage.peak_temp_bytes = max(stage.peak_temp_bytes, o.rewrite.peak_temp_bytes)
         stage.cache_hits += o.rewrite.cache_hits
         stage.requests = stage.requests + o.rewrite.requests
-    for stage in stages.values():
+    for stage in (stages[w.tp] for w in finished):
         stage.chunks.sort(key=lambda c: c.group_id)
         stage.peak_temp_bytes += sum(stage.scan.cached.values())  # the run's cache held while chunks ran
 
