@@ -123,6 +123,9 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
         _collect_scans(works, stages, tracker.value)  # first: a scan's error is the partition's error
         todo = [w for w in works if stages[w.tp].error is None and not _states_held(stages[w.tp])]
         redone = {tps[w.tp] for w in todo}
+        for o in outcomes:
+            if o.crashed is not None and o.tp not in redone and stages[works[o.tp].tp].error is None:
+                raise RuntimeError(f"rewrite of {works[o.tp].tp} failed on the executor:\n{o.crashed}")
         _collect_rewrites(works, stages, [o for o in outcomes if o.tp not in redone],
                           [w for w in works if tps[w.tp] not in redone])
         for o in outcomes:
@@ -199,7 +202,7 @@ def _units_before_scan(works: Sequence[PartitionWork], stages: Mapping[TP, Parti
             return None
         states = states_at([g.start_offset for g in task.groups], task.aborted, ())
         task = replace(task, groups=tuple(replace(g, txn_state=s) for g, s in zip(task.groups, states, strict=True)))
-        units.extend(RewriteUnit(tps[w.tp], task, (g,)) for g in task.groups)
+        units.extend(RewriteUnit(tps[w.tp], task, (g,), assumed=i > 0) for i, g in enumerate(task.groups))
         tasks[w.tp] = task
     if not units:
         return None
@@ -371,8 +374,9 @@ def _collect_rewrites(works: Sequence[PartitionWork], stages: Mapping[TP, Partit
     for o in outcomes:
         stage = stages[works[o.tp].tp]
         stage.rewrite_task_ids.add(o.task_id)
-        if o.error is not None:
-            stage.fail(o.error)
+        if o.error is not None or o.crashed is not None:  # crashed: an assumed unit of a partition failed already
+            if o.error is not None:
+                stage.fail(o.error)
             stage.requests = stage.requests + o.requests
             continue
         assert o.rewrite is not None

@@ -10,6 +10,7 @@ run's segment cache (or the store), rewrites and uploads under fresh ids. What c
 from __future__ import annotations
 
 import pickle
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -34,6 +35,7 @@ class RewriteUnit:
     tp: int
     task: PartitionTask
     groups: tuple[GroupTask, ...]
+    assumed: bool = False  # its marker-walk state is assumed, to be checked after the scan (pipeline._states_held)
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class UnitOutcome:
     error: KcompactError | None = None
     requests: StoreStats = field(default_factory=StoreStats)
     keys: int = 0  # winners received (the partition's distinct keys, when its only unit)
+    crashed: str | None = None  # an assumed unit's unexpected error (a traceback), decided on by the driver
     dirty_keys: int = 0  # of which dirty (when the rows say)
 
 
@@ -81,6 +84,10 @@ def _rewriter(spec: StoreSpec, slots: Mapping[int, Sequence[RewriteUnit]]
                                           keys=keys, dirty_keys=dirty_keys)
                 except KcompactError as exc:  # quarantine this partition: what it uploaded stays unreferenced (gc)
                     outcome = UnitOutcome(unit.tp, slot, error=exc, requests=store.stats)
+                except Exception:  # from a wrong assumed state, or a bug: the driver tells which
+                    if not unit.assumed:
+                        raise
+                    outcome = UnitOutcome(unit.tp, slot, requests=store.stats, crashed=traceback.format_exc())
                 outcomes.append(outcome)
         yield pa.RecordBatch.from_pydict({"tp": [o.tp for o in outcomes],
                                           "outcome": [pickle.dumps(o) for o in outcomes]}, schema=_OUTCOMES)
