@@ -49,7 +49,7 @@ from compaction.spark.scan import PartitionScan, ScanSettings, ScanTracker, scan
 from compaction.spark.skipping import FilterProbe, ProbeOutcome, ProbeResult, probe_filters
 from compaction.spark.winners import CHUNK_SLOT, best_per_key, chunk_winners, slot_keys
 from compaction.storage.base import StoreSpec, StoreStats
-from compaction.strategies.transactions import TxnEvent, states_at
+from compaction.strategies.transactions import TransactionState, TxnEvent, states_at
 
 
 @dataclass
@@ -121,20 +121,7 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
         finally:
             SegmentCache(directory).remove()
         _collect_scans(works, stages, tracker.value)  # first: a scan's error is the partition's error
-        todo = [w for w in works if stages[w.tp].error is None and not _states_held(stages[w.tp])]
-        redone = {tps[w.tp] for w in todo}
-        for o in outcomes:
-            if o.crashed is not None and o.tp not in redone and stages[works[o.tp].tp].error is None:
-                raise RuntimeError(f"rewrite of {works[o.tp].tp} failed on the executor:\n{o.crashed}")
-        _collect_rewrites(works, stages, [o for o in outcomes if o.tp not in redone],
-                          [w for w in works if tps[w.tp] not in redone])
-        for o in outcomes:
-            if o.tp in redone:  # what the discarded attempt cost is still paid: keep it in the report
-                carried = stages[works[o.tp].tp].requests + (o.rewrite.requests if o.rewrite else o.requests)
-                stages[works[o.tp].tp] = PartitionStage(works[o.tp].task, requests=carried)
-            else:  # nothing is clean: every key is dirty, and the partition's chunks received all its winners
-                stages[works[o.tp].tp].keys += o.keys
-                stages[works[o.tp].tp].dirty_keys += o.keys
+        todo = _settle_one_job(works, stages, tps, outcomes)
         if not todo:
             total = time.monotonic() - started
             ended = max((r.ended for r in tracker.value.values()), default=0.0)
@@ -200,8 +187,7 @@ def _units_before_scan(works: Sequence[PartitionWork], stages: Mapping[TP, Parti
             check_budget(task)
         except KcompactError:
             return None
-        states = states_at([g.start_offset for g in task.groups], task.aborted, ())
-        task = replace(task, groups=tuple(replace(g, txn_state=s) for g, s in zip(task.groups, states, strict=True)))
+        task = _with_states(task, _chunk_states(task, {}))
         units.extend(RewriteUnit(tps[w.tp], task, (g,), assumed=i > 0) for i, g in enumerate(task.groups))
         tasks[w.tp] = task
     if not units:
@@ -211,14 +197,31 @@ def _units_before_scan(works: Sequence[PartitionWork], stages: Mapping[TP, Parti
     return units
 
 
+def _settle_one_job(works: Sequence[PartitionWork], stages: dict[TP, PartitionStage], tps: Mapping[TP, int],
+                    outcomes: Sequence[UnitOutcome]) -> list[PartitionWork]:
+    """Take in what the one job rewrote; the partitions to stage again step by step (their assumed marker-walk
+    states did not hold), each with a fresh stage that keeps what the discarded attempt's requests cost."""
+    todo = [w for w in works if stages[w.tp].error is None and not _states_held(stages[w.tp])]
+    redone = {tps[w.tp] for w in todo}
+    for o in outcomes:
+        if o.crashed is not None and o.tp not in redone and stages[works[o.tp].tp].error is None:
+            raise RuntimeError(f"rewrite of {works[o.tp].tp} failed on the executor:\n{o.crashed}")
+    kept = [o for o in outcomes if o.tp not in redone]
+    _collect_rewrites(works, stages, kept, [w for w in works if tps[w.tp] not in redone])
+    for o in kept:  # nothing is clean: every key is dirty, and the partition's chunks received all its winners
+        stages[works[o.tp].tp].keys += o.keys
+        stages[works[o.tp].tp].dirty_keys += o.keys
+    for w in todo:
+        attempt = [o.rewrite.requests if o.rewrite else o.requests for o in outcomes if o.tp == tps[w.tp]]
+        stages[w.tp] = PartitionStage(w.task, requests=sum(attempt, stages[w.tp].requests))
+    return todo
+
+
 def _states_held(stage: PartitionStage) -> bool:
     """Whether the marker-walk states `_units_before_scan` assumed for the partition's chunks are the ones the
     batches its scan saw give (always, for a single chunk or a partition without transactional batches)."""
     groups = stage.task.groups
-    if len(groups) < 2:
-        return True
-    events = [e for g in groups for i in g.inputs for e in stage.scan.events.get(i.segment_id, ())]
-    return states_at([g.start_offset for g in groups], stage.task.aborted, events) == [g.txn_state for g in groups]
+    return len(groups) < 2 or _chunk_states(stage.task, stage.scan.events) == [g.txn_state for g in groups]
 
 
 def _scan_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequence[SegmentScanTask],
@@ -241,7 +244,7 @@ def _scan_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequen
     tagged = scan_rows(spark, replace(settings, slots=tuple(owner)), scans, tps, tracker)  # with markers
     laid_out = tagged.repartition(len(slots), CHUNK_SLOT)
     winners = best_per_key(laid_out, settings.by_offset, by=(CHUNK_SLOT,))
-    return run_rewrites(settings.spec, winners.select(CHUNK_SLOT, "tp", "offset", "dirty"),
+    return run_rewrites(settings.spec, winners.select(CHUNK_SLOT, "tp", "offset"),
                         dict(zip(keys, slots, strict=True)))
 
 
@@ -325,16 +328,20 @@ def _units(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], 
         except KcompactError as exc:
             stage.fail(exc)
             continue
-        if not task.groups:
-            stage.task = task
-            continue
-        events: list[TxnEvent] = [e for g in task.groups for i in g.inputs for e in stage.scan.events.get(
-            i.segment_id, ())]
-        states = states_at([g.start_offset for g in task.groups], task.aborted, events)
-        groups = tuple(replace(g, txn_state=s) for g, s in zip(task.groups, states, strict=True))
-        stage.task = replace(task, groups=groups)
-        units.extend(RewriteUnit(tps[w.tp], stage.task, (g,)) for g in groups)
+        stage.task = _with_states(task, _chunk_states(task, stage.scan.events))
+        units.extend(RewriteUnit(tps[w.tp], stage.task, (g,)) for g in stage.task.groups)
     return units
+
+
+def _chunk_states(task: PartitionTask, events: Mapping[str, Sequence[TxnEvent]]) -> list[TransactionState]:
+    """The marker-walk state at each of `task`'s chunk starts, from the transactional and control batches of its
+    inputs (`events`: segment id -> batches; a segment without an entry holds none)."""
+    seen = [e for g in task.groups for i in g.inputs for e in events.get(i.segment_id, ())]
+    return states_at([g.start_offset for g in task.groups], task.aborted, seen)
+
+
+def _with_states(task: PartitionTask, states: Sequence[TransactionState]) -> PartitionTask:
+    return replace(task, groups=tuple(replace(g, txn_state=s) for g, s in zip(task.groups, states, strict=True)))
 
 
 def concurrent_chunks(parallelism: int, largest_chunk: int, budget: int | None) -> int:

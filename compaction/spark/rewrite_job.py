@@ -47,9 +47,8 @@ class UnitOutcome:
     rewrite: PartitionRewrite | None = None
     error: KcompactError | None = None
     requests: StoreStats = field(default_factory=StoreStats)
-    keys: int = 0  # winners received (the partition's distinct keys, when its only unit)
+    keys: int = 0  # winners received
     crashed: str | None = None  # an assumed unit's unexpected error (a traceback), decided on by the driver
-    dirty_keys: int = 0  # of which dirty (when the rows say)
 
 
 def split_winners(offsets: np.ndarray, groups: Sequence[GroupTask]) -> dict[int, np.ndarray]:
@@ -69,19 +68,17 @@ def _rewriter(spec: StoreSpec, slots: Mapping[int, Sequence[RewriteUnit]]
         received = list(batches)
         chunk = pa.Table.from_batches(received) if received else _WINNERS.empty_table()
         slot_of, tps, offsets = (chunk[c].to_numpy() for c in (CHUNK_SLOT, "tp", "offset"))
-        dirty = chunk["dirty"].to_numpy(zero_copy_only=False) if "dirty" in chunk.column_names else None
         outcomes = []
         for slot in np.unique(slot_of).tolist():  # one slot per Spark partition (`slot_keys`); more still work
             mine = slot_of == slot
             for unit in slots[slot]:
                 store = spec.open()
                 ours = mine & (tps == unit.tp)
-                counted = ours & (offsets >= 0)
-                keys, dirty_keys = int(counted.sum()), int((counted & dirty).sum()) if dirty is not None else 0
+                keys = int((ours & (offsets >= 0)).sum())
                 try:
                     winners = split_winners(offsets[ours], unit.groups)
                     outcome = UnitOutcome(unit.tp, slot, rewrite_groups(store, unit.task, unit.groups, winners),
-                                          keys=keys, dirty_keys=dirty_keys)
+                                          keys=keys)
                 except KcompactError as exc:  # quarantine this partition: what it uploaded stays unreferenced (gc)
                     outcome = UnitOutcome(unit.tp, slot, error=exc, requests=store.stats)
                 except Exception:  # from a wrong assumed state, or a bug: the driver tells which

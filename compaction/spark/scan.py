@@ -43,8 +43,8 @@ from compaction.storage.base import ObjectStore, StoreSpec, StoreStats
 from compaction.strategies.transactions import TxnEvent
 from compaction.strategies.winner import AbortedRange, SegmentBest
 
-SLOT = "slot"
-"""The column naming a row's rewrite slot (`compaction.spark.winners.CHUNK_SLOT`)."""
+CHUNK_SLOT = "slot"
+"""The column naming a row's rewrite slot: the scan writes it (`ScanSettings.slots`), the rewrite reads it."""
 
 SCAN_TASK_BYTES = 256 * 2**20
 """Segment bytes one scan task aims at. A Python task costs ~55 ms whatever it does (`make bench` P5: a
@@ -88,7 +88,7 @@ def rows_schema(by_offset: bool, with_segment: bool = False, with_slot: bool = F
     schema = ROWS_BY_OFFSET if by_offset else ROWS
     fields = [StructField(f.name, f.dataType, True) if with_slot and f.name == "key" else f for f in schema.fields]
     extra = ([StructField("seg", IntegerType(), False)] if with_segment else []) + (
-        [StructField(SLOT, LongType(), False)] if with_slot else [])
+        [StructField(CHUNK_SLOT, LongType(), False)] if with_slot else [])
     return StructType([*fields, *extra])
 
 
@@ -163,7 +163,7 @@ def _scanner(settings: ScanSettings, tracker: Accumulator, slices: Sequence[Sequ
     schema = base.append(pa.field("seg", pa.int32(), False)) if settings.with_segment else base
     if settings.slots:
         schema = schema.set(schema.get_field_index("key"), pa.field("key", pa.binary(), True)).append(
-            pa.field(SLOT, pa.int64(), False))
+            pa.field(CHUNK_SLOT, pa.int64(), False))
 
     def scan_one(store: ObjectStore, d: _Descriptor) -> SegmentBest | None:
         """Fetch, check and rank one segment; its report goes to the tracker (None: it failed its partition)."""
@@ -229,9 +229,10 @@ def _scanner(settings: ScanSettings, tracker: Accumulator, slices: Sequence[Sequ
             strategy, _header = settings.strategies[tp]
             merged, dirty = merge_bests(parts, CompactionStrategy(strategy))
             yield rows(tp, merged, dirty, None)
-        for tp in seen if settings.slots else ():
-            if settings.slots[tp] >= 0:
-                yield rows(tp, _MARKER, np.zeros(1, bool), None)
+        if settings.slots:
+            for tp in seen:
+                if settings.slots[tp] >= 0:
+                    yield rows(tp, _MARKER, np.zeros(1, bool), None)
 
     return scan
 
@@ -243,8 +244,10 @@ _MARKER = SegmentBest(pa.nulls(1, pa.binary()), pa.array([0], pa.int8()), pa.arr
 
 def scan_rows(spark: SparkSession, settings: ScanSettings, segments: Sequence[SegmentScanTask],
               tps: Mapping[TP, int], tracker: Accumulator) -> DataFrame:
-    """Per scanned segment one row per distinct key with its best rank (`rows_schema`); `tps` indexes the run's
-    partitions, `seg` (when asked) indexes `segments`. Lazy: the scan runs when the rows are first used."""
+    """Per scan task and partition one row per distinct key with its best rank over the task's segments of that
+    partition (`rows_schema`; per segment with `seg`, which indexes `segments`, and with a marker row per task
+    and partition when `settings.slots` is set); `tps` indexes the run's partitions. Lazy: the scan runs when
+    the rows are first used."""
     index = {s.segment_id: i for i, s in enumerate(segments)}
     slices = scan_slices(segments, spark.sparkContext.defaultParallelism)
     described = [[_Descriptor(tps[(s.topic, s.partition)], s.segment_id, s.log_key, s.dirty, s.filter_key, s.cache,

@@ -17,9 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from compaction.spark.local import local_frame
-from compaction.spark.scan import SLOT
-
-CHUNK_SLOT = SLOT
+from compaction.spark.scan import CHUNK_SLOT
 
 
 def best_per_key(rows: DataFrame, by_offset: bool, by: Sequence[str] = ()) -> DataFrame:

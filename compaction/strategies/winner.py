@@ -145,15 +145,26 @@ def segment_best(records: pa.Table, aborted: Sequence[AbortedRange], strategy: C
     if strategy is CompactionStrategy.OFFSET:
         best = pa.table({"key": keys, "offset": offsets}).group_by("key", use_threads=False).aggregate(
             [("offset", "max")])
-        n = best.num_rows
-        return SegmentBest(best["key"].combine_chunks(), pa.repeat(pa.scalar(0, pa.int8()), n),
-                           pa.repeat(pa.scalar(0, pa.int64()), n), best["offset_max"].combine_chunks(), 0)
+        return _by_offset(best, 0)
     rank = ranks(kept, strategy)
     has_version = np.asarray(rank.has_version, np.int8)
     version = np.asarray(rank.version, np.int64)
     idx = best_per_key(keys, has_version, version, offsets.to_numpy())
+    return _taken(keys, has_version, version, offsets, idx, rank.invalid_versions)
+
+
+def _by_offset(best: pa.Table, invalid: int) -> SegmentBest:
+    """A (key, offset_max) group-by result as bests, with the constant rank of the offset strategy."""
+    n = best.num_rows
+    return SegmentBest(best["key"].combine_chunks(), pa.repeat(pa.scalar(0, pa.int8()), n),
+                       pa.repeat(pa.scalar(0, pa.int64()), n), best["offset_max"].combine_chunks(), invalid)
+
+
+def _taken(keys: pa.Array, has_version: np.ndarray, version: np.ndarray, offsets: pa.Array, idx: np.ndarray,
+           invalid: int) -> SegmentBest:
+    """The rows `idx` of parallel rank columns as bests."""
     return SegmentBest(keys.take(idx), pa.array(has_version[idx], pa.int8()), pa.array(version[idx], pa.int64()),
-                       offsets.take(idx), rank.invalid_versions)
+                       offsets.take(idx), invalid)
 
 
 def merge_bests(parts: Sequence[tuple[SegmentBest, bool]], strategy: CompactionStrategy
@@ -172,14 +183,10 @@ def merge_bests(parts: Sequence[tuple[SegmentBest, bool]], strategy: CompactionS
     if strategy is CompactionStrategy.OFFSET:
         best = pa.table({"key": keys, "offset": offset, "dirty": dirty}).group_by("key", use_threads=False).aggregate(
             [("offset", "max"), ("dirty", "any")])
-        n = best.num_rows
-        return (SegmentBest(best["key"].combine_chunks(), pa.repeat(pa.scalar(0, pa.int8()), n),
-                            pa.repeat(pa.scalar(0, pa.int64()), n), best["offset_max"].combine_chunks(), invalid),
-                best["dirty_any"].to_numpy())
+        return _by_offset(best, invalid), best["dirty_any"].to_numpy()
     has_version = np.concatenate([np.asarray(b.has_version, np.int8) for b, _d in parts])
     version = np.concatenate([np.asarray(b.version, np.int64) for b, _d in parts])
     order, first = _ranked(keys, has_version, version, offset.to_numpy())
     idx = order[first]
     any_dirty = np.logical_or.reduceat(dirty[order], np.flatnonzero(first)) if len(idx) else np.zeros(0, bool)
-    return (SegmentBest(keys.take(idx), pa.array(has_version[idx], pa.int8()), pa.array(version[idx], pa.int64()),
-                        offset.take(idx), invalid), any_dirty)
+    return _taken(keys, has_version, version, offset, idx, invalid), any_dirty
