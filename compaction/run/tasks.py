@@ -45,6 +45,7 @@ class SegmentScanTask:
     filter_key: str | None = None  # build this clean segment's filter from the scan and upload it here
     size: int = 0  # the segment's bytes, to balance scan tasks
     cache: bool = False
+    offsets: int = 0  # the offsets it spans: at least its records, to bound a scan task's rows
 
 
 @dataclass(frozen=True)
@@ -143,10 +144,10 @@ class PartitionWork:
             log = s.object_key(ObjectSuffix.LOG) or ""
             if s.segment_id not in clean:
                 out.append(SegmentScanTask(*self.tp, s.segment_id, log, s.start_offset, True,
-                                           size=s.segment_size_bytes))
+                                           size=s.segment_size_bytes, offsets=_span(s)))
             elif s.object_key(ObjectSuffix.BLOOM) is None:
                 out.append(SegmentScanTask(*self.tp, s.segment_id, log, s.start_offset, False, filter_key(log),
-                                           size=s.segment_size_bytes))
+                                           size=s.segment_size_bytes, offsets=_span(s)))
         return out
 
     def rescans(self, kept: Set[str], scanned: Set[str]) -> list[SegmentScanTask]:
@@ -158,7 +159,7 @@ class PartitionWork:
             if s.segment_id not in kept and s.segment_id not in scanned:
                 log = s.object_key(ObjectSuffix.LOG) or ""
                 out.append(SegmentScanTask(*self.tp, s.segment_id, log, s.start_offset, False,
-                                           size=s.segment_size_bytes))
+                                           size=s.segment_size_bytes, offsets=_span(s)))
         return out
 
     def reshaped(self, kept: Set[str]) -> PartitionTask:
@@ -185,6 +186,10 @@ class PartitionWork:
     def _planned(self) -> list[tuple[SegmentMetadata, ...]]:
         by_id = {s.segment_id: s for s in self.segments}
         return [tuple(by_id[i.segment_id] for i in g.inputs) for g in self.task.groups]
+
+
+def _span(segment: SegmentMetadata) -> int:
+    return max(0, segment.end_offset - segment.start_offset + 1)
 
 
 __all__ = [

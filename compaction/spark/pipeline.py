@@ -130,7 +130,7 @@ def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[Parti
         tracker = spark.sparkContext.accumulator({}, ScanTracker())  # the step-by-step path for `todo`
         first = _cached([w.scans() for w in todo], largest, concurrency, works[0].task.disk_budget_bytes)
     keys = best_per_key(scan_rows(spark, settings, [s for part in first for s in part], tps, tracker),
-                        settings.by_offset)
+                        settings.by_offset, merged=True)
     if not any(w.clean for w in todo):  # no filter test, no rescan: later steps read (tp, offset, dirty) only
         keys = keys.select("tp", "offset", "dirty")  # the cache holds 13 bytes a key, not the key bytes
     keys = keys.persist(StorageLevel.MEMORY_AND_DISK)
@@ -235,7 +235,7 @@ def _scan_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequen
     winner: the aggregate comes first (a shuffle by key), then the winners go to their chunk's slot (a second)."""
     if len({u.tp for units in slots for u in units}) < sum(len(units) for units in slots):
         rows = scan_rows(spark, settings, scans, tps, tracker)
-        return _rewrite(spark, settings.spec, best_per_key(rows, settings.by_offset), slots)
+        return _rewrite(spark, settings.spec, best_per_key(rows, settings.by_offset, merged=True), slots)
     keys = slot_keys(len(slots))
     owner = [-1] * len(tps)
     for units, key in zip(slots, keys, strict=True):

@@ -1,7 +1,7 @@
 """The scan job: segments → one row per (scan task, partition, key) with the key's best rank there.
 
 `mapInArrow` over `spark.range(n)`, task i scanning slice i of the segments (`scan_slices`: runs of one
-partition's consecutive segments, ~`SCAN_TASK_BYTES` a task; the descriptors travel in the closure, so no Python
+partition's consecutive segments, a task per core; the descriptors travel in the closure, so no Python
 task builds an input DataFrame): each executor opens the store from its picklable spec, fetches the object (into
 the run's segment cache when the rewrite will need it: `compaction.rewrite.cache`), runs the numba columnar scan
 and pre-aggregates per key (`compaction.strategies.winner.segment_best`), then across the task's segments of the
@@ -21,6 +21,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -43,12 +44,18 @@ from compaction.storage.base import ObjectStore, StoreSpec, StoreStats
 from compaction.strategies.transactions import TxnEvent
 from compaction.strategies.winner import AbortedRange, SegmentBest
 
+if TYPE_CHECKING:
+    from compaction.format.scan import SegmentScan
+
 CHUNK_SLOT = "slot"
 """The column naming a row's rewrite slot: the scan writes it (`ScanSettings.slots`), the rewrite reads it."""
 
-SCAN_TASK_BYTES = 256 * 2**20
-"""Segment bytes one scan task aims at. A Python task costs ~55 ms whatever it does (`make bench` P5: a
-run's fixed cost), so a task per segment made a run of 40 small segments spend 4 s on task overhead alone."""
+SCAN_TASK_BYTES = 2**30
+"""The most segment bytes one scan task takes (a failed task is retried whole)."""
+
+SCAN_TASK_RECORDS = 8_000_000
+"""The most records one scan task takes, counted as the offsets its segments span (at least their records): a
+task holds a row per distinct key of its segments (~40 bytes) until it hands them to Spark."""
 
 
 
@@ -156,7 +163,8 @@ def _scanner(settings: ScanSettings, tracker: Accumulator, slices: Sequence[Sequ
     from compaction.format.scan import scan_segment
     from compaction.rewrite.cache import SegmentCache
     from compaction.rewrite.events import txn_events
-    from compaction.strategies.winner import merge_bests, segment_best
+    from compaction.strategies.keyfold import KeyFold
+    from compaction.strategies.winner import fold_segment, folded, segment_best
 
     cache = SegmentCache(settings.cache_dir) if settings.cache_dir else None
     base = _ARROW_ROWS_BY_OFFSET if settings.by_offset else _ARROW_ROWS
@@ -165,10 +173,10 @@ def _scanner(settings: ScanSettings, tracker: Accumulator, slices: Sequence[Sequ
         schema = schema.set(schema.get_field_index("key"), pa.field("key", pa.binary(), True)).append(
             pa.field(CHUNK_SLOT, pa.int64(), False))
 
-    def scan_one(store: ObjectStore, d: _Descriptor) -> SegmentBest | None:
-        """Fetch, check and rank one segment; its report goes to the tracker (None: it failed its partition)."""
+    def scan_one(store: ObjectStore, d: _Descriptor) -> ScannedSegment | None:
+        """Fetch and check one segment; its report goes to the tracker (None: it failed its partition)."""
         tp, sid, key = d.tp, d.segment_id, d.log_key
-        strategy, header = settings.strategies[tp]
+        _strategy, header = settings.strategies[tp]
         before, started = replace(store.stats), time.monotonic()
         report = PartitionScan()
         try:
@@ -187,54 +195,78 @@ def _scanner(settings: ScanSettings, tracker: Accumulator, slices: Sequence[Sequ
             with contextlib.suppress(ObjectExistsError):  # an earlier attempt wrote it, from the same bytes
                 store.put(d.filter_key, segment_filter(segment, settings.fpps[tp]).to_bytes())
             report.filters_built[sid] = d.filter_key
-        best = segment_best(segment.records, settings.aborted[tp], CompactionStrategy(strategy))
         events = txn_events(segment)
         if events:
             report.events[sid] = tuple(events)
-        report.invalid_versions = best.invalid_versions
-        report.scan_task_ms = round(1000 * (time.monotonic() - started))
-        report.ended = time.time()
         report.requests = store.stats - before
-        tracker.add({tp: report})
-        return best
+        return ScannedSegment(segment, report, started)
 
-    def rows(tp: int, best: SegmentBest, dirty: np.ndarray, seg: int | None) -> pa.RecordBatch:
-        n = len(best.keys)
-        where = pa.repeat(pa.scalar(tp, pa.int32()), n)
-        columns = ([where, best.keys, best.offset, pa.array(dirty, pa.bool_())] if settings.by_offset
-                   else [where, best.keys, best.has_version, best.version, best.offset, pa.array(dirty, pa.bool_())])
-        if seg is not None:
-            columns.append(pa.repeat(pa.scalar(seg, pa.int32()), n))
-        if settings.slots:
-            columns.append(pa.repeat(pa.scalar(settings.slots[tp], pa.int64()), n))
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
+    def done(d: _Descriptor, scanned: ScannedSegment, invalid_versions: int) -> None:
+        """The segment's report, once its records are folded (their time is the scan's too)."""
+        report = scanned.report
+        report.invalid_versions = invalid_versions
+        report.scan_task_ms = round(1000 * (time.monotonic() - scanned.started))
+        report.ended = time.time()
+        tracker.add({d.tp: report})
+
+    def rows(tp: int, best: SegmentBest, dirty: np.ndarray, seg: int | None) -> Iterator[pa.RecordBatch]:
+        for at in range(0, max(1, len(best.keys)), _ROWS_PER_BATCH):  # binary keys: < 2 GiB a batch
+            n = min(_ROWS_PER_BATCH, len(best.keys) - at)
+            keys = best.keys.slice(at, n)
+            keys = keys.cast(pa.binary()) if keys.type != pa.binary() else keys
+            where = pa.repeat(pa.scalar(tp, pa.int32()), n)
+            flags = pa.array(dirty[at:at + n], pa.bool_())
+            columns = ([where, keys, best.offset.slice(at, n), flags] if settings.by_offset
+                       else [where, keys, best.has_version.slice(at, n), best.version.slice(at, n),
+                             best.offset.slice(at, n), flags])
+            if seg is not None:
+                columns.append(pa.repeat(pa.scalar(seg, pa.int32()), n))
+            if settings.slots:
+                columns.append(pa.repeat(pa.scalar(settings.slots[tp], pa.int64()), n))
+            yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store = settings.spec.open()
-        pending: dict[int, list[tuple[SegmentBest, bool]]] = {}
+        folds: dict[int, KeyFold] = {}  # tp -> the fold of its segments in this task
         seen: dict[int, None] = {}
         for ids in batches:
             for d in (d for i in ids.column(0).to_pylist() for d in slices[i]):
                 seen[d.tp] = None
-                best = scan_one(store, d)
-                if best is None:
+                scanned = scan_one(store, d)
+                if scanned is None:
                     continue
+                strategy = CompactionStrategy(settings.strategies[d.tp][0])
                 if settings.with_segment:  # the rescan: rows stay per segment
-                    yield rows(d.tp, best, np.full(len(best.keys), d.dirty), d.seg)
-                else:
-                    pending.setdefault(d.tp, []).append((best, d.dirty))
-        for tp, parts in pending.items():  # one row per key of the task's segments of tp
+                    best = segment_best(scanned.segment.records, settings.aborted[d.tp], strategy)
+                    done(d, scanned, best.invalid_versions)
+                    yield from rows(d.tp, best, np.full(len(best.keys), d.dirty), d.seg)
+                    continue
+                fold = folds.setdefault(d.tp, KeyFold())
+                done(d, scanned, fold_segment(fold, scanned.segment.records, settings.aborted[d.tp], strategy,
+                                              d.dirty))
+        for tp, fold in folds.items():  # one row per key of the task's segments of tp
             if settings.slots and settings.slots[tp] < 0:
                 continue  # nothing of tp is rewritten
-            strategy, _header = settings.strategies[tp]
-            merged, dirty = merge_bests(parts, CompactionStrategy(strategy))
-            yield rows(tp, merged, dirty, None)
+            merged, dirty = folded(fold, 0)
+            yield from rows(tp, merged, dirty, None)
         if settings.slots:
             for tp in seen:
                 if settings.slots[tp] >= 0:
-                    yield rows(tp, _MARKER, np.zeros(1, bool), None)
+                    yield from rows(tp, _MARKER, np.zeros(1, bool), None)
 
     return scan
+
+
+@dataclass(frozen=True)
+class ScannedSegment:
+    """A segment a scan task fetched and decoded, with its report so far and when its scan started."""
+
+    segment: SegmentScan
+    report: PartitionScan
+    started: float
+
+
+_ROWS_PER_BATCH = 1 << 20
 
 
 _MARKER = SegmentBest(pa.nulls(1, pa.binary()), pa.array([0], pa.int8()), pa.array([0], pa.int64()),
@@ -258,16 +290,18 @@ def scan_rows(spark: SparkSession, settings: ScanSettings, segments: Sequence[Se
 
 
 def scan_slices(segments: Sequence[SegmentScanTask], parallelism: int) -> list[list[SegmentScanTask]]:
-    """The segments cut into scan tasks: at least 2 per core (while there are segments), more when the bytes
-    call for it (SCAN_TASK_BYTES each). Pure.
+    """The segments cut into scan tasks: one per core (`parallelism`), more when the bytes or the records call
+    for it (`SCAN_TASK_BYTES`, `SCAN_TASK_RECORDS`), never more than the segments. Pure.
 
     A task takes runs of one partition's consecutive segments (a partition's whole log when it is no larger
-    than a task's share of the bytes), so that it can reduce them to one row per key of the run
-    (`merge_bests`): a partition scanned by one task hands Spark its distinct keys once, not once per segment.
-    Runs go largest first into the lightest task.
+    than a task's share of the bytes) and reduces them to one row per key (`merge_bests`). Spark pays per row
+    it takes from Python, shuffles and aggregates, and a partition cut into T runs hands it up to T rows per
+    key: so tasks are as few and as large as the cores allow (`make bench` P6: one partition of 1.5 GB handed
+    Spark 9.3 M rows from 8 tasks, 4.5 M from 2, for 2.4 M keys). Runs go largest first into the lightest task.
     """
     total = sum(s.size for s in segments)
-    n = min(len(segments), max(2 * parallelism, -(-total // SCAN_TASK_BYTES)))
+    records = sum(s.offsets for s in segments)
+    n = min(len(segments), max(parallelism, -(-total // SCAN_TASK_BYTES), -(-records // SCAN_TASK_RECORDS)))
     if n == 0:
         return []
     share = max(1, -(-total // n))
@@ -308,5 +342,5 @@ def _split_to(runs: list[list[SegmentScanTask]], n: int) -> list[list[SegmentSca
     return runs
 
 
-__all__ = ["ROWS", "ROWS_BY_OFFSET", "SCAN_TASK_BYTES", "PartitionScan", "ScanSettings", "ScanTracker",
-           "rows_schema", "scan_rows", "scan_slices"]
+__all__ = ["ROWS", "ROWS_BY_OFFSET", "SCAN_TASK_BYTES", "SCAN_TASK_RECORDS", "PartitionScan", "ScanSettings",
+           "ScanTracker", "rows_schema", "scan_rows", "scan_slices"]

@@ -28,7 +28,6 @@ REQUIRED: dict[str, str] = {
 LOCAL_DEFAULTS: dict[str, str] = {
     **REQUIRED,
     "spark.sql.shuffle.partitions": "8",
-    "spark.default.parallelism": "4",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "2g",

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compaction.config import CompactionStrategy
+from compaction.strategies.keyfold import KeyFold
 
 VERSION_BYTES = 8
 
@@ -86,12 +87,20 @@ def in_aborted(records: pa.Table, ranges: Sequence[AbortedRange]) -> pa.ChunkedA
     return pc.and_(hit, records["transactional"])
 
 
-def candidate_records(records: pa.Table, ranges: Sequence[AbortedRange]) -> pa.Table:
-    """The records of a scan that compete for their key: keyed, not control, not in an aborted transaction."""
+def candidate_records(records: pa.Table, ranges: Sequence[AbortedRange],
+                      columns: Sequence[str] | None = None) -> pa.Table:
+    """The records of a scan that compete for their key: keyed, not control, not in an aborted transaction; with
+    only `columns` when given (filtering copies every column it keeps)."""
     keep = pc.and_(pc.invert(records["control"]), pc.is_valid(records["key"]))
     if ranges:
         keep = pc.and_(keep, pc.invert(in_aborted(records, ranges)))
-    return records.filter(keep)
+    return (records if columns is None else records.select(list(columns))).filter(keep)
+
+
+def rank_columns(strategy: CompactionStrategy) -> tuple[str, ...]:
+    """The scan columns `ranks` reads under `strategy`, besides the key and the offset."""
+    return {CompactionStrategy.OFFSET: (), CompactionStrategy.TIMESTAMP: ("timestamp",),
+            CompactionStrategy.HEADER: ("header_value",)}[strategy]
 
 
 def best_per_key(keys: pa.Array, has_version: np.ndarray, version: np.ndarray, offset: np.ndarray) -> np.ndarray:
@@ -131,62 +140,26 @@ class SegmentBest:
     invalid_versions: int
 
 
+def fold_segment(fold: KeyFold, records: pa.Table, aborted: Sequence[AbortedRange], strategy: CompactionStrategy,
+                 dirty: bool) -> int:
+    """Fold one scanned segment's candidate records into `fold` (`compaction.strategies.keyfold`: per key the
+    greatest rank, and whether any of its rows came from a dirty segment); returns its invalid versions."""
+    kept = candidate_records(records, aborted, ("key", "offset", *rank_columns(strategy)))
+    rank = ranks(kept, strategy)
+    fold.add(kept["key"], rank.has_version, rank.version, kept["offset"].to_numpy(), dirty)
+    return rank.invalid_versions
+
+
+def folded(fold: KeyFold, invalid_versions: int) -> tuple[SegmentBest, np.ndarray]:
+    """What `fold` holds as bests, and per key whether it is dirty."""
+    keys, has_version, version, offset, dirty = fold.result()
+    return SegmentBest(keys, pa.array(has_version, pa.int8()), pa.array(version, pa.int64()),
+                       pa.array(offset, pa.int64()), invalid_versions), dirty
+
+
 def segment_best(records: pa.Table, aborted: Sequence[AbortedRange], strategy: CompactionStrategy,
                  ) -> SegmentBest:
-    """Each key's best-ranked candidate record within one scanned segment.
-
-    Pre-aggregating on the executor ships Spark one row per distinct key of the segment instead of one per
-    record; the best over the run is the best of these bests. Offset strategy: a hash group-by (max offset);
-    the others: `best_per_key` (a sort by key and rank).
-    """
-    kept = candidate_records(records, aborted)
-    keys = kept["key"].cast(pa.binary()).combine_chunks()
-    offsets = kept["offset"].combine_chunks()
-    if strategy is CompactionStrategy.OFFSET:
-        best = pa.table({"key": keys, "offset": offsets}).group_by("key", use_threads=False).aggregate(
-            [("offset", "max")])
-        return _by_offset(best, 0)
-    rank = ranks(kept, strategy)
-    has_version = np.asarray(rank.has_version, np.int8)
-    version = np.asarray(rank.version, np.int64)
-    idx = best_per_key(keys, has_version, version, offsets.to_numpy())
-    return _taken(keys, has_version, version, offsets, idx, rank.invalid_versions)
-
-
-def _by_offset(best: pa.Table, invalid: int) -> SegmentBest:
-    """A (key, offset_max) group-by result as bests, with the constant rank of the offset strategy."""
-    n = best.num_rows
-    return SegmentBest(best["key"].combine_chunks(), pa.repeat(pa.scalar(0, pa.int8()), n),
-                       pa.repeat(pa.scalar(0, pa.int64()), n), best["offset_max"].combine_chunks(), invalid)
-
-
-def _taken(keys: pa.Array, has_version: np.ndarray, version: np.ndarray, offsets: pa.Array, idx: np.ndarray,
-           invalid: int) -> SegmentBest:
-    """The rows `idx` of parallel rank columns as bests."""
-    return SegmentBest(keys.take(idx), pa.array(has_version[idx], pa.int8()), pa.array(version[idx], pa.int64()),
-                       offsets.take(idx), invalid)
-
-
-def merge_bests(parts: Sequence[tuple[SegmentBest, bool]], strategy: CompactionStrategy
-                ) -> tuple[SegmentBest, np.ndarray]:
-    """The best per key over several segments' bests, each given with whether its segment is dirty, and per key
-    whether any of its segments is: what Spark's aggregate (`compaction.spark.winners.best_per_key`) makes of
-    the same rows, the greatest rank and any dirty, so a scan task hands Spark one row per key of its
-    segments instead of one per segment and key."""
-    if len(parts) == 1:
-        only, is_dirty = parts[0]
-        return only, np.full(len(only.keys), is_dirty)
-    keys = pa.concat_arrays([b.keys for b, _d in parts])
-    offset = pa.concat_arrays([b.offset for b, _d in parts])
-    dirty = np.concatenate([np.full(len(b.keys), d) for b, d in parts])
-    invalid = sum(b.invalid_versions for b, _d in parts)
-    if strategy is CompactionStrategy.OFFSET:
-        best = pa.table({"key": keys, "offset": offset, "dirty": dirty}).group_by("key", use_threads=False).aggregate(
-            [("offset", "max"), ("dirty", "any")])
-        return _by_offset(best, invalid), best["dirty_any"].to_numpy()
-    has_version = np.concatenate([np.asarray(b.has_version, np.int8) for b, _d in parts])
-    version = np.concatenate([np.asarray(b.version, np.int64) for b, _d in parts])
-    order, first = _ranked(keys, has_version, version, offset.to_numpy())
-    idx = order[first]
-    any_dirty = np.logical_or.reduceat(dirty[order], np.flatnonzero(first)) if len(idx) else np.zeros(0, bool)
-    return _taken(keys, has_version, version, offset, idx, invalid), any_dirty
+    """Each key's best-ranked candidate record within one scanned segment: a scan ships Spark one row per
+    distinct key of the segment instead of one per record, and the best over the run is the best of these."""
+    fold = KeyFold(records.num_rows)
+    return folded(fold, fold_segment(fold, records, aborted, strategy, False))[0]

@@ -10,18 +10,20 @@ from hypothesis import strategies as st
 
 from compaction.run.tasks import GroupTask, SegmentScanTask
 from compaction.spark.rewrite_job import split_winners
-from compaction.spark.scan import SCAN_TASK_BYTES, scan_slices
+from compaction.spark.scan import SCAN_TASK_BYTES, SCAN_TASK_RECORDS, scan_slices
 from compaction.spark.winners import slot_keys, spark_hash_long
 
 
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2 * SCAN_TASK_BYTES)), max_size=80), st.integers(1, 16))
-def test_slices_cover_every_segment_once_in_runs_of_a_partition(raw: list[tuple[int, int]], parallelism: int
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2 * SCAN_TASK_BYTES), st.integers(0, SCAN_TASK_RECORDS)),
+                max_size=80), st.integers(1, 16))
+def test_slices_cover_every_segment_once_in_runs_of_a_partition(raw: list[tuple[int, int, int]], parallelism: int
                                                                 ) -> None:
-    segments = [SegmentScanTask("t", p, f"s{i}", f"k{i}", i, size=n) for i, (p, n) in enumerate(raw)]
+    segments = [SegmentScanTask("t", p, f"s{i}", f"k{i}", i, size=n, offsets=r) for i, (p, n, r) in enumerate(raw)]
     slices = scan_slices(segments, parallelism)
     flat = [s for part in slices for s in part]
     assert sorted(s.segment_id for s in flat) == sorted(s.segment_id for s in segments)
-    n = min(len(segments), max(2 * parallelism, -(-sum(n for _p, n in raw) // SCAN_TASK_BYTES)))
+    n = min(len(segments), max(parallelism, -(-sum(n for _p, n, _r in raw) // SCAN_TASK_BYTES),
+                               -(-sum(r for _p, _n, r in raw) // SCAN_TASK_RECORDS)))
     assert len(slices) == n and all(part for part in slices)  # every core gets work, however few partitions
     for part in slices:  # a task holds whole runs: within a partition, consecutive segments in offset order
         for p in {s.partition for s in part}:
@@ -29,23 +31,27 @@ def test_slices_cover_every_segment_once_in_runs_of_a_partition(raw: list[tuple[
             assert mine == sorted(mine)
 
 
-def test_small_partitions_are_scanned_whole_by_one_task_each() -> None:
-    """8 partitions of 5 segments and 8 tasks: each task takes one partition's whole log, so it hands Spark one
-    row per key of that partition."""
-    segments = [SegmentScanTask("t", p, f"s{p}-{i}", f"k{p}-{i}", 100 * i, size=2 * 2**20 + p + i) for p in range(8)
-                for i in range(5)]
+def test_small_partitions_are_scanned_whole_one_task_per_core() -> None:
+    """8 partitions of 5 segments on 4 cores: 4 tasks, each taking two partitions' whole logs, so it hands Spark
+    one row per key of each. Past the bytes or the records a task may take, there are more tasks."""
+    segments = [SegmentScanTask("t", p, f"s{p}-{i}", f"k{p}-{i}", 100 * i, size=2 * 2**20 + p + i, offsets=100)
+                for p in range(8) for i in range(5)]
     slices = scan_slices(segments, 4)
-    assert len(slices) == 8
-    assert sorted(tuple(s.segment_id for s in part) for part in slices) == sorted(
-        tuple(f"s{p}-{i}" for i in range(5)) for p in range(8))
+    assert len(slices) == 4
+    for part in slices:
+        assert sorted(s.segment_id for s in part) == sorted(
+            f"s{p}-{i}" for p in {s.partition for s in part} for i in range(5))
     big = [SegmentScanTask("t", 0, f"s{i}", f"k{i}", i, size=SCAN_TASK_BYTES) for i in range(40)]
     assert len(scan_slices(big, 4)) == 40
+    many = [SegmentScanTask("t", 0, f"s{i}", f"k{i}", i, size=2**20, offsets=SCAN_TASK_RECORDS // 2)
+            for i in range(40)]
+    assert len(scan_slices(many, 4)) == 20
 
 
 def test_one_hot_partition_is_cut_into_consecutive_runs_on_every_core() -> None:
     segments = [SegmentScanTask("t", 0, f"s{i}", f"k{i}", 100 * i, size=32 * 2**20) for i in range(47)]
     slices = scan_slices(segments, 4)
-    assert len(slices) == 8
+    assert len(slices) == 4
     for part in slices:
         offsets = sorted(s.start_offset for s in part)
         assert offsets == list(range(offsets[0], offsets[-1] + 100, 100))  # no gap: one run each

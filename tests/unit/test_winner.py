@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from compaction.config import CompactionStrategy
 from compaction.format.batch import Header, Record, TimestampType, build_batch, encode_batch
 from compaction.format.scan import scan_segment
-from compaction.strategies.winner import SegmentBest, best_per_key, header_versions, merge_bests, ranks
+from compaction.strategies.keyfold import KeyFold
+from compaction.strategies.winner import header_versions, ranks
 
 
 def long(v: int) -> bytes:
@@ -79,30 +80,29 @@ SEGMENT_ROWS = st.lists(st.tuples(st.binary(min_size=0, max_size=2), st.integers
 
 
 @given(st.lists(st.tuples(SEGMENT_ROWS, st.booleans()), min_size=1, max_size=5),
-       st.sampled_from(list(CompactionStrategy)))
-def test_merging_segment_bests_equals_the_best_over_their_union(segments: list, strategy: CompactionStrategy) -> None:
-    """What a scan task hands Spark for several segments of a partition (`merge_bests`) is the winner rule over
-    every candidate of those segments, and a key is dirty when any segment holding it is."""
-    parts, union = [], []
+       st.sampled_from(list(CompactionStrategy)), st.integers(1, 64))
+def test_folding_segments_equals_the_best_over_their_union(segments: list, strategy: CompactionStrategy,
+                                                           capacity: int) -> None:
+    """What a scan task hands Spark for several segments of a partition (a `KeyFold` of their candidates) is the
+    winner rule over every candidate of those segments, and a key is dirty when any segment holding it is; from
+    any starting capacity (the table grows and rehashes as keys come)."""
+    fold, union = KeyFold(capacity), []
     offset = 0
     for rows, dirty in segments:
-        keys = pa.array([k for k, _h, _v in rows], pa.binary())
+        keys = pa.array([k for k, _h, _v in rows], pa.large_binary())
         hv = np.array([0 if strategy is CompactionStrategy.OFFSET else h for _k, h, _v in rows], np.int8)
         v = np.array([0 if strategy is CompactionStrategy.OFFSET else x for _k, _h, x in rows], np.int64)
         offsets = np.arange(offset, offset + len(rows), dtype=np.int64)
         offset += len(rows)
-        idx = best_per_key(keys, hv, v, offsets)  # the segment's own best per key, as segment_best gives it
-        parts.append((SegmentBest(keys.take(pa.array(idx, pa.int64())), pa.array(hv[idx], pa.int8()),
-                                  pa.array(v[idx], pa.int64()), pa.array(offsets[idx], pa.int64()), 0), dirty))
+        fold.add(keys, hv, v, offsets, dirty)
         union.extend((k, int(hv[i]), int(v[i]), int(offsets[i]), dirty) for i, k in enumerate(keys.to_pylist()))
-    merged, any_dirty = merge_bests(parts, strategy)
+    keys, has_version, version, offsets, any_dirty = fold.result()
     got = {(k, int(h), int(v), int(o), bool(d)) for k, h, v, o, d in zip(
-        merged.keys.to_pylist(), merged.has_version.to_pylist(), merged.version.to_pylist(),
-        merged.offset.to_pylist(), any_dirty, strict=True)}
+        keys.to_pylist(), has_version, version, offsets, any_dirty, strict=True)}
     want = set()
     for key in {r[0] for r in union}:
         mine = [r for r in union if r[0] == key]
         best = max(mine, key=lambda r: (r[1], r[2], r[3]))
         want.add((*best[:4], any(r[4] for r in mine)))
     assert got == want
-    assert len(merged.keys) == len(got)  # one row per key
+    assert len(keys) == len(got) == fold.keys  # one row per key
