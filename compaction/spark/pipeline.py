@@ -22,9 +22,10 @@ are clean segments with filters, the rescan when some of them must be rewritten,
 When every chunk is known before the scan (`_units_before_scan`: no partition has a clean segment, as in a first
 compaction), steps 1, 2 and 5 are one job instead (`_scan_and_rewrite`): no persisted winners, no counting job,
 one shuffle when each partition has one chunk, two when some have several. A later chunk's marker-walk state is
-assumed (no transactional batch before it) and checked after the scan (`_states_held`); a partition where it does
-not hold is staged again step by step. A run's fixed cost is mostly Spark's per-job and per-stage cost in a JVM
-not yet warm (`make bench` P5), so the job count is what sets it.
+found by its rewrite task from the batches the scan kept in the run's cache (`rewrite_job.learned_state`); where
+they are not on its machine it is assumed (no transactional batch before it) and checked after the scan
+(`_states_held`), and a partition where it does not hold is staged again step by step. A run's fixed cost is
+mostly Spark's per-job and per-stage cost in a JVM not yet warm (`make bench` P5), so the job count is what sets it.
 """
 
 from __future__ import annotations
@@ -201,6 +202,12 @@ def _settle_one_job(works: Sequence[PartitionWork], stages: dict[TP, PartitionSt
                     outcomes: Sequence[UnitOutcome]) -> list[PartitionWork]:
     """Take in what the one job rewrote; the partitions to stage again step by step (their assumed marker-walk
     states did not hold), each with a fresh stage that keeps what the discarded attempt's requests cost."""
+    for o in outcomes:  # a state a rewrite task found from the run's cache is the one it used
+        if o.learned is not None:
+            stage = stages[works[o.tp].tp]
+            group_id, state = o.learned
+            stage.task = replace(stage.task, groups=tuple(replace(g, txn_state=state) if g.group_id == group_id
+                                                          else g for g in stage.task.groups))
     todo = [w for w in works if stages[w.tp].error is None and not _states_held(stages[w.tp])]
     redone = {tps[w.tp] for w in todo}
     for o in outcomes:
@@ -218,8 +225,9 @@ def _settle_one_job(works: Sequence[PartitionWork], stages: dict[TP, PartitionSt
 
 
 def _states_held(stage: PartitionStage) -> bool:
-    """Whether the marker-walk states `_units_before_scan` assumed for the partition's chunks are the ones the
-    batches its scan saw give (always, for a single chunk or a partition without transactional batches)."""
+    """Whether the marker-walk states the partition's chunks were rewritten from (assumed by `_units_before_scan`,
+    or learned by their tasks) are the ones the batches its scan saw give (always, for a single chunk or a
+    partition without transactional batches)."""
     groups = stage.task.groups
     return len(groups) < 2 or _chunk_states(stage.task, stage.scan.events) == [g.txn_state for g in groups]
 

@@ -12,17 +12,19 @@ from __future__ import annotations
 import pickle
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from compaction.errors import KcompactError
+from compaction.rewrite.cache import SegmentCache
 from compaction.rewrite.upload import PartitionRewrite, rewrite_groups
 from compaction.run.tasks import GroupTask, PartitionTask
 from compaction.spark.winners import CHUNK_SLOT
 from compaction.storage.base import StoreSpec, StoreStats
+from compaction.strategies.transactions import TransactionState, TxnEvent, states_at
 
 _WINNERS = pa.schema([pa.field(CHUNK_SLOT, pa.int64()), pa.field("tp", pa.int32()), pa.field("offset", pa.int64())])
 _OUTCOMES = pa.schema([pa.field("tp", pa.int32(), False), pa.field("outcome", pa.binary(), False)])
@@ -49,6 +51,8 @@ class UnitOutcome:
     requests: StoreStats = field(default_factory=StoreStats)
     keys: int = 0  # winners received
     crashed: str | None = None  # an assumed unit's unexpected error (a traceback), decided on by the driver
+    learned: tuple[int, TransactionState] | None = None  # (group id, state): an assumed unit's state, found
+    # from the batches the run's cache kept instead (`learned_state`)
 
 
 def split_winners(offsets: np.ndarray, groups: Sequence[GroupTask]) -> dict[int, np.ndarray]:
@@ -60,6 +64,23 @@ def split_winners(offsets: np.ndarray, groups: Sequence[GroupTask]) -> dict[int,
         high = int(np.searchsorted(ordered, g.end_offset, "right"))
         out[g.group_id] = ordered[low:high]
     return out
+
+
+def learned_state(unit: RewriteUnit) -> TransactionState | None:
+    """The marker-walk state at an assumed unit's start, from the transactional and control batches the scan kept
+    in this machine's run cache for every segment of its partition before it (`SegmentCache.put_events`); None
+    when one of them was scanned elsewhere (the unit keeps its assumed state, which the driver checks)."""
+    if not unit.assumed or unit.task.cache_dir is None:
+        return None
+    cache = SegmentCache(unit.task.cache_dir)
+    start = unit.groups[0].start_offset
+    events: list[TxnEvent] = []
+    for i in (i for g in unit.task.groups if g.start_offset < start for i in g.inputs):
+        kept = cache.events(i.segment_id)
+        if kept is None:
+            return None
+        events.extend(kept)
+    return states_at([start], unit.task.aborted, events)[0]
 
 
 def _rewriter(spec: StoreSpec, slots: Mapping[int, Sequence[RewriteUnit]]
@@ -75,10 +96,15 @@ def _rewriter(spec: StoreSpec, slots: Mapping[int, Sequence[RewriteUnit]]
                 store = spec.open()
                 ours = mine & (tps == unit.tp)
                 keys = int((ours & (offsets >= 0)).sum())
+                state = learned_state(unit)
+                learned = None if state is None else (unit.groups[0].group_id, state)
+                if state is not None:  # the true state: no longer an assumption
+                    unit = replace(unit, groups=(replace(unit.groups[0], txn_state=state), *unit.groups[1:]),
+                                   assumed=False)
                 try:
                     winners = split_winners(offsets[ours], unit.groups)
                     outcome = UnitOutcome(unit.tp, slot, rewrite_groups(store, unit.task, unit.groups, winners),
-                                          keys=keys)
+                                          keys=keys, learned=learned)
                 except KcompactError as exc:  # quarantine this partition: what it uploaded stays unreferenced (gc)
                     outcome = UnitOutcome(unit.tp, slot, error=exc, requests=store.stats)
                 except Exception:  # from a wrong assumed state, or a bug: the driver tells which
@@ -100,4 +126,4 @@ def run_rewrites(spec: StoreSpec, chunks: DataFrame, slots: Mapping[int, Sequenc
     return [pickle.loads(row.outcome) for row in rows]
 
 
-__all__ = ["RewriteUnit", "UnitOutcome", "run_rewrites", "split_winners"]
+__all__ = ["RewriteUnit", "UnitOutcome", "learned_state", "run_rewrites", "split_winners"]

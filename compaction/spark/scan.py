@@ -198,6 +198,8 @@ def _scanner(settings: ScanSettings, tracker: Accumulator, slices: Sequence[Sequ
         events = txn_events(segment)
         if events:
             report.events[sid] = tuple(events)
+        if cached and cache is not None:
+            cache.put_events(sid, events)
         report.requests = store.stats - before
         return ScannedSegment(segment, report, started)
 
