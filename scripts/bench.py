@@ -893,16 +893,26 @@ def _p5(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
 
 
 FIXED_COST_ANALYSIS = (
-    "- **Where a goes, from Spark's event log** (2026-11-24, same machine, the 1× run): before this change a first "
-    "compaction ran 8 Spark jobs in 8.2 s: the scan with a partial aggregate (2.7 s: the first task on each core "
-    "waited 1.1 s for Python workers forked only to pickle the input DataFrame built from a Python list), the "
-    "reduce-side aggregate, persist and per-partition count (three adaptive-execution jobs, 1.2 s), and the rewrite "
-    "(three jobs, 0.9 s of them forking workers again for a `createDataFrame` of a list). Now it is one job of two "
-    "stages (scan, then aggregate + rewrite in the same tasks: ~1.4 s each at 1×), ~0.9 s on the driver before the "
-    "job (a fencing epoch per partition, planning the DataFrame) and 0.3 s of Delta commits. What is left is mostly "
-    "a cold JVM: the first task on each core of each stage takes ~1 s longer than the next ones, which a long-lived "
-    "session (a notebook, a cluster's executors) pays once. Runs with clean segments (the filter test, a rescan) or "
-    "with several chunks per partition keep the step-by-step jobs: two to four more.")
+    "- **Where a goes, from Spark's event log** (2026-11-24, same machine, the 1× run at 05:40): a first compaction "
+    "is one Spark job of two stages. The scan, one task per core, took 0.6 s; the aggregate and the rewrite, one task "
+    "per partition, 1.35 s, of which 0.36 s was rewriting and the rest each task's start and aggregate in a JVM that "
+    "is still cold. About 0.9 s goes on the driver before the job (a fencing epoch per partition, planning the "
+    "DataFrame) and 0.3 s on the Delta commits. The history of a: 8.3 s when a run was 8 Spark jobs; 3.5-5.4 s "
+    "once it was one job (Python workers no longer forked to pickle a DataFrame built from a list; `local_frame`); "
+    "2.6 s with one scan task per core instead of two to four, each folding its segments in one hash table of key "
+    "bytes instead of an Arrow group-by per segment and again per task. Runs with clean segments (the filter test, "
+    "a rescan) keep the step-by-step jobs: two to four more.")
+
+
+HOT_ANALYSIS = (
+    "- **Where the difference goes, from Spark's event log** (2026-11-24 05:05, the same runs by hand): the hot "
+    "partition's scan stage took 4.7 s against 2.9 s. Each of its 2 scan tasks folds half the partition, so the "
+    "shuffle takes 4.46 M rows for 2.39 M keys; over 8 partitions a task holds whole partitions and hands over "
+    "2.37 M rows, one per key. Several chunks need a second shuffle stage (2.2 s), which aggregates and sends each "
+    "winner to the chunk holding it. The rewrite stage took 4.0 s against 4.5 s, with 2 tasks of 1 GiB and 0.5 GB "
+    "of input: Kafka's grouping fills a chunk up to segment.bytes, so one task ran 1.3 s longer than the other. "
+    "Before this change the partition was cut into 8 scan tasks (9.3 M rows to the shuffle), and each task spent "
+    "more time in Arrow group-bys than in decoding: 52%.")
 
 
 def _p6(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
@@ -917,6 +927,7 @@ def _p6(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
               f"Hot / spread = **{100 * ratio:.0f}%** (target ≥ 80%, goal d); the hot partition's report: "
               f"rewrite_tasks {tasks['rewrite_tasks']}, chunks {tasks['chunks']}, segments_scanned "
               f"{tasks['segments_scanned']}, cache_hits {tasks['cache_hits']}."]
+    lines.append(HOT_ANALYSIS)
     if ratio < 0.8:
         lines.append(f"- **What limits it**: map {hot['map_seconds']:.1f} s vs {spread['map_seconds']:.1f} s, rewrite "
                      f"+ upload {hot['rewrite_seconds']:.1f} s vs {spread['rewrite_seconds']:.1f} s (rewrite task "
