@@ -110,6 +110,7 @@ class ScanSettings:
     cache_dir: str | None = None
     with_segment: bool = False  # rows carry `seg`: which scanned segment they come from
     slots: tuple[int, ...] = ()  # per tp the rewrite slot its rows carry (`slot`); -1: no rows. () = no column
+    rows_per_batch: int = 1 << 20  # rows per Arrow batch handed to Spark (binary keys: < 2 GiB a batch)
 
     @property
     def by_offset(self) -> bool:
@@ -212,8 +213,9 @@ def _scanner(settings: ScanSettings, tracker: Accumulator, slices: Sequence[Sequ
         tracker.add({d.tp: report})
 
     def rows(tp: int, best: SegmentBest, dirty: np.ndarray, seg: int | None) -> Iterator[pa.RecordBatch]:
-        for at in range(0, max(1, len(best.keys)), _ROWS_PER_BATCH):  # binary keys: < 2 GiB a batch
-            n = min(_ROWS_PER_BATCH, len(best.keys) - at)
+        step = settings.rows_per_batch
+        for at in range(0, max(1, len(best.keys)), step):
+            n = min(step, len(best.keys) - at)
             keys = best.keys.slice(at, n)
             keys = keys.cast(pa.binary()) if keys.type != pa.binary() else keys
             where = pa.repeat(pa.scalar(tp, pa.int32()), n)
@@ -266,9 +268,6 @@ class ScannedSegment:
     segment: SegmentScan
     report: PartitionScan
     started: float
-
-
-_ROWS_PER_BATCH = 1 << 20
 
 
 _MARKER = SegmentBest(pa.nulls(1, pa.binary()), pa.array([0], pa.int8()), pa.array([0], pa.int64()),

@@ -6,12 +6,14 @@ reports the same counts."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
 import compaction.spark.pipeline as pipeline
+import compaction.spark.scan as scan
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.format.batch import Header, Record
 from compaction.metadata import ObjectSuffix, table_in_store
@@ -124,3 +126,20 @@ def test_several_chunks_per_partition_write_what_the_step_by_step_path_writes(
             assert a["fetch_ratio"] == b["fetch_ratio"] < 1.01
     if not transactions or cached:
         assert fused_jobs < stepped_jobs
+
+
+@pytest.mark.spark
+def test_partitions_cut_across_scan_tasks_and_rows_in_small_batches_write_the_same_bytes(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partition larger than a scan task's share is cut into runs of segments over several tasks, each handing
+    Spark its own best per key, which the aggregate ranks (here: every partition over ~5 tasks, under the header
+    strategy, whose rank columns then decide). A task hands Spark its rows in Arrow batches of
+    `ScanSettings.rows_per_batch` (a million by default, so that binary keys stay within a batch's 2 GiB); cut
+    into batches of 7 rows too, the run writes the same bytes as with whole partitions per task."""
+    whole, _jobs = _run(spark, one := _store(tmp_path / "one"), "header")
+    monkeypatch.setattr(scan, "SCAN_TASK_RECORDS", 300)
+    monkeypatch.setattr(pipeline, "ScanSettings", functools.partial(pipeline.ScanSettings, rows_per_batch=7))
+    cut, _jobs = _run(spark, other := _store(tmp_path / "other"), "header")
+    assert all(p["committed"] for p in whole["partitions"] + cut["partitions"])
+    assert _logs(one) == _logs(other)
+    assert [p["stats"]["dirty_keys"] for p in cut["partitions"]] == [KEYS] * PARTITIONS
