@@ -82,7 +82,7 @@ def decompress(codec: Codec, data: bytes | memoryview) -> bytes:
         if codec is Codec.SNAPPY:
             return _snappy_decompress(bytes(data))
         if codec is Codec.LZ4:
-            return bytes(lz4.frame.decompress(bytes(data)))
+            return bytes(lz4.frame.decompress(data))
         if codec is Codec.ZSTD:
             with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(bytes(data))) as reader:
                 return reader.read()
