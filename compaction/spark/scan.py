@@ -4,8 +4,9 @@
 partition's consecutive segments, a task per core; the descriptors travel in the closure, so no Python
 task builds an input DataFrame): each executor opens the store from its picklable spec, fetches the object (into
 the run's segment cache when the rewrite will need it: `compaction.rewrite.cache`), runs the numba columnar scan
-and pre-aggregates per key (`compaction.strategies.winner.segment_best`), then across the task's segments of the
-same partition (`merge_bests`). Rows are as narrow as the aggregation allows, since Spark pays per row and column:
+and folds each segment's candidate records into one table per partition (`compaction.strategies.winner.fold_segment`
+into a `compaction.strategies.keyfold.KeyFold`): the task hands Spark each key of its segments once, with its best
+rank there. Rows are as narrow as the aggregation allows, since Spark pays per row and column:
 the partition is an index `tp` into the run's partitions, and when every partition ranks by offset the constant
 rank columns are left out (`rows_schema`). A rescan keeps its rows per segment (`seg`).
 
@@ -295,7 +296,7 @@ def scan_slices(segments: Sequence[SegmentScanTask], parallelism: int) -> list[l
     for it (`SCAN_TASK_BYTES`, `SCAN_TASK_RECORDS`), never more than the segments. Pure.
 
     A task takes runs of one partition's consecutive segments (a partition's whole log when it is no larger
-    than a task's share of the bytes) and reduces them to one row per key (`merge_bests`). Spark pays per row
+    than a task's share of the bytes) and reduces them to one row per key (a `KeyFold`). Spark pays per row
     it takes from Python, shuffles and aggregates, and a partition cut into T runs hands it up to T rows per
     key: so tasks are as few and as large as the cores allow (`make bench` P6: one partition of 1.5 GB handed
     Spark 9.3 M rows from 8 tasks, 4.5 M from 2, for 2.4 M keys). Runs go largest first into the lightest task.

@@ -25,7 +25,7 @@ def best_per_key(rows: DataFrame, by_offset: bool, by: Sequence[str] = (), merge
     columns constant per tp that are kept: grouping by them too leaves the groups as they are, and a frame
     already partitioned by them needs no other shuffle).
 
-    `merged`: each task of `rows` holds a key once already (the scan's `merge_bests`), so the rows are shuffled
+    `merged`: each task of `rows` holds a key once already (the scan task's `KeyFold`), so the rows are shuffled
     by (tp, key) first and aggregated after it: Spark's map-side partial aggregate would only hash every row
     again to find nothing to merge (`make bench` P6: 1.5 s of the scan stage's 8.5 s).
 
