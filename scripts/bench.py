@@ -761,8 +761,7 @@ def _p2(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
               "Target ≥ 100 MB/s and ≥ 6% of raw read + CRC-32C (goal c; Kafka's cleaner: 16.5 MB/s)."]
     missed = [r for r in runs if r["mb_s"] < 100 or r["raw_share"] < 0.06]
     lines += [f"- **What limits {r['codec']}**: {_time_limit(r, _fixed_cost(saved))}" for r in missed]
-    if missed:
-        lines.append(P2_ANALYSIS)
+    lines.append(P2_ANALYSIS)
     lines += ["", "Where the map phase goes (the same segments, each step a Spark job of its own, warm; "
               "`bench_run.py --profile-map`):", "",
               "| codec | segments | rows to the JVM (each scan task's best per partition and key) | distinct keys "
@@ -895,16 +894,21 @@ def _p5(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
 
 
 P2_ANALYSIS = (
-    "- **Where the time goes, from Spark's event log** (2026-11-24 05:30-05:55, the uncompressed run by hand, 9.4-10.2 "
-    "s of stage at 128-155 MB/s; the figures above come from a slower moment of the machine, session start-up 14 s "
-    "against 8-9 s): the scan stage (2 tasks, 3.3-4.3 s) spends ~3.4 s of its ~7.5 s task time in Python (fetch, "
-    "decode, fold) and the rest handing 2.37 M rows, one per key, to the JVM and its shuffle. The rewrite stage (8 "
-    "tasks, 4.5 s) spends 2.9 s of its 9 s task time rewriting and 0.65 s uploading; the rest is Spark's: reading "
-    "the shuffle, the aggregate and the hand-over to Python. With the rewrite left out that stage still took 3.3 s "
-    "(6.5 s of task time), and 1.6 s with the aggregate left out too. So about 1.5-2 µs of JVM time per row on each "
-    "side of the shuffle, for rows that are already one per key. Tried without effect: one aggregate pass instead "
-    "of partial + final (`spark.sql.execution.bypassPartialAggregation`, three runs each: 4.15-4.76 s either way); "
-    "the JVM's C1 compiler only (session start 8.6 s instead of 11 s, stage unchanged).")
+    "- **Where the time goes, from Spark's event log** (2026-11-24 05:30-05:55, the uncompressed run by hand, "
+    "8.6-10.2 s of stage at 127-155 MB/s, as the machine's speed varies from run to run): the scan stage (2 tasks, "
+    "3.3-4.3 s) spends ~3.4 s of its ~7.5 s task time in Python (fetch, decode, fold) and the rest handing 2.37 M "
+    "rows, one per key, to the JVM and its shuffle. The rewrite stage (8 tasks, 4.5 s) spends 2.9 s of its 9 s "
+    "task time rewriting and 0.65 s uploading; the rest is Spark's: reading the shuffle, the aggregate and the "
+    "hand-over to Python. With the rewrite left out that stage still took 3.3 s (6.5 s of task time), and 1.6 s "
+    "with the aggregate left out too: about 1.5-2 µs of JVM time per row on each side of the shuffle, for rows "
+    "that are already one per key. Tried without effect (three runs each, within the run-to-run spread): one "
+    "aggregate pass instead of partial + final (`spark.sql.execution.bypassPartialAggregation`), larger Arrow "
+    "batches (`spark.sql.execution.arrow.maxRecordsPerBatch` 200,000 and 1,000,000), the JVM's C1 compiler only "
+    "(session start 8.6 s instead of 11 s, stage unchanged).\n"
+    "- **A harness fault found on the way**: the first measured run of `make bench` used to compile the rewrite's "
+    "and the filter's numba kernels inside its wall time when the checkout's numba cache was cold (a fresh clone "
+    "or worktree): 2-3 s, which made the uncompressed run 107-114 MB/s in two earlier runs of this day. "
+    "`bench_run.py`'s warm-up now loads them with the scan's, as a long-lived executor has them.")
 
 
 FIXED_COST_ANALYSIS = (
