@@ -21,6 +21,8 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
+from compaction.format.scan import binary_buffers
+
 MASK64 = (1 << 64) - 1
 
 _P1 = np.uint64(0x9E3779B185EBCA87)
@@ -130,12 +132,9 @@ def _hash_column(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray) -> np
 def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """XXH64 of every non-null key of a binary column, as uint64, nulls dropped (compiled path)."""
     arr = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
-    arr = arr.cast(pa.large_binary())
     if len(arr) == 0:
         return np.empty(0, np.uint64)
-    _validity, offsets_buf, data_buf = arr.buffers()
-    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
+    offsets, data = binary_buffers(arr)
     valid = arr.is_valid().to_numpy(zero_copy_only=False)
     hashes = _hash_column(offsets, data, valid)
     return hashes if valid.all() else hashes[valid]

@@ -276,6 +276,23 @@ def _binary(offsets: np.ndarray, data: np.ndarray, null: np.ndarray) -> pa.Array
     )
 
 
+def binary_buffers(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """The (offsets as int64, data bytes) of a binary or large_binary column, the inverse of the scan's `_binary`:
+    `offsets[i]:offsets[i + 1]` are value i's bytes in `data` (for a null value, whatever the array holds there:
+    read its validity apart). Zero-copy where the offsets are int64 already; a sliced array keeps its slice."""
+    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):
+        arr = arr.cast(pa.large_binary())
+    n = len(arr)
+    _validity, offsets_buf, data_buf = arr.buffers()
+    if offsets_buf is None:
+        return np.zeros(n + 1, np.int64), np.zeros(0, np.uint8)
+    wide = pa.types.is_large_binary(arr.type)
+    offsets = np.frombuffer(offsets_buf, np.int64 if wide else np.int32)[arr.offset : arr.offset + n + 1]
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    return offsets.astype(np.int64, copy=False), data
+
+
 def _reference_error(data: memoryview, obj: str, batch_position: int | None) -> CorruptInputError:
     """Re-read with the reference decoder to obtain the precise typed error."""
     try:

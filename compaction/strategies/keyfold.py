@@ -24,6 +24,8 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from compaction.format.scan import binary_buffers
+
 _EMPTY = -1
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
@@ -32,6 +34,9 @@ _BINARY_LIMIT = 2**31 - 1
 
 @numba.njit(cache=True, nogil=True)
 def _hash(data: np.ndarray, start: int, end: int) -> Any:
+    """The slot hash of `data[start:end]`. Not `compaction.bloom.hashing`'s XXH64: numba's cache of `_fold` and
+    `_rehash` is invalidated when this file changes, not when another module's kernel they call does, and both
+    must hash alike."""
     h = _FNV_OFFSET
     for p in range(start, end):
         h = (h ^ np.uint64(data[p])) * _FNV_PRIME
@@ -69,7 +74,7 @@ def _touch(slots: np.ndarray, entries: np.ndarray, arena: np.ndarray, hashes: np
         else:
             found[i] = -1
     for i in range(count):
-        if found[i] >= 0:
+        if 0 <= found[i] < len(arena):  # an empty key may start at the buffer's end
             total += arena[found[i]]
     return total
 
@@ -152,23 +157,6 @@ def _rehash(slots: np.ndarray, entries: np.ndarray, arena: np.ndarray, n: int) -
         slots[j] = (np.int64(h >> _TAG_SHIFT) << 32) | e
 
 
-def key_buffers(keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """The (offsets as int64, data bytes) of a binary or large_binary array without nulls, zero-copy where the
-    offsets are int64 already."""
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks()
-    if keys.null_count:
-        raise ValueError("a key column to fold holds nulls")
-    n = len(keys)
-    _validity, offsets_buf, data_buf = keys.buffers()
-    wide = pa.types.is_large_binary(keys.type)
-    if offsets_buf is None:
-        return np.zeros(n + 1, np.int64), np.zeros(0, np.uint8)
-    offsets = np.frombuffer(offsets_buf, np.int64 if wide else np.int32)[keys.offset:keys.offset + n + 1]
-    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    return offsets.astype(np.int64, copy=False), data
-
-
 class KeyFold:
     """Per distinct key the greatest rank (has_version, version, offset) and whether any row was dirty, over the
     rows of every `add`; `result` gives them as columns, keys in first-seen order."""
@@ -184,7 +172,9 @@ class KeyFold:
     def add(self, keys: pa.Array, has_version: np.ndarray, version: np.ndarray, offset: np.ndarray,
             dirty: np.ndarray | bool) -> None:
         """Fold rows in: `keys` (binary, no nulls) with their rank columns and dirty flags (one for all)."""
-        key_offsets, key_data = key_buffers(keys)
+        if keys.null_count:
+            raise ValueError("a key column to fold holds nulls")
+        key_offsets, key_data = binary_buffers(keys)
         rows = len(offset)
         flags = np.full(rows, dirty, np.bool_) if isinstance(dirty, (bool, np.bool_)) else np.asarray(dirty, np.bool_)
         hv, ver, off = (np.ascontiguousarray(has_version, np.int8), np.ascontiguousarray(version, np.int64),
@@ -239,4 +229,4 @@ def _resized(a: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-__all__ = ["KeyFold", "key_buffers"]
+__all__ = ["KeyFold"]

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from compaction.config import CompactionStrategy
+from compaction.format.scan import binary_buffers
 from compaction.strategies.keyfold import KeyFold
 
 VERSION_BYTES = 8
@@ -39,18 +40,15 @@ class Ranks:
 def header_versions(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """(has_version, version) from a large_binary column of header values (null = missing)."""
     arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-    arr = arr.cast(pa.large_binary())
     n = len(arr)
     if n == 0:
         return np.zeros(0, np.int8), np.zeros(0, np.int64)
-    validity, offsets_buf, data_buf = arr.buffers()
-    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset : arr.offset + n + 1]
+    offsets, data = binary_buffers(arr)
     lengths = np.diff(offsets)
-    valid = np.ones(n, bool) if validity is None else np.asarray(arr.is_valid())
+    valid = np.ones(n, bool) if arr.null_count == 0 else np.asarray(arr.is_valid())
     has = valid & (lengths == VERSION_BYTES)
     version = np.zeros(n, np.int64)
     if has.any():
-        data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
         starts = offsets[:-1][has]
         raw = data[starts[:, None] + np.arange(VERSION_BYTES)]
         version[has] = raw.copy().view(">i8").ravel().astype(np.int64)

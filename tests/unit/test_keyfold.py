@@ -1,6 +1,6 @@
 """The scan's per-key fold (`compaction.strategies.keyfold.KeyFold`) against Arrow's own group-by: many keys
 (every growth and rehash on the way), keys that are prefixes of each other or empty, sliced and 32/64-bit
-offset inputs, and the winner rule over rows that arrive in any order."""
+offset inputs (`compaction.format.scan.binary_buffers`), and the winner rule over rows that arrive in any order."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from compaction.strategies.keyfold import KeyFold, key_buffers
+from compaction.format.scan import binary_buffers
+from compaction.strategies.keyfold import KeyFold
 
 
 def reference(keys: pa.Array, offsets: np.ndarray, dirty: np.ndarray) -> dict[bytes, tuple[int, bool]]:
@@ -60,9 +61,9 @@ def test_rank_is_compared_left_to_right_and_dirty_is_any() -> None:
 
 
 @pytest.mark.parametrize("kind", [pa.binary(), pa.large_binary()])
-def test_key_buffers_of_a_sliced_array(kind: pa.DataType) -> None:
+def test_binary_buffers_of_a_sliced_array(kind: pa.DataType) -> None:
     arr = pa.array([b"xx", b"abc", b"", b"de"], kind).slice(1, 3)
-    offsets, data = key_buffers(arr)
+    offsets, data = binary_buffers(arr)
     assert offsets.dtype == np.int64
     assert [bytes(data[offsets[i]:offsets[i + 1]]) for i in range(3)] == [b"abc", b"", b"de"]
 
