@@ -23,6 +23,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from compaction.storage.base import ObjectStore
 from compaction.strategies.transactions import TxnEvent
 
@@ -37,6 +39,21 @@ def cache_fits(cached_bytes: int, largest_chunk: int, concurrent_chunks: int, bu
     return budget is None or cached_bytes + concurrent_chunks * largest_chunk <= budget
 
 
+def read_file(path: Path) -> memoryview:
+    """A file's bytes in a numpy buffer: numpy asks the kernel for huge pages, so filling a 32 MiB segment
+    takes a fraction of the page faults of `Path.read_bytes`."""
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        view = memoryview(np.empty(size, np.uint8).data)
+        got = 0
+        while got < size:
+            n = f.readinto(view[got:])
+            if not n:
+                raise OSError(f"{path} ended at byte {got} of {size} while it was read")
+            got += n
+    return view
+
+
 class SegmentCache:
     """The `.log` objects of one run, by segment id, in `directory`."""
 
@@ -46,12 +63,12 @@ class SegmentCache:
     def path(self, segment_id: str) -> Path:
         return self.directory / f"{segment_id}.log"
 
-    def fetch(self, store: ObjectStore, key: str, segment_id: str) -> bytes:
+    def fetch(self, store: ObjectStore, key: str, segment_id: str) -> memoryview:
         """Download `key` into the cache (one GET) and return its bytes."""
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.path(segment_id)
         store.get_to_file(key, path)
-        return path.read_bytes()
+        return read_file(path)
 
     def take(self, segment_id: str, dest: Path) -> int | None:
         """Move the cached segment to `dest`; its size, or None when it is not cached here."""

@@ -239,7 +239,8 @@ def _scan_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequen
     (`_units_before_scan`): each scan row is tagged with the slot of its partition's chunk and shuffled once,
     by slot; the aggregate then runs in the rewrite task that needs its winners (grouping by slot too, on rows
     already partitioned by slot, adds no shuffle). No persisted winners and no counting job: each rewrite task
-    counts the winners it receives. When a partition has several chunks, a key's chunk is the one holding its
+    counts the winners it receives. The rows carry no `dirty` (every key is dirty) and, when each slot holds one
+    partition, no `tp` (the slot names it). When a partition has several chunks, a key's chunk is the one holding its
     winner: the aggregate comes first (a shuffle by key), then the winners go to their chunk's slot (a second)."""
     if len({u.tp for units in slots for u in units}) < sum(len(units) for units in slots):
         rows = scan_rows(spark, settings, scans, tps, tracker)
@@ -249,10 +250,11 @@ def _scan_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequen
     for units, key in zip(slots, keys, strict=True):
         for u in units:
             owner[u.tp] = key
-    tagged = scan_rows(spark, replace(settings, slots=tuple(owner)), scans, tps, tracker)  # with markers
+    shared = any(len(units) > 1 for units in slots)  # a slot runs several partitions' units: rows need `tp`
+    tagged = scan_rows(spark, replace(settings, slots=tuple(owner), with_tp=shared), scans, tps, tracker)
     laid_out = tagged.repartition(len(slots), CHUNK_SLOT)
     winners = best_per_key(laid_out, settings.by_offset, by=(CHUNK_SLOT,))
-    return run_rewrites(settings.spec, winners.select(CHUNK_SLOT, "tp", "offset"),
+    return run_rewrites(settings.spec, winners.select(CHUNK_SLOT, *(["tp"] if shared else []), "offset"),
                         dict(zip(keys, slots, strict=True)))
 
 

@@ -88,13 +88,14 @@ def _rewriter(spec: StoreSpec, slots: Mapping[int, Sequence[RewriteUnit]]
     def rewrite(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         received = list(batches)
         chunk = pa.Table.from_batches(received) if received else _WINNERS.empty_table()
-        slot_of, tps, offsets = (chunk[c].to_numpy() for c in (CHUNK_SLOT, "tp", "offset"))
+        slot_of, offsets = (chunk[c].to_numpy() for c in (CHUNK_SLOT, "offset"))
+        tps = chunk["tp"].to_numpy() if "tp" in chunk.column_names else None  # None: a partition per slot
         outcomes = []
         for slot in np.unique(slot_of).tolist():  # one slot per Spark partition (`slot_keys`); more still work
             mine = slot_of == slot
             for unit in slots[slot]:
                 store = spec.open()
-                ours = mine & (tps == unit.tp)
+                ours = mine if tps is None else mine & (tps == unit.tp)
                 keys = int((ours & (offsets >= 0)).sum())
                 state = learned_state(unit)
                 learned = None if state is None else (unit.groups[0].group_id, state)

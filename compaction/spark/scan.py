@@ -83,21 +83,31 @@ ROWS = StructType(
     ]
 )
 ROWS_BY_OFFSET = StructType([f for f in ROWS.fields if f.name not in ("has_version", "version")])
-_ARROW_ROWS = pa.schema([pa.field(f.name, t, False) for f, t in zip(
-    ROWS.fields, (pa.int32(), pa.binary(), pa.int8(), pa.int64(), pa.int64(), pa.bool_()), strict=True)])
-_ARROW_ROWS_BY_OFFSET = pa.schema([f for f in _ARROW_ROWS if f.name not in ("has_version", "version")])
+_ARROW_TYPES = {"tp": pa.int32(), "key": pa.binary(), "has_version": pa.int8(), "version": pa.int64(),
+                "offset": pa.int64(), "dirty": pa.bool_(), "seg": pa.int32(), CHUNK_SLOT: pa.int64()}
 
 
-def rows_schema(by_offset: bool, with_segment: bool = False, with_slot: bool = False) -> StructType:
+def rows_schema(by_offset: bool, with_segment: bool = False, with_slot: bool = False, with_tp: bool = True
+                ) -> StructType:
     """The scan rows' schema: without the rank columns when every partition ranks by offset; with `seg`, the
-    index of the row's segment among the scanned ones, and `slot`, the rewrite slot of the row's partition,
-    when asked. With `slot`, each task adds a marker row per partition it scanned (null key, offset -1), so
-    that every slot has rows, and a rewrite task, even for a partition without any keyed record."""
+    index of the row's segment among the scanned ones, when asked.
+
+    With `slot`, the rewrite slot of the row's partition, for the one job (`compaction.spark.pipeline`): each
+    task then adds a marker row per partition it scanned (null key, offset -1), so that every slot has rows,
+    and a rewrite task, even for a partition without any keyed record; `dirty` is left out (nothing is clean
+    then: every key is dirty), and so is `tp` when not `with_tp` (each slot holds one partition). Spark pays
+    for every column of every row it takes from Python, shuffles and aggregates: `make bench` P2 lost ~0.7 s
+    to these two columns of 2.4 M rows in a JVM not yet warm."""
     schema = ROWS_BY_OFFSET if by_offset else ROWS
-    fields = [StructField(f.name, f.dataType, True) if with_slot and f.name == "key" else f for f in schema.fields]
+    fields = [StructField(f.name, f.dataType, True) if with_slot and f.name == "key" else f for f in schema.fields
+              if not (with_slot and (f.name == "dirty" or (f.name == "tp" and not with_tp)))]
     extra = ([StructField("seg", IntegerType(), False)] if with_segment else []) + (
         [StructField(CHUNK_SLOT, LongType(), False)] if with_slot else [])
     return StructType([*fields, *extra])
+
+
+def _arrow_schema(schema: StructType) -> pa.Schema:
+    return pa.schema([pa.field(f.name, _ARROW_TYPES[f.name], f.nullable) for f in schema.fields])
 
 
 @dataclass(frozen=True)
@@ -111,12 +121,17 @@ class ScanSettings:
     cache_dir: str | None = None
     with_segment: bool = False  # rows carry `seg`: which scanned segment they come from
     slots: tuple[int, ...] = ()  # per tp the rewrite slot its rows carry (`slot`); -1: no rows. () = no column
+    with_tp: bool = True  # with slots: rows carry `tp` (False when each slot holds one partition)
     rows_per_batch: int = 1 << 20  # rows per Arrow batch handed to Spark (binary keys: < 2 GiB a batch)
 
     @property
     def by_offset(self) -> bool:
         """Every partition ranks by offset: a key's best is its greatest offset."""
         return all(CompactionStrategy(s) is CompactionStrategy.OFFSET for s, _h in self.strategies)
+
+    def schema(self) -> StructType:
+        """The rows the scan hands Spark (`rows_schema`)."""
+        return rows_schema(self.by_offset, self.with_segment, bool(self.slots), self.with_tp or not self.slots)
 
 
 @dataclass
@@ -169,11 +184,7 @@ def _scanner(settings: ScanSettings, tracker: Accumulator, slices: Sequence[Sequ
     from compaction.strategies.winner import fold_segment, folded, segment_best
 
     cache = SegmentCache(settings.cache_dir) if settings.cache_dir else None
-    base = _ARROW_ROWS_BY_OFFSET if settings.by_offset else _ARROW_ROWS
-    schema = base.append(pa.field("seg", pa.int32(), False)) if settings.with_segment else base
-    if settings.slots:
-        schema = schema.set(schema.get_field_index("key"), pa.field("key", pa.binary(), True)).append(
-            pa.field(CHUNK_SLOT, pa.int64(), False))
+    schema = _arrow_schema(settings.schema())
 
     def scan_one(store: ObjectStore, d: _Descriptor) -> ScannedSegment | None:
         """Fetch and check one segment; its report goes to the tracker (None: it failed its partition)."""
@@ -219,16 +230,18 @@ def _scanner(settings: ScanSettings, tracker: Accumulator, slices: Sequence[Sequ
             n = min(step, len(best.keys) - at)
             keys = best.keys.slice(at, n)
             keys = keys.cast(pa.binary()) if keys.type != pa.binary() else keys
-            where = pa.repeat(pa.scalar(tp, pa.int32()), n)
-            flags = pa.array(dirty[at:at + n], pa.bool_())
-            columns = ([where, keys, best.offset.slice(at, n), flags] if settings.by_offset
-                       else [where, keys, best.has_version.slice(at, n), best.version.slice(at, n),
-                             best.offset.slice(at, n), flags])
+            columns = {"key": keys, "offset": best.offset.slice(at, n)}
+            if not settings.by_offset:
+                columns.update(has_version=best.has_version.slice(at, n), version=best.version.slice(at, n))
+            if "tp" in schema.names:
+                columns["tp"] = pa.repeat(pa.scalar(tp, pa.int32()), n)
+            if "dirty" in schema.names:
+                columns["dirty"] = pa.array(dirty[at:at + n], pa.bool_())
             if seg is not None:
-                columns.append(pa.repeat(pa.scalar(seg, pa.int32()), n))
+                columns["seg"] = pa.repeat(pa.scalar(seg, pa.int32()), n)
             if settings.slots:
-                columns.append(pa.repeat(pa.scalar(settings.slots[tp], pa.int64()), n))
-            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+                columns[CHUNK_SLOT] = pa.repeat(pa.scalar(settings.slots[tp], pa.int64()), n)
+            yield pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
 
     def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store = settings.spec.open()
@@ -287,8 +300,7 @@ def scan_rows(spark: SparkSession, settings: ScanSettings, segments: Sequence[Se
     described = [[_Descriptor(tps[(s.topic, s.partition)], s.segment_id, s.log_key, s.dirty, s.filter_key, s.cache,
                               index[s.segment_id]) for s in part] for part in slices]
     ids = spark.range(0, len(described), numPartitions=max(1, len(described)))  # task i scans slice i
-    return ids.mapInArrow(_scanner(settings, tracker, described), rows_schema(
-        settings.by_offset, settings.with_segment, bool(settings.slots)))
+    return ids.mapInArrow(_scanner(settings, tracker, described), settings.schema())
 
 
 def scan_slices(segments: Sequence[SegmentScanTask], parallelism: int) -> list[list[SegmentScanTask]]:

@@ -23,7 +23,8 @@ from compaction.spark.scan import CHUNK_SLOT
 def best_per_key(rows: DataFrame, by_offset: bool, by: Sequence[str] = (), merged: bool = False) -> DataFrame:
     """Per (tp, key) its best-ranked row, and whether any of its rows is dirty; same columns as `rows` (and `by`,
     columns constant per tp that are kept: grouping by them too leaves the groups as they are, and a frame
-    already partitioned by them needs no other shuffle).
+    already partitioned by them needs no other shuffle). Rows without `tp` are one partition's per `by`; rows
+    without `dirty` give winners without it.
 
     `merged`: each task of `rows` holds a key once already (the scan task's `KeyFold`), so the rows are shuffled
     by (tp, key) first and aggregated after it: Spark's map-side partial aggregate would only hash every row
@@ -34,14 +35,14 @@ def best_per_key(rows: DataFrame, by_offset: bool, by: Sequence[str] = (), merge
     the whole map phase in `make bench` P2). Applying it again to its own output, or to a union with more
     rows, gives the best over all of them (max of maxes).
     """
-    keys = [*by, "tp", "key"]
+    keys = [*by, *(["tp"] if "tp" in rows.columns else []), "key"]
+    dirty = [F.max("dirty").alias("dirty")] if "dirty" in rows.columns else []
     if merged:
         rows = rows.repartition(*keys)
     if by_offset:
-        return rows.groupBy(*keys).agg(F.max("offset").alias("offset"), F.max("dirty").alias("dirty"))
-    best = rows.groupBy(*keys).agg(F.max(F.struct("has_version", "version", "offset")).alias("best"),
-                                   F.max("dirty").alias("dirty"))
-    return best.select(*keys, "best.has_version", "best.version", "best.offset", "dirty")
+        return rows.groupBy(*keys).agg(F.max("offset").alias("offset"), *dirty)
+    best = rows.groupBy(*keys).agg(F.max(F.struct("has_version", "version", "offset")).alias("best"), *dirty)
+    return best.select(*keys, "best.has_version", "best.version", "best.offset", *(["dirty"] if dirty else []))
 
 
 def chunk_winners(spark: SparkSession, winners: DataFrame, chunks: Sequence[tuple[int, int, int, int]], slots: int

@@ -27,6 +27,7 @@ from compaction.errors import (
     StoreAccessError,
     TransientStoreError,
 )
+from compaction.rewrite.cache import SegmentCache
 from compaction.storage import DEFAULT_STORE_URI, ObjectInfo, ObjectStore, StoreSpec, StoreStats, open_store
 from compaction.storage.base import TEMP_PREFIX, MiB
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
@@ -200,6 +201,17 @@ def test_put_file_then_get_to_file_round_trips(store: ObjectStore, tmp_path: Pat
     assert store.get_to_file(SEGMENT_KEY, dest) == len(PAYLOAD)
     assert dest.read_bytes() == PAYLOAD
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(TEMP_PREFIX)] == []
+
+
+@pytest.mark.parametrize("size", [0, 1, 2 * TEST_PART_SIZE + 12345])
+def test_the_run_cache_fetches_an_object_whole(store: ObjectStore, tmp_path: Path, size: int) -> None:
+    """`SegmentCache.fetch`: one GET, the file in the cache and the bytes returned are the object's."""
+    data = os.urandom(size)
+    store.put(SEGMENT_KEY, data)
+    before = store.stats.gets
+    got = SegmentCache(str(tmp_path / "cache")).fetch(store, SEGMENT_KEY, "seg")
+    assert bytes(got) == data and (tmp_path / "cache" / "seg.log").read_bytes() == data
+    assert store.stats.gets == before + 1
 
 
 def test_large_files_round_trip(store: ObjectStore, tmp_path: Path) -> None:

@@ -69,6 +69,8 @@ def _run(spark: SparkSession, store: ObjectStore, strategy: str, segment_bytes: 
         staged = stage(spark, plan(store, _config(strategy, segment_bytes), NOW))
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    # the status tracker learns of jobs from Spark's listener bus, which runs behind: wait for it to drain
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(60_000)  # type: ignore[union-attr]
     jobs = len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
     return run_report(staged, commit(staged)), jobs
 
@@ -143,3 +145,36 @@ def test_partitions_cut_across_scan_tasks_and_rows_in_small_batches_write_the_sa
     assert all(p["committed"] for p in whole["partitions"] + cut["partitions"])
     assert _logs(one) == _logs(other)
     assert [p["stats"]["dirty_keys"] for p in cut["partitions"]] == [KEYS] * PARTITIONS
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("strategy", ["offset", "header"])
+def test_one_rewrite_task_for_every_partition_writes_the_same_bytes(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: str) -> None:
+    """The one job's rows leave out `tp` when each rewrite slot holds one partition (the slot names it); when a
+    disk budget of one chunk at a time puts every partition's chunk in one rewrite task, they carry it, and the
+    task tells its partitions' winners apart by it. Both write what the step-by-step path writes."""
+    seen: list[bool] = []
+    real = pipeline.scan_rows
+
+    def spy(spark_: SparkSession, settings: pipeline.ScanSettings, *args: object) -> object:
+        if settings.slots:
+            seen.append(settings.with_tp)
+        return real(spark_, settings, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline, "scan_rows", spy)
+    own, _jobs = _run(spark, one := _store(tmp_path / "one"), strategy)
+    assert seen == [False]
+    shared_store = _store(tmp_path / "shared")
+    largest = max(sum(s.segment_size_bytes for s in table_in_store(shared_store).live_segments("users", p))
+                  for p in range(PARTITIONS))
+    budget = largest + largest // 2  # one chunk fits, two do not: a single rewrite task runs all three
+    shared = run_report(staged := stage(spark, plan(shared_store, _config(strategy), NOW,
+                                                   disk_budget_bytes=budget)), commit(staged))
+    assert seen == [False, True]
+    monkeypatch.setattr(pipeline, "_units_before_scan", lambda *_a: None)
+    stepped, _jobs = _run(spark, other := _store(tmp_path / "other"), strategy)
+    assert all(p["committed"] for p in own["partitions"] + shared["partitions"] + stepped["partitions"])
+    assert {p["stats"]["rewrite_tasks"] for p in shared["partitions"]} == {1}
+    assert _logs(one) == _logs(shared_store) == _logs(other)
+    assert [p["stats"]["dirty_keys"] for p in shared["partitions"]] == [KEYS] * PARTITIONS
