@@ -5,7 +5,7 @@ are keyed tombstones, how many win their key and how many of the winners are tom
 records all win and need no horizon is then copied verbatim, one that loses every record is dropped (or
 emptied), and only the others are re-encoded (`records.py`), all without a Python loop per record.
 
-`scan_facts` gets the counts from the numba columnar scan (`format.scan.scan_segment`, CRCs verified) over
+`scan_facts` gets the counts from the numba columnar scan (`format.scan.scan_ranges`, CRCs verified) over
 windows of at most `WINDOW_BYTES` of whole batches, so memory stays bounded on a 1 GiB segment; the winner
 test is one `np.searchsorted` over the window's records. `reference_facts` computes the same counts with the
 readable reference decoder; the two are tested against each other.
@@ -20,8 +20,8 @@ import numpy as np
 
 from compaction.errors import CorruptInputError
 from compaction.format.batch import decode_batch
-from compaction.format.scan import scan_segment
-from compaction.format.scan_kernels import BATCH_RECORD_COUNT
+from compaction.format.scan import scan_ranges
+from compaction.format.scan_kernels import BATCH_RECORD_COUNT, RECORD_KEY_LEN, RECORD_OFFSET, RECORD_VALUE_LEN
 from compaction.format.segment import BatchHeader
 
 Buffer = bytes | bytearray | memoryview
@@ -55,16 +55,15 @@ def scan_facts(
         start = headers[first].position
         stop = headers[end - 1].position + headers[end - 1].size
         try:
-            scan = scan_segment(mv[start:stop], obj=obj)
+            ranges, fields = scan_ranges(mv[start:stop], obj=obj)
         except CorruptInputError as exc:
             raise exc.located(obj, start) from None
-        table = scan.records
-        offsets = table.column("offset").to_numpy()
-        keyed = ~table.column("key").is_null().to_numpy()
-        null_value = table.column("value_is_null").to_numpy()
+        offsets = ranges[RECORD_OFFSET]
+        keyed = ranges[RECORD_KEY_LEN] >= 0
+        null_value = ranges[RECORD_VALUE_LEN] < 0
         window_winners = _slice(winners, headers[first].base_offset, headers[end - 1].last_offset)
         wins = keyed & _members(offsets, window_winners)
-        bounds = np.concatenate(([0], np.cumsum(scan.batch_fields[:, BATCH_RECORD_COUNT])))
+        bounds = np.concatenate(([0], np.cumsum(fields[:, BATCH_RECORD_COUNT])))
         for out, flags in zip(
             columns, (~keyed, keyed & null_value, wins, wins & null_value), strict=True
         ):
