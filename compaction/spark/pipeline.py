@@ -240,8 +240,10 @@ def _scan_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequen
     by slot; the aggregate then runs in the rewrite task that needs its winners (grouping by slot too, on rows
     already partitioned by slot, adds no shuffle). No persisted winners and no counting job: each rewrite task
     counts the winners it receives. The rows carry no `dirty` (every key is dirty) and, when each slot holds one
-    partition, no `tp` (the slot names it). When a partition has several chunks, a key's chunk is the one holding its
-    winner: the aggregate comes first (a shuffle by key), then the winners go to their chunk's slot (a second)."""
+    partition, no `tp` (the slot names it): Spark pays per column of every row. When a partition has several
+    chunks, a key's chunk is the one holding its winner: the aggregate comes first (a shuffle by key), then the
+    winners go to their chunk's slot (a second)."""
+    settings = replace(settings, with_dirty=False)
     if len({u.tp for units in slots for u in units}) < sum(len(units) for units in slots):
         rows = scan_rows(spark, settings, scans, tps, tracker)
         return _rewrite(spark, settings.spec, best_per_key(rows, settings.by_offset, merged=True), slots)

@@ -87,20 +87,20 @@ _ARROW_TYPES = {"tp": pa.int32(), "key": pa.binary(), "has_version": pa.int8(), 
                 "offset": pa.int64(), "dirty": pa.bool_(), "seg": pa.int32(), CHUNK_SLOT: pa.int64()}
 
 
-def rows_schema(by_offset: bool, with_segment: bool = False, with_slot: bool = False, with_tp: bool = True
-                ) -> StructType:
+def rows_schema(by_offset: bool, with_segment: bool = False, with_slot: bool = False, with_tp: bool = True,
+                with_dirty: bool = True) -> StructType:
     """The scan rows' schema: without the rank columns when every partition ranks by offset; with `seg`, the
-    index of the row's segment among the scanned ones, when asked.
+    index of the row's segment among the scanned ones, when asked; without `dirty` when not `with_dirty` (the
+    one job, `compaction.spark.pipeline`: nothing is clean then, every key is dirty).
 
-    With `slot`, the rewrite slot of the row's partition, for the one job (`compaction.spark.pipeline`): each
-    task then adds a marker row per partition it scanned (null key, offset -1), so that every slot has rows,
-    and a rewrite task, even for a partition without any keyed record; `dirty` is left out (nothing is clean
-    then: every key is dirty), and so is `tp` when not `with_tp` (each slot holds one partition). Spark pays
-    for every column of every row it takes from Python, shuffles and aggregates: `make bench` P2 lost ~0.7 s
-    to these two columns of 2.4 M rows in a JVM not yet warm."""
+    With `slot`, the rewrite slot of the row's partition, for the one job: each task then adds a marker row per
+    partition it scanned (null key, offset -1), so that every slot has rows, and a rewrite task, even for a
+    partition without any keyed record; `tp` is left out when not `with_tp` (each slot holds one partition).
+    Spark pays for every column of every row it takes from Python, shuffles and aggregates: `make bench` P2
+    lost ~0.7 s to `tp` and `dirty` of 2.4 M rows in a JVM not yet warm."""
     schema = ROWS_BY_OFFSET if by_offset else ROWS
     fields = [StructField(f.name, f.dataType, True) if with_slot and f.name == "key" else f for f in schema.fields
-              if not (with_slot and (f.name == "dirty" or (f.name == "tp" and not with_tp)))]
+              if not ((f.name == "dirty" and not with_dirty) or (with_slot and f.name == "tp" and not with_tp))]
     extra = ([StructField("seg", IntegerType(), False)] if with_segment else []) + (
         [StructField(CHUNK_SLOT, LongType(), False)] if with_slot else [])
     return StructType([*fields, *extra])
@@ -122,6 +122,7 @@ class ScanSettings:
     with_segment: bool = False  # rows carry `seg`: which scanned segment they come from
     slots: tuple[int, ...] = ()  # per tp the rewrite slot its rows carry (`slot`); -1: no rows. () = no column
     with_tp: bool = True  # with slots: rows carry `tp` (False when each slot holds one partition)
+    with_dirty: bool = True  # rows carry `dirty` (False when every key is dirty: the one job)
     rows_per_batch: int = 1 << 20  # rows per Arrow batch handed to Spark (binary keys: < 2 GiB a batch)
 
     @property
@@ -131,7 +132,8 @@ class ScanSettings:
 
     def schema(self) -> StructType:
         """The rows the scan hands Spark (`rows_schema`)."""
-        return rows_schema(self.by_offset, self.with_segment, bool(self.slots), self.with_tp or not self.slots)
+        return rows_schema(self.by_offset, self.with_segment, bool(self.slots), self.with_tp or not self.slots,
+                           self.with_dirty)
 
 
 @dataclass
