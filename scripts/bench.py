@@ -233,13 +233,26 @@ def warm(store: Path) -> None:
                     pass
 
 
-def compaction_of_copy(pristine: Path, *options: str) -> tuple[dict[str, Any], float]:
-    """`compaction` on a throwaway copy of `pristine` (page cache warm): its figures, and its wall time (plan +
-    stage + commit)."""
-    warm(pristine)  # the copy is hard links: the same pages
-    run = compaction(copy_store(pristine, "run"), *options)
-    shutil.rmtree(pristine.parent / "run", ignore_errors=True)
-    return run, run["phases"]["plan"] + run["phases"]["stage"] + run["phases"]["commit"]
+RUNS = 3
+"""Runs per end-to-end figure: each a fresh process on a fresh copy; the figure is the run of median wall time.
+This machine's speed drifts by up to ~1.5x within minutes (a session start of 9-18 s in one hour), so a single
+run says as much about the moment as about the code."""
+
+
+def compaction_of_copy(pristine: Path, *options: str, runs: int = RUNS) -> tuple[dict[str, Any], float]:
+    """`compaction` `runs` times, each on a throwaway copy of `pristine` (page cache warm): the figures of the
+    run of median wall time (plan + stage + commit), with every run's wall time in `run_walls`, and that wall
+    time."""
+    done = []
+    for _ in range(runs):
+        warm(pristine)  # the copy is hard links: the same pages
+        run = compaction(copy_store(pristine, "run"), *options)
+        shutil.rmtree(pristine.parent / "run", ignore_errors=True)
+        done.append((run["phases"]["plan"] + run["phases"]["stage"] + run["phases"]["commit"], run))
+    done.sort(key=lambda d: d[0])
+    wall, median = done[len(done) // 2]
+    median["run_walls"] = [round(w, 2) for w, _r in done]
+    return median, wall
 
 
 def throughput(run: dict[str, Any], wall: float, raw_mb_s: float) -> dict[str, Any]:
@@ -264,8 +277,9 @@ def e2e_args(scale: float, codec: str, partitions: int = 8) -> list[str]:
 
 
 def bench_e2e(codec: str, scale: float = 1.0, profile: bool = False, partitions: int = 8) -> dict[str, Any]:
-    """P2 (and P5's points, P6's runs): one compaction of the tiered workload at the defaults (but
-    min.cleanable.dirty.ratio 0.01); input MB/s over its wall time, and the raw read + CRC-32C reference."""
+    """P2 (and P5's points, P6's runs): a compaction of the tiered workload at the defaults (but
+    min.cleanable.dirty.ratio 0.01), the median of `RUNS`; input MB/s over its wall time, and the raw read +
+    CRC-32C reference."""
     args = e2e_args(scale, codec, partitions)
     name = f"e2e-{codec}-{args[3]}" if partitions == 8 else f"hot{partitions}-{codec}-{args[3]}"
     logdir = bulk(name, *args)
@@ -329,7 +343,7 @@ def bench_cardinality(keys: int, scale: float = 1.0) -> dict[str, Any]:
     args = cardinality_args(keys, 8, scale)
     name = f"card-{keys}-{args[args.index('--segment-bytes') + 1]}"
     run, wall = compaction_of_copy(tiered(bulk(name, *args), name), "--min-dirty-ratio", "0.01",
-                                   "--driver-memory", "6g")
+                                   "--driver-memory", "6g", runs=1)  # memory peaks: one run says it
     return {"workload": " ".join(args), "keys": keys, "wall_seconds": wall, **run}
 
 
@@ -709,9 +723,14 @@ def _p1(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def _walls(r: dict[str, Any]) -> str:
+    walls = r.get("run_walls")
+    return f"walls of its runs {' / '.join(f'{w:.1f}' for w in walls)} s; median run: " if walls else ""
+
+
 def _split(r: dict[str, Any]) -> str:
     ph, t = r["phases"], r["task_seconds"]
-    return (f"plan {ph['plan']:.1f} s · map (scan + winners) {r['map_seconds']:.1f} s · rewrite + upload "
+    return (f"{_walls(r)}plan {ph['plan']:.1f} s · map (scan + winners) {r['map_seconds']:.1f} s · rewrite + upload "
             f"{r['rewrite_seconds']:.1f} s · commit {ph['commit']:.2f} s (session start-up {ph['session']:.1f} s, "
             f"not counted; whole process {r['process_seconds']:.1f} s) — executor task time: scan {t['scan']:.1f} s, "
             f"download {t['download']:.1f} s, rewrite {t['rewrite']:.1f} s, upload {t['upload']:.1f} s; "
@@ -754,8 +773,9 @@ def _p2(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
              "kernels loaded in them) is measured apart, as a long-lived executor has paid it already; the whole "
              "process figure counts it (interpreter, JVM, workers, a one-task-per-core warm-up job, the run). The "
              "raw reference reads the same .log files and computes their CRC-32C on one core, page cache warm, "
-             "in the same `make bench` run. A first compaction runs scan, winners and rewrite as one Spark job of two "
-             "stages; its map / rewrite split is taken at the end of the last scan task.", ""]
+             "in the same `make bench` run. Each figure is the median of three runs (each a fresh process on a fresh "
+             "copy of the store; every run's wall time below). A first compaction runs scan, winners and rewrite as "
+             "one Spark job of two stages; its map / rewrite split is taken at the end of the last scan task.", ""]
     lines += _rate_table([(r["codec"], r) for r in runs])
     lines += ["", *[f"- {r['codec']}: {_split(r)}" for r in runs], "",
               "Target ≥ 100 MB/s and ≥ 6% of raw read + CRC-32C (goal c; Kafka's cleaner: 16.5 MB/s)."]
@@ -784,8 +804,8 @@ def _p2k(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
              f"batches needed), {_gib(r['input_bytes'])} of rolled segments. `kcompact tier` rebuilt "
              f"{r.get('rebuilt_indexes')} offset/time indexes (the writer leaves them out, as Kafka rebuilds them on "
              "load); the writer puts an empty producer snapshot at every roll, as a broker does (without one, "
-             "planning replays the whole tier to find the producer state). One run with only cleanup.policy "
-             "compact set (every other option at its default), as a new user would.", ""]
+             "planning replays the whole tier to find the producer state). Runs with only cleanup.policy "
+             "compact set (every other option at its default), as a new user would; the median of three.", ""]
     lines += _rate_table([("kafka-python, 2 partitions", r)])
     lines += ["", f"- {_split(r)}", "", "Target ≥ 80 MB/s and ≥ 5% of raw read + CRC-32C (goal c)."]
     if r["mb_s"] < 80 or r["raw_share"] < 0.05:
@@ -871,7 +891,7 @@ def _p5(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
     a, b = fit(points)  # a: what a run costs whatever its size (Spark jobs, commits); b: per MB
     xs = [p["bytes_read"] / 1e6 for p in points]
     lines = ["The P2 uncompressed workload at 1/16, 1/4 and 1 of its size (records, keys and segment.bytes "
-             "scaled together, 8 partitions each; the 16× point is P2's run).",
+             "scaled together, 8 partitions each; the 16× point is P2's run; each point the median of three runs).",
              "", "| input | wall | MB/s | time ratio vs 1× | input ratio | fit a + b·MB | vs fit | fetch ratio |",
              "|---|---|---|---|---|---|---|---|"]
     for p, x in zip(points, xs, strict=True):

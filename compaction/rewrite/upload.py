@@ -228,9 +228,11 @@ def _upload(store: ObjectStore, task: PartitionTask, group: GroupTask, output: A
     for suffix in _CARRIED:
         if suffix.value in last.keys:
             objects[suffix] = store.get(last.keys[suffix.value])
+    filtering = time.monotonic()
     scan = scan_segment(output.log, obj=f"cleaned {key(Suffix.LOG)}", verify_crc=False)
     objects[Suffix.BLOOM] = segment_filter(scan, task.bloom_fpp).to_bytes()
     uploading = time.monotonic()
+    times = {**times, "rewrite_task_ms": times["rewrite_task_ms"] + round(1000 * (uploading - filtering))}
     for suffix, data in objects.items():
         store.put(key(suffix), data)
     stats = output.stats
