@@ -112,7 +112,7 @@ def scan_segment(
     Control records are included (`control` = true; their key is the control key). Raises a
     CorruptInputError subclass naming `obj` and the byte position for any malformed input.
     """
-    mv = memoryview(data)
+    mv = _readonly(data)
     fields = _walk(mv, obj)
     if verify_crc:
         _check_crcs(mv, fields, obj)
@@ -131,10 +131,23 @@ def scan_ranges(data: bytes | bytearray | memoryview, *, obj: str = "<segment>")
     `scan_kernels.BATCH_*` columns) and every record's fields (`[N_RECORD_FIELDS, records]`, rows
     `scan_kernels.RECORD_*`; positions point into buffers not returned). For callers that need offsets and
     key or value lengths only (the rewrite's per-batch counts). CRCs are verified; errors as `scan_segment`."""
-    mv = memoryview(data)
+    mv = _readonly(data)
     fields = _walk(mv, obj)
     _check_crcs(mv, fields, obj)
     return _decode(mv, _record_sections(mv, fields, obj), fields, None, obj), fields
+
+
+_NO_SIDE = np.empty(0, np.uint8)
+_NO_SIDE.setflags(write=False)
+
+
+def _readonly(data: bytes | bytearray | memoryview) -> memoryview:
+    """A read-only view of `data`. numba compiles a kernel once per argument type, and a writable array is another
+    type than a read-only one: every buffer the kernels get is read-only, whatever the caller read the segment
+    into (bytes, a numpy buffer of the run's cache, an mmap), so that one compiled (and cached) version serves
+    them all, and a warmed-up executor never compiles in a run."""
+    mv = memoryview(data)
+    return mv if mv.readonly else mv.toreadonly()
 
 
 @dataclass(frozen=True)
@@ -187,7 +200,7 @@ def _record_sections(mv: memoryview, fields: np.ndarray, obj: str) -> _Sections:
     start = fields[:, BATCH_POS] + RECORDS_OFFSET
     end = fields[:, BATCH_POS] + fields[:, BATCH_SIZE]
     use_side = codecs != Codec.NONE
-    side = np.empty(0, np.uint8)
+    side = _NO_SIDE
     if use_side.any():
         start, end = start.copy(), end.copy()
         chunks = []
@@ -207,6 +220,7 @@ def _record_sections(mv: memoryview, fields: np.ndarray, obj: str) -> _Sections:
         for raw in chunks:
             view[cursor:cursor + len(raw)] = raw
             cursor += len(raw)
+        side.setflags(write=False)  # as `_readonly`
     return _Sections(np.frombuffer(mv, dtype=np.uint8), side, use_side, start, end)
 
 

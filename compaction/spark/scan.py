@@ -8,7 +8,8 @@ and folds each segment's candidate records into one table per partition (`compac
 into a `compaction.strategies.keyfold.KeyFold`): the task hands Spark each key of its segments once, with its best
 rank there. Rows are as narrow as the aggregation allows, since Spark pays per row and column:
 the partition is an index `tp` into the run's partitions, and when every partition ranks by offset the constant
-rank columns are left out (`rows_schema`). A rescan keeps its rows per segment (`seg`).
+rank columns are left out; the one job leaves out `dirty`, and `tp` where the rewrite slot names the partition
+(`rows_schema`). A rescan keeps its rows per segment (`seg`).
 
 What the tasks learn besides rows travels back in a typed accumulator (`ScanTracker`: per partition a
 `PartitionScan`, merged with `add`): the error that quarantines a partition (the exception itself, class kept),
