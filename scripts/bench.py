@@ -914,22 +914,36 @@ def _p5(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
 
 
 P2_ANALYSIS = (
-    "- **Where the time goes, from Spark's event log** (2026-11-24 05:30-05:55, the uncompressed run by hand, "
-    "8.6-10.2 s of stage at 127-155 MB/s, as the machine's speed varies from run to run): the scan stage (2 tasks, "
-    "3.3-4.3 s) spends ~3.4 s of its ~7.5 s task time in Python (fetch, decode, fold) and the rest handing 2.37 M "
-    "rows, one per key, to the JVM and its shuffle. The rewrite stage (8 tasks, 4.5 s) spends 2.9 s of its 9 s "
-    "task time rewriting and 0.65 s uploading; the rest is Spark's: reading the shuffle, the aggregate and the "
-    "hand-over to Python. With the rewrite left out that stage still took 3.3 s (6.5 s of task time), and 1.6 s "
-    "with the aggregate left out too: about 1.5-2 µs of JVM time per row on each side of the shuffle, for rows "
-    "that are already one per key. Tried without effect (three runs each, within the run-to-run spread): one "
-    "aggregate pass instead of partial + final (`spark.sql.execution.bypassPartialAggregation`), larger Arrow "
-    "batches (`spark.sql.execution.arrow.maxRecordsPerBatch` 200,000 and 1,000,000), the JVM's C1 compiler only "
-    "(session start 8.6 s instead of 11 s, stage unchanged).\n"
-    "- **A harness fault found on the way**: the first measured run of `make bench` used to compile the rewrite's "
-    "and the filter's numba kernels inside its wall time when the checkout's numba cache was cold (a fresh clone "
-    "or worktree): 2-3 s, which made the uncompressed run 107-114 MB/s in two earlier runs of this day. "
-    "`bench_run.py`'s warm-up now loads them with the scan's, as a long-lived executor has them.")
-
+    "- **Where the time goes** (2026-11-24, Spark's event log and the executors' own timers; this machine's speed "
+    "varies by up to 1.5× from run to run, hence the median of three): the scan stage runs one task per core; each "
+    "spends about half its time in Python (fetch, decode, fold into one row per key) and the rest handing those "
+    "rows to the JVM and its shuffle. The rewrite stage runs a task per partition; the JVM's own CPU time there is "
+    "0.2-0.4 s a task (reading the shuffle, the aggregate, the hand-over), the rest is the rewrite in Python "
+    "(decode the inputs, keep the winners, re-encode, index, build the output's filter) and the upload.\n"
+    "- **What made the 2026-11-24 09:00 figures faster than the 06:30 ones** (alternated runs, old and new code, "
+    "same store): the one job's rows carry (key, offset, slot) instead of (tp, key, offset, dirty, slot), since "
+    "every key is dirty in that job and each rewrite slot names its partition: uncompressed 10.2-10.6 s → "
+    "8.7-9.7 s. In a synthetic job of 2.4 M rows through mapInArrow, a shuffle by slot and the aggregate, the two "
+    "columns cost 0.6-0.9 s in a fresh JVM and 0.3 s in a warm one. The rewrite's per-batch counts come from the "
+    "scan's decoded ranges instead of a whole Arrow table (one lz4 partition's rewrite 0.69-0.90 s → 0.58-0.63 "
+    "s); segments are read into numpy buffers, which the kernel backs with huge pages, and the local store copies "
+    "into the run cache with sendfile (one lz4 scan task's Python time 2.5-3.0 s → 2.25-2.6 s).\n"
+    "- **A fresh JVM pays its JIT in the run**: the same compaction four times in one session (a fresh copy of the "
+    "store each time) took 13.6 s, then 10.5-11.2 s; the rewrite stage 7.2 s, then 5.3 s. A `spark-submit` per "
+    "run pays this, so these figures include it; only the session start and its one-task warm-up job are left "
+    "out.\n"
+    "- **Tried without effect** (three runs each, within the run-to-run spread): "
+    "`spark.sql.execution.bypassPartialAggregation` (the aggregate after the shuffle by slot is already one "
+    "Complete-mode pass: `spark.sql.execution.combineAdjacentAggregation` is on by default), larger Arrow batches "
+    "(`spark.sql.execution.arrow.maxRecordsPerBatch` 200,000 and 1,000,000), the JVM's C1 compiler only (session "
+    "start 8.6 s instead of 11 s, stage unchanged), whole-stage code generation off, adaptive execution off, "
+    "uncompressed shuffle files.\n"
+    "- **Two harness faults found on the way**: the first measured run of `make bench` used to compile numba "
+    "kernels inside its wall time when the checkout's numba cache was cold (a fresh clone or worktree). First the "
+    "rewrite's and the filter's kernels (2-3 s; `bench_run.py`'s warm-up now loads them too, as a long-lived "
+    "executor has them); then, this morning, the scan's kernels again for writable buffers (the run cache's numpy "
+    "buffers are another numba type than bytes; every buffer the kernels get is now read-only, so one compiled "
+    "version serves every caller).")
 
 FIXED_COST_ANALYSIS = (
     "- **Where a goes, from Spark's event log** (2026-11-24, same machine, the 1× run at 05:40): a first compaction "
@@ -944,14 +958,22 @@ FIXED_COST_ANALYSIS = (
 
 
 HOT_ANALYSIS = (
-    "- **Where the difference goes, from Spark's event log** (2026-11-24 05:05, the same runs by hand): the hot "
-    "partition's scan stage took 4.7 s against 2.9 s. Each of its 2 scan tasks folds half the partition, so the "
-    "shuffle takes 4.46 M rows for 2.39 M keys; over 8 partitions a task holds whole partitions and hands over "
-    "2.37 M rows, one per key. Several chunks need a second shuffle stage (2.2 s), which aggregates and sends each "
-    "winner to the chunk holding it. The rewrite stage took 4.0 s against 4.5 s, with 2 tasks of 1 GiB and 0.5 GB "
-    "of input: Kafka's grouping fills a chunk up to segment.bytes, so one task ran 1.3 s longer than the other. "
-    "Before this change the partition was cut into 8 scan tasks (9.3 M rows to the shuffle), and each task spent "
-    "more time in Arrow group-bys than in decoding: 52%.")
+    "- **Why the hot partition fell behind on 2026-11-24 at 09:00** (84-91% in the morning's runs, 70% in the "
+    "recorded one): that morning's changes (narrower rows for the one job, the rewrite's counts from decoded "
+    "ranges, read-only buffers) took the 8-partition run from 10.5 s to 7.9 s; the hot partition stayed at "
+    "12.6-13.5 s. From Spark's event log (one hot run by hand, 13.0 s): the scan stage 4.1-4.3 s (2 tasks folding "
+    "2.2 M keys each, against 0.3 M per partition when spread: larger hash tables, more cache misses), a second "
+    "shuffle stage 2.5-2.6 s (4.46 M rows aggregated and sent to the chunk holding each winner), and the rewrite "
+    "stage 5.0 s, whose 2 tasks took 5.0 s and 1.7-3.3 s. The later chunk holds most winners (each key's last "
+    "version), so it rebuilds nearly every batch while the earlier one drops most of its batches unread.\n"
+    "- **Tried and reverted**: evening the chunks' bytes (as many groups as Kafka's `groupSegmentsBySize`, within "
+    "its limits, boundaries moved: 0.75 + 0.72 GiB instead of 1 + 0.47 GiB) made the two rewrite tasks 4.96 s "
+    "and 1.66 s: the cost follows the winners, not the input bytes, and Kafka's greedy grouping happened to "
+    "balance them better. What would close the gap: rewriting a chunk in several tasks (fragments of one output "
+    "segment, concatenated, their indexes shifted), or a rebuild of a segment's batches in one compiled call "
+    "instead of one Python call per batch (~30 µs a batch, ~32,000 batches in the later chunk).\n"
+    "- **Earlier** (2026-11-24 05:05): before one scan task per core, the partition was cut into 8 scan tasks "
+    "(9.3 M rows to the shuffle), and each task spent more time in Arrow group-bys than in decoding: 52%.")
 
 
 def _p6(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
