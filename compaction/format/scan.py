@@ -112,12 +112,7 @@ def scan_segment(
     Control records are included (`control` = true; their key is the control key). Raises a
     CorruptInputError subclass naming `obj` and the byte position for any malformed input.
     """
-    mv = _readonly(data)
-    fields = _walk(mv, obj)
-    if verify_crc:
-        _check_crcs(mv, fields, obj)
-    sections = _record_sections(mv, fields, obj)
-    ranges = _decode(mv, sections, fields, header_key, obj)
+    fields, sections, ranges = _decoded(data, obj, header_key, verify_crc)
     columns = {**_record_columns(sections, ranges, header_key), **_batch_columns(fields)}
     schema = RECORD_SCHEMA
     if with_values:
@@ -131,10 +126,20 @@ def scan_ranges(data: bytes | bytearray | memoryview, *, obj: str = "<segment>")
     `scan_kernels.BATCH_*` columns) and every record's fields (`[N_RECORD_FIELDS, records]`, rows
     `scan_kernels.RECORD_*`; positions point into buffers not returned). For callers that need offsets and
     key or value lengths only (the rewrite's per-batch counts). CRCs are verified; errors as `scan_segment`."""
+    fields, _sections, ranges = _decoded(data, obj, None, True)
+    return ranges, fields
+
+
+def _decoded(data: bytes | bytearray | memoryview, obj: str, header_key: str | None, verify_crc: bool
+             ) -> tuple[np.ndarray, _Sections, np.ndarray]:
+    """Every batch's header fields (CRCs checked when `verify_crc`), where each records section lies (compressed
+    ones decompressed) and every record's fields: the steps `scan_segment` and `scan_ranges` share."""
     mv = _readonly(data)
     fields = _walk(mv, obj)
-    _check_crcs(mv, fields, obj)
-    return _decode(mv, _record_sections(mv, fields, obj), fields, None, obj), fields
+    if verify_crc:
+        _check_crcs(mv, fields, obj)
+    sections = _record_sections(mv, fields, obj)
+    return fields, sections, _decode(mv, sections, fields, header_key, obj)
 
 
 _NO_SIDE = np.empty(0, np.uint8)

@@ -133,8 +133,7 @@ class ScanSettings:
 
     def schema(self) -> StructType:
         """The rows the scan hands Spark (`rows_schema`)."""
-        return rows_schema(self.by_offset, self.with_segment, bool(self.slots), self.with_tp or not self.slots,
-                           self.with_dirty)
+        return rows_schema(self.by_offset, self.with_segment, bool(self.slots), self.with_tp, self.with_dirty)
 
 
 @dataclass

@@ -214,6 +214,20 @@ def test_the_run_cache_fetches_an_object_whole(store: ObjectStore, tmp_path: Pat
     assert store.stats.gets == before + 1
 
 
+def test_local_copies_without_sendfile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the kernel cannot `sendfile` between two files, the local store copies in user space."""
+    def refuse(*_a: object) -> int:
+        raise OSError("sendfile: not supported here")
+
+    store = open_store(str(tmp_path / "store"))
+    source = tmp_path / "in.log"
+    source.write_bytes(PAYLOAD)
+    monkeypatch.setattr("compaction.storage.local.os.sendfile", refuse)
+    store.put_file(SEGMENT_KEY, source)
+    assert store.get_to_file(SEGMENT_KEY, tmp_path / "out.log") == len(PAYLOAD)
+    assert (tmp_path / "out.log").read_bytes() == PAYLOAD == store.get(SEGMENT_KEY)
+
+
 def test_large_files_round_trip(store: ObjectStore, tmp_path: Path) -> None:
     """Above `part_size` S3 switches to a multipart upload; the contract stays the same."""
     source = tmp_path / "big.log"
