@@ -155,3 +155,26 @@ def test_write_segment_is_atomic_and_copies_bytes(tmp_path) -> None:  # type: ig
     assert write_segment(path, chunks) == len(data)
     assert path.read_bytes() == data
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_every_buffer_shape_reaches_the_kernels_as_one_numba_type() -> None:
+    """numba compiles a kernel once per argument type, and a writable array is another type than a read-only one:
+    a segment in `bytes`, in a `bytearray` or in the run cache's numpy buffer, compressed or not, is scanned by the
+    same compiled kernels (a warmed-up executor never compiles during a run)."""
+    import numpy as np
+
+    from compaction.format import scan_kernels
+    from compaction.format.batch import Record, build_batch
+    from compaction.format.codecs import Codec
+
+    segments = [encode_batch(build_batch([Record(0, 0, b"k", b"v", ()), Record(1, 0, b"j", None, ())], codec=c))
+                for c in (Codec.NONE, Codec.LZ4)]
+    kernels = (scan_kernels.walk_batches, scan_kernels.decode_record_ranges, scan_kernels.gather_ranges)
+    scan_segment(segments[0])  # uncompressed, in bytes
+    compiled = [len(k.signatures) for k in kernels]
+    for data in segments:
+        buffer = np.empty(len(data), np.uint8)
+        buffer[:] = np.frombuffer(data, np.uint8)
+        for shape in (data, bytearray(data), memoryview(buffer.data)):
+            assert scan_segment(shape).records.equals(scan_segment(data).records)
+    assert [len(k.signatures) for k in kernels] == compiled
