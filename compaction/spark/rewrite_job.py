@@ -19,10 +19,11 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from compaction.errors import KcompactError
+from compaction.format.scan import binary_buffers
 from compaction.rewrite.cache import SegmentCache
 from compaction.rewrite.upload import PartitionRewrite, rewrite_groups
 from compaction.run.tasks import GroupTask, PartitionTask
-from compaction.spark.winners import CHUNK_SLOT
+from compaction.spark.winners import CHUNK_SLOT, PACKED
 from compaction.storage.base import StoreSpec, StoreStats
 from compaction.strategies.transactions import TransactionState, TxnEvent, states_at
 
@@ -83,13 +84,30 @@ def learned_state(unit: RewriteUnit) -> TransactionState | None:
     return states_at([start], unit.task.aborted, events)[0]
 
 
+def _received(batches: Sequence[pa.RecordBatch]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """(slot, tp, offset) per winner received, offset -1 for a chunk's marker; tp None when the rows leave it out
+    (a partition per slot). Rows are a winner each (slot, [tp], offset), or packed by `chunk_winners` (slot, tp,
+    offsets), an empty one being a chunk's marker."""
+    chunk = pa.Table.from_batches(batches) if batches else _WINNERS.empty_table()
+    if PACKED not in chunk.column_names:
+        slot_of, offsets = (chunk[c].to_numpy() for c in (CHUNK_SLOT, "offset"))
+        return slot_of, chunk["tp"].to_numpy() if "tp" in chunk.column_names else None, offsets
+    ends, data = binary_buffers(chunk[PACKED])
+    counts = np.maximum(1, (ends[1:] - ends[:-1]) // 8)  # an empty row stands for one marker (-1)
+    offsets = np.full(int(counts.sum()), -1, np.int64)
+    at = 0
+    for start, end, n in zip(ends[:-1].tolist(), ends[1:].tolist(), counts.tolist(), strict=True):
+        if end > start:
+            offsets[at:at + n] = np.frombuffer(data[start:end].tobytes(), "<i8")
+        at += n
+    slot_of, tps = (np.repeat(chunk[c].to_numpy(), counts) for c in (CHUNK_SLOT, "tp"))
+    return slot_of, tps, offsets
+
+
 def _rewriter(spec: StoreSpec, slots: Mapping[int, Sequence[RewriteUnit]]
               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def rewrite(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        received = list(batches)
-        chunk = pa.Table.from_batches(received) if received else _WINNERS.empty_table()
-        slot_of, offsets = (chunk[c].to_numpy() for c in (CHUNK_SLOT, "offset"))
-        tps = chunk["tp"].to_numpy() if "tp" in chunk.column_names else None  # None: a partition per slot
+        slot_of, tps, offsets = _received(list(batches))
         outcomes = []
         for slot in np.unique(slot_of).tolist():  # one slot per Spark partition (`slot_keys`); more still work
             mine = slot_of == slot

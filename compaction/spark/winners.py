@@ -4,15 +4,17 @@
 offset), compared left to right) over the scan rows of a whole run: a `groupBy(tp, key)`, keys compared by their
 full bytes (Spark's binary ordering), so two keys can never be confused; no key-count limit, no driver-side map.
 
-`chunk_winners` assigns each winning offset to its rewrite chunk (a broadcast table of offset ranges) and lays
-the chunks out so that each lands in a Spark partition of its own (`slot_keys`): one rewrite task per chunk, on
-every core, whatever the number of topic-partitions.
+`chunk_winners` assigns each winning offset to its rewrite chunk (a search among the chunks' offset ranges), packs
+each chunk's offsets into few rows and lays the chunks out so that each lands in a Spark partition of its own
+(`slot_keys`): one rewrite task per chunk, on every core, whatever the number of topic-partitions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -45,20 +47,67 @@ def best_per_key(rows: DataFrame, by_offset: bool, by: Sequence[str] = (), merge
     return best.select(*keys, "best.has_version", "best.version", "best.offset", *(["dirty"] if dirty else []))
 
 
+PACKED = "offsets"
+"""The column of a packed winners row: its chunk's winning offsets as little-endian int64s, one after the other."""
+
+PACK_LIMIT = 1 << 20
+"""The most offsets one packed row carries (8 MiB)."""
+
+
 def chunk_winners(spark: SparkSession, winners: DataFrame, chunks: Sequence[tuple[int, int, int, int]], slots: int
                   ) -> DataFrame:
-    """(slot, tp, offset): every winning offset tagged with the slot of the chunk (tp, start, end, slot) holding
-    it, plus one row (slot, tp, -1) per chunk, so that a chunk with no winner still gets its task (its batch
-    headers and markers are rewritten too). Partitioned so that each of the `slots` slots is one Spark partition
-    (see `slot_keys`)."""
-    ranges = F.broadcast(local_frame(spark, list(chunks), "tp int, start long, end long, slot long"))
-    tagged = winners.join(
-        ranges, (winners["tp"] == ranges["tp"]) & (winners["offset"] >= ranges["start"])
-        & (winners["offset"] <= ranges["end"])
-    ).select(ranges[CHUNK_SLOT], winners["tp"], winners["offset"])
-    markers = local_frame(spark, [(slot, tp, -1) for tp, _s, _e, slot in chunks],
-                                    f"{CHUNK_SLOT} long, tp int, offset long")
-    return tagged.unionByName(markers).repartition(slots, CHUNK_SLOT)
+    """(slot, tp, offsets): every winning offset of (tp, offset) `winners` assigned to the chunk (tp, start, end,
+    slot) holding it, packed per chunk into few rows (`pack_offsets`), plus one empty row per chunk, so that a
+    chunk with no winner still gets its task (its batch headers and markers are rewritten too). Partitioned so
+    that each of the `slots` slots is one Spark partition (see `slot_keys`).
+
+    The winners were decided by the aggregate before this; what follows only moves them to their chunk. Moved
+    one row per offset, they would cost Spark its per-row work twice more (a shuffle write and read of ~2.4 M
+    rows in `make bench` P6, and a broadcast join to find each one's chunk); packed, a task of the aggregate
+    hands the shuffle a row per chunk (and per `PACK_LIMIT` offsets)."""
+    schema = f"{CHUNK_SLOT} long, tp int, {PACKED} binary"
+    packed = winners.select("tp", "offset").mapInArrow(pack_offsets(chunks), schema)
+    markers = local_frame(spark, [(slot, tp, b"") for tp, _s, _e, slot in chunks], schema)
+    return packed.unionByName(markers).repartition(slots, CHUNK_SLOT)
+
+
+def pack_offsets(chunks: Sequence[tuple[int, int, int, int]]
+                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The `mapInArrow` function of `chunk_winners`: (tp, offset) batches in, (slot, tp, offsets) rows out, an
+    offset kept when a chunk (tp, start, end, slot) of its partition holds it (start <= offset <= end)."""
+    by_tp: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for tp in sorted({c[0] for c in chunks}):
+        mine = sorted((s, e, slot) for t, s, e, slot in chunks if t == tp)
+        by_tp[tp] = tuple(np.array(col, np.int64) for col in zip(*mine, strict=True))  # type: ignore[assignment]
+    out = pa.schema([pa.field(CHUNK_SLOT, pa.int64()), pa.field("tp", pa.int32()), pa.field(PACKED, pa.binary())])
+
+    def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        held: dict[tuple[int, int], list[np.ndarray]] = {}
+        for batch in batches:
+            tps = batch.column(0).to_numpy(zero_copy_only=False)
+            offsets = batch.column(1).to_numpy(zero_copy_only=False)
+            for tp in np.unique(tps).tolist():
+                if tp not in by_tp:
+                    continue
+                starts, ends, slot_of = by_tp[tp]
+                ours = tps == tp
+                mine = offsets if ours.all() else offsets[ours]
+                at = np.searchsorted(starts, mine, "right") - 1
+                inside = (at >= 0) & (mine <= ends[np.maximum(at, 0)])
+                for i in np.unique(at[inside]).tolist():
+                    held.setdefault((int(slot_of[i]), tp), []).append(mine[inside & (at == i)])
+        slots, tps_out, blobs = [], [], []
+        for (slot, tp), parts in held.items():
+            offsets = np.concatenate(parts).astype("<i8", copy=False)
+            for at in range(0, len(offsets), PACK_LIMIT):
+                slots.append(slot)
+                tps_out.append(tp)
+                blobs.append(offsets[at:at + PACK_LIMIT].tobytes())
+        if slots:
+            yield pa.RecordBatch.from_arrays([pa.array(slots, pa.int64()), pa.array(tps_out, pa.int32()),
+                                              pa.array(blobs, pa.binary())], schema=out)
+
+    return pack
 
 
 def slot_keys(n: int) -> list[int]:
@@ -105,4 +154,5 @@ def spark_hash_long(value: int, seed: int = 42) -> int:
     return h1 - (1 << 32) if h1 & 0x80000000 else h1
 
 
-__all__ = ["CHUNK_SLOT", "best_per_key", "chunk_winners", "slot_keys", "spark_hash_long"]
+__all__ = ["CHUNK_SLOT", "PACKED", "best_per_key", "chunk_winners", "pack_offsets", "slot_keys", "spark_hash_long"]
+

@@ -26,7 +26,11 @@ def folded(fold: KeyFold) -> dict[bytes, tuple[int, bool]]:
     return out
 
 
-def test_a_quarter_million_keys_in_random_order_match_arrow_group_by() -> None:
+@pytest.mark.parametrize("quadruple_from", [1 << 20, 64])
+def test_a_quarter_million_keys_in_random_order_match_arrow_group_by(quadruple_from: int,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Growing twice at a time, and four times from 64 keys on (as large folds do from a million)."""
+    monkeypatch.setattr("compaction.strategies.keyfold._QUADRUPLE_FROM", quadruple_from)
     rng = np.random.default_rng(7)
     ids = rng.integers(0, 250_000, 600_000)
     lengths = ids % 23  # keys of 0..22 bytes: some are prefixes of others, one length is empty

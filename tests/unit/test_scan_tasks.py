@@ -80,3 +80,38 @@ def test_winners_are_split_by_group_sorted_and_markers_dropped() -> None:
     got = split_winners(np.array([15, -1, 3, 29, 10, -1, 0], np.int64), groups)
     assert {g: v.tolist() for g, v in got.items()} == {0: [0, 3], 1: [10, 15], 2: [29]}
     assert all(v.dtype == np.int64 for v in got.values())
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(-1, 70)), max_size=200), st.integers(1, 5),
+       st.integers(1, 4))
+def test_packed_winners_reach_the_chunk_holding_them(rows: list[tuple[int, int]], limit: int, batches: int) -> None:
+    """`chunk_winners`' packing (`pack_offsets`) and the rewrite task's unpacking (`_received`) hand each chunk
+    exactly the winners in its range, whatever the batches, the rows per packed row and the partitions; offsets in
+    no chunk (a kept segment's, a marker's -1) reach none, and every chunk's empty marker row stands for -1."""
+    import numpy as np
+    import pyarrow as pa
+
+    import compaction.spark.winners as winners
+    from compaction.spark.rewrite_job import _received
+
+    chunks = [(0, 0, 9, 7), (0, 20, 39, 3), (1, 0, 49, 5), (2, 10, 19, 7), (2, 30, 30, 2)]  # (tp, start, end, slot)
+    old, winners.PACK_LIMIT = winners.PACK_LIMIT, limit
+    try:
+        step = max(1, -(-len(rows) // batches))
+        arrow = [pa.RecordBatch.from_pydict({"tp": pa.array([t for t, _o in part], pa.int32()),
+                                             "offset": pa.array([o for _t, o in part], pa.int64())})
+                 for part in (rows[i:i + step] for i in range(0, len(rows), step))]
+        packed = list(winners.pack_offsets(chunks)(iter(arrow)))
+    finally:
+        winners.PACK_LIMIT = old
+    assert all(len(b) // 8 <= limit for batch in packed for b in batch.column(2).to_pylist())
+    markers = pa.RecordBatch.from_pydict({"slot": pa.array([c[3] for c in chunks], pa.int64()),
+                                          "tp": pa.array([c[0] for c in chunks], pa.int32()),
+                                          "offsets": pa.array([b""] * len(chunks), pa.binary())})
+    slot_of, tps, offsets = _received([*packed, markers])
+    assert tps is not None
+    got = sorted(zip(slot_of.tolist(), tps.tolist(), offsets.tolist(), strict=True))
+    expected = sorted([(slot, t, o) for t, o in rows for tp, s, e, slot in chunks if tp == t and s <= o <= e]
+                      + [(slot, tp, -1) for tp, _s, _e, slot in chunks])
+    assert got == expected
+    assert offsets.dtype == np.int64
