@@ -8,12 +8,17 @@ it had to read without one (recorded in the row by the round's commit, `ChangeSe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
 import pyarrow.compute as pc
 
 from compaction.bloom.filter import NO_HORIZON, FilterFacts, FilterFormatError, KeyFilter
+from compaction.bloom.hashing import key_hashes
 from compaction.errors import MissingObjectError
 from compaction.format.batch import CONTROL_FLAG_MASK, DELETE_HORIZON_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
-from compaction.format.scan import SegmentScan
+from compaction.format.scan import SegmentScan, scan_segment
 from compaction.format.scan_kernels import BATCH_ATTRIBUTES, BATCH_BASE_TIMESTAMP
 from compaction.storage.base import ObjectStore
 from compaction.storage.layout import Suffix, parse_segment_object_key
@@ -30,9 +35,35 @@ def segment_facts(scan: SegmentScan) -> FilterFacts:
 
 def segment_filter(scan: SegmentScan, fpp: float) -> KeyFilter:
     """The filter of a scanned segment: every key of its data records (tombstones and aborted ones too)."""
+    return joined_filter([_part(scan)], fpp)
+
+
+@dataclass(frozen=True)
+class FilterPart:
+    """The key hashes and facts of some consecutive batches of a segment: the filter of a segment written piece
+    by piece is `joined_filter` of its pieces' parts, the same bytes as `segment_filter` of the whole."""
+
+    hashes: np.ndarray  # XXH64 of every data record's key (uint64, duplicates kept)
+    facts: FilterFacts
+
+
+def filter_part(data: bytes | memoryview, *, obj: str = "<segment>") -> FilterPart:
+    """The `FilterPart` of whole batches `data` (written by kcompact: CRCs not checked again)."""
+    return _part(scan_segment(data, obj=obj, verify_crc=False))
+
+
+def _part(scan: SegmentScan) -> FilterPart:
     records = scan.records
     keys = records["key"].filter(pc.invert(records["control"])) if records.num_rows else records["key"]
-    return KeyFilter.of_keys(keys, fpp, segment_facts(scan))
+    return FilterPart(key_hashes(keys), segment_facts(scan))
+
+
+def joined_filter(parts: Sequence[FilterPart], fpp: float) -> KeyFilter:
+    """The filter of a segment made of `parts` (in any order): every key, the earliest horizon, any transaction."""
+    hashes = np.concatenate([p.hashes for p in parts]) if parts else np.empty(0, np.uint64)
+    horizons = [p.facts.horizon_ms for p in parts if p.facts.horizon_ms != NO_HORIZON]
+    facts = FilterFacts(min(horizons, default=NO_HORIZON), any(p.facts.transactional for p in parts))
+    return KeyFilter.build(hashes, fpp, facts)
 
 
 def filter_key(log_key: str) -> str:
@@ -55,5 +86,5 @@ def read_filter(store: ObjectStore, key: str) -> tuple[KeyFilter | None, int]:
         return None, len(data)
 
 
-__all__ = ["filter_key", "read_filter", "segment_facts", "segment_filter"]
+__all__ = ["FilterPart", "filter_key", "filter_part", "joined_filter", "read_filter", "segment_facts", "segment_filter"]
 

@@ -28,7 +28,7 @@ No pyspark here: this runs on executors.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,6 +100,7 @@ def rewrite_group(
     aborted: Sequence[AbortedTxn] = (),
     active_producers: Mapping[int, ActiveProducer] | None = None,
     txn_state: TransactionState | None = None,
+    on_written: Callable[[bytes], None] | None = None,
 ) -> tuple[RewriteOutput, TransactionState]:
     """Clean `inputs` (consecutive segments, in offset order) into one segment.
 
@@ -115,6 +116,8 @@ def rewrite_group(
             duplicates and already closed ones are ignored.
         active_producers: producer id -> its last entry; that batch is kept, empty if need be.
         txn_state: the state returned for the previous group of the round; None starts a round.
+        on_written: called, in order, with the output bytes each input segment added (none: not called), while
+            the next input is rewritten: the caller can build the output's filter alongside (`upload.py`).
 
     Returns:
         The cleaned segment and the transaction state to pass to the next group.
@@ -141,7 +144,12 @@ def rewrite_group(
         txns=CleanedTransactionMetadata(state),
     )
     for segment in inputs:
+        written = len(rewriter.parts)
         rewriter.rewrite_segment(segment)
+        if on_written is not None and len(rewriter.parts) > written:
+            added = b"".join(rewriter.parts[written:])  # held once: the log is joined from these
+            rewriter.parts[written:] = [added]
+            on_written(added)
     return rewriter.finish(inputs, index_interval_bytes), rewriter.txns.state()
 
 

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from compaction.bloom.segment import filter_part, joined_filter, segment_filter
 from compaction.errors import CorruptInputError, CrcMismatchError, InvalidMagicError
 from compaction.format.batch import (
     CRC_OFFSET,
@@ -34,6 +35,7 @@ from compaction.format.batch import (
 from compaction.format.codecs import Codec
 from compaction.format.control import ControlType, control_key, end_txn_marker
 from compaction.format.indexes import AbortedTxn, build_indexes, read_txn_index, verify_indexes
+from compaction.format.scan import scan_segment
 from compaction.format.segment import iter_batch_headers, iter_batches
 from compaction.rewrite import ActiveProducer, RewriteOutput, SegmentInput, TransactionState, rewrite_group
 from compaction.rewrite import facts as facts_module
@@ -168,11 +170,13 @@ def clean(
     interval: int = 100,
     retention: int = RETENTION,
 ) -> Cleaned:
-    """Rewrite `inputs` as one group and check the invariants every output must satisfy."""
+    """Rewrite `inputs` as one group and check the invariants every output must satisfy; rewritten again with
+    `on_written`, the same output, whose pieces make it up and give its filter (`upload.py` builds it so)."""
     if winners is None:
         winners = latest_winners(inputs, aborted)
     if upper is None:
         upper = max(h.next_offset for s in inputs for h in iter_batch_headers(s.data, obj=s.obj))
+    pieces: list[bytes] = []
     out, next_state = rewrite_group(
         inputs,
         winners,
@@ -184,6 +188,15 @@ def clean(
         active_producers=producers,
         txn_state=state,
     )
+    again, again_state = rewrite_group(
+        inputs, winners, upper_bound_offset=upper, now_ms=now, delete_retention_ms=retention,
+        index_interval_bytes=interval, aborted=aborted, active_producers=producers, txn_state=state,
+        on_written=pieces.append,
+    )
+    assert (again, again_state) == (out, next_state)
+    assert b"".join(pieces) == out.log and all(pieces) and len(pieces) <= len(inputs)
+    whole = segment_filter(scan_segment(out.log, verify_crc=False), 0.01).to_bytes()
+    assert joined_filter([filter_part(p) for p in pieces], 0.01).to_bytes() == whole
     batches = [b for _p, b in iter_batches(out.log)]
     check_output(out, batches, inputs, interval)
     return Cleaned(out, next_state, batches)
@@ -792,3 +805,19 @@ def test_groups_out_of_order_are_refused() -> None:
     later = clean([as_segment(batch([rec(5, 1)]), 5)])
     with pytest.raises(ValueError, match="offset order"):
         clean([as_segment(batch([rec(0, 0)]), 0)], state=later.state)
+
+
+def test_a_filter_built_piece_by_piece_has_the_facts_of_a_later_piece() -> None:
+    """The transactional batch and the delete horizon of the output stand in its second input's piece only:
+    `joined_filter` of the pieces `on_written` gives must record both, as the filter of the whole output does."""
+    first = as_segment(batch([rec(0, 1), rec(1, 2)]), 0, "first")
+    second = as_segment(txn_batch(2, [3, 4]) + marker(ControlType.COMMIT, 4) + batch([rec(5, 1, None)]), 2,
+                        "second")
+    pieces: list[bytes] = []
+    out, _state = rewrite_group([first, second], np.array([1, 2, 3, 5], np.int64), upper_bound_offset=6, now_ms=NOW,
+                                delete_retention_ms=RETENTION, on_written=pieces.append)
+    assert len(pieces) == 2
+    whole = segment_filter(scan_segment(out.log, verify_crc=False), 0.01)
+    built = joined_filter([filter_part(p) for p in pieces], 0.01)
+    assert whole.facts.transactional and whole.facts.horizon_ms == NOW + RETENTION
+    assert built.to_bytes() == whole.to_bytes()
