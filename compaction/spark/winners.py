@@ -50,8 +50,13 @@ def best_per_key(rows: DataFrame, by_offset: bool, by: Sequence[str] = (), merge
 PACKED = "offsets"
 """The column of a packed winners row: its chunk's winning offsets as little-endian int64s, one after the other."""
 
-PACK_LIMIT = 1 << 20
-"""The most offsets one packed row carries (8 MiB)."""
+PACK_LIMIT = 1 << 14
+"""The most offsets one packed row carries (128 KiB): Spark hands a Python task up to
+`spark.sql.execution.arrow.maxRecordsPerBatch` rows (10,000 by default) in one Arrow batch, whose binary column
+must stay under 2 GiB."""
+
+_PACK_ROWS = 1 << 10
+"""Packed rows per Arrow batch `pack_offsets` yields (128 MiB at most)."""
 
 
 def chunk_winners(spark: SparkSession, winners: DataFrame, chunks: Sequence[tuple[int, int, int, int]], slots: int
@@ -64,7 +69,7 @@ def chunk_winners(spark: SparkSession, winners: DataFrame, chunks: Sequence[tupl
     The winners were decided by the aggregate before this; what follows only moves them to their chunk. Moved
     one row per offset, they would cost Spark its per-row work twice more (a shuffle write and read of ~2.4 M
     rows in `make bench` P6, and a broadcast join to find each one's chunk); packed, a task of the aggregate
-    hands the shuffle a row per chunk (and per `PACK_LIMIT` offsets)."""
+    hands the shuffle a row per chunk and `PACK_LIMIT` offsets (146 rows for P6's 2.4 M winners)."""
     schema = f"{CHUNK_SLOT} long, tp int, {PACKED} binary"
     packed = winners.select("tp", "offset").mapInArrow(pack_offsets(chunks), schema)
     markers = local_frame(spark, [(slot, tp, b"") for tp, _s, _e, slot in chunks], schema)
@@ -98,14 +103,15 @@ def pack_offsets(chunks: Sequence[tuple[int, int, int, int]]
                     held.setdefault((int(slot_of[i]), tp), []).append(mine[inside & (at == i)])
         slots, tps_out, blobs = [], [], []
         for (slot, tp), parts in held.items():
-            offsets = np.concatenate(parts).astype("<i8", copy=False)
+            offsets = np.sort(np.concatenate(parts)).astype("<i8", copy=False)  # sorted runs: a merge for the task
             for at in range(0, len(offsets), PACK_LIMIT):
                 slots.append(slot)
                 tps_out.append(tp)
                 blobs.append(offsets[at:at + PACK_LIMIT].tobytes())
-        if slots:
-            yield pa.RecordBatch.from_arrays([pa.array(slots, pa.int64()), pa.array(tps_out, pa.int32()),
-                                              pa.array(blobs, pa.binary())], schema=out)
+        for at in range(0, len(slots), _PACK_ROWS):
+            yield pa.RecordBatch.from_arrays([pa.array(slots[at:at + _PACK_ROWS], pa.int64()),
+                                              pa.array(tps_out[at:at + _PACK_ROWS], pa.int32()),
+                                              pa.array(blobs[at:at + _PACK_ROWS], pa.binary())], schema=out)
 
     return pack
 

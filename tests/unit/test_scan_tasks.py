@@ -86,8 +86,9 @@ def test_winners_are_split_by_group_sorted_and_markers_dropped() -> None:
        st.integers(1, 4))
 def test_packed_winners_reach_the_chunk_holding_them(rows: list[tuple[int, int]], limit: int, batches: int) -> None:
     """`chunk_winners`' packing (`pack_offsets`) and the rewrite task's unpacking (`_received`) hand each chunk
-    exactly the winners in its range, whatever the batches, the rows per packed row and the partitions; offsets in
-    no chunk (a kept segment's, a marker's -1) reach none, and every chunk's empty marker row stands for -1."""
+    exactly the winners in its range, whatever the batches in and out, the offsets per packed row and the
+    partitions; offsets in no chunk (a kept segment's, a marker's -1) reach none, and every chunk's empty marker
+    row stands for -1."""
     import numpy as np
     import pyarrow as pa
 
@@ -95,7 +96,7 @@ def test_packed_winners_reach_the_chunk_holding_them(rows: list[tuple[int, int]]
     from compaction.spark.rewrite_job import _received
 
     chunks = [(0, 0, 9, 7), (0, 20, 39, 3), (1, 0, 49, 5), (2, 10, 19, 7), (2, 30, 30, 2)]  # (tp, start, end, slot)
-    old, winners.PACK_LIMIT = winners.PACK_LIMIT, limit
+    old, winners.PACK_LIMIT, rows_per_batch, winners._PACK_ROWS = winners.PACK_LIMIT, limit, winners._PACK_ROWS, 3
     try:
         step = max(1, -(-len(rows) // batches))
         arrow = [pa.RecordBatch.from_pydict({"tp": pa.array([t for t, _o in part], pa.int32()),
@@ -103,7 +104,8 @@ def test_packed_winners_reach_the_chunk_holding_them(rows: list[tuple[int, int]]
                  for part in (rows[i:i + step] for i in range(0, len(rows), step))]
         packed = list(winners.pack_offsets(chunks)(iter(arrow)))
     finally:
-        winners.PACK_LIMIT = old
+        winners.PACK_LIMIT, winners._PACK_ROWS = old, rows_per_batch
+    assert all(b.num_rows <= 3 for b in packed)
     assert all(len(b) // 8 <= limit for batch in packed for b in batch.column(2).to_pylist())
     markers = pa.RecordBatch.from_pydict({"slot": pa.array([c[3] for c in chunks], pa.int64()),
                                           "tp": pa.array([c[0] for c in chunks], pa.int32()),
