@@ -140,8 +140,9 @@ def _rewriter(spec: StoreSpec, slots: Mapping[int, Sequence[RewriteUnit]]
 
 def run_rewrites(spec: StoreSpec, chunks: DataFrame, slots: Mapping[int, Sequence[RewriteUnit]]
                  ) -> list[UnitOutcome]:
-    """Run every slot's units on `chunks` (slot, tp, offset) rows laid out by `chunk_winners`; one outcome per
-    unit. A `mapInArrow` over the slot-partitioned rows: no sort by slot, as a grouped map would add."""
+    """Run every slot's units on `chunks`, rows laid out by slot: a winner each (slot, [tp], offset), or packed
+    (slot, tp, offsets) by `chunk_winners`; one outcome per unit. A `mapInArrow` over the slot-partitioned rows:
+    no sort by slot, as a grouped map would add."""
     rows = chunks.mapInArrow(_rewriter(spec, slots), "tp int, outcome binary").collect()
     return [pickle.loads(row.outcome) for row in rows]
 
