@@ -99,7 +99,7 @@ def _received(batches: Sequence[pa.RecordBatch]) -> tuple[np.ndarray, np.ndarray
         ends, data = binary_buffers(batch.column(PACKED))
         for i, (start, end) in enumerate(zip(ends[:-1].tolist(), ends[1:].tolist(), strict=True)):
             n = max(1, (end - start) // 8)  # an empty row stands for one marker (-1)
-            offsets.append(np.frombuffer(data[start:end].tobytes(), "<i8") if end > start else np.full(1, -1))
+            offsets.append(data[start:end].view("<i8") if end > start else np.full(1, -1))
             slots.append(np.full(n, batch.column(CHUNK_SLOT)[i].as_py(), np.int64))
             tps.append(np.full(n, batch.column("tp")[i].as_py(), np.int32))
     return np.concatenate(slots), np.concatenate(tps), np.concatenate(offsets).astype(np.int64, copy=False)

@@ -82,8 +82,8 @@ def pack_offsets(chunks: Sequence[tuple[int, int, int, int]]
     offset kept when a chunk (tp, start, end, slot) of its partition holds it (start <= offset <= end)."""
     by_tp: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for tp in sorted({c[0] for c in chunks}):
-        mine = sorted((s, e, slot) for t, s, e, slot in chunks if t == tp)
-        by_tp[tp] = tuple(np.array(col, np.int64) for col in zip(*mine, strict=True))  # type: ignore[assignment]
+        starts, ends, slots = zip(*sorted((s, e, slot) for t, s, e, slot in chunks if t == tp), strict=True)
+        by_tp[tp] = (np.array(starts, np.int64), np.array(ends, np.int64), np.array(slots, np.int64))
     out = pa.schema([pa.field(CHUNK_SLOT, pa.int64()), pa.field("tp", pa.int32()), pa.field(PACKED, pa.binary())])
 
     def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

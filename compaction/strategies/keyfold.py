@@ -195,7 +195,8 @@ class KeyFold:
                 self._grow(int(key_offsets[row + 1] - key_offsets[row]))
 
     def _grow(self, key_length: int) -> None:
-        """Room for at least one more key of `key_length` bytes: whatever is full doubles."""
+        """Room for at least one more key of `key_length` bytes: whatever is full doubles (the entries and slots
+        quadruple from `_QUADRUPLE_FROM` keys on)."""
         n = self.keys
         factor = 2 if n < _QUADRUPLE_FROM else 4
         if n == len(self._entries):
