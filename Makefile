@@ -9,7 +9,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN))/python
 export SPARK_LOCAL_IP := 127.0.0.1
 export NUMBA_CACHE_DIR := $(abspath .numba-cache)
 
-.PHONY: venv test test-fast lint demo bench bench-wal soak clean java airflow-test
+.PHONY: venv test test-fast lint demo bench bench-wal soak clean java airflow-test kafka
 
 venv: $(STAMP)
 
@@ -21,14 +21,22 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 java:
-	@command -v java >/dev/null || { echo "installing a JDK (apt)"; apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; }
+	@command -v javac >/dev/null || { echo "installing a JDK (apt)"; apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless; }
+	@command -v mvn >/dev/null || { echo "installing Maven (apt)"; apt-get update -qq && apt-get install -y -qq maven; }
 
-test: venv java
+test: venv java kafka
 	$(BIN)/python -m pytest -q tests
 
-# Everything but the tests marked `spark` (tests/conftest.py marks every user of the Spark fixture): no JVM.
+# Everything but the tests marked `spark` (tests/conftest.py marks every user of the Spark fixture) or `kafka`
+# (tests/kafka/): no JVM.
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not spark" tests
+	$(BIN)/python -m pytest -q -m "not spark and not kafka" tests
+
+# Kafka's own jars (kafka/runtime/pom.xml, pinned) from Maven Central into .kafka/libs, and the Java harnesses
+# under kafka/ built against them into .kafka/: what tests/kafka/ runs as the referee. Cached; fails at once,
+# naming the artifact, when Maven Central cannot serve it.
+kafka: java
+	bash scripts/kafka_runtime.sh
 
 lint: venv
 	$(BIN)/ruff check compaction tests jobs scripts examples
@@ -46,7 +54,7 @@ bench: venv java
 bench-wal: venv java
 	$(BIN)/python scripts/bench_wal.py
 
-soak: venv java
+soak: venv java kafka
 	KCOMPACT_SOAK=full $(BIN)/python -m pytest -q tests -k soak
 
 # The example DAG against real Airflow, in a venv of its own: the Spark provider requires pyspark-client,
@@ -71,4 +79,4 @@ cluster-test: venv java dist
 	KCOMPACT_CLUSTER_TEST=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/cluster
 
 clean:
-	rm -rf $(VENV) $(AIRFLOW_VENV) .dist-cache dist build .numba-cache kcompact-store kcompact-tables demo-logdir .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(AIRFLOW_VENV) .kafka .dist-cache dist build .numba-cache kcompact-store kcompact-tables demo-logdir .pytest_cache .mypy_cache
