@@ -7,6 +7,7 @@ Every message says what, where (object key and byte position) and, where it help
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
 
 
@@ -159,3 +160,15 @@ class MetadataInvariantError(KcompactError):
 
 class InvalidStateTransitionError(MetadataInvariantError):
     """A segment state change KIP-405 does not allow (e.g. COPY_SEGMENT_FINISHED -> COPY_SEGMENT_STARTED)."""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def plain_text(exc: BaseException, limit: int = 600) -> str:
+    """`exc`'s message as one plain line: delta-rs's error chains come with ANSI colours and one `↳` line per cause,
+    which a log or an orchestrator's alert shows as escape codes. Causes are joined with `: `, and the line cut
+    at `limit` characters."""
+    parts = [p.strip(" ↳\t") for p in _ANSI.sub("", str(exc)).splitlines()]
+    line = ": ".join(p for p in parts if p)
+    return line if len(line) <= limit else line[: limit - 1] + "…"

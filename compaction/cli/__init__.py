@@ -15,8 +15,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from compaction.cli import compact, dump, gc, generate, segments, table, tier, verify, wal
-from compaction.errors import ExitCode, KcompactError
+from compaction.cli import compact, dump, gc, generate, options, segments, table, tier, verify, wal
+from compaction.errors import ExitCode, KcompactError, TransientStoreError, plain_text
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -25,7 +25,9 @@ EPILOG = """exit codes:
   1  internal error (a bug: please report it with the traceback)
   2  configuration or usage error: fix the config or the command line
   3  corrupt input: the named object is malformed (the partition is quarantined)
-  4  fenced or conflicting commit, or a store that kept failing: nothing of it was committed, rerunning is safe
+  4  fenced or conflicting commit, or a store that kept failing in a way that may pass: nothing of it was
+     committed, rerunning is safe (a missing bucket, refused credentials or an endpoint that does not
+     resolve is 2)
   5  verification failed (`kcompact verify`): a key was lost or changed; alert, keep the store as it is
 """
 COMMAND_FAMILIES = (generate, dump, tier, wal, segments, compact, gc, verify, table)
@@ -52,10 +54,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except KcompactError as exc:
-        print(f"kcompact {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        exc = _diagnosed(args, exc)
+        print(f"kcompact {args.command}: {type(exc).__name__}: {plain_text(exc, limit=2000)}", file=sys.stderr)
         return int(exc.exit_code)
     except BrokenPipeError:
         return ExitCode.OK
+
+
+def _diagnosed(args: argparse.Namespace, exc: KcompactError) -> KcompactError:
+    """A store failure that "may pass" (exit 4), checked against the store: when the bucket is missing, the
+    credentials are refused or the endpoint does not resolve, a rerun never passes, so that error (exit 2) is
+    the one reported. Reads through delta-rs (the metadata, WAL and topic tables) reach here only as the former.
+    """
+    if not isinstance(exc, TransientStoreError) or not getattr(args, "store", None):
+        return exc
+    try:
+        found = options.open_store(args).diagnose()
+    except KcompactError as e:
+        found = e
+    return found if found is not None else exc
 
 
 def run(argv: Sequence[str] | None = None) -> None:

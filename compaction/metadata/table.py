@@ -14,7 +14,7 @@ partition, when it read one) and a rerun is safe.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -22,10 +22,12 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from compaction.errors import (
+    KcompactError,
     MetadataSchemaError,
     MetadataTableNotFoundError,
     MetadataVersionNotFoundError,
     TransientStoreError,
+    plain_text,
 )
 from compaction.metadata.model import (
     METADATA_SCHEMA,
@@ -40,6 +42,9 @@ from compaction.metadata.snapshot import MetadataSnapshot, PartitionSnapshot, bu
 
 TABLE_NAME = "kcompact_metadata"
 
+Diagnose = Callable[[], KcompactError | None]
+"""A store's `diagnose`: after a failed read, the configuration error behind it, if it finds one."""
+
 
 class ObjectStoreLike(Protocol):
     """What the table needs of `compaction.storage.ObjectStore` (kept structural to avoid the import)."""
@@ -48,37 +53,44 @@ class ObjectStoreLike(Protocol):
 
     def delta_storage_options(self) -> dict[str, str]: ...
 
+    def diagnose(self) -> KcompactError | None: ...
+
 
 class MetadataTable:
     """The Delta table in KIP-405's RemoteLogMetadataManager role; build with `open` or `create_if_missing`.
 
-    Holds only the URI and storage options, so it pickles across the Spark boundary.
+    Holds only the URI, the storage options and the store's `diagnose` (a store pickles), so it pickles across
+    the Spark boundary.
     """
 
-    def __init__(self, table_uri: str, storage_options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, table_uri: str, storage_options: Mapping[str, str] | None = None,
+                 diagnose: Diagnose | None = None) -> None:
         self._uri = table_uri
         self._options = dict(storage_options or {})
+        self._diagnose = diagnose
 
     @classmethod
-    def open(cls, table_uri: str, storage_options: Mapping[str, str] | None = None) -> MetadataTable:
+    def open(cls, table_uri: str, storage_options: Mapping[str, str] | None = None,
+             diagnose: Diagnose | None = None) -> MetadataTable:
         """Open an existing metadata table and check that it is kcompact's.
 
         Raises:
             MetadataTableNotFoundError: no Delta table at `table_uri`.
             MetadataSchemaError: a Delta table with other columns, types or partition columns.
         """
-        table = cls(table_uri, storage_options)
+        table = cls(table_uri, storage_options, diagnose)
         table._check_schema(table.delta_table())
         return table
 
     @classmethod
-    def create_if_missing(cls, table_uri: str, storage_options: Mapping[str, str] | None = None) -> MetadataTable:
+    def create_if_missing(cls, table_uri: str, storage_options: Mapping[str, str] | None = None,
+                          diagnose: Diagnose | None = None) -> MetadataTable:
         """Open the metadata table, creating it (empty, version 0) if there is none. Idempotent.
 
         Two processes creating it at once is fine: the loser of the race to version 0 opens the winner's.
         """
         try:
-            return cls.open(table_uri, storage_options)
+            return cls.open(table_uri, storage_options, diagnose)
         except MetadataTableNotFoundError:
             pass
         # Losing the race to create version 0 raises; the open below then reads the winner's table.
@@ -92,7 +104,7 @@ class MetadataTable:
                 description="kcompact remote log segment metadata (KIP-405 RLMM)",
                 storage_options=dict(storage_options) if storage_options else None,
             )
-        return cls.open(table_uri, storage_options)
+        return cls.open(table_uri, storage_options, diagnose)
 
     @property
     def table_uri(self) -> str:
@@ -109,7 +121,7 @@ class MetadataTable:
             MetadataTableNotFoundError, MetadataVersionNotFoundError, TransientStoreError.
         """
         try:
-            with reading(self._uri):
+            with reading(self._uri, self._diagnose):
                 return DeltaTable(self._uri, version=version, storage_options=self._options or None)
         except TableNotFoundError as e:
             raise MetadataTableNotFoundError(f"{self._uri}: no Delta table here ({e})") from e
@@ -126,7 +138,7 @@ class MetadataTable:
     def snapshot(self, version: int | None = None) -> MetadataSnapshot:
         """Every partition at `version` (latest if None)."""
         dt = self.delta_table(version)
-        with reading(self._uri):
+        with reading(self._uri, self._diagnose):
             rows = dt.to_pyarrow_table()
         return _snapshot_of(dt, rows, self._uri)
 
@@ -161,8 +173,9 @@ def load_partition(dt: DeltaTable, topic: str, partition: int, where: str = "met
 
 
 @contextlib.contextmanager
-def reading(where: str) -> Iterator[None]:
-    """delta-rs's and pyarrow's read failures (after delta-rs's retries) as `TransientStoreError`, naming `where`.
+def reading(where: str, diagnose: Diagnose | None = None) -> Iterator[None]:
+    """delta-rs's and pyarrow's read failures (after delta-rs's retries) as `TransientStoreError`, naming `where`,
+    in plain text; or, when `diagnose` (the store's) finds a cause a rerun cannot fix, as that error.
 
     `TableNotFoundError` passes through: the caller knows what a missing table means.
     """
@@ -171,8 +184,11 @@ def reading(where: str) -> Iterator[None]:
     except TableNotFoundError:
         raise
     except (DeltaError, OSError) as e:
-        raise TransientStoreError(f"{where}: reading the metadata table failed after delta-rs's retries "
-                                  f"(a rerun may pass): {e}") from e
+        found = diagnose() if diagnose is not None else None
+        if found is not None:
+            raise found from e
+        raise TransientStoreError(f"{where}: reading the table failed after delta-rs's retries "
+                                  f"(a rerun may pass): {plain_text(e)}") from e
 
 
 def _snapshot_of(dt: DeltaTable, rows: pa.Table, where: str) -> MetadataSnapshot:
@@ -191,4 +207,5 @@ METADATA_TABLE_NAME = "_kcompact_metadata"
 def table_in_store(store: ObjectStoreLike, *, create: bool = False) -> MetadataTable:
     """The metadata table kept inside an object store, at `<store>/_kcompact_metadata`."""
     uri, options = store.delta_uri(METADATA_TABLE_NAME), store.delta_storage_options()
-    return MetadataTable.create_if_missing(uri, options) if create else MetadataTable.open(uri, options)
+    opened = MetadataTable.create_if_missing if create else MetadataTable.open
+    return opened(uri, options, store.diagnose)

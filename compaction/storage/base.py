@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compaction.errors import ConfigError, ObjectExistsError
+from compaction.errors import ConfigError, KcompactError, ObjectExistsError
 
 if TYPE_CHECKING:
     from os import PathLike
@@ -312,6 +312,16 @@ class ObjectStore(ABC):
     @abstractmethod
     def delta_storage_options(self) -> dict[str, str]:
         """The `storage_options` delta-rs needs to reach tables in this store (may hold credentials)."""
+
+    def diagnose(self) -> KcompactError | None:
+        """Why this store cannot be used, when the cause is one a rerun cannot fix (a missing bucket, refused
+        credentials, an endpoint whose host does not resolve), else None.
+
+        Called after a request through another client (delta-rs) failed, to tell a configuration problem from
+        a passing one: the other client's error says only that it failed after its retries. A local store
+        creates what it lacks, so it has nothing to say.
+        """
+        return None
 
     def probe_conditional_put(self) -> None:
         """Check that the store refuses a second create of one key, then delete the probe object.

@@ -22,6 +22,7 @@ the shared boto3 session and client settings in `s3_client.py`; this module is t
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,7 +33,7 @@ from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
 
-from compaction.errors import MissingObjectError, ObjectExistsError, StoreAccessError
+from compaction.errors import KcompactError, MissingObjectError, ObjectExistsError, StoreAccessError
 from compaction.storage.base import (
     TEMP_PREFIX,
     MiB,
@@ -232,6 +233,40 @@ class S3Store(ObjectStore):
     def _call(self, op: str, uri: str, attempt: Callable[[], T]) -> T:
         """Run `attempt` under the store's retry policy; translate what it raises into kcompact errors."""
         return call_with_retry(op, uri, self.spec.retry, attempt)
+
+    def diagnose(self) -> KcompactError | None:
+        """A missing bucket, refused or absent credentials, a wrong region, or an endpoint whose host does not
+        resolve, found by resolving the endpoint's host and one HeadBucket (no retries). A refused connection or
+        a timeout says nothing permanent: None."""
+        endpoint = self.client.meta.endpoint_url
+        where = f"store {self.uri} (endpoint {endpoint})"
+        parts = urlsplit(endpoint)
+        try:
+            socket.getaddrinfo(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+        except socket.gaierror as e:
+            if e.errno == socket.EAI_AGAIN:  # the resolver did not answer: may pass
+                return None
+            return StoreAccessError(f"{where}: the endpoint's host {parts.hostname!r} does not resolve ({e.strerror}); "
+                                    "fix --endpoint-url or AWS_ENDPOINT_URL")
+        if credentials() is None:
+            return StoreAccessError(f"{where}: no AWS credentials found (environment, config files or an instance "
+                                    "role); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or AWS_PROFILE")
+        try:
+            self._head_bucket()
+        except ClientError as e:
+            code = status(e)
+            if code == 404:
+                return StoreAccessError(f"{where}: bucket {self._bucket!r} does not exist; create it, or fix --store")
+            if code == 403:
+                return StoreAccessError(f"{where}: access to bucket {self._bucket!r} refused (HTTP 403); check the "
+                                        "credentials and that they are granted s3:ListBucket on it")
+            if code == 301:
+                return StoreAccessError(f"{where}: bucket {self._bucket!r} is in another region; set AWS_REGION "
+                                        "(or AWS_DEFAULT_REGION) to it")
+            return None
+        except Exception:  # connection refused, timeouts: nothing a configuration change is known to fix
+            return None
+        return None
 
     def _check_bucket(self) -> None:
         if self._bucket_checked:

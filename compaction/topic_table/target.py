@@ -27,6 +27,7 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 
 from compaction.config import CompactionStrategy
 from compaction.errors import CommitConflictError, ConfigError
+from compaction.metadata.table import reading
 from compaction.storage.base import ObjectStore, StoreSpec
 
 PARTITION_COLUMN = "partition"
@@ -143,10 +144,16 @@ class TopicTable:
     def exists(self) -> bool:
         # Not `DeltaTable.is_deltatable`: its listing hangs for minutes against some S3 servers (moto).
         try:
-            DeltaTable(self.uri, storage_options=self._options)
+            self._delta_table()
         except TableNotFoundError:
             return False
         return True
+
+    def _delta_table(self) -> DeltaTable:
+        """The table's latest version; a read failing after delta-rs's retries as `TransientStoreError`, or the
+        store's configuration error behind it (`ObjectStore.diagnose`)."""
+        with reading(self.uri, self._store.diagnose):
+            return DeltaTable(self.uri, storage_options=self._options)
 
     def open(self, partitions: Sequence[int], *, create: bool) -> TableState:
         """Read the table's state (what it applied of each of `partitions`); create it empty first (version 0)
@@ -161,7 +168,7 @@ class TopicTable:
                 DeltaTable.create(self.uri, self.schema, mode="ignore", partition_by=[PARTITION_COLUMN],
                                   name=self.topic, description=self._description, storage_options=self._options)
         try:
-            table = DeltaTable(self.uri, storage_options=self._options)
+            table = self._delta_table()
         except TableNotFoundError:
             raise ConfigError(f"no table at {self.uri}: the first run creates it") from None
         self._check(table)
@@ -212,7 +219,7 @@ class TopicTable:
                 f"table {self.uri}: expected no commit touching partitions {sorted(applied)} after version "
                 f"{read_version}, found one ({exc}); nothing was committed, rerun"
             ) from exc
-        return DeltaTable(self.uri, storage_options=self._options).version()
+        return self._delta_table().version()
 
 
 def _transaction(table: DeltaTable, topic: str, partition: int) -> Applied | None:

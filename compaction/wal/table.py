@@ -31,23 +31,26 @@ from compaction.errors import (
     MetadataSchemaError,
     MetadataTableNotFoundError,
     TransientStoreError,
+    plain_text,
 )
 from compaction.metadata.model import SegmentState, check_transition
-from compaction.metadata.table import ObjectStoreLike
+from compaction.metadata.table import Diagnose, ObjectStoreLike, reading
 from compaction.wal.model import WAL_SCHEMA, WAL_TABLE_NAME, WalObject, objects_from_rows, objects_to_arrow
 
 
 class WalTable:
     """The Delta table of combined objects (`compaction.wal.model` documents its columns)."""
 
-    def __init__(self, table_uri: str, storage_options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, table_uri: str, storage_options: Mapping[str, str] | None = None,
+                 diagnose: Diagnose | None = None) -> None:
         self._uri = table_uri
         self._options = dict(storage_options or {})
+        self._diagnose = diagnose
 
     @classmethod
     def in_store(cls, store: ObjectStoreLike, *, create: bool = False) -> WalTable:
         """The WAL table of `store` (`<store>/_kcompact_wal`); created empty if `create` and missing."""
-        table = cls(store.delta_uri(WAL_TABLE_NAME), store.delta_storage_options())
+        table = cls(store.delta_uri(WAL_TABLE_NAME), store.delta_storage_options(), store.diagnose)
         if create:
             table._create_if_missing()
         return table
@@ -80,7 +83,8 @@ class WalTable:
 
     def _delta_table(self) -> DeltaTable:
         try:
-            return DeltaTable(self._uri, storage_options=self._options or None)
+            with reading(self._uri, self._diagnose):
+                return DeltaTable(self._uri, storage_options=self._options or None)
         except TableNotFoundError as e:
             raise MetadataTableNotFoundError(f"{self._uri}: no WAL table here ({e})") from e
 
@@ -127,7 +131,8 @@ class WalTable:
             write_deltalake(dt, objects_to_arrow(started), mode="append",
                             commit_properties=CommitProperties(custom_metadata={"kcompact.wal": "started"}))
         except (DeltaError, OSError) as e:
-            raise TransientStoreError(f"{self._uri}: recording {len(objects)} WAL objects started failed ({e})") from e
+            raise TransientStoreError(f"{self._uri}: recording {len(objects)} WAL objects started failed "
+                                      f"({plain_text(e)})") from e
         return int(dt.version())
 
     def change_state(
@@ -181,7 +186,7 @@ class WalTable:
                 time.sleep(0.05 * attempt)
                 continue
             except (DeltaError, OSError) as e:
-                raise TransientStoreError(f"{self._uri}: WAL state commit failed ({e}); rerun") from e
+                raise TransientStoreError(f"{self._uri}: WAL state commit failed ({plain_text(e)}); rerun") from e
             done = {o.object_id: o for o in changed}
             return [done.get(i, current[i]) for i in wanted]
         raise AssertionError("unreachable")
