@@ -81,14 +81,45 @@ class PreparedSegment:
         return self.log_bytes if self.log_bytes is not None else self.log_path.read_bytes()
 
 
-def partitions(logdir: Path) -> Iterator[LocalPartition]:
-    """Every `<topic>-<partition>` directory, in name order (directories marked -delete are skipped)."""
+KAFKA_INTERNAL_TOPICS = frozenset({
+    "__cluster_metadata",  # KRaft's metadata log (Kafka's Topic.CLUSTER_METADATA_TOPIC_NAME)
+    "__consumer_offsets",  # Topic.INTERNAL_TOPICS: the coordinators' own compacted logs
+    "__transaction_state",
+    "__share_group_state",
+    "__remote_log_metadata",  # TopicBasedRemoteLogMetadataManager's topic
+})
+"""Partitions a broker's log dir holds besides the topics' own: Kafka never tiers them (its RemoteLogManager copies
+only topics with remote.storage.enable, which internal topics cannot set, and the metadata log is no topic), and
+their brokers compact them themselves, so kcompact neither tiers nor uploads them."""
+
+
+def _partition_dirs(logdir: Path) -> Iterator[LocalPartition]:
     if not logdir.is_dir():
         raise ConfigError(f"--logdir {logdir}: not a directory")
     for d in sorted(logdir.iterdir()):
         topic, sep, part = d.name.rpartition("-")
         if d.is_dir() and sep and topic and part.isdigit():
             yield LocalPartition(topic, int(part), d)
+
+
+def partitions(logdir: Path) -> Iterator[LocalPartition]:
+    """Every `<topic>-<partition>` directory of a topic, in name order. Directories marked -delete, -future or
+    -stray are skipped, and so are Kafka's internal partitions (`KAFKA_INTERNAL_TOPICS`, see `internal_partitions`).
+    """
+    return (p for p in _partition_dirs(logdir) if p.topic not in KAFKA_INTERNAL_TOPICS)
+
+
+def internal_partitions(logdir: Path) -> list[str]:
+    """The `<topic>-<partition>` names of the internal partitions `partitions` skips, for the caller to say so."""
+    return [p.directory.name for p in _partition_dirs(logdir) if p.topic in KAFKA_INTERNAL_TOPICS]
+
+
+def internal_note(logdir: Path) -> str | None:
+    """The line a command prints when it leaves Kafka's internal partitions of `logdir` alone, or None."""
+    names = internal_partitions(logdir)
+    if not names:
+        return None
+    return f"skipped Kafka's internal partitions (the broker compacts them; never tiered): {', '.join(names)}"
 
 
 def prepare_segment(part: LocalPartition, base: int, next_base: int, epochs: list[EpochEntry],

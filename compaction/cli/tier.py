@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 TIER_HELP = "copy the rolled segments of a Kafka log dir into the store (like KIP-405's copy path)"
 TIER_DESCRIPTION = """
-Copy every rolled segment (all but the active, highest one) of each <topic>-<partition> directory into the store,
+Copy every rolled segment (all but the active, highest one) of each <topic>-<partition> directory into the store
+(Kafka's internal partitions, such as __cluster_metadata-0 and __consumer_offsets-N, are skipped and named),
 with its offset/time indexes (rebuilt when missing or inconsistent), transaction index, producer snapshot and
 leader-epoch checkpoint. Each segment is recorded COPY_SEGMENT_STARTED, uploaded under a fresh segment id, then
 COPY_SEGMENT_FINISHED in the metadata table. A rerun copies only what is new. A partition with corrupt input is
@@ -37,11 +38,14 @@ def _progress(i: int, n: int, r: PartitionTierResult) -> None:
 
 
 def run_tier(args: argparse.Namespace) -> int:
+    from compaction.logdir import internal_note
     from compaction.metadata import table_in_store
     from compaction.tier import tier_logdir
 
     clock = options.now_ms(args)
     store = options.open_store(args)
+    if note := internal_note(args.logdir):
+        print(note, file=sys.stderr)
     results = tier_logdir(args.logdir, store, table_in_store(store, create=True), clock, progress=_progress)
     copied = sum(len(r.copied) for r in results)
     options.print_result(

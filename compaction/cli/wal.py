@@ -22,7 +22,8 @@ UPLOAD_HELP = "upload every batch above what the store holds, from rolled and ac
 UPLOAD_DESCRIPTION = """
 For each <topic>-<partition> of the log dir, upload every batch above the store's log (its tiered end and its WAL
 end), packing slices of many partitions into combined objects of at most --max-object-bytes (a bigger batch gets an
-object of its own), at batch and leader-epoch boundaries. Each group of objects is recorded COPY_SEGMENT_STARTED in
+object of its own), at batch and leader-epoch boundaries. Kafka's internal partitions (__cluster_metadata-0,
+__consumer_offsets-N, ...) are skipped and named. Each group of objects is recorded COPY_SEGMENT_STARTED in
 the WAL table (<store>/_kcompact_wal), written under fresh ids, then recorded COPY_SEGMENT_FINISHED: a crash leaves
 nothing visible, and a rerun uploads what is missing. A log dir whose leader epochs diverged from the store's (a
 newer epoch starting at an offset the store holds under an older one) uploads from the divergence point; one whose
@@ -90,10 +91,13 @@ def _positive(text: str) -> int:
 
 
 def run_upload(args: argparse.Namespace) -> int:
+    from compaction.logdir import internal_note
     from compaction.wal.upload import upload_logdir
 
     clock = options.now_ms(args)
     store = options.open_store(args)
+    if note := internal_note(args.logdir):
+        print(note, file=sys.stderr)
     report = upload_logdir(args.logdir, store, clock, broker_id=args.broker_id, max_object_bytes=args.max_object_bytes,
                            dry_run=args.dry_run, progress=lambda line: print(line, file=sys.stderr))
     doc = {"store": store.uri, "dry_run": args.dry_run, **report.to_dict(), "requests": vars(store.stats)}
