@@ -1,0 +1,178 @@
+"""delta-spark reads kcompact's two Delta tables as delta-rs does: the metadata table and a topic table (`kcompact
+table`), from a local store and, through hadoop-aws's `s3a://`, from S3 (the moto server of `tests/moto_s3.py`).
+
+The project's code (pyspark 4.3, delta-rs) writes both stores the same way: two partitions of random appends
+(tombstones, transactions, a version header) tiered, compacted and tabled, then more appends tiered, compacted
+again (the swap removes segment rows and Parquet files and adds others: Delta remove actions) and tabled again.
+`read_with_delta_spark.py` then reads every table in one delta-spark session of .venv-delta, at the latest version
+and at the one after the first round, and this test compares its rows and versions with delta-rs's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+import compaction
+from compaction.config import CompactionStrategy, KcompactConfig, TopicConfig
+from compaction.metadata.table import METADATA_TABLE_NAME
+from compaction.storage import ObjectStore, open_store
+from compaction.topic_table import Location
+from tests.moto_s3 import FAKE_AWS_ENV, REGION, fresh_s3_store
+from tests.scenario_log import ScenarioLog, clean, tier
+from tests.topic_table import VERSION_HEADER, RandomProducer
+
+REPO = Path(__file__).resolve().parents[2]
+DELTA_PYTHON = REPO / ".venv-delta" / "bin" / "python"
+DELTA_JARS = REPO / ".delta-jars"
+READER = Path(__file__).with_name("read_with_delta_spark.py")
+T = 1_800_000_000_000
+MINUTE = 60_000
+TOPIC = "users"
+CONFIG = KcompactConfig(defaults=TopicConfig.from_kafka({
+    "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
+    "compaction.strategy": CompactionStrategy.HEADER.value, "compaction.strategy.header": VERSION_HEADER}))
+
+
+@dataclass(frozen=True)
+class Table:
+    """One Delta table as both readers name it, and the version of it after the first round."""
+
+    name: str
+    uri: str
+    options: dict[str, str]
+    first_round: int
+
+    @property
+    def spark_uri(self) -> str:
+        return "s3a://" + self.uri.removeprefix("s3://") if self.uri.startswith("s3://") else self.uri
+
+
+def write_store(spark: SparkSession, store: ObjectStore, root: Path, table_uri: str) -> list[Table]:
+    """Two rounds of append, tier, compact and `kcompact table` into `store` and `table_uri` (see the module)."""
+    rng = random.Random(25)
+    producers = [RandomProducer(ScenarioLog(TOPIC, T, partition=p), rng) for p in range(2)]
+    now = T
+    metadata_uri = store.delta_uri(METADATA_TABLE_NAME)
+    versions = []
+    for _ in range(2):
+        for _ in range(3):
+            now += MINUTE
+            for producer in producers:
+                producer.log.timestamp = now
+                producer.append(8)
+            tier([p.log for p in producers], root / "logdir", store, now)
+        now += MINUTE
+        clean(spark, store, CONFIG, now, [TOPIC])
+        now += MINUTE
+        compaction.table(spark, store, CONFIG, TOPIC, table_uri, now_ms=now)
+        versions.append((DeltaTable(metadata_uri, storage_options=store.delta_storage_options()).version(),
+                         DeltaTable(table_uri, storage_options=table_options(store, table_uri)).version()))
+    return [Table("metadata", metadata_uri, store.delta_storage_options(), versions[0][0]),
+            Table("topic", table_uri, table_options(store, table_uri), versions[0][1])]
+
+
+def table_options(store: ObjectStore, uri: str) -> dict[str, str]:
+    return Location.parse(uri, store.spec.endpoint_url, store.spec.region).open().delta_storage_options()
+
+
+def as_json(value: Any) -> Any:
+    """A delta-rs (pyarrow) value in the JSON the delta-spark side writes: binary as {"hex": ...}."""
+    if isinstance(value, bytes):
+        return {"hex": value.hex()}
+    if isinstance(value, dict):
+        return {k: as_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_json(v) for v in value]
+    return value
+
+
+def canonical(rows: list[dict[str, Any]]) -> list[str]:
+    return sorted(json.dumps(row, sort_keys=True) for row in rows)
+
+
+def delta_rs_rows(table: Table, version: int) -> list[str]:
+    read = DeltaTable(table.uri, version=version, storage_options=table.options).to_pyarrow_table()
+    return canonical([as_json(row) for row in read.to_pylist()])
+
+
+def read_with_delta_spark(tmp: Path, tables: dict[str, Table], s3_endpoint: str) -> dict[str, Any]:
+    """One delta-spark session of .venv-delta reads every table at its first-round and latest versions."""
+    request = {
+        "jars": sorted(str(p) for p in DELTA_JARS.glob("*.jar")),
+        "s3": {"endpoint": s3_endpoint, "region": REGION, "access_key": FAKE_AWS_ENV["AWS_ACCESS_KEY_ID"],
+               "secret_key": FAKE_AWS_ENV["AWS_SECRET_ACCESS_KEY"]},
+        "reads": [{"name": name, "uri": t.spark_uri, "versions": [t.first_round, DeltaTable(
+            t.uri, storage_options=t.options).version()]} for name, t in tables.items()],
+    }
+    (tmp / "request.json").write_text(json.dumps(request))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "AWS_"))}
+    env.update(PYSPARK_PYTHON=str(DELTA_PYTHON), SPARK_LOCAL_IP="127.0.0.1")
+    done = subprocess.run([str(DELTA_PYTHON), str(READER), str(tmp / "request.json"), str(tmp / "answer.json")],
+                          env=env, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-6000:])
+    assert done.returncode == 0, f"delta-spark's reader exited {done.returncode}: {done.stderr[-2000:]}"
+    answer: dict[str, Any] = json.loads((tmp / "answer.json").read_text())
+    return answer
+
+
+@pytest.fixture(scope="module")
+def both_readers(spark: SparkSession, moto_endpoint: str,
+                 tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Table], dict[str, Any]]:
+    assert DELTA_PYTHON.exists() and (DELTA_JARS / ".resolved").exists(), "run `make delta-readers-test`"
+    local_root = tmp_path_factory.mktemp("local")
+    local = write_store(spark, open_store(str(local_root / "store")), local_root, str(local_root / "tables" / TOPIC))
+    s3_store = fresh_s3_store(moto_endpoint, "delta-readers")
+    s3 = write_store(spark, s3_store, tmp_path_factory.mktemp("s3"), f"{s3_store.spec.uri}/tables/{TOPIC}")
+    tables = {f"local-{t.name}": t for t in local} | {f"s3a-{t.name}": t for t in s3}
+    return tables, read_with_delta_spark(tmp_path_factory.mktemp("delta-spark"), tables, moto_endpoint)
+
+
+@pytest.mark.parametrize("name", ["local-metadata", "local-topic", "s3a-metadata", "s3a-topic"])
+def test_delta_spark_sees_the_rows_and_version_delta_rs_sees(
+        both_readers: tuple[dict[str, Table], dict[str, Any]], name: str) -> None:
+    tables, answer = both_readers
+    table, seen = tables[name], answer[name]
+    latest = DeltaTable(table.uri, storage_options=table.options).version()
+    assert seen["latest_version"] == latest
+    assert sorted(seen["rows"]) == sorted({str(table.first_round), str(latest)})
+    for version, rows in seen["rows"].items():
+        expected = delta_rs_rows(table, int(version))
+        assert expected, f"{name} is empty at version {version}"
+        assert canonical(rows) == expected, f"{name} at version {version}"
+
+
+@pytest.mark.parametrize("name", ["local-metadata", "local-topic", "s3a-metadata", "s3a-topic"])
+def test_the_second_round_removed_and_added_rows(both_readers: tuple[dict[str, Table], dict[str, Any]],
+                                                 name: str) -> None:
+    """Not a trivial check: between the two versions read, rows went away (Delta remove actions) and came."""
+    tables, answer = both_readers
+    table = tables[name]
+    first, latest = (set(canonical(answer[name]["rows"][str(v)]))
+                     for v in (table.first_round, DeltaTable(table.uri, storage_options=table.options).version()))
+    assert first - latest and latest - first
+
+
+@pytest.mark.parametrize("name", ["local-metadata", "s3a-metadata"])
+def test_delta_spark_sees_the_metadata_table_as_reader_1_writer_2(
+        both_readers: tuple[dict[str, Table], dict[str, Any]], name: str) -> None:
+    detail = both_readers[1][name]["detail"]
+    assert (detail["minReaderVersion"], detail["minWriterVersion"]) == (1, 2)
+    assert detail["partitionColumns"] == ["topic", "partition"]
+
+
+@pytest.mark.parametrize("name", ["local-topic", "s3a-topic"])
+def test_delta_spark_sees_the_topic_table_partitioned_by_partition(
+        both_readers: tuple[dict[str, Table], dict[str, Any]], name: str) -> None:
+    assert both_readers[1][name]["detail"]["partitionColumns"] == ["partition"]
