@@ -15,8 +15,9 @@ LogCleaner; the test waits on its `cleaner-offset-checkpoint`, never on a sleep.
 
 - `kcompact read --isolation read_committed` is what a real read_committed consumer read from the broker, compacted:
   the latest record per key below kcompact's cleaner offset, then every record above it;
-- below both cleaned offsets, kcompact's segments hold the same records and transaction markers as the broker's
-  cleaned segments (offsets, keys, values, headers);
+- both clean the same range, and kcompact's segments hold the same records and transaction markers as the broker's
+  cleaned segments (offsets, keys, values, headers), and the same batches but for one documented difference (the
+  producer state a batch's retention is judged by, docs/kafka_referee.md);
 - Kafka's DumpLogSegments and leader-epoch reader accept every file kcompact wrote (tier, roll and compaction
   outputs), in one JVM (`tests/kafka_dump.py`).
 """
@@ -78,6 +79,22 @@ pytestmark = pytest.mark.spark  # the module's pipeline rolls and compacts on th
 Entry = tuple
 
 
+@dataclass(frozen=True)
+class BatchShape:
+    """What a cleaner decides about a batch: kept or not, its records' count, and whether it got a delete horizon
+    (the horizon itself is each cleaner's clock + delete.retention.ms)."""
+
+    base_offset: int
+    last_offset: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    transactional: bool
+    control: bool
+    records: int
+    has_delete_horizon: bool
+
+
 @dataclass
 class BrokerRun:
     """What the module's one pipeline produced, for the tests to judge."""
@@ -90,6 +107,8 @@ class BrokerRun:
     broker_cleaned_to: dict[int, int]
     broker_entries: dict[int, list[Entry]]
     kcompact_entries: dict[int, list[Entry]]
+    broker_batches: dict[int, list[BatchShape]]
+    kcompact_batches: dict[int, list[BatchShape]]
     written: dict[str, list[Path]] = field(default_factory=dict)
     upload_stderr: str = ""
 
@@ -146,6 +165,14 @@ def _active_rolling_ms(logdir: Path) -> int:
         active = max((logdir / f"{TOPIC}-{p}").glob("*.log"))
         clocks.append(next(iter_batch_headers(active.read_bytes(), obj=str(active))).max_timestamp)
     return min(clocks)
+
+
+def batch_shapes(files: list[Path]) -> list[BatchShape]:
+    return [BatchShape(b.base_offset, b.base_offset + b.last_offset_delta, b.producer_id, b.producer_epoch,
+                       b.base_sequence, b.is_transactional, b.is_control, len(b.records),
+                       b.delete_horizon_ms is not None)
+            for path in sorted(f for f in files if f.suffix == ".log")
+            for _pos, b in iter_batches(path.read_bytes(), obj=str(path))]
 
 
 def _wait_cleaned(broker: KafkaBroker, active_bases: dict[int, int]) -> dict[int, int]:
@@ -210,11 +237,13 @@ def broker_run(kafka_runtime: str, request: pytest.FixtureRequest, tmp_path_fact
 
         broker_cleaned_to = _wait_cleaned(broker, active_bases)
         broker.stop()
-        broker_entries = {p: log_entries(list(broker.partition_dir(TOPIC, p).iterdir())) for p in PARTITIONS}
-        kcompact_entries = {p: log_entries([f for f in written["compacted"] if f.parent.name == f"{TOPIC}-{p}"])
-                            for p in PARTITIONS}
+        broker_files = {p: list(broker.partition_dir(TOPIC, p).iterdir()) for p in PARTITIONS}
+        ours = {p: [f for f in written["compacted"] if f.parent.name == f"{TOPIC}-{p}"] for p in PARTITIONS}
         yield BrokerRun(root, store, consumed, kcompact_read, kcompact_cleaned_to, broker_cleaned_to,
-                        broker_entries, kcompact_entries, written, upload_err)
+                        {p: log_entries(broker_files[p]) for p in PARTITIONS},
+                        {p: log_entries(ours[p]) for p in PARTITIONS},
+                        {p: batch_shapes(broker_files[p]) for p in PARTITIONS},
+                        {p: batch_shapes(ours[p]) for p in PARTITIONS}, written, upload_err)
 
     finally:
         broker.stop()
@@ -242,12 +271,30 @@ def test_read_committed_after_compaction_is_the_real_consumers_view_compacted(br
 
 
 def test_surviving_records_are_kafkas_cleaners(broker_run: BrokerRun) -> None:
+    """Both cleaned the same range (everything below the broker's active segment) and left the same records."""
+    assert broker_run.kcompact_cleaned_to == broker_run.broker_cleaned_to
     for p in PARTITIONS:
-        below = min(broker_run.broker_cleaned_to[p], broker_run.kcompact_cleaned_to[p])
+        below = broker_run.broker_cleaned_to[p]
         assert below > 0
         ours = [e for e in broker_run.kcompact_entries[p] if e[0] < below]
         kafkas = [e for e in broker_run.broker_entries[p] if e[0] < below]
         assert ours == kafkas, f"partition {p} below {below}: {_first_difference(ours, kafkas)}"
+
+
+def test_kept_batches_are_kafkas_but_for_the_producer_state_at_the_tier_end(broker_run: BrokerRun) -> None:
+    """Kafka's cleaner keeps a producer's last batch (empty if need be) judged by the producer state at the log end;
+    kcompact judges it at the end of the tier, the log it compacts (docs/kafka_referee.md). So kcompact may keep,
+    empty, a batch that is its producer's last in the tier although the broker's active segment holds a later one;
+    every other batch is kept or dropped alike, with the same records count and a horizon on the same batches."""
+    for p in PARTITIONS:
+        below = broker_run.broker_cleaned_to[p]
+        ours = [b for b in broker_run.kcompact_batches[p] if b.last_offset < below]
+        kafkas = [b for b in broker_run.broker_batches[p] if b.last_offset < below]
+        extra = [b for b in ours if b not in kafkas]
+        assert [b for b in ours if b not in extra] == kafkas, f"partition {p}"
+        later = {b.producer_id for b in broker_run.broker_batches[p] if b.base_offset >= below and not b.control}
+        for b in extra:
+            assert b.records == 0 and b.producer_id in later, f"partition {p}: kcompact keeps {b}, Kafka does not"
 
 
 def _first_difference(ours: list[Entry], kafkas: list[Entry]) -> str:
