@@ -45,6 +45,7 @@ _INDEXES = (".index", ".timeindex")
 _KAFKA_NAME = re.compile(r"[0-9]{20}\.(log|index|timeindex|txnindex|snapshot|leader-epoch-checkpoint)|"
                          r"(.*[-.])?leader-epoch-checkpoint")
 _PAIR = re.compile(r"\s+(-?\d+) is followed by (-?\d+)")
+_STACK_FRAME = re.compile(r"\s+(at |\.\.\. \d+ more)")  # an exception's frames: its first line is quoted
 _MAX_QUOTED_LINES = 60
 
 
@@ -107,13 +108,18 @@ def _groups(files: Sequence[Path]) -> tuple[list[str], list[str], list[str]]:
 
 def findings(stdout: str, stderr: str) -> list[str]:
     """The lines of the harness's output that report an error or a mismatch (empty: all is well)."""
-    problems = [line for line in stdout.splitlines()
-                if "isvalid: false" in line or re.search(r"Found \d+ invalid bytes at the end of", line)]
+    problems = []
+    dumping = ""
+    for line in stdout.splitlines():
+        if line.startswith("Dumping "):
+            dumping = line
+        elif "isvalid: false" in line or re.search(r"Found \d+ invalid bytes at the end of", line):
+            problems.append(f"{dumping}: {line}")
     lines = stderr.splitlines()
     i = 0
     while i < len(lines):
         line = lines[i]
-        if line.startswith("==== ") or not line.strip():
+        if line.startswith("==== ") or not line.strip() or _STACK_FRAME.match(line):
             i += 1
         elif line.startswith("Non-consecutive offsets in "):
             pairs = []
