@@ -51,3 +51,7 @@ def kafka_broker_factory(kafka_runtime: str, tmp_path_factory: pytest.TempPathFa
 def kafka_broker(kafka_broker_factory: BrokerFactory) -> KafkaBroker:
     """One single-node KRaft broker on 127.0.0.1 with free ports, stopped after the test."""
     return kafka_broker_factory()
+
+
+# The shared local[2] SparkSession of tests/spark/, for the tests here that compare kcompact's Spark path with Kafka.
+from tests.spark.conftest import spark  # noqa: E402, F401
