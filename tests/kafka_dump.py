@@ -116,10 +116,14 @@ def findings(stdout: str, stderr: str) -> list[str]:
         elif "isvalid: false" in line or re.search(r"Found \d+ invalid bytes at the end of", line):
             problems.append(f"{dumping}: {line}")
     lines = stderr.splitlines()
+    snapshot = ""  # the producer snapshot being read: DumpLogSegments' message about a corrupt one does not name it
     i = 0
     while i < len(lines):
         line = lines[i]
-        if line.startswith("==== ") or not line.strip() or _STACK_FRAME.match(line):
+        if line.startswith("==== "):
+            snapshot = line.removeprefix("==== snapshot ") if line.startswith("==== snapshot ") else ""
+            i += 1
+        elif not line.strip() or _STACK_FRAME.match(line):
             i += 1
         elif line.startswith("Non-consecutive offsets in "):
             pairs = []
@@ -131,7 +135,7 @@ def findings(stdout: str, stderr: str) -> list[str]:
             if bad:
                 problems += [line + " (offsets that do not increase)", *bad]
         else:
-            problems.append(line)
+            problems.append(f"{snapshot}: {line}" if snapshot else line)
             i += 1
     return problems
 

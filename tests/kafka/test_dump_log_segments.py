@@ -98,7 +98,7 @@ def _damage(kind: str, d: Path) -> str:
     if kind == "producer-snapshot":
         snapshot = min(d.glob("*.snapshot"))
         _flip(snapshot, snapshot.stat().st_size - 3)
-        return "CRC"
+        return f"{snapshot}: Snapshot is corrupt (CRC is no longer valid)"
     if kind == "leader-epochs":
         checkpoint = d / f"{base}.leader-epoch-checkpoint"
         checkpoint.write_text("0\n2\n3 100\n1 200\n")

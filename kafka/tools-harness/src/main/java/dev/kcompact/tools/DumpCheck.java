@@ -22,7 +22,8 @@ import org.apache.kafka.storage.internals.log.EpochEntry;
  * </pre>
  *
  * Each pass starts with a line {@code ==== <group>} on stdout and on stderr, so the caller can tell whose output is
- * whose. A pass that throws prints {@code DUMPCHECK ERROR <group>: <exception>} on stderr and the next pass runs; the
+ * whose; producer snapshots are read one at a time, each after a line {@code ==== snapshot <file>} on stderr (what
+ * DumpLogSegments prints of a corrupt one does not name it). A pass that throws prints {@code DUMPCHECK ERROR <group>: <exception>} on stderr and the next pass runs; the
  * exit code is 1 if any pass threw. DumpLogSegments' own findings (index mismatches, non-consecutive offsets, invalid
  * batches) are left in its output for the caller to judge: the tool exits 0 with them.
  */
@@ -74,8 +75,23 @@ public final class DumpCheck {
 
     private static void run(String group, List<String> files) throws Exception {
         switch (group) {
-            case "verify" -> DumpLogSegments.main(new String[] {
-                "--deep-iteration", "--verify-index-only", "--files", String.join(",", files)});
+            case "verify" -> {
+                List<String> snapshots = files.stream().filter(f -> f.endsWith(".snapshot")).toList();
+                List<String> others = files.stream().filter(f -> !f.endsWith(".snapshot")).toList();
+                if (!others.isEmpty()) {
+                    DumpLogSegments.main(new String[] {
+                        "--deep-iteration", "--verify-index-only", "--files", String.join(",", others)});
+                }
+                // DumpLogSegments prints a corrupt snapshot's message without its file: one call per snapshot,
+                // each after a marker naming it.
+                for (String snapshot : snapshots) {
+                    System.out.flush();
+                    System.err.println("==== snapshot " + snapshot);
+                    DumpLogSegments.main(new String[] {"--files", snapshot});
+                    System.out.flush();
+                    System.err.flush();
+                }
+            }
             case "sanity" -> DumpLogSegments.main(new String[] {
                 "--index-sanity-check", "--files", String.join(",", files)});
             case "epochs" -> {
