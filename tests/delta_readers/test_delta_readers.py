@@ -61,7 +61,7 @@ class Table:
 def write_store(spark: SparkSession, store: ObjectStore, root: Path, table_uri: str) -> list[Table]:
     """Two rounds of append, tier, compact and `kcompact table` into `store` and `table_uri` (see the module)."""
     rng = random.Random(25)
-    producers = [RandomProducer(ScenarioLog(TOPIC, T, partition=p), rng) for p in range(2)]
+    producers = [RandomProducer(ScenarioLog(TOPIC, T, partition=p), rng, keys=40) for p in range(2)]
     now = T
     metadata_uri = store.delta_uri(METADATA_TABLE_NAME)
     versions = []
