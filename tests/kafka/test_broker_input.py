@@ -57,7 +57,6 @@ from tests.kafka.broker_workload import (
 )
 from tests.kafka_dump import dump_check, materialise_partition
 from tests.kafka_runtime import KafkaBroker
-from tests.spark.conftest import spark  # noqa: F401 (the shared local[2] session of tests/spark/)
 
 TOPIC = "events"
 PARTITIONS = (0, 1)

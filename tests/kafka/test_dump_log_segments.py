@@ -29,7 +29,6 @@ from compaction.metadata import table_in_store
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 from tests.kafka_dump import dump_check, materialise_partition
-from tests.spark.conftest import spark  # noqa: F401 (the shared local[2] session of tests/spark/)
 
 DAY = 86_400_000
 SPEC = WorkloadSpec(topics=(TopicSpec("orders", 1),), records_per_partition=3000, keys=150, segment_bytes=48 * 1024,
@@ -54,7 +53,7 @@ def _config() -> KcompactConfig:
 
 
 def test_kafkas_tools_read_kcompacts_tiered_and_compacted_segments(
-        spark: SparkSession, tiered: ObjectStore, tmp_path: Path) -> None:  # noqa: F811
+        spark: SparkSession, tiered: ObjectStore, tmp_path: Path) -> None:
     files = materialise_partition(tiered, "orders", 0, tmp_path / "tiered" / "orders-0")
     first = compaction.compact(spark, tiered, _config(), NOW)
     assert first["exit_code"] == 0, first
