@@ -93,8 +93,10 @@ echo
 echo "== 13. the topic as a Delta table: one row per live key (kcompact table), read back with delta-rs"
 rm -rf ./kcompact-tables/orders
 $KC table --store "$STORE" --config conf/kcompact.yaml --topic orders --table ./kcompact-tables/orders --now "$LATER" | tail -1
-$PY -c 'from deltalake import DeltaTable
-rows = DeltaTable("kcompact-tables/orders").to_pyarrow_table().sort_by("key")
+$PY -c 'import pyarrow as pa
+from deltalake import DeltaTable, QueryBuilder
+rows = pa.table(QueryBuilder().register("orders", DeltaTable("kcompact-tables/orders")).execute(
+    "SELECT * FROM orders ORDER BY key").read_all())
 print(rows.num_rows, "live keys; the first three:")
 for r in rows.slice(0, 3).to_pylist():
     print(" ", r["key"].decode(errors="replace"), "=", r["value"][:40], "partition", r["partition"], "offset", r["offset"])'

@@ -78,9 +78,11 @@ def _diagnosed(args: argparse.Namespace, exc: KcompactError) -> KcompactError:
 def run(argv: Sequence[str] | None = None) -> None:
     """The console script: `main`, then leave without running interpreter teardown.
 
-    deltalake's Rust runtime can abort the interpreter at shutdown ("terminate called without an active
-    exception", delta-rs#2184) after a table was read, which would turn a success into exit 134 for an
-    orchestrator. Everything is flushed first; Spark was stopped by the command that started it.
+    A native library's fault at interpreter exit would turn a finished run into exit 134 for an orchestrator.
+    The one found (an Arrow thread releasing delta-rs's Python filesystem after finalization began,
+    docs/upstream.md) is avoided where kcompact reads tables (`compaction.metadata.table.read_rows`); this exit
+    keeps any other from deciding a run's outcome. Everything is flushed first; Spark was stopped by the command
+    that started it.
     """
     code = main(argv)
     sys.stdout.flush()

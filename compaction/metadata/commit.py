@@ -116,7 +116,7 @@ def commit(table: MetadataTable, change_set: ChangeSet, now_ms: int) -> CommitRe
     n, found n + 1), which is how a caller that lost the outcome finds out; then read the partition.
     """
     dt = table.delta_table()
-    current = load_partition(dt, change_set.topic, change_set.partition, table.table_uri)
+    current = load_partition(dt, change_set.topic, change_set.partition, table.table_uri, table.storage_options)
     return _write(dt, apply_change_set(current, change_set, now_ms))
 
 
@@ -132,7 +132,7 @@ def _replanned(
     """
     for attempt in range(1, attempts + 1):
         dt = table.delta_table()
-        rows = build(load_partition(dt, tp.topic, tp.partition, table.table_uri))
+        rows = build(load_partition(dt, tp.topic, tp.partition, table.table_uri, table.storage_options))
         try:
             return _write(dt, rows)
         except CommitConflictError:

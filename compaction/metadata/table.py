@@ -1,6 +1,6 @@
 """Opening the metadata table and reading snapshots of it, at the latest version or by time travel.
 
-The table is read only through delta-rs (`DeltaTable.to_pyarrow_table`), never by listing parquet files
+The table is read only through delta-rs (`DeltaTable.to_pyarrow_table`, `read_rows`), never by listing parquet files
 in its directory: old files stay there until vacuum, and only the Delta log says which are current. A
 partition is loaded with a filter on both partition columns, so delta-rs prunes the other partitions'
 files. `MetadataTable` holds nothing but the URI and storage options: it is small, picklable and safe to
@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
+import pyarrow.fs as pa_fs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
@@ -139,12 +141,12 @@ class MetadataTable:
         """Every partition at `version` (latest if None)."""
         dt = self.delta_table(version)
         with reading(self._uri, self._diagnose):
-            rows = dt.to_pyarrow_table()
+            rows = read_rows(dt, self._options)
         return _snapshot_of(dt, rows, self._uri)
 
     def partition_snapshot(self, topic: str, partition: int, version: int | None = None) -> PartitionSnapshot:
         """One partition at `version` (latest if None), read with partition filters."""
-        return load_partition(self.delta_table(version), topic, partition, self._uri)
+        return load_partition(self.delta_table(version), topic, partition, self._uri, self._options)
 
     def live_segments(self, topic: str, partition: int, version: int | None = None) -> tuple[SegmentMetadata, ...]:
         """The partition's live segments (COPY_SEGMENT_FINISHED, not zombie) by start offset."""
@@ -164,12 +166,45 @@ class MetadataTable:
         return f"MetadataTable({self._uri!r})"
 
 
-def load_partition(dt: DeltaTable, topic: str, partition: int, where: str = "metadata") -> PartitionSnapshot:
+def load_partition(dt: DeltaTable, topic: str, partition: int, where: str = "metadata",
+                   storage_options: Mapping[str, str] | None = None) -> PartitionSnapshot:
     """One partition of the already opened `dt`, at `dt`'s version, read with partition filters."""
     filters: Any = [("topic", "=", check_topic(topic)), ("partition", "=", int(partition))]
     with reading(f"{where} ({topic}-{partition})"):
-        rows = dt.to_pyarrow_table(filters=filters)
+        rows = read_rows(dt, storage_options, filters)
     return _snapshot_of(dt, rows, where).partition(topic, partition)
+
+
+def read_rows(dt: DeltaTable, storage_options: Mapping[str, str] | None, filters: Any = None) -> pa.Table:
+    """`dt`'s rows (those matching `filters`), its data files read through Arrow's own filesystem for the table.
+
+    `DeltaTable.to_pyarrow_table` alone reads through delta-rs wrapped in a Python filesystem
+    (`pyarrow.fs.PyFileSystem`), which every fragment of the dataset holds. An Arrow I/O thread may drop the
+    last fragment after the interpreter began to exit; the wrapper's destructor then takes the GIL, CPython
+    (before 3.14) ends such a thread with `pthread_exit`, and the unwind through a C++ destructor calls
+    `std::terminate`: exit 134 after a read that succeeded. A native filesystem holds no Python object.
+    """
+    return dt.to_pyarrow_table(filters=filters, filesystem=arrow_filesystem(dt.table_uri, storage_options or {}))
+
+
+def arrow_filesystem(table_uri: str, storage_options: Mapping[str, str]) -> pa_fs.FileSystem:
+    """Arrow's filesystem rooted at the table: local, or S3 with the endpoint, region and credentials delta-rs
+    is given (none given: the AWS SDK's own chain, as delta-rs does)."""
+    parts = urlsplit(table_uri)
+    if parts.scheme in ("", "file"):
+        return pa_fs.SubTreeFileSystem(unquote(parts.path) if parts.scheme else table_uri, pa_fs.LocalFileSystem())
+    if parts.scheme not in ("s3", "s3a"):
+        raise ValueError(f"{table_uri}: no Arrow filesystem for the scheme {parts.scheme!r}")
+    endpoint = urlsplit(storage_options["AWS_ENDPOINT_URL"]) if "AWS_ENDPOINT_URL" in storage_options else None
+    s3 = pa_fs.S3FileSystem(
+        access_key=storage_options.get("AWS_ACCESS_KEY_ID"),
+        secret_key=storage_options.get("AWS_SECRET_ACCESS_KEY"),
+        session_token=storage_options.get("AWS_SESSION_TOKEN"),
+        region=storage_options.get("AWS_REGION"),
+        endpoint_override=endpoint.netloc if endpoint else None,
+        scheme=endpoint.scheme if endpoint else "https",
+    )
+    return pa_fs.SubTreeFileSystem(f"{parts.netloc}{unquote(parts.path)}".rstrip("/"), s3)
 
 
 @contextlib.contextmanager

@@ -34,7 +34,7 @@ from compaction.errors import (
     plain_text,
 )
 from compaction.metadata.model import SegmentState, check_transition
-from compaction.metadata.table import Diagnose, ObjectStoreLike, reading
+from compaction.metadata.table import Diagnose, ObjectStoreLike, read_rows, reading
 from compaction.wal.model import WAL_SCHEMA, WAL_TABLE_NAME, WalObject, objects_from_rows, objects_to_arrow
 
 
@@ -113,11 +113,10 @@ class WalTable:
         except MetadataTableNotFoundError:
             return []
         filters: Any = [("topic", "=", topic), ("partition", "=", int(partition))]
-        return objects_from_rows(dt.to_pyarrow_table(filters=filters).to_pylist())
+        return objects_from_rows(read_rows(dt, self._options, filters).to_pylist())
 
-    @staticmethod
-    def _objects_of(dt: DeltaTable, states: Iterable[SegmentState] | None = None) -> list[WalObject]:
-        rows = dt.to_pyarrow_table()
+    def _objects_of(self, dt: DeltaTable, states: Iterable[SegmentState] | None = None) -> list[WalObject]:
+        rows = read_rows(dt, self._options)
         if states is not None:
             rows = rows.filter(pc.is_in(rows["state"], value_set=_strings(s.value for s in states)))
         return objects_from_rows(rows.to_pylist())
