@@ -9,8 +9,8 @@ kcompact (plan → stage → commit, one Spark stage for all partitions), and cl
 After each round every partition's tiered segments must equal Kafka's inactive ones: the segment bases (Kafka's
 `groupSegmentsBySize`), per batch every header field the cleaner decides and per record offset, timestamp, key,
 value and headers; the offset, time and transaction indexes byte for byte; and Kafka's DumpLogSegments finds in
-kcompact's files nothing it does not find in Kafka's own (`tests.kafka_dump`). `make test` runs one example of 24
-workloads; `make soak` (KCOMPACT_SOAK=full) four of 60 (a Spark pass costs about the same for 24 partitions as
+kcompact's files nothing it does not find in Kafka's own (`tests.kafka_dump`). `make test` runs one example of 20
+workloads; `make soak` (KCOMPACT_SOAK=full) four of 60 (a Spark pass costs about the same for 20 partitions as
 for 60).
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,7 @@ from tests.cleaner_differential import (
     differences,
     dump_differences,
     index_differences,
+    later_producers,
     log_batches,
     tier_bound,
     workload,
@@ -46,7 +48,7 @@ from tests.kafka_dump import materialise_partition
 from tests.scenario_log import ScenarioLog, tier
 
 SOAK = os.environ.get("KCOMPACT_SOAK") == "full"
-PARTITIONS = 60 if SOAK else 24
+PARTITIONS = 60 if SOAK else 20
 EXAMPLES = 4 if SOAK else 1
 T = 1_800_000_000_000
 RETENTION_MS = 3_600_000
@@ -75,32 +77,38 @@ def our_segments(store: ObjectStore, log: ScenarioLog) -> list[tuple[int, bytes]
     return [(s.start_offset, store.get(s.object_key(ObjectSuffix.LOG) or "")) for s in live]
 
 
-def round_differences(name: str, kafka: list[tuple[int, bytes]], ours: list[tuple[int, bytes]]) -> list[str]:
-    """Kafka's inactive segments against kcompact's tiered ones: the grouping, then batch by batch."""
+def round_differences(name: str, kafka: list[tuple[int, bytes]], ours: list[tuple[int, bytes]],
+                      later: frozenset[int]) -> tuple[list[str], list[str]]:
+    """Kafka's inactive segments against kcompact's tiered ones: the grouping, then batch by batch; and apart, the
+    differences docs/fidelity.md allows."""
     inactive = kafka[:-1]
     out = []
     if [b for b, _ in inactive] != [b for b, _ in ours]:
         out.append(f"{name}: segment bases kafka={[b for b, _ in inactive]} kcompact={[b for b, _ in ours]}")
     k = [batch for base, data in inactive for batch in log_batches(data, f"{name} Kafka's {base}")]
     o = [batch for base, data in ours for batch in log_batches(data, f"{name} kcompact's {base}")]
-    return out + differences(name, k, o)
+    found, allowed = differences(name, k, o, later)
+    return out + found, allowed
 
 
-@settings(max_examples=EXAMPLES, deadline=None, database=None, phases=(Phase.explicit, Phase.generate),
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(st.randoms(use_true_random=True))
-def test_soak_kcompact_cleans_as_kafkas_cleaner(spark: SparkSession, kafka_runtime: str,
-                                                tmp_path_factory: pytest.TempPathFactory,
-                                                rnd: random.Random) -> None:
-    drawn = [workload(rnd) for _ in range(PARTITIONS)]
-    root = tmp_path_factory.mktemp("differential")
+@dataclass
+class Outcome:
+    found: list[str] = field(default_factory=list)
+    documented: list[str] = field(default_factory=list)
+    tally: Tally = field(default_factory=Tally)
+
+
+def run_rounds(spark: SparkSession, root: Path, seed: int, partitions: int) -> Outcome:
+    """Draw `partitions` workloads from `Random(seed)` and clean them in two rounds on both sides under `root`."""
+    rnd = random.Random(seed)
+    drawn = [workload(rnd) for _ in range(partitions)]
+    out = Outcome()
+    found, documented, tally = out.found, out.documented, out.tally
     store = open_store(str(root / "store"))
     kafka = KafkaSide(root / "kafka", {k: str(v) for k, v in TOPIC_CONFIG.items()})
     (root / "kafka").mkdir()
     logs = [ScenarioLog(f"dw{i}", T, partition=i % 3, segment_bytes=ROLL_BYTES) for i in range(len(drawn))]
     appenders = [Appender(log, {p.pid: p for p in w.producers}) for log, w in zip(logs, drawn, strict=True)]
-    found: list[str] = []
-    tally = Tally()
     now = T + 60_000
     for r in range(2):
         for log, appender, w in zip(logs, appenders, drawn, strict=True):
@@ -121,10 +129,26 @@ def test_soak_kcompact_cleans_as_kafkas_cleaner(spark: SparkSession, kafka_runti
             name += f"{kafka_rounds[log.name].first_uncleanable}))"
             kafka_segments = kafka.segments(log.name)
             tally.add(kafka_rounds[log.name], kafka_segments)
-            found += round_differences(name, kafka_segments, our_segments(store, log))
+            unexplained, allowed = round_differences(name, kafka_segments, our_segments(store, log),
+                                                     later_producers(log))
+            found += unexplained
+            documented += allowed
         for log in logs:
             log.timestamp = now + 1_000
         now += RETENTION_MS + 1
-    print(f"differential: {len(drawn)} workloads, {tally}")
-    assert not found, "kcompact's output differs from Kafka's cleaner:\n" + "\n".join(found[:200])
-    assert tally.cleaned and tally.removed and tally.empty and tally.horizons, f"a trivial draw: {tally}"
+    return out
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None, phases=(Phase.explicit, Phase.generate),
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1))
+def test_soak_kcompact_cleans_as_kafkas_cleaner(spark: SparkSession, kafka_runtime: str,
+                                                tmp_path_factory: pytest.TempPathFactory, seed: int) -> None:
+    out = run_rounds(spark, tmp_path_factory.mktemp("differential"), seed, PARTITIONS)
+    print(f"differential (seed {seed}): {PARTITIONS} workloads, {out.tally}; {len(out.documented)} documented "
+          "differences")
+    print("\n".join(out.documented))
+    assert not out.found, f"kcompact's output differs from Kafka's cleaner (seed {seed}):\n" + "\n".join(
+        out.found[:200])
+    assert out.tally.cleaned and out.tally.removed and out.tally.empty and out.tally.horizons, (
+        f"a trivial draw: {out.tally}")
