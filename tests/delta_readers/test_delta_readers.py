@@ -14,7 +14,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,9 +119,8 @@ def read_with_delta_spark(tmp: Path, tables: dict[str, Table], s3_endpoint: str)
     env.update(PYSPARK_PYTHON=str(DELTA_PYTHON), SPARK_LOCAL_IP="127.0.0.1")
     done = subprocess.run([str(DELTA_PYTHON), str(READER), str(tmp / "request.json"), str(tmp / "answer.json")],
                           env=env, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr[-6000:])
-    assert done.returncode == 0, f"delta-spark's reader exited {done.returncode}: {done.stderr[-2000:]}"
+    (tmp / "delta-spark.log").write_text(done.stderr)
+    assert done.returncode == 0, f"delta-spark's reader exited {done.returncode}: {done.stderr[-3000:]}"
     answer: dict[str, Any] = json.loads((tmp / "answer.json").read_text())
     return answer
 
