@@ -11,6 +11,8 @@ export NUMBA_CACHE_DIR := $(abspath .numba-cache)
 
 .PHONY: venv test test-fast lint demo bench bench-wal soak clean java airflow-test kafka delta-readers-test
 
+# The venv, and the numba kernels compiled into compaction/**/__pycache__ for this CPU and a generic one
+# (compaction/kernels/build.py, ~1 min), so that no run compiles them.
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -18,6 +20,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/python -m compaction.kernels.build
 	@touch $(STAMP)
 
 java:

@@ -56,12 +56,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import crc32c
-import numba
 import numpy as np
 import pyarrow as pa
 
 from compaction.bloom.hashing import key_hashes, mix64, reference_hash, reference_positions
 from compaction.errors import CorruptInputError
+from compaction.kernels import kernel
 
 MAGIC = b"KCBF"
 VERSION = 1
@@ -123,7 +123,7 @@ def filter_shape(n: int, fpp: float) -> tuple[int, int]:
     return m, k
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _insert(bits: np.ndarray, m: int, k: int, hashes: np.ndarray) -> None:
     mm = np.uint64(m)
     for j in range(hashes.shape[0]):
@@ -136,13 +136,13 @@ def _insert(bits: np.ndarray, m: int, k: int, hashes: np.ndarray) -> None:
             g = g + h2
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _positives(bits: np.ndarray, m: int, k: int, hashes: np.ndarray) -> int:
     """How many of `hashes` test positive (every probe bit set)."""
     return int(_positive_mask(bits, m, k, hashes).sum())
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _positive_mask(bits: np.ndarray, m: int, k: int, hashes: np.ndarray) -> np.ndarray:
     mm = np.uint64(m)
     out = np.zeros(hashes.shape[0], np.bool_)

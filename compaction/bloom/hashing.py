@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 import pyarrow as pa
 import xxhash
 
 from compaction.format.scan import binary_buffers
+from compaction.kernels import kernel
 
 MASK64 = (1 << 64) - 1
 
@@ -35,12 +35,12 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def _rotl(x: Any, r: int) -> Any:
     return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def _read64(buf: np.ndarray, p: int) -> Any:
     v = np.uint64(0)
     for i in range(7, -1, -1):
@@ -48,7 +48,7 @@ def _read64(buf: np.ndarray, p: int) -> Any:
     return v
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def _read32(buf: np.ndarray, p: int) -> Any:
     v = np.uint64(0)
     for i in range(3, -1, -1):
@@ -56,19 +56,19 @@ def _read32(buf: np.ndarray, p: int) -> Any:
     return v
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def _round(acc: Any, lane: Any) -> Any:
     acc = acc + lane * _P2
     return _rotl(acc, 31) * _P1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def _merge(acc: Any, lane: Any) -> Any:
     acc = acc ^ _round(np.uint64(0), lane)
     return acc * _P1 + _P4
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _xxh64(buf: np.ndarray, start: int, end: int) -> Any:
     """XXH64 with seed 0 of `buf[start:end]` (the published algorithm, little-endian lanes)."""
     p = start
@@ -111,7 +111,7 @@ def _xxh64(buf: np.ndarray, start: int, end: int) -> Any:
     return h ^ (h >> np.uint64(32))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def mix64(h: Any) -> Any:
     """SplitMix64's finalizer: the second hash of double hashing, derived from the first."""
     z = h + _GOLDEN
@@ -120,7 +120,7 @@ def mix64(h: Any) -> Any:
     return z ^ (z >> np.uint64(31))
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _hash_column(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray) -> np.ndarray:
     n = offsets.shape[0] - 1
     out = np.empty(n, np.uint64)

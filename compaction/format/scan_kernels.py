@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
+
+from compaction.kernels import kernel
 
 # Batch-table columns produced by `walk_batches`, in order.
 (
@@ -45,7 +46,7 @@ N_BATCH_FIELDS = 13
 N_RECORD_FIELDS = 9
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _be(buf: np.ndarray, pos: int, n: int) -> Any:
     v = np.int64(0)
     for i in range(n):
@@ -57,7 +58,7 @@ def _be(buf: np.ndarray, pos: int, n: int) -> Any:
     return v
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def walk_batches(buf: np.ndarray) -> tuple[np.ndarray, int, int]:
     """Header fields of every batch; returns (fields[n, 13], status, error position). status 0 = ok."""
     end = buf.shape[0]
@@ -95,7 +96,7 @@ def walk_batches(buf: np.ndarray) -> tuple[np.ndarray, int, int]:
     return out, 0, 0
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def varint_at(buf: np.ndarray, pos: int, end: int, max_bytes: int) -> tuple[Any, int]:
     """Zigzag varint at pos -> (value, next pos); next pos = -1 on error."""
     result = np.uint64(0)
@@ -113,7 +114,7 @@ def varint_at(buf: np.ndarray, pos: int, end: int, max_bytes: int) -> tuple[Any,
         shift += 7
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def decode_record_ranges(
     main: np.ndarray,
     side: np.ndarray,
@@ -207,7 +208,7 @@ def decode_record_ranges(
     return 0, 0, 0
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def gather_ranges(
     main: np.ndarray,
     side: np.ndarray,

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numba
 import numpy as np
 
 from compaction.bloom.hashing import MASK64, mix64, reference_mix64
 from compaction.format.batch import RECORDS_OFFSET
+from compaction.kernels import kernel
 from compaction.rewrite.records import _varint_size, _write_varint
 
 if TYPE_CHECKING:
@@ -118,13 +118,13 @@ def encode_batches(spec: BulkSpec, draws: PartitionDraws, out: np.ndarray, bound
     )
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _draw(seed: np.uint64, offset: int) -> Any:
     """SplitMix64 at state seed + offset·γ: uniform 64 bits, a pure function of seed and offset."""
     return mix64(seed + np.uint64(offset) * _GAMMA_U - _GAMMA_U)  # mix64 adds the last γ
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _put_be(out: np.ndarray, pos: int, value: int, nbytes: int) -> None:
     """Big-endian two's complement of `value` in `nbytes` bytes."""
     v = np.int64(value)
@@ -133,7 +133,7 @@ def _put_be(out: np.ndarray, pos: int, value: int, nbytes: int) -> None:
         v >>= 8
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _encode_batches(
     out: np.ndarray,
     bounds: np.ndarray,

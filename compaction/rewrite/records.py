@@ -19,7 +19,6 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 
 from compaction.errors import CorruptBatchError
@@ -38,6 +37,7 @@ from compaction.format.batch import (
 from compaction.format.codecs import Codec, compress, decompress
 from compaction.format.scan_kernels import varint_at
 from compaction.format.segment import BatchHeader
+from compaction.kernels import kernel
 
 _FIRST_KEPT = np.iinfo(np.int64).min
 """Sentinel for "no base timestamp given": use the first retained record's timestamp."""
@@ -45,7 +45,7 @@ _MAX_GROWTH_PER_RECORD = 4 + 9
 """A re-encoded record grows by at most 4 bytes of length prefix and 9 of timestamp delta."""
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _write_varint(out: np.ndarray, pos: int, value: int) -> int:
     v = np.uint64((np.int64(value) << np.int64(1)) ^ (np.int64(value) >> np.int64(63)))
     while v >= np.uint64(0x80):
@@ -56,7 +56,7 @@ def _write_varint(out: np.ndarray, pos: int, value: int) -> int:
     return pos + 1
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _varint_size(value: int) -> int:
     v = np.uint64((np.int64(value) << np.int64(1)) ^ (np.int64(value) >> np.int64(63)))
     size = 1
@@ -66,7 +66,7 @@ def _varint_size(value: int) -> int:
     return size
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _filter_section(
     src: np.ndarray,
     count: int,

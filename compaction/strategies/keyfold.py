@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 import pyarrow as pa
 
 from compaction.format.scan import binary_buffers
+from compaction.kernels import kernel
 
 _EMPTY = -1
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -32,7 +32,7 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 _BINARY_LIMIT = 2**31 - 1
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _hash(data: np.ndarray, start: int, end: int) -> Any:
     """The slot hash of `data[start:end]`. Not `compaction.bloom.hashing`'s XXH64: numba's cache of `_fold` and
     `_rehash` is invalidated when this file changes, not when another module's kernel they call does, and both
@@ -57,7 +57,7 @@ memory; loading the slots, then the entries, then the key bytes of a batch's row
 waits overlap (about 2x on `make bench` P6's keys) before the rows are folded in order."""
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _touch(slots: np.ndarray, entries: np.ndarray, arena: np.ndarray, hashes: np.ndarray, found: np.ndarray,
            count: int, mask: Any) -> Any:
     """Load, for `count` hashed rows, their first slot, the entry it names and that entry's first key byte
@@ -79,7 +79,7 @@ def _touch(slots: np.ndarray, entries: np.ndarray, arena: np.ndarray, hashes: np
     return total
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _fold(slots: np.ndarray, entries: np.ndarray, arena: np.ndarray, n: int, used: int,
           key_offsets: np.ndarray, key_data: np.ndarray, has_version: np.ndarray, version: np.ndarray,
           offset: np.ndarray, dirty: np.ndarray, row: int) -> Any:
@@ -144,7 +144,7 @@ def _fold(slots: np.ndarray, entries: np.ndarray, arena: np.ndarray, n: int, use
     return row, n, used, sink
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _rehash(slots: np.ndarray, entries: np.ndarray, arena: np.ndarray, n: int) -> None:
     """Slot the first `n` entries into (empty) `slots`, their hashes computed again from the key bytes."""
     mask = np.uint64(len(slots) - 1)

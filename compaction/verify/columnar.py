@@ -18,7 +18,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +29,7 @@ from compaction.format.codecs import Codec, decompress
 from compaction.format.scan import SegmentScan, scan_segment
 from compaction.format.segment import BatchHeader, iter_batch_headers
 from compaction.format.varint import read_varint
+from compaction.kernels import kernel
 from compaction.strategies.winner import AbortedRange, in_aborted, ranks
 
 HEADER = pa.struct([pa.field("key", pa.binary(), False), pa.field("value", pa.binary())])
@@ -148,7 +148,7 @@ def carried_tombstones(data: bytes | bytearray | memoryview, *, obj: str) -> pa.
 # --- headers ---------------------------------------------------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _skip_varint(buf: np.ndarray, pos: int, end: int) -> tuple[Any, int]:
     """(zigzag value, next position) of the varint at `pos`; next position -1 past `end`."""
     result = np.uint64(0)
@@ -163,7 +163,7 @@ def _skip_varint(buf: np.ndarray, pos: int, end: int) -> tuple[Any, int]:
     return 0, -1
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _header_sections(
     main: np.ndarray, side: np.ndarray, use_side: np.ndarray, sec_start: np.ndarray, sec_end: np.ndarray,
     counts: np.ndarray, total: int,

@@ -1,0 +1,108 @@
+"""Compile every kernel into the caches beside their modules: `python -m compaction.kernels.build`.
+
+`make venv` runs it in the checkout and `make dist` (scripts/pack_env.py) in the environment it packs, so that no
+run compiles: not a fresh clone's first `kcompact compact`, not an executor of a new Spark application. numba
+compiles a kernel once per argument types, so the warm-up calls the library's own entry points (scan, rank, fold,
+filter, rewrite, verify, the bulk generator) on a small generated log dir with every codec, transactions, aborts,
+tombstones and headers, as a run calls them, rather than the kernels with arguments of its own making.
+
+Each CPU is built in a process of its own (numba reads NUMBA_CPU_NAME when it starts): this machine's, whose
+entries a process here loads, and `generic`, whose entries any CPU of the architecture loads when it has none of
+its own (`cache.KernelCache`). Idempotent: an entry already cached is loaded, not compiled again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numba
+import numpy as np
+
+import compaction
+from compaction.kernels.cache import GENERIC_CPU
+
+CPUS = ("host", GENERIC_CPU)
+HEADER = "version"
+
+
+def warm_up(workdir: Path) -> None:
+    """Call every kernel once through the code that calls it in a run, on a log dir generated under `workdir`."""
+    from compaction.bloom.segment import segment_filter
+    from compaction.config import CompactionStrategy
+    from compaction.format.scan import scan_segment
+    from compaction.generate.bulk import BulkSpec, generate_bulk_logdir
+    from compaction.generate.topics import TopicSpec
+    from compaction.rewrite.group import SegmentInput, rewrite_group
+    from compaction.strategies.winner import segment_best
+    from compaction.verify.columnar import carried_tombstones, view_rows
+    from compaction.workload import WorkloadSpec, generate_logdir
+
+    generate_logdir(workdir / "log", WorkloadSpec(topics=(TopicSpec("warm", 1),), records_per_partition=600,
+                                                  keys=40, segment_bytes=8 * 1024, seed=27))
+    generate_bulk_logdir(workdir / "bulk", BulkSpec(topics=(TopicSpec("bulk", 1),), records_per_partition=200,
+                                                    keys=50))
+    for log in sorted((workdir / "log").rglob("*.log")):
+        data, obj = log.read_bytes(), str(log)
+        for header in (None, HEADER):
+            scan = scan_segment(data, obj=obj, header_key=header)
+        for strategy in CompactionStrategy:
+            segment_best(scan.records, (), strategy)
+            view_rows(data, obj=obj, strategy=strategy, header=HEADER, aborted=(), below=2**62)
+        segment_filter(scan, 0.01).positives(np.arange(4, dtype=np.uint64))
+        carried_tombstones(data, obj=obj)
+        base = int(log.stem)
+        winners = np.unique(scan.records["offset"].to_numpy()).astype(np.int64)
+        rewrite_group([SegmentInput(data, base, obj)], winners, upper_bound_offset=2**62, now_ms=0,
+                      delete_retention_ms=0)
+
+
+def cached_entries(package: Path) -> Counter[str]:
+    """How many compiled entries the caches under `package` hold, per CPU name (numba's index files)."""
+    counts: Counter[str] = Counter()
+    for index in package.rglob("__pycache__/*.nbi"):
+        with index.open("rb") as f:
+            if pickle.load(f) != numba.__version__:
+                continue
+            _stamp, overloads = pickle.loads(f.read())
+        counts.update(key[1][1] for key in overloads)
+    return counts
+
+
+def build(cpu: str) -> float:
+    """Run the warm-up in a fresh process compiling for `cpu` ("host" or "generic"); its wall time in seconds."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")}
+    if cpu != "host":
+        env["NUMBA_CPU_NAME"] = cpu
+    started = time.perf_counter()
+    isolated = ["-I"] if sys.flags.isolated else []  # pack_env.py: the packed environment's compaction, no other
+    subprocess.run([sys.executable, *isolated, "-m", "compaction.kernels.build", "--warm-up"], env=env, check=True)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpu", choices=(*CPUS, "both"), default="both")
+    parser.add_argument("--warm-up", action="store_true", help=argparse.SUPPRESS)  # the child process
+    args = parser.parse_args()
+    if args.warm_up:
+        with tempfile.TemporaryDirectory(prefix="kcompact-kernels-") as tmp:
+            warm_up(Path(tmp))
+        return
+    package = Path(compaction.__file__).parent
+    for cpu in CPUS if args.cpu == "both" else (args.cpu,):
+        seconds = build(cpu)
+        print(f"kernels for the {cpu} CPU cached in {seconds:.1f} s", file=sys.stderr)
+    counts = ", ".join(f"{n} for {name}" for name, n in sorted(cached_entries(package).items()))
+    print(f"compiled kernels under {package}: {counts}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
