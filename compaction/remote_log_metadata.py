@@ -1,0 +1,150 @@
+"""The metadata table as a Kafka broker's RemoteLogMetadataManager sees it, served over a pipe.
+
+The tiered plugin (`kafka/tiered-plugin`, `KcompactRemoteLogMetadataManager`) starts
+`python -m compaction.remote_log_metadata --store STORE` and speaks JSON lines with it on stdin/stdout: one
+request per line, one answer per line, in order. The table is read and written here, through the same
+delta-rs commit path every other kcompact writer uses (`compaction.metadata.commit`), so the broker's rows
+are kcompact's rows by construction, conditional commits and fencing included. The process ends when its
+stdin closes (the broker stopped or died).
+
+Requests (`op` and its fields; every answer is `{"ok": true, "result": ...}` or
+`{"ok": false, "error": "<one line>", "type": "<kcompact error class>"}`):
+
+- `add`: KIP-405's addRemoteLogSegmentMetadata. A row in COPY_SEGMENT_STARTED with the object keys of
+  `compaction.storage.layout`, the `.txnindex` only when the broker says the segment has one.
+- `update`: updateRemoteLogSegmentMetadata: `segment_id` moves to `state`.
+- `segments`: every segment row of a partition, each with `live` (COPY_SEGMENT_FINISHED and not a zombie),
+  and the table version read.
+
+The broker writes under the partition's current fencing epoch (an unfenced single writer, docs/fencing.md),
+and a plain conflict with another writer is re-planned and retried a few times, as `kcompact tier` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping
+from typing import IO, Any
+
+from compaction.errors import CommitConflictError, KcompactError
+from compaction.format.checkpoints import EpochEntry
+from compaction.metadata import (
+    ChangeSet,
+    MetadataTable,
+    NewSegment,
+    ObjectKey,
+    PartitionSnapshot,
+    SegmentMetadata,
+    SegmentState,
+    StateChange,
+    commit,
+    table_in_store,
+)
+from compaction.storage import open_store
+from compaction.storage.layout import Suffix, segment_object_key
+
+_ATTEMPTS = 5
+_SUFFIXES = (Suffix.LOG, Suffix.OFFSET_INDEX, Suffix.TIME_INDEX, Suffix.PRODUCER_SNAPSHOT,
+             Suffix.LEADER_EPOCH_CHECKPOINT)
+
+
+def _committed(table: MetadataTable, topic: str, partition: int, now_ms: int,
+               plan: Callable[[PartitionSnapshot], ChangeSet]) -> int:
+    """Plan against the latest partition and commit; a plain conflict is re-planned. The new table version."""
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            return commit(table, plan(table.partition_snapshot(topic, partition)), now_ms).version
+        except CommitConflictError:
+            if attempt == _ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def new_segment(req: Mapping[str, Any], prefix: str = "") -> NewSegment:
+    """The COPY_SEGMENT_STARTED row of an `add` request, with the object keys the plugin writes."""
+    suffixes = _SUFFIXES if req["txn_index_empty"] else (*_SUFFIXES, Suffix.TXN_INDEX)
+    keys = tuple(
+        ObjectKey(s, segment_object_key(req["topic"], req["topic_id"], req["partition"], req["start_offset"],
+                                        req["segment_id"], s, prefix))
+        for s in suffixes
+    )
+    return NewSegment(
+        segment_id=req["segment_id"],
+        start_offset=req["start_offset"],
+        end_offset=req["end_offset"],
+        max_timestamp_ms=req["max_timestamp_ms"],
+        segment_leader_epochs=tuple(EpochEntry(e, o) for e, o in req["leader_epochs"]),
+        segment_size_bytes=req["segment_size_bytes"],
+        object_keys=keys,
+        state=SegmentState.COPY_SEGMENT_STARTED,
+    )
+
+
+def add(table: MetadataTable, req: Mapping[str, Any]) -> int:
+    segment, writer = new_segment(req), f"broker-{req['broker_id']}"
+    return _committed(table, req["topic"], req["partition"], req["event_timestamp_ms"], lambda current:
+                      ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
+                                             new_segments=(segment,), topic_id=req["topic_id"]))
+
+
+def update(table: MetadataTable, req: Mapping[str, Any]) -> int:
+    change, writer = StateChange(req["segment_id"], SegmentState(req["state"])), f"broker-{req['broker_id']}"
+    return _committed(table, req["topic"], req["partition"], req["event_timestamp_ms"], lambda current:
+                      ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
+                                             state_changes=(change,)))
+
+
+def _segment_json(s: SegmentMetadata, live: bool) -> dict[str, Any]:
+    return {
+        "segment_id": s.segment_id, "topic_id": s.topic_id, "start_offset": s.start_offset,
+        "end_offset": s.end_offset, "max_timestamp_ms": s.max_timestamp_ms,
+        "event_timestamp_ms": s.event_timestamp_ms, "segment_size_bytes": s.segment_size_bytes,
+        "state": s.state.value, "live": live, "writer": s.writer,
+        "leader_epochs": [[e.epoch, e.start_offset] for e in s.segment_leader_epochs],
+        "txn_index": s.object_key(Suffix.TXN_INDEX) is not None,
+    }
+
+
+def segments(table: MetadataTable, req: Mapping[str, Any]) -> dict[str, Any]:
+    snap = table.partition_snapshot(req["topic"], req["partition"])
+    live = {s.segment_id for s in snap.live_segments}
+    return {"version": snap.version,
+            "segments": [_segment_json(s, s.segment_id in live) for s in snap.segments]}
+
+
+_OPS: dict[str, Callable[[MetadataTable, Mapping[str, Any]], Any]] = {
+    "add": add, "update": update, "segments": segments,
+}
+
+
+def answer(table: MetadataTable, line: str) -> dict[str, Any]:
+    """The answer to one request line; a kcompact error becomes an error answer, anything else propagates."""
+    req = json.loads(line)
+    try:
+        return {"ok": True, "result": _OPS[req["op"]](table, req)}
+    except KcompactError as e:
+        return {"ok": False, "error": str(e).replace("\n", " "), "type": type(e).__name__}
+
+
+def serve(table: MetadataTable, requests: IO[str], answers: IO[str]) -> None:
+    """Answer every request line of `requests` until it closes."""
+    for line in requests:
+        if line.strip():
+            answers.write(json.dumps(answer(table, line)) + "\n")
+            answers.flush()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", required=True, help="the store holding _kcompact_metadata")
+    args = parser.parse_args(argv)
+    table = table_in_store(open_store(args.store), create=True)
+    sys.stdout.write(json.dumps({"ok": True, "result": {"ready": table.version()}}) + "\n")
+    sys.stdout.flush()
+    serve(table, sys.stdin, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""`compaction.remote_log_metadata`: the broker's RemoteLogMetadataManager requests answered on the metadata table."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from compaction.metadata import SegmentState, acquire_fencing_epoch, table_in_store
+from compaction.remote_log_metadata import serve
+from compaction.storage import open_store
+from compaction.storage.layout import Suffix, segment_object_key
+
+TOPIC_ID = "MWJ6FHTfRYy67jzwZdeqSQ"
+SEGMENT_ID = "tqimKeZwStOEOwRzT3L5oQ"
+PARTITION = {"topic": "orders", "partition": 3, "topic_id": TOPIC_ID, "broker_id": 7}
+
+
+def _ask(store: Path, *requests: dict[str, Any]) -> list[dict[str, Any]]:
+    table = table_in_store(open_store(str(store)), create=True)
+    out = io.StringIO()
+    serve(table, io.StringIO("".join(json.dumps(r) + "\n" for r in requests)), out)
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def _add(txn_index_empty: bool = True) -> dict[str, Any]:
+    return {"op": "add", **PARTITION, "segment_id": SEGMENT_ID, "start_offset": 100, "end_offset": 199,
+            "max_timestamp_ms": 5, "event_timestamp_ms": 6, "segment_size_bytes": 4096,
+            "txn_index_empty": txn_index_empty, "leader_epochs": [[0, 100], [2, 150]]}
+
+
+def _update(state: SegmentState) -> dict[str, Any]:
+    return {"op": "update", **PARTITION, "segment_id": SEGMENT_ID, "state": state.value, "event_timestamp_ms": 9}
+
+
+def test_the_broker_rows_are_kcompact_rows(tmp_path: Path) -> None:
+    answers = _ask(tmp_path, _add(txn_index_empty=False), {"op": "segments", **PARTITION},
+                   _update(SegmentState.COPY_SEGMENT_FINISHED), {"op": "segments", **PARTITION})
+    assert all(a["ok"] for a in answers), answers
+    started, finished = answers[1]["result"]["segments"], answers[3]["result"]["segments"]
+    assert [(s["state"], s["live"]) for s in started] == [("COPY_SEGMENT_STARTED", False)]
+    assert [(s["state"], s["live"], s["txn_index"]) for s in finished] == [("COPY_SEGMENT_FINISHED", True, True)]
+
+    (live,) = table_in_store(open_store(str(tmp_path))).live_segments("orders", 3)
+    assert (live.start_offset, live.end_offset, live.writer) == (100, 199, "broker-7")
+    assert [(e.epoch, e.start_offset) for e in live.segment_leader_epochs] == [(0, 100), (2, 150)]
+    assert live.object_key(Suffix.LOG) == segment_object_key("orders", TOPIC_ID, 3, 100, SEGMENT_ID, Suffix.LOG)
+    assert {o.suffix for o in live.object_keys} == {Suffix.LOG, Suffix.OFFSET_INDEX, Suffix.TIME_INDEX,
+                                                    Suffix.TXN_INDEX, Suffix.PRODUCER_SNAPSHOT,
+                                                    Suffix.LEADER_EPOCH_CHECKPOINT}
+
+
+def test_a_refused_request_is_an_error_answer_naming_the_rule(tmp_path: Path) -> None:
+    answers = _ask(tmp_path, _add(), _update(SegmentState.COPY_SEGMENT_FINISHED),
+                   _update(SegmentState.COPY_SEGMENT_STARTED))
+    assert [a["ok"] for a in answers] == [True, True, False]
+    assert answers[2]["type"] == "InvalidStateTransitionError"
+    assert "COPY_SEGMENT_FINISHED -> COPY_SEGMENT_STARTED" in answers[2]["error"]
+
+
+def test_the_broker_writes_under_the_current_fencing_epoch(tmp_path: Path) -> None:
+    _ask(tmp_path, _add())
+    table = table_in_store(open_store(str(tmp_path)))
+    epoch = acquire_fencing_epoch(table, "orders", 3, "kcompact-run", 10)
+    (answer,) = _ask(tmp_path, _update(SegmentState.COPY_SEGMENT_FINISHED))
+    assert answer["ok"], answer
+    (live,) = table.live_segments("orders", 3)
+    assert live.fencing_epoch == epoch
