@@ -300,12 +300,13 @@ def log_batches(data: bytes, where: str) -> list[DecodedBatch]:
 
 
 def differences(name: str, kafka: Sequence[DecodedBatch], ours: Sequence[DecodedBatch],
-                later_producers: frozenset[int] = frozenset()) -> tuple[list[str], list[str]]:
+                later_producers: frozenset[int] = frozenset()) -> tuple[list[str], list[tuple[int, str]]]:
     """Every difference between two decoded logs, one line each naming the partition, the batch and the field, and
     apart, the differences docs/fidelity.md allows: a batch only kcompact kept, empty, of a producer that wrote again
-    above the tier's end (`later_producers`; Kafka judges its last batch by the log end, kcompact by the tier's)."""
+    above the tier's end (`later_producers`; Kafka judges its last batch by the log end, kcompact by the tier's),
+    each with its base offset."""
     out: list[str] = []
-    allowed: list[str] = []
+    allowed: list[tuple[int, str]] = []
     by_base = {b.base_offset: b for b in ours}
     kafka_bases = {b.base_offset for b in kafka}
     for k in kafka:
@@ -333,7 +334,7 @@ def differences(name: str, kafka: Sequence[DecodedBatch], ours: Sequence[Decoded
             continue
         line = f"{name}: batch @{b.base_offset} (last {b.last_offset}, {len(b.records)} records) only in kcompact's"
         if not b.records and b.producer_id in later_producers:
-            allowed.append(f"{line}: empty, its producer {b.producer_id} wrote again above the tier")
+            allowed.append((b.base_offset, f"{line}: empty, its producer {b.producer_id} wrote again above the tier"))
         else:
             out.append(line)
     return out, allowed
@@ -375,39 +376,64 @@ class Tally:
                 f"({self.removed} offsets removed within kept batches); codecs {sorted(c.name for c in self.codecs)}")
 
 
-def index_differences(name: str, kafka: Sequence[Path], ours: Sequence[Path]) -> list[str]:
+def index_differences(name: str, kafka: Sequence[Path], ours: Sequence[Path],
+                      excused: frozenset[int] = frozenset()) -> tuple[list[str], list[str]]:
     """Kafka's offset, time and transaction indexes of the inactive segments against kcompact's, byte for byte (an
-    absent `.txnindex` is an empty one)."""
+    absent `.txnindex` is an empty one); apart, those of the segments `excused` (by base offset: they hold a batch
+    whose difference docs/fidelity.md allows, which moves their index entries)."""
     theirs = {f.name: f.read_bytes() for f in kafka if f.suffix in (".index", ".timeindex", ".txnindex")}
     mine = {f.name: f.read_bytes() for f in ours if f.suffix in (".index", ".timeindex", ".txnindex")}
-    out = []
+    out: list[str] = []
+    allowed: list[str] = []
     for file in sorted(theirs.keys() | mine.keys()):
         k, o = theirs.get(file, b""), mine.get(file, b"")
         if k != o and (file.endswith(".txnindex") or (file in theirs and file in mine)):
             at = next((i for i, (a, b) in enumerate(zip(k, o, strict=False)) if a != b), min(len(k), len(o)))
-            out.append(f"{name}: {file}: kafka {len(k)} bytes, kcompact {len(o)} bytes, first difference at byte {at}")
-    return out
+            line = f"{name}: {file}: kafka {len(k)} bytes, kcompact {len(o)} bytes, first difference at byte {at}"
+            (allowed if _base(file) in excused else out).append(line)
+    return out, allowed
 
 
 _PARTITION_DIR = re.compile(r"\S*/([^/\s]+-\d+)/")
 
 
 def _dump_findings(files: Sequence[Path], workdir: Path) -> list[str]:
-    """DumpLogSegments' findings over `files`, each path cut to `<topic>-<partition>/<file>`."""
+    """DumpLogSegments' findings over `files`, one string each (a line naming the file and the indented lines
+    after it), every path cut to `<topic>-<partition>/<file>`."""
     try:
         dump_check(files, workdir)
         return []
     except AssertionError:
-        found = findings((workdir / "dump-check.out").read_text(), (workdir / "dump-check.err").read_text())
-        return [_PARTITION_DIR.sub(r"\1/", line) for line in found]
+        lines = findings((workdir / "dump-check.out").read_text(), (workdir / "dump-check.err").read_text())
+    out: list[str] = []
+    for line in lines:
+        line = _PARTITION_DIR.sub(r"\1/", line)
+        if out and line[:1].isspace():
+            out[-1] += " |" + line
+        else:
+            out.append(line)
+    return out
 
 
-def dump_differences(kafka: Sequence[Path], ours: Sequence[Path], workdir: Path) -> list[str]:
+_FINDING_FILE = re.compile(r"([^/\s]+-\d+)/(\d{20})\.")
+
+
+def dump_differences(kafka: Sequence[Path], ours: Sequence[Path], workdir: Path,
+                     excused: frozenset[tuple[str, int]] = frozenset()) -> tuple[list[str], list[str]]:
     """What Kafka's DumpLogSegments finds in kcompact's files and not in Kafka's own cleaner's output of the same
     round: it flags, for one, a time index entry whose batch the cleaner emptied (RETAIN_EMPTY keeps the batch's
-    max timestamp, DumpLogSegments compares the entry with its records' timestamps), which Kafka writes too."""
+    max timestamp, DumpLogSegments compares the entry with its records' timestamps), which Kafka writes too. Apart:
+    the findings in the files of the segments `excused` ((partition dir, base offset): see `index_differences`)."""
     mine = _dump_findings(ours, workdir / "kcompact")
     if not mine:
-        return []
+        return [], []
     theirs = set(_dump_findings(kafka, workdir / "kafka"))
-    return [f"DumpLogSegments on kcompact's files: {line}" for line in mine if line not in theirs]
+    out: list[str] = []
+    allowed: list[str] = []
+    for finding in mine:
+        if finding in theirs:
+            continue
+        named = _FINDING_FILE.search(finding)
+        excuse = named is not None and (named.group(1), int(named.group(2))) in excused
+        (allowed if excuse else out).append(f"DumpLogSegments on kcompact's files: {finding}")
+    return out, allowed

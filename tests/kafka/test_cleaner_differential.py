@@ -60,13 +60,16 @@ INT_MAX = 2**31 - 1
 
 def kcompact_config() -> KcompactConfig:
     """The topic configs of both sides; producers never expire (Kafka's side: ProducerStateManagerConfig)."""
-    values = {"cleanup.policy": "compact", "producer.id.expiration.ms": INT_MAX, **TOPIC_CONFIG}
+    values = {"cleanup.policy": "compact", "producer.id.expiration.ms": INT_MAX, "min.cleanable.dirty.ratio": 0,
+              **TOPIC_CONFIG}
     return KcompactConfig(defaults=TopicConfig.from_kafka(values), topics={})
 
 
 def kcompact_round(spark: SparkSession, store: ObjectStore, topics: list[str], now_ms: int) -> None:
-    """One forced kcompact pass over `topics` at `now_ms` (Kafka's side cleans whatever is dirty too)."""
-    run = plan(store, kcompact_config(), now_ms, topics=sorted(topics), force=True)
+    """One kcompact pass over `topics` at `now_ms`: every partition with a dirty range is cleaned (a dirty ratio
+    above 0), as the harness cleans it. Not `force`, which also recleans a partition with nothing dirty (to drop
+    expired tombstones on an operator's demand), where Kafka's `doClean` does nothing."""
+    run = plan(store, kcompact_config(), now_ms, topics=sorted(topics))
     if run.plan.eligible:
         outcomes = commit(stage(spark, run))
         assert all(o.committed for o in outcomes), outcomes
@@ -78,7 +81,7 @@ def our_segments(store: ObjectStore, log: ScenarioLog) -> list[tuple[int, bytes]
 
 
 def round_differences(name: str, kafka: list[tuple[int, bytes]], ours: list[tuple[int, bytes]],
-                      later: frozenset[int]) -> tuple[list[str], list[str]]:
+                      later: frozenset[int]) -> tuple[list[str], list[tuple[int, str]]]:
     """Kafka's inactive segments against kcompact's tiered ones: the grouping, then batch by batch; and apart, the
     differences docs/fidelity.md allows."""
     inactive = kafka[:-1]
@@ -109,6 +112,8 @@ def run_rounds(spark: SparkSession, root: Path, seed: int, partitions: int) -> O
     (root / "kafka").mkdir()
     logs = [ScenarioLog(f"dw{i}", T, partition=i % 3, segment_bytes=ROLL_BYTES) for i in range(len(drawn))]
     appenders = [Appender(log, {p.pid: p for p in w.producers}) for log, w in zip(logs, drawn, strict=True)]
+    diverged: set[str] = set()
+    """Partitions with a documented difference: the next round's inputs differ by it, so it is not compared."""
     now = T + 60_000
     for r in range(2):
         for log, appender, w in zip(logs, appenders, drawn, strict=True):
@@ -117,22 +122,34 @@ def run_rounds(spark: SparkSession, root: Path, seed: int, partitions: int) -> O
         tier(logs, root / "logs", store, now)
         kafka_rounds = kafka.clean({log.name: tier_bound(log) for log in logs}, now, root)
         kcompact_round(spark, store, [log.topic for log in logs], now)
-        ours_files: list[Path] = []
-        for log in logs:
-            written = materialise_partition(store, log.topic, log.partition, root / f"ours-{r + 1}" / log.name)
-            found += index_differences(f"{log.name} round {r + 1}", kafka.inactive_files(log.name), written)
-            ours_files += written
-        found += dump_differences([f for log in logs for f in kafka.inactive_files(log.name)], ours_files,
-                                  root / f"dump-{r + 1}")
-        for log in logs:
+        excused: dict[str, frozenset[int]] = {}
+        compared = [log for log in logs if log.name not in diverged]
+        documented += [f"{log.name} round {r + 1}: not compared, its input differs by a documented difference"
+                       for log in logs if log.name in diverged]
+        for log in compared:
             name = f"{log.name} round {r + 1} (Kafka cleaned [{kafka_rounds[log.name].first_dirty}, "
             name += f"{kafka_rounds[log.name].first_uncleanable}))"
-            kafka_segments = kafka.segments(log.name)
+            kafka_segments, ours = kafka.segments(log.name), our_segments(store, log)
             tally.add(kafka_rounds[log.name], kafka_segments)
-            unexplained, allowed = round_differences(name, kafka_segments, our_segments(store, log),
-                                                     later_producers(log))
+            unexplained, allowed = round_differences(name, kafka_segments, ours, later_producers(log))
             found += unexplained
-            documented += allowed
+            documented += [line for _, line in allowed]
+            excused[log.name] = frozenset(max(b for b, _ in ours if b <= base) for base, _ in allowed)
+            if allowed:
+                diverged.add(log.name)
+        ours_files: list[Path] = []
+        for log in compared:
+            written = materialise_partition(store, log.topic, log.partition, root / f"ours-{r + 1}" / log.name)
+            unexplained, excusable = index_differences(f"{log.name} round {r + 1}", kafka.inactive_files(log.name),
+                                                       written, excused[log.name])
+            found += unexplained
+            documented += excusable
+            ours_files += written
+        unexplained, excusable = dump_differences(
+            [f for log in compared for f in kafka.inactive_files(log.name)], ours_files, root / f"dump-{r + 1}",
+            frozenset((name, base) for name, bases in excused.items() for base in bases))
+        found += unexplained
+        documented += excusable
         for log in logs:
             log.timestamp = now + 1_000
         now += RETENTION_MS + 1
