@@ -1,0 +1,98 @@
+package dev.kcompact.tiered;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.BufferedReader;
+import java.io.BufferedWriter;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.OutputStreamWriter;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
+
+/**
+ * The Python process that reads and writes kcompact's metadata table for the broker
+ * ({@code python -m compaction.remote_log_metadata}): one JSON request per line on its stdin, one answer per line
+ * on its stdout, in order. Requests are serialized; the process ends when the pipe closes.
+ */
+final class MetadataPipe implements AutoCloseable {
+
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    private final String store;
+    private final Process process;
+    private final BufferedWriter requests;
+    private final BufferedReader answers;
+    private boolean closed;
+
+    MetadataPipe(String python, String store) throws IOException, RemoteStorageException {
+        this.store = store;
+        ProcessBuilder builder = new ProcessBuilder(List.of(python, "-m", "compaction.remote_log_metadata",
+                "--store", store));
+        builder.redirectError(ProcessBuilder.Redirect.INHERIT);
+        process = builder.start();
+        requests = new BufferedWriter(new OutputStreamWriter(process.getOutputStream(), StandardCharsets.UTF_8));
+        answers = new BufferedReader(new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8));
+        readAnswer("start");
+    }
+
+    ObjectNode request(String op) {
+        return JSON.createObjectNode().put("op", op);
+    }
+
+    /** Sends {@code request} and returns its {@code result}; a kcompact error becomes a RemoteStorageException. */
+    synchronized JsonNode call(ObjectNode request) throws RemoteStorageException {
+        String op = request.get("op").asText();
+        if (closed) {
+            throw new RemoteStorageException(where(op) + ": the metadata manager is closed (the broker is stopping)");
+        }
+        try {
+            requests.write(JSON.writeValueAsString(request));
+            requests.newLine();
+            requests.flush();
+        } catch (IOException e) {
+            throw new RemoteStorageException(where(op) + ": the metadata process is gone (" + e + ")", e);
+        }
+        return readAnswer(op);
+    }
+
+    private JsonNode readAnswer(String op) throws RemoteStorageException {
+        String line;
+        try {
+            line = answers.readLine();
+        } catch (IOException e) {
+            throw new RemoteStorageException(where(op) + ": reading the answer failed (" + e + ")", e);
+        }
+        if (line == null) {
+            throw new RemoteStorageException(where(op) + ": the metadata process exited (its stderr is the broker's)");
+        }
+        JsonNode answer;
+        try {
+            answer = JSON.readTree(line);
+        } catch (IOException e) {
+            throw new RemoteStorageException(where(op) + ": not an answer: " + line, e);
+        }
+        if (!answer.path("ok").asBoolean()) {
+            throw new RemoteStorageException(where(op) + ": " + answer.path("type").asText() + ": "
+                    + answer.path("error").asText());
+        }
+        return answer.get("result");
+    }
+
+    private String where(String op) {
+        return "kcompact metadata table " + store + "/_kcompact_metadata (" + op + ")";
+    }
+
+    @Override
+    public synchronized void close() {
+        closed = true;
+        try {
+            requests.close();
+        } catch (IOException ignored) {
+            // the process is ending either way
+        }
+        process.destroy();
+    }
+}
