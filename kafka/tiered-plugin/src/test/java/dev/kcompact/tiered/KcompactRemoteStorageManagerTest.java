@@ -1,0 +1,109 @@
+package dev.kcompact.tiered;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Arrays;
+import java.util.Map;
+import java.util.Optional;
+import org.apache.kafka.common.TopicIdPartition;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.Uuid;
+import org.apache.kafka.server.log.remote.storage.LogSegmentData;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentId;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
+import org.apache.kafka.server.log.remote.storage.RemoteResourceNotFoundException;
+import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
+import org.apache.kafka.server.log.remote.storage.RemoteStorageManager.IndexType;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+class KcompactRemoteStorageManagerTest {
+
+    private static final Uuid TOPIC_ID = Uuid.fromString("MWJ6FHTfRYy67jzwZdeqSQ");
+    private static final Uuid SEGMENT_ID = Uuid.fromString("tqimKeZwStOEOwRzT3L5oQ");
+
+    @TempDir
+    Path tmp;
+    private Path store;
+    private KcompactRemoteStorageManager rsm;
+    private final RemoteLogSegmentMetadata segment = new RemoteLogSegmentMetadata(
+            new RemoteLogSegmentId(new TopicIdPartition(TOPIC_ID, new TopicPartition("orders.v2", 7)), SEGMENT_ID),
+            1234, 1299, 5, 1, 6, 10, Map.of(0, 1234L));
+
+    @BeforeEach
+    void configure() {
+        store = tmp.resolve("store");
+        rsm = new KcompactRemoteStorageManager();
+        rsm.configure(Map.of(KcompactRemoteStorageManager.STORE_CONFIG, store.toString()));
+    }
+
+    private Path file(String name, String content) throws IOException {
+        return Files.writeString(tmp.resolve(name), content);
+    }
+
+    private LogSegmentData data(Optional<Path> txn) throws IOException {
+        return new LogSegmentData(file("s.log", "0123456789"), file("s.index", "offsets"), file("s.timeindex", "times"),
+                txn, file("s.snapshot", "producers"), ByteBuffer.wrap("0\n1\n0 1234\n".getBytes(StandardCharsets.UTF_8)));
+    }
+
+    private static String read(InputStream in) throws IOException {
+        try (in) {
+            return new String(in.readAllBytes(), StandardCharsets.UTF_8);
+        }
+    }
+
+    private Path object(String suffix) {
+        return store.resolve("orders.v2-MWJ6FHTfRYy67jzwZdeqSQ/7/00000000000000001234-tqimKeZwStOEOwRzT3L5oQ." + suffix);
+    }
+
+    @Test
+    void copiesEveryFileUnderTheStoreLayoutAndReadsThemBack() throws Exception {
+        rsm.copyLogSegmentData(segment, data(Optional.empty()));
+
+        assertEquals("0123456789", Files.readString(object("log")));
+        assertEquals("0\n1\n0 1234\n", Files.readString(object("leader-epoch-checkpoint")));
+        assertFalse(Files.exists(object("txnindex")), "no .txnindex when Kafka passes none");
+        try (var listed = Files.list(object("log").getParent())) {
+            assertEquals(5, listed.count(), "no temporary file is left behind");
+        }
+        assertEquals("offsets", read(rsm.fetchIndex(segment, IndexType.OFFSET)));
+        assertEquals("times", read(rsm.fetchIndex(segment, IndexType.TIMESTAMP)));
+        assertEquals("producers", read(rsm.fetchIndex(segment, IndexType.PRODUCER_SNAPSHOT)));
+        assertThrows(RemoteResourceNotFoundException.class, () -> rsm.fetchIndex(segment, IndexType.TRANSACTION));
+    }
+
+    @Test
+    void fetchesRangesWithAnInclusiveEnd() throws Exception {
+        rsm.copyLogSegmentData(segment, data(Optional.of(file("s.txnindex", "aborted"))));
+
+        assertEquals("23456789", read(rsm.fetchLogSegment(segment, 2)));
+        assertEquals("234", read(rsm.fetchLogSegment(segment, 2, 4)));
+        assertEquals("89", read(rsm.fetchLogSegment(segment, 8, 100)));
+        assertEquals("aborted", read(rsm.fetchIndex(segment, IndexType.TRANSACTION)));
+    }
+
+    @Test
+    void writesAreCreateOnlyAndDeletesIdempotent() throws Exception {
+        rsm.copyLogSegmentData(segment, data(Optional.empty()));
+        RemoteStorageException again = assertThrows(RemoteStorageException.class,
+                () -> rsm.copyLogSegmentData(segment, data(Optional.empty())));
+        assertTrue(again.getMessage().contains(object("log").toString()), again.getMessage());
+
+        rsm.deleteLogSegmentData(segment);
+        rsm.deleteLogSegmentData(segment);
+        assertThrows(RemoteResourceNotFoundException.class, () -> rsm.fetchLogSegment(segment, 0));
+        assertArrayEquals(new String[0], Arrays.stream(object("log").getParent().toFile().list())
+                .filter(n -> !n.startsWith(".kcompact-tmp-")).toArray(String[]::new));
+    }
+}
