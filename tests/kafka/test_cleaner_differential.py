@@ -9,9 +9,9 @@ kcompact (plan → stage → commit, one Spark stage for all partitions), and cl
 After each round every partition's tiered segments must equal Kafka's inactive ones: the segment bases (Kafka's
 `groupSegmentsBySize`), per batch every header field the cleaner decides and per record offset, timestamp, key,
 value and headers; the offset, time and transaction indexes byte for byte; and Kafka's DumpLogSegments finds in
-kcompact's files nothing it does not find in Kafka's own (`tests.kafka_dump`). `make test` runs one example of 20
-workloads; `make soak` (KCOMPACT_SOAK=full) four of 60 (a Spark pass costs about the same for 20 partitions as
-for 60).
+kcompact's files nothing it does not find in Kafka's own (`tests.kafka_dump`). `make test` runs seed 0's 20
+workloads (reviewed, so CI is reproducible); `make soak` (KCOMPACT_SOAK=full) seed 0 and four random seeds of 60
+(a Spark pass costs about the same for 20 partitions as for 60).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
@@ -156,9 +156,13 @@ def run_rounds(spark: SparkSession, root: Path, seed: int, partitions: int) -> O
     return out
 
 
-@settings(max_examples=EXAMPLES, deadline=None, database=None, phases=(Phase.explicit, Phase.generate),
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
+          # make test: the one seed whose workloads were reviewed, so that CI is reproducible; make soak: random
+          # seeds beside it (a failure prints its seed, which an @example here then keeps)
+          phases=(Phase.explicit, Phase.generate) if SOAK else (Phase.explicit,),
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**32 - 1))
+@example(0)
 def test_soak_kcompact_cleans_as_kafkas_cleaner(spark: SparkSession, kafka_runtime: str,
                                                 tmp_path_factory: pytest.TempPathFactory, seed: int) -> None:
     out = run_rounds(spark, tmp_path_factory.mktemp("differential"), seed, PARTITIONS)
