@@ -12,14 +12,18 @@ then `spark-submit` of jobs/compact.py (exit 0, the JSON report: every planned p
 (exit 0), jobs/gc.py (exit 0, replaced segments deleted, no orphan) and jobs/wal_roll.py (exit 0, every partition's
 WAL tail rolled into a committed segment); after each step the latest record per key of every
 partition is what it was before compaction (`tests/latest_view.py`, the property of the other end-to-end tests).
+Last, that no executor compiled a kernel: each unpacked environment holds exactly the numba caches the archive
+ships (`compaction.kernels.build`), and the executors' NUMBA_CACHE_DIR stays empty.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,8 +74,22 @@ class Target:
         return open_store(self.uri, endpoint_url=self.driver_env.get("AWS_ENDPOINT_URL"))
 
 
+@dataclass(frozen=True)
+class Cluster:
+    """A running standalone cluster: its master's URL and the directory of its pids, logs and the workers' work
+    dirs (each executor's unpacked environment among them)."""
+
+    url: str
+    directory: Path
+
+    @property
+    def numba_cache(self) -> Path:
+        """The executors' NUMBA_CACHE_DIR (conf/spark-defaults.conf sets one), checked to stay empty."""
+        return self.directory / "executor-numba-cache"
+
+
 @pytest.fixture(scope="module")
-def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if not ARCHIVE.is_file():
         pytest.fail(f"{ARCHIVE.relative_to(REPO)} is missing: `make cluster-test` builds it (`make dist`)")
     directory = tmp_path_factory.mktemp("standalone")
@@ -80,7 +98,7 @@ def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         started = subprocess.run([*script, "start", "--dir", str(directory)], capture_output=True, text=True,
                                  timeout=180)
         assert started.returncode == 0, started.stderr
-        yield started.stdout.strip()
+        yield Cluster(started.stdout.strip(), directory)
     finally:
         subprocess.run([*script, "stop", "--dir", str(directory)], timeout=60)
 
@@ -111,11 +129,39 @@ def tiered(target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> O
     return store
 
 
-def spark_submit(master: str, target: Target, script: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """README's spark-submit line for `jobs/<script>`, from the checkout, with the venv's launcher on PATH."""
-    conf = {**SIZING, **DRIVER_PYTHON,
+def numba_caches(root: Path) -> dict[str, str]:
+    """Every numba cache file (index `.nbi`, compiled code `.nbc`) under `root`: relative path -> SHA-256."""
+    return {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in root.rglob("*.nb[ic]")}
+
+
+def shipped_caches() -> dict[str, str]:
+    """The numba cache files the archive ships (`make dist` compiles the kernels into it), as `numba_caches`."""
+    with tarfile.open(ARCHIVE) as archive:
+        members = [m for m in archive.getmembers()
+                   if m.isfile() and m.name.endswith((".nbi", ".nbc")) and "site-packages/compaction/" in m.name]
+        return {m.name.split("site-packages/", 1)[1]: hashlib.sha256(archive.extractfile(m).read()).hexdigest()  # type: ignore[union-attr]
+                for m in members}
+
+
+def executor_compilations(cluster: Cluster) -> list[str]:
+    """What the executors compiled: cache files of an unpacked environment that the archive does not ship (or
+    ships with other bytes: an index a compiled entry was added to), and any file in their NUMBA_CACHE_DIR."""
+    shipped = shipped_caches()
+    assert sum(name.endswith(".nbc") for name in shipped) >= 30, "the archive ships no compiled kernels"
+    envs = list(cluster.directory.glob("work-*/app-*/*/env/lib/python*/site-packages"))
+    assert envs, f"no executor environment under {cluster.directory}"
+    changed = [f"{env.parents[3].name}: {name}" for env in envs
+               for name, digest in numba_caches(env).items() if shipped.get(name) != digest]
+    return changed + [str(f) for f in cluster.numba_cache.rglob("*") if f.is_file()]
+
+
+def spark_submit(master: Cluster, target: Target, script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """README's spark-submit line for `jobs/<script>`, from the checkout, with the venv's launcher on PATH. The
+    executors' NUMBA_CACHE_DIR is the cluster's `numba_cache`."""
+    conf = {**SIZING, **DRIVER_PYTHON, "spark.executorEnv.NUMBA_CACHE_DIR": str(master.numba_cache),
             **{f"spark.executorEnv.{k}": v for k, v in target.executor_env.items()}}
-    command = ["spark-submit", "--master", master, "--properties-file", "conf/spark-defaults.conf",
+    command = ["spark-submit", "--master", master.url, "--properties-file", "conf/spark-defaults.conf",
                *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}")), f"jobs/{script}", *args]
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AWS_", "PYSPARK_", "NUMBA_")) and k not in ("SPARK_HOME", "SPARK_MASTER")}
@@ -127,7 +173,7 @@ def succeeded(done: subprocess.CompletedProcess[str]) -> bool:
     return done.returncode == ExitCode.OK
 
 
-def test_compact_verify_gc_on_a_standalone_cluster(master: str, target: Target, tiered: ObjectStore,
+def test_compact_verify_gc_on_a_standalone_cluster(master: Cluster, target: Target, tiered: ObjectStore,
                                                    tmp_path: Path) -> None:
     store, config = tiered, str(tmp_path / "kcompact.yaml")
     before, version = views(store, PARTITIONS), table_in_store(store).version()
@@ -167,3 +213,5 @@ def test_compact_verify_gc_on_a_standalone_cluster(master: str, target: Target, 
     assert all(p["committed_version"] is not None and p["open_tail_bytes"] == 0 for p in rolled["partitions"])
     assert not any(r.wal for t, p in PARTITIONS for r in log_refs(store, t, p)), "the log still ends in the WAL"
     assert views(store, PARTITIONS) == before
+
+    assert executor_compilations(master) == [], "executors compiled kernels"
