@@ -99,6 +99,6 @@ def test_no_credentials_is_exit_2(moto_endpoint: str) -> None:
 def test_plain_text_flattens_a_delta_rs_error_chain() -> None:
     chain = ("Kernel error -> Generic S3 error\n          \x1b[31m↳\x1b[0m Error performing list request\n"
              "           \x1b[31m↳\x1b[0m 404 Not Found")
-    assert plain_text(TransientStoreError(chain)) == ("Kernel error -> Generic S3 error: Error performing list request: "
-                                                      "404 Not Found")
+    flat = "Kernel error -> Generic S3 error: Error performing list request: 404 Not Found"
+    assert plain_text(TransientStoreError(chain)) == flat
     assert plain_text(ValueError("x" * 50), limit=10) == "x" * 9 + "…"
