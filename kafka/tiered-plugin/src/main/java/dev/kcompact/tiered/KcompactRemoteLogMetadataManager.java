@@ -5,7 +5,6 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.IOException;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
@@ -32,11 +31,9 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * kcompact's commit rules (the partition's row set replaced in one commit, the fencing and lineage checks)
  * written a second time in Java.
  *
- * <p>Which rows the broker sees: {@link #remoteLogSegmentMetadata}, {@link #highestOffsetForEpoch},
- * {@link #listRemoteLogSegments(TopicIdPartition, int)} and {@link #remoteLogSize} use only live rows
- * (COPY_SEGMENT_FINISHED and not rejected by the cleaner-offset lineage, docs/fencing.md);
- * {@link #listRemoteLogSegments(TopicIdPartition)} adds the COPY_SEGMENT_STARTED ones. Rows kcompact moved to
- * DELETE_SEGMENT_STARTED are never shown: deleting them after the grace period is {@code kcompact gc}'s job.
+ * <p>Which rows the broker sees is {@link RemoteSegments}'s: live rows, and for
+ * {@link #listRemoteLogSegments(TopicIdPartition)} the COPY_SEGMENT_STARTED ones too; never a zombie row nor one
+ * being deleted (deleting a compaction's replaced segments after the grace period is {@code kcompact gc}'s job).
  *
  * <p>Configuration (under {@code remote.log.metadata.manager.impl.prefix}, {@code rlmm.config.}):
  * {@code kcompact.store} the store's directory, {@code kcompact.python} the Python with kcompact installed.
@@ -97,39 +94,23 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         return CompletableFuture.completedFuture(null);
     }
 
-    private List<SegmentRow> rows(TopicIdPartition tp) throws RemoteStorageException {
-        JsonNode result = pipe.call(request("segments", tp));
+    private RemoteSegments segments(TopicIdPartition tp) throws RemoteStorageException {
         List<SegmentRow> rows = new ArrayList<>();
-        for (JsonNode row : result.get("segments")) {
+        for (JsonNode row : pipe.call(request("segments", tp)).get("segments")) {
             rows.add(SegmentRow.of(tp, row));
         }
-        rows.sort(Comparator.comparingLong(r -> r.metadata().startOffset()));
-        return rows;
+        return new RemoteSegments(rows);
     }
 
-    private List<SegmentRow> live(TopicIdPartition tp, int epoch) throws RemoteStorageException {
-        return rows(tp).stream().filter(r -> r.live() && r.holdsEpoch(epoch)).toList();
-    }
-
-    /** The live segment holding {@code offset} under {@code leaderEpoch}, as Kafka's RemoteLogMetadataCache finds it. */
     @Override
     public Optional<RemoteLogSegmentMetadata> remoteLogSegmentMetadata(TopicIdPartition tp, int leaderEpoch,
                                                                        long offset) throws RemoteStorageException {
-        SegmentRow found = null;
-        for (SegmentRow row : live(tp, leaderEpoch)) {
-            if (row.epochStart(leaderEpoch) <= offset) {
-                found = row;
-            }
-        }
-        if (found == null || offset > found.epochEnd(leaderEpoch)) {
-            return Optional.empty();
-        }
-        return Optional.of(found.metadata());
+        return segments(tp).segmentFor(leaderEpoch, offset);
     }
 
     @Override
     public Optional<Long> highestOffsetForEpoch(TopicIdPartition tp, int leaderEpoch) throws RemoteStorageException {
-        return live(tp, leaderEpoch).stream().map(r -> r.epochEnd(leaderEpoch)).max(Long::compare);
+        return segments(tp).highestOffsetForEpoch(leaderEpoch);
     }
 
     @Override
@@ -140,13 +121,13 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
 
     @Override
     public Iterator<RemoteLogSegmentMetadata> listRemoteLogSegments(TopicIdPartition tp) throws RemoteStorageException {
-        return rows(tp).stream().filter(r -> !r.deleting()).map(SegmentRow::metadata).iterator();
+        return segments(tp).listed().iterator();
     }
 
     @Override
     public Iterator<RemoteLogSegmentMetadata> listRemoteLogSegments(TopicIdPartition tp, int leaderEpoch)
             throws RemoteStorageException {
-        return live(tp, leaderEpoch).stream().map(SegmentRow::metadata).iterator();
+        return segments(tp).live(leaderEpoch).map(SegmentRow::metadata).iterator();
     }
 
     @Override
@@ -160,7 +141,7 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
 
     @Override
     public long remoteLogSize(TopicIdPartition tp, int leaderEpoch) throws RemoteStorageException {
-        return live(tp, leaderEpoch).stream().mapToLong(r -> r.metadata().segmentSizeInBytes()).sum();
+        return segments(tp).sizeForEpoch(leaderEpoch);
     }
 
     @Override

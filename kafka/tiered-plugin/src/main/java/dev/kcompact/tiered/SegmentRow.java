@@ -46,10 +46,4 @@ record SegmentRow(RemoteLogSegmentMetadata metadata, boolean live) {
     long epochStart(int epoch) {
         return Math.max(metadata.startOffset(), metadata.segmentLeaderEpochs().get(epoch));
     }
-
-    boolean deleting() {
-        RemoteLogSegmentState state = metadata.state();
-        return state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED
-                || state == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED;
-    }
 }

@@ -1,0 +1,51 @@
+package dev.kcompact.tiered;
+
+import java.util.Comparator;
+import java.util.List;
+import java.util.Optional;
+import java.util.stream.Stream;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentState;
+
+/**
+ * One partition's segment rows at one table version, answering the broker's lookups as Kafka's
+ * {@code RemoteLogMetadataCache} does, over live rows only (COPY_SEGMENT_FINISHED and not rejected by the
+ * cleaner-offset lineage, docs/fencing.md): a compaction's replaced rows (DELETE_SEGMENT_STARTED) are never shown,
+ * since deleting their objects after the grace period is {@code kcompact gc}'s job, not the broker's.
+ */
+final class RemoteSegments {
+
+    private final List<SegmentRow> rows;
+
+    RemoteSegments(List<SegmentRow> rows) {
+        this.rows = rows.stream().sorted(Comparator.comparingLong(r -> r.metadata().startOffset())).toList();
+    }
+
+    /** Live rows holding {@code epoch}, by start offset. */
+    Stream<SegmentRow> live(int epoch) {
+        return rows.stream().filter(r -> r.live() && r.holdsEpoch(epoch));
+    }
+
+    /** The live segment whose part written under {@code epoch} holds {@code offset}. */
+    Optional<RemoteLogSegmentMetadata> segmentFor(int epoch, long offset) {
+        SegmentRow floor = live(epoch).filter(r -> r.epochStart(epoch) <= offset).reduce((a, b) -> b).orElse(null);
+        if (floor == null || offset > floor.epochEnd(epoch)) {
+            return Optional.empty();
+        }
+        return Optional.of(floor.metadata());
+    }
+
+    Optional<Long> highestOffsetForEpoch(int epoch) {
+        return live(epoch).map(r -> r.epochEnd(epoch)).max(Long::compare);
+    }
+
+    long sizeForEpoch(int epoch) {
+        return live(epoch).mapToLong(r -> r.metadata().segmentSizeInBytes()).sum();
+    }
+
+    /** Live rows and uploads in progress (COPY_SEGMENT_STARTED); not zombies, nor rows being deleted. */
+    Stream<RemoteLogSegmentMetadata> listed() {
+        return rows.stream().filter(r -> r.live() || r.metadata().state() == RemoteLogSegmentState.COPY_SEGMENT_STARTED)
+                .map(SegmentRow::metadata);
+    }
+}
