@@ -15,7 +15,7 @@ command -v java >/dev/null || { echo "make kafka: needs a JDK 17 (java) on PATH"
 
 fail_naming_artifact() {  # $1: Maven's log
     local what
-    what=$(grep -oE "Could not (find|transfer) artifact [^ ]+" "$1" | head -1 || true)
+    what=$(grep -oE "(Could not (find|transfer) artifact|artifacts? could not be resolved:) [^ ,]+" "$1" | head -1 || true)
     [[ -n "$what" ]] || what=$(grep -oE "(Could not resolve artifact|Failed to collect dependencies at|Could not resolve dependencies for project) [^ ]+" "$1" | head -1 || true)
     echo "make kafka: Maven Central did not serve what Kafka needs: ${what:-see below}" >&2
     tail -20 "$1" >&2
