@@ -5,8 +5,8 @@ and `KcompactRemoteLogMetadataManager` keeping the segments in kcompact's metada
 `cleanup.policy=delete` with infinite retention and a small local retention, so the broker copies every rolled
 segment to the store and then deletes it locally; a consumer from offset 0 then reads the first segments through
 the broker's remote fetch, and kcompact lists what the broker tiered. Then `kcompact compact` rewrites the tier
-and the same broker serves the compacted view from offset 0 (Kafka fetches past the offsets compaction removed
-from a remote segment since KAFKA-15388).
+and the same broker goes on tiering above it and serves the compacted view from offset 0 (Kafka fetches past the
+offsets compaction removed from a remote segment since KAFKA-15388).
 """
 
 from __future__ import annotations
@@ -164,12 +164,23 @@ def test_broker_tiers_through_the_plugin_and_serves_what_kcompact_compacted(
     assert cleaned > 0, json.dumps(report["partitions"], default=str)[:3000]
     assert any(s.writer != "broker-1" for s in snapshot.live_segments), "kcompact committed no segment"
 
-    # The same broker, without a restart, serves the compacted tier from offset 0, then its local log.
+    # The broker goes on tiering above the compacted region, with no gap and no overlap.
     producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
-    for i in range(20):
-        produced.append((b"k%d" % i, b"after-%d" % i))
-        producer.produce(TOPIC, key=produced[-1][0], value=produced[-1][1])
-    assert producer.flush(30) == 0
+
+    def produce_more() -> None:
+        for i in range(20):
+            produced.append((b"k%d" % i, b"after-%d" % len(produced)))
+            producer.produce(TOPIC, key=produced[-1][0], value=produced[-1][1])
+        assert producer.flush(30) == 0
+
+    wait_for("the broker tiered a segment above the compacted region",
+             lambda: _live(store)[-1].end_offset >= cleaned, broker, step=produce_more)
+    live = _live(store)
+    assert all(a.end_offset + 1 == b.start_offset for a, b in itertools.pairwise(live))
+    assert live[-1].writer == "broker-1"
+
+    # The same broker, without a restart, serves the compacted tier from offset 0, then what it tiered since, then
+    # its local log.
     expected = compacted_view(produced, cleaned)
     assert len(expected) < len(produced)
     got = read_all(broker, len(expected))
