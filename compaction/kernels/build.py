@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numba
 import numpy as np
+import pyarrow as pa
 
 import compaction
 from compaction.kernels.cache import GENERIC_CPU
@@ -35,6 +36,7 @@ HEADER = "version"
 
 def warm_up(workdir: Path) -> None:
     """Call every kernel once through the code that calls it in a run, on a log dir generated under `workdir`."""
+    from compaction.bloom.hashing import key_hashes
     from compaction.bloom.segment import segment_filter
     from compaction.config import CompactionStrategy
     from compaction.format.scan import scan_segment
@@ -54,14 +56,32 @@ def warm_up(workdir: Path) -> None:
         for header in (None, HEADER):
             scan = scan_segment(data, obj=obj, header_key=header)
         for strategy in CompactionStrategy:
-            segment_best(scan.records, (), strategy)
+            for records in buffer_kinds(scan.records):
+                segment_best(records, (), strategy)
             view_rows(data, obj=obj, strategy=strategy, header=HEADER, aborted=(), below=2**62)
-        segment_filter(scan, 0.01).positives(np.arange(4, dtype=np.uint64))
+        key_filter = segment_filter(scan, 0.01)
+        for records in buffer_kinds(scan.records):
+            for keys in (records["key"], records["key"].chunk(0)):  # a table's column, a batch's (the skip step)
+                hashes = key_hashes(keys)
+                key_filter.positives(hashes)
+                hashes.setflags(write=False)  # as Spark's Arrow columns arrive
+                key_filter.positives(hashes)
         carried_tombstones(data, obj=obj)
         base = int(log.stem)
         winners = np.unique(scan.records["offset"].to_numpy()).astype(np.int64)
         rewrite_group([SegmentInput(data, base, obj)], winners, upper_bound_offset=2**62, now_ms=0,
                       delete_retention_ms=0)
+
+
+def buffer_kinds(table: pa.Table) -> list[pa.Table]:
+    """`table` as the scan makes it, with buffers Arrow allocated (writable to numpy) and as read from Arrow IPC
+    (read-only): a kernel compiles once per array type, and mutability is part of it."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as stream:
+        stream.write_table(table)
+    read_only = pa.ipc.open_stream(pa.py_buffer(sink.getvalue().to_pybytes())).read_all()
+    allocated = pa.Table.from_pylist(table.to_pylist(), schema=table.schema)
+    return [table, allocated, read_only]
 
 
 def cached_entries(package: Path) -> Counter[str]:
