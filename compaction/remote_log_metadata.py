@@ -4,8 +4,9 @@ The tiered plugin (`kafka/tiered-plugin`, `KcompactRemoteLogMetadataManager`) st
 `python -m compaction.remote_log_metadata --store STORE` and speaks JSON lines with it on stdin/stdout: one
 request per line, one answer per line, in order. The table is read and written here, through the same
 delta-rs commit path every other kcompact writer uses (`compaction.metadata.commit`), so the broker's rows
-are kcompact's rows by construction, conditional commits and fencing included. The process ends when its
-stdin closes (the broker stopped or died).
+are kcompact's rows by construction, conditional commits and fencing included. The broker owns the process's
+life: it ends when its stdin closes (the broker closed the manager, or died), and ignores SIGTERM and SIGINT, which
+a broker's own stop may send its whole process group while the broker still finishes a copy.
 
 Requests (`op` and its fields; every answer is `{"ok": true, "result": ...}` or
 `{"ok": false, "error": "<one line>", "type": "<kcompact error class>"}`):
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Callable, Mapping
 from typing import IO, Any
@@ -120,12 +122,17 @@ _OPS: dict[str, Callable[[MetadataTable, Mapping[str, Any]], Any]] = {
 
 
 def answer(table: MetadataTable, line: str) -> dict[str, Any]:
-    """The answer to one request line; a kcompact error becomes an error answer, anything else propagates."""
-    req = json.loads(line)
+    """The answer to one request line. Any failure is an error answer, so the broker gets it as a
+    RemoteStorageException and the process goes on serving: a kcompact error with its message, anything else (a bad
+    request, a bug) with its type and message."""
     try:
+        req = json.loads(line)
         return {"ok": True, "result": _OPS[req["op"]](table, req)}
     except KcompactError as e:
         return {"ok": False, "error": str(e).replace("\n", " "), "type": type(e).__name__}
+    except Exception as e:
+        return {"ok": False, "error": f"{type(e).__name__}: {e} (request: {line.strip()[:200]})".replace("\n", " "),
+                "type": "InternalError"}
 
 
 def serve(table: MetadataTable, requests: IO[str], answers: IO[str]) -> None:
@@ -140,6 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True, help="the store holding _kcompact_metadata")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     table = table_in_store(open_store(args.store), create=True)
     sys.stdout.write(json.dumps({"ok": True, "result": {"ready": table.version()}}) + "\n")
     sys.stdout.flush()

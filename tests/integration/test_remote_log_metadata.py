@@ -67,3 +67,10 @@ def test_the_broker_writes_under_the_current_fencing_epoch(tmp_path: Path) -> No
     assert answer["ok"], answer
     (live,) = table.live_segments("orders", 3)
     assert live.fencing_epoch == epoch
+
+
+def test_a_bad_request_is_answered_and_the_next_one_served(tmp_path: Path) -> None:
+    bad, good = _ask(tmp_path, {"op": "add", **PARTITION}, {"op": "segments", **PARTITION})
+    assert (bad["ok"], bad["type"]) == (False, "InternalError")
+    assert "KeyError" in bad["error"] and '"op": "add"' in bad["error"]
+    assert good == {"ok": True, "result": {"version": 0, "segments": []}}
