@@ -53,7 +53,7 @@ final class MetadataPipe implements AutoCloseable {
             requests.newLine();
             requests.flush();
         } catch (IOException e) {
-            throw new RemoteStorageException(where(op) + ": the metadata process is gone (" + e + ")", e);
+            throw new RemoteStorageException(where(op) + ": " + gone() + " (" + e + ")", e);
         }
         return readAnswer(op);
     }
@@ -66,7 +66,7 @@ final class MetadataPipe implements AutoCloseable {
             throw new RemoteStorageException(where(op) + ": reading the answer failed (" + e + ")", e);
         }
         if (line == null) {
-            throw new RemoteStorageException(where(op) + ": the metadata process exited (its stderr is the broker's)");
+            throw new RemoteStorageException(where(op) + ": " + gone());
         }
         JsonNode answer;
         try {
@@ -79,6 +79,11 @@ final class MetadataPipe implements AutoCloseable {
                     + answer.path("error").asText());
         }
         return answer.get("result");
+    }
+
+    private String gone() {
+        return process.isAlive() ? "the metadata process closed its pipe"
+                : "the metadata process exited with " + process.exitValue() + " (its stderr is the broker's)";
     }
 
     private String where(String op) {
