@@ -67,8 +67,12 @@ def free_port() -> int:
 
 
 def cluster_id() -> str:
-    """What `kafka-storage.sh random-uuid` prints: a UUID in URL-safe base64, without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """What `kafka-storage.sh random-uuid` prints: a UUID in URL-safe base64, without padding, never starting with
+    '-' (StorageTool would read it as an option; Kafka's `Uuid.randomUuid` draws again too)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 BROKER_DEFAULTS: dict[str, str] = {
