@@ -29,7 +29,7 @@ from compaction.format.batch import DELETE_HORIZON_FLAG_MASK, Header, Record
 from compaction.format.codecs import Codec
 from tests.kafka_dump import dump_check, findings
 from tests.kafka_runtime import run_tool
-from tests.scenario_log import ScenarioLog
+from tests.scenario_log import RemoteRecord, ScenarioLog
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -248,15 +248,6 @@ def tier_bound(log: ScenarioLog) -> int | None:
 
 
 @dataclass(frozen=True)
-class DecodedRecord:
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-
-
-@dataclass(frozen=True)
 class DecodedBatch:
     """Every header field the cleaner decides, and the records (CRC checked on decoding)."""
 
@@ -269,7 +260,7 @@ class DecodedBatch:
     partition_leader_epoch: int
     base_timestamp: int
     max_timestamp: int
-    records: tuple[DecodedRecord, ...]
+    records: tuple[RemoteRecord, ...]
 
     @property
     def has_delete_horizon(self) -> bool:
@@ -294,7 +285,7 @@ def log_batches(data: bytes, where: str) -> list[DecodedBatch]:
         out.append(DecodedBatch(
             b.base_offset, b.last_offset, b.producer_id, b.producer_epoch, b.base_sequence, b.attributes,
             b.leader_epoch, b.first_timestamp, b.max_timestamp,
-            tuple(DecodedRecord(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in b),
+            tuple(RemoteRecord(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in b),
         ))
     return out
 
