@@ -6,17 +6,11 @@ seconds, so `make test` leaves them out (skipped, with the reason) and `.ci/run`
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-ENABLED = os.environ.get("KCOMPACT_CLUSTER_TEST") == "1"
+from tests.opt_in import skip_unless_enabled
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    if ENABLED:
-        return
-    skip = pytest.mark.skip(reason="a standalone cluster test: run `make cluster-test`")
-    for item in items:
-        if "tests/cluster/" in item.nodeid:
-            item.add_marker(skip)
+    skip_unless_enabled(items, env="KCOMPACT_CLUSTER_TEST", folder="cluster",
+                        why="a standalone cluster test: run `make cluster-test`")

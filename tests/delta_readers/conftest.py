@@ -7,7 +7,6 @@ them out (skipped, with the reason) and `.ci/run` runs them as a step of their o
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -15,17 +14,12 @@ from pyspark.sql import SparkSession
 
 from compaction.spark.session import build_session
 from tests.moto_s3 import FAKE_AWS_ENV, UNSET_AWS_ENV
-
-ENABLED = os.environ.get("KCOMPACT_DELTA_READERS_TEST") == "1"
+from tests.opt_in import skip_unless_enabled
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    if ENABLED:
-        return
-    skip = pytest.mark.skip(reason="reads with delta-spark from .venv-delta: run `make delta-readers-test`")
-    for item in items:
-        if "tests/delta_readers/" in item.nodeid:
-            item.add_marker(skip)
+    skip_unless_enabled(items, env="KCOMPACT_DELTA_READERS_TEST", folder="delta_readers",
+                        why="reads with delta-spark from .venv-delta: run `make delta-readers-test`")
 
 
 @pytest.fixture(scope="session")
