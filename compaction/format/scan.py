@@ -14,6 +14,8 @@ against each other on generated segments.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +61,7 @@ from compaction.format.scan_kernels import (
     RECORD_VALUE_POS,
     decode_record_ranges,
     gather_ranges,
+    header_ranges,
     walk_batches,
 )
 from compaction.format.segment import iter_batch_headers
@@ -300,14 +303,18 @@ def _batch_columns(fields: np.ndarray) -> dict[str, pa.Array]:
     }
 
 
-def _binary(offsets: np.ndarray, data: np.ndarray, null: np.ndarray) -> pa.Array:
+_LARGE_BINARY = pa.large_binary()
+
+
+def _binary(offsets: np.ndarray, data: np.ndarray, null: np.ndarray, kind: pa.DataType = _LARGE_BINARY) -> pa.Array:
+    """A binary column over `data`; `kind` pa.binary() takes 32-bit offsets (the caller keeps it under 2 GiB)."""
     n = offsets.shape[0] - 1
     validity = None
     if null.any():
         validity = pa.py_buffer(np.packbits(~null, bitorder="little"))
-    return pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
-    )
+    if kind == pa.binary():
+        offsets = offsets.astype(np.int32)
+    return pa.Array.from_buffers(kind, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def binary_buffers(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -327,6 +334,90 @@ def binary_buffers(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.n
     return offsets.astype(np.int64, copy=False), data
 
 
+CONSUMER_SCHEMA = pa.schema(
+    [
+        pa.field("offset", pa.int64(), False),
+        pa.field("timestamp", pa.int64(), False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field(
+            "headers",
+            pa.list_(pa.struct([pa.field("key", pa.string(), False), pa.field("value", pa.binary())])),
+            False,
+        ),
+    ]
+)
+"""A record as a consumer receives it: what `RecordScan.consumer_batches` yields (and `read_partition` returns)."""
+
+CONSUMER_BATCH_BYTES = 256 << 20
+"""The most key, value and header bytes in one yielded batch: Arrow's binary columns address 2 GiB at most."""
+
+
+@dataclass(frozen=True)
+class RecordScan:
+    """A segment image decoded down to byte ranges: every batch's header fields and every record's fields, with
+    no column built yet, so that a reader builds only the records it keeps."""
+
+    fields: np.ndarray  # [n_batches, 13], columns `scan_kernels.BATCH_*`
+    ranges: np.ndarray  # [N_RECORD_FIELDS, records], rows `scan_kernels.RECORD_*`
+    sections: _Sections
+
+    def consumer_batches(self, take: np.ndarray) -> Iterator[pa.RecordBatch]:
+        """Records `take` (indexes into `ranges`' columns, ascending) as `CONSUMER_SCHEMA` batches, every header
+        included, in at most `CONSUMER_BATCH_BYTES` of payload each (a larger record goes alone)."""
+        kept = self.ranges[:, take]
+        value_len = np.maximum(kept[RECORD_VALUE_LEN], 0)
+        header_start = kept[RECORD_VALUE_POS] + value_len
+        lists, *headers = header_ranges(self.sections.main, self.sections.side, self.sections.use_side,
+                                        kept[RECORD_BATCH], header_start)
+        header_sizes = np.concatenate([[0], np.cumsum(headers[1] + np.maximum(headers[3], 0))])
+        payload = np.cumsum(np.maximum(kept[RECORD_KEY_LEN], 0) + value_len
+                            + header_sizes[lists[1:]] - header_sizes[lists[:-1]])
+        bounds = [0]
+        while bounds[-1] < len(take):
+            below = payload[bounds[-1] - 1] if bounds[-1] else 0
+            stop = int(np.searchsorted(payload, below + CONSUMER_BATCH_BYTES, side="right"))
+            bounds.append(max(stop, bounds[-1] + 1))
+        if len(bounds) == 1:
+            bounds.append(0)  # no record: one empty batch
+        for start, stop in itertools.pairwise(bounds):
+            yield self._batch(kept[:, start:stop], lists[start:stop + 1], headers)
+
+    def _batch(self, records: np.ndarray, lists: np.ndarray, headers: list[np.ndarray]) -> pa.RecordBatch:
+        """`CONSUMER_SCHEMA` columns of `records` (columns of `ranges`), whose headers are `lists` of `headers`."""
+        first, last = int(lists[0]), int(lists[-1])
+        key_pos, key_len, value_pos, value_len, owner = (column[first:last] for column in headers)
+        return pa.RecordBatch.from_arrays(
+            [pa.array(records[RECORD_OFFSET]), pa.array(records[RECORD_TIMESTAMP]),
+             self._bytes(records[RECORD_BATCH], records[RECORD_KEY_POS], records[RECORD_KEY_LEN]),
+             self._bytes(records[RECORD_BATCH], records[RECORD_VALUE_POS], records[RECORD_VALUE_LEN]),
+             self._headers(lists - first, self._bytes(owner, key_pos, key_len), self._bytes(owner, value_pos,
+                                                                                              value_len))],
+            schema=CONSUMER_SCHEMA)
+
+    def _bytes(self, batch_of: np.ndarray, pos: np.ndarray, length: np.ndarray) -> pa.Array:
+        offsets, data = gather_ranges(self.sections.main, self.sections.side, self.sections.use_side, batch_of,
+                                      pos, length)
+        return _binary(offsets, data, length < 0, pa.binary())
+
+    def _headers(self, lists: np.ndarray, keys: pa.Array, values: pa.Array) -> pa.Array:
+        names = keys.view(pa.string())
+        try:
+            names.validate(full=True)
+        except pa.ArrowInvalid:  # decoded as Kafka's consumer does (new String(bytes, UTF_8))
+            names = pa.array([k.decode("utf-8", "replace") for k in keys.to_pylist()], pa.string())
+        pairs = pa.StructArray.from_arrays([names, values],
+                                           fields=list(CONSUMER_SCHEMA.field("headers").type.value_type))
+        return pa.ListArray.from_arrays(pa.array(lists.astype(np.int32)), pairs)
+
+
+def scan_records(data: bytes | bytearray | memoryview, *, obj: str = "<segment>") -> RecordScan:
+    """Check and decode a segment image (CRCs included) into byte ranges; errors as `scan_segment`."""
+    mv = _readonly(data)
+    fields, sections, ranges = _decoded(mv, obj, None, True)
+    return RecordScan(fields, ranges, sections)
+
+
 def _reference_error(data: memoryview, obj: str, batch_position: int | None) -> CorruptInputError:
     """Re-read with the reference decoder to obtain the precise typed error."""
     try:
@@ -341,4 +432,7 @@ def _reference_error(data: memoryview, obj: str, batch_position: int | None) -> 
     )
 
 
-__all__ = ["LOG_OVERHEAD", "RECORD_SCHEMA", "SegmentScan", "scan_ranges", "scan_segment"]
+__all__ = [
+    "CONSUMER_SCHEMA", "LOG_OVERHEAD", "RECORD_SCHEMA", "RecordScan", "SegmentScan", "scan_ranges", "scan_records",
+    "scan_segment",
+]

@@ -236,3 +236,52 @@ def gather_ranges(
             for j in range(ln):  # keys are short: a byte loop beats a slice copy's setup cost
                 data[dst + j] = buf[src + j]
     return offsets, data
+
+
+@kernel(nogil=True)
+def header_ranges(
+    main: np.ndarray,
+    side: np.ndarray,
+    use_side: np.ndarray,
+    batch_of: np.ndarray,
+    start: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every header of the records whose headers section begins at `start` (in the buffer of batch `batch_of`).
+
+    Returns (list offsets [records + 1], key pos, key len, value pos, value len, batch of each header): the
+    parts of an Arrow list<struct<key, value>> column. The records were checked by `decode_record_ranges`, so
+    their headers sections are well formed and lie inside their records.
+    """
+    n = start.shape[0]
+    list_offsets = np.empty(n + 1, np.int64)
+    list_offsets[0] = 0
+    total = 0
+    for i in range(n):
+        buf = side if use_side[batch_of[i]] else main
+        count, _ = varint_at(buf, start[i], buf.shape[0], 5)
+        total += count
+        list_offsets[i + 1] = total
+    key_pos = np.empty(total, np.int64)
+    key_len = np.empty(total, np.int64)
+    value_pos = np.empty(total, np.int64)
+    value_len = np.empty(total, np.int64)
+    owner = np.empty(total, np.int64)
+    h = 0
+    for i in range(n):
+        b = batch_of[i]
+        buf = side if use_side[b] else main
+        end = buf.shape[0]
+        count, pos = varint_at(buf, start[i], end, 5)
+        for _ in range(count):
+            klen, pos = varint_at(buf, pos, end, 5)
+            key_pos[h] = pos
+            key_len[h] = klen
+            pos += klen
+            vlen, pos = varint_at(buf, pos, end, 5)
+            value_pos[h] = pos
+            value_len[h] = vlen
+            if vlen > 0:
+                pos += vlen
+            owner[h] = b
+            h += 1
+    return list_offsets, key_pos, key_len, value_pos, value_len, owner

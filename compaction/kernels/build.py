@@ -39,7 +39,7 @@ def warm_up(workdir: Path) -> None:
     from compaction.bloom.hashing import key_hashes
     from compaction.bloom.segment import segment_filter
     from compaction.config import CompactionStrategy
-    from compaction.format.scan import scan_segment
+    from compaction.format.scan import scan_records, scan_segment
     from compaction.generate.bulk import BulkSpec, generate_bulk_logdir
     from compaction.generate.topics import TopicSpec
     from compaction.rewrite.group import SegmentInput, rewrite_group
@@ -55,6 +55,8 @@ def warm_up(workdir: Path) -> None:
         data, obj = log.read_bytes(), str(log)
         for header in (None, HEADER):
             scan = scan_segment(data, obj=obj, header_key=header)
+        records = scan_records(data, obj=obj)  # the consumer read (read_partition, the topic table's input)
+        list(records.consumer_batches(np.flatnonzero(records.ranges[0] >= 0)))
         for strategy in CompactionStrategy:
             for records in buffer_kinds(scan.records):
                 segment_best(records, (), strategy)

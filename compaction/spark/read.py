@@ -1,8 +1,9 @@
 """`read_partition`: a partition's consumer view as a DataFrame, one Spark task per live segment.
 
 The driver reads only metadata (and, for read_committed, the transaction indexes and open transactions);
-executors open the store themselves from its picklable `StoreSpec` and decode their segment with the
-same code as `kcompact read` (`compaction.reader`), so both give the same records.
+executors open the store themselves from its picklable `StoreSpec` and decode their segment into Arrow columns
+with the compaction scan's kernels (`compaction.reader.segment_batches`): no Python per record. Its records are
+those of `kcompact read`'s record-by-record path (`reader.segment_records`), tested against each other.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from compaction.reader import (
     SegmentRef,
     log_refs,
     log_transactions,
-    segment_records,
+    segment_batches,
 )
 from compaction.spark.local import local_frame
 from compaction.storage.base import ObjectStore, StoreSpec
@@ -40,19 +41,6 @@ RECORD_STRUCT = StructType(
         StructField(
             "headers",
             ArrayType(StructType([StructField("key", StringType(), False), StructField("value", BinaryType(), True)])),
-            False,
-        ),
-    ]
-)
-_ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("offset", pa.int64(), False),
-        pa.field("timestamp", pa.int64(), False),
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field(
-            "headers",
-            pa.list_(pa.struct([pa.field("key", pa.string(), False), pa.field("value", pa.binary())])),
             False,
         ),
     ]
@@ -82,19 +70,8 @@ def _decoder(
         store = spec.open()
         for descriptors in batches:
             for d in descriptors.to_pylist():
-                ref = SegmentRef(**d)
-                records = list(segment_records(store, ref, from_offset=from_offset, isolation=isolation,
-                                               aborted=aborted, unstable_from=unstable))
-                yield pa.RecordBatch.from_pydict(
-                    {
-                        "offset": [r.offset for r in records],
-                        "timestamp": [r.timestamp for r in records],
-                        "key": [r.key for r in records],
-                        "value": [r.value for r in records],
-                        "headers": [[{"key": h.key, "value": h.value} for h in r.headers] for r in records],
-                    },
-                    schema=_ARROW_SCHEMA,
-                )
+                yield from segment_batches(store, SegmentRef(**d), from_offset=from_offset, isolation=isolation,
+                                           aborted=aborted, unstable_from=unstable)
 
     return decode
 

@@ -1,0 +1,128 @@
+"""The columnar consumer read (`reader.segment_batches`, the scan's kernels) against the record-by-record reference
+(`reader.segment_records`): the same records, headers and errors, on every kind of input a store holds."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from compaction.errors import CorruptInputError
+from compaction.format import scan
+from compaction.metadata import ObjectSuffix, table_in_store
+from compaction.reader import Isolation, SegmentRef, log_refs, log_transactions, segment_batches, segment_records
+from compaction.storage import ObjectStore, open_store
+from compaction.tier import tier_logdir
+from compaction.wal.upload import upload_logdir
+from compaction.workload import TopicSpec, WorkloadSpec
+from tests.scenario_log import ScenarioLog, tier
+from tests.tiered_logdir import generated_logdir
+
+NOW = 1_800_000_000_000
+SPEC = WorkloadSpec(topics=(TopicSpec("orders", 2),), records_per_partition=3000, keys=150,
+                    segment_bytes=24 * 1024, seed=5).ending_at(NOW)
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return generated_logdir(tmp_path_factory, "columnar", SPEC)
+
+
+@pytest.fixture
+def store(generated: Path, tmp_path: Path) -> ObjectStore:
+    """The workload tiered, its active segments uploaded as WAL objects: the log ends in the WAL."""
+    logdir = Path(shutil.copytree(generated, tmp_path / "logdir"))
+    store = open_store(str(tmp_path / "store"))
+    tier_logdir(logdir, store, table_in_store(store, create=True), NOW)
+    upload_logdir(logdir, store, NOW, max_object_bytes=16 * 1024)
+    return store
+
+
+def reference(store: ObjectStore, ref: SegmentRef, **read: Any) -> list[tuple[Any, ...]]:
+    return [(r.offset, r.timestamp, r.key, r.value, [(h.key, h.value) for h in r.headers])
+            for r in segment_records(store, ref, **read)]
+
+
+def columnar(store: ObjectStore, ref: SegmentRef, **read: Any) -> list[tuple[Any, ...]]:
+    batches = list(segment_batches(store, ref, **read))
+    assert all(b.schema == scan.CONSUMER_SCHEMA for b in batches)
+    return [(r["offset"], r["timestamp"], r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]])
+            for r in pa.Table.from_batches(batches, scan.CONSUMER_SCHEMA).to_pylist()]
+
+
+def assert_same_reads(store: ObjectStore, topic: str, partition: int, from_offsets: list[int]) -> int:
+    refs = log_refs(store, topic, partition)
+    aborted, unstable = log_transactions(store, refs)
+    compared = 0
+    for isolation in Isolation:
+        for from_offset in from_offsets:
+            for ref in refs:
+                read = {"from_offset": from_offset, "isolation": isolation, "aborted": aborted,
+                        "unstable_from": unstable}
+                expected = reference(store, ref, **read)
+                assert columnar(store, ref, **read) == expected, (ref.log_key, isolation, from_offset)
+                compared += len(expected)
+    return compared
+
+
+def test_every_segment_and_wal_slice_reads_the_same(store: ObjectStore) -> None:
+    for partition in (0, 1):
+        refs = log_refs(store, "orders", partition)
+        assert any(r.wal for r in refs) and any(not r.wal for r in refs)
+        end = refs[-1].end_offset
+        assert assert_same_reads(store, "orders", partition, [0, end // 3, end - 5]) > 3000
+
+
+def test_transactions_spanning_the_tier_and_the_wal(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "store"))
+    log = ScenarioLog("orders", NOW - 5000)
+    aborted, committed, still_open = log.producer(7), log.producer(8), log.producer(9)
+    log.record(1, b"plain")
+    aborted([10, 11])
+    committed([20])
+    log.roll()
+    log.record(2, b"plain-2")
+    aborted([12])
+    log.abort(7)
+    committed([21])
+    log.commit(8)
+    still_open([30])
+    tier([log], tmp_path / "logdir", store, NOW)
+    upload_logdir(tmp_path / "logdir", store, NOW)
+    assert assert_same_reads(store, "orders", 0, [0, 2]) > 0
+
+
+def test_large_reads_come_in_several_batches(store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    ref = next(r for r in log_refs(store, "orders", 0) if not r.wal)
+    whole = columnar(store, ref)
+    monkeypatch.setattr(scan, "CONSUMER_BATCH_BYTES", 1000)
+    batches = list(segment_batches(store, ref))
+    assert len(batches) > 5 and all(b.num_rows for b in batches)
+    assert columnar(store, ref) == whole
+
+
+def test_an_empty_read_is_one_empty_batch(store: ObjectStore) -> None:
+    ref = next(r for r in log_refs(store, "orders", 0) if not r.wal)
+    batches = list(segment_batches(store, ref, from_offset=ref.end_offset + 1))
+    assert [b.num_rows for b in batches] == [0]
+
+
+def test_damage_is_the_same_error_naming_the_object_and_position(store: ObjectStore, tmp_path: Path) -> None:
+    segment = table_in_store(store).live_segments("orders", 1)[1]
+    key = segment.object_key(ObjectSuffix.LOG) or ""
+    path = tmp_path / "store" / key  # the store never overwrites: damage the file under it
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    ref = next(r for r in log_refs(store, "orders", 1) if r.log_key == key)
+    for from_offset in (0, (ref.start_offset + ref.end_offset) // 2):
+        with pytest.raises(CorruptInputError) as expected:
+            reference(store, ref, from_offset=from_offset)
+        with pytest.raises(CorruptInputError) as got:
+            columnar(store, ref, from_offset=from_offset)
+        assert (type(got.value), got.value.obj, got.value.position) == (
+            type(expected.value), expected.value.obj, expected.value.position)
+        assert got.value.obj == store.object_uri(key)
