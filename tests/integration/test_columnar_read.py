@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,15 @@ import pytest
 from compaction.errors import CorruptInputError
 from compaction.format import scan
 from compaction.metadata import ObjectSuffix, table_in_store
-from compaction.reader import Isolation, SegmentRef, log_refs, log_transactions, segment_batches, segment_records
+from compaction.reader import (
+    Isolation,
+    SegmentRef,
+    log_refs,
+    log_transactions,
+    segment_batches,
+    segment_records,
+    tier_open_transactions,
+)
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 from compaction.wal.upload import upload_logdir
@@ -126,3 +135,18 @@ def test_damage_is_the_same_error_naming_the_object_and_position(store: ObjectSt
         assert (type(got.value), got.value.obj, got.value.position) == (
             type(expected.value), expected.value.obj, expected.value.position)
         assert got.value.obj == store.object_uri(key)
+
+
+def test_open_transactions_come_from_the_producer_snapshot_as_from_a_replay(store: ObjectStore) -> None:
+    """Every prefix of the tier: the last segment's producer snapshot (one GET) names the same open transactions
+    as a replay of every batch header before it."""
+    opened = 0
+    for partition in (0, 1):
+        tier = [r for r in log_refs(store, "orders", partition) if not r.wal]
+        assert all(r.producer_snapshot_key for r in tier)
+        for n in range(1, len(tier) + 1):
+            replayed = tier_open_transactions(store, [dataclasses.replace(r, producer_snapshot_key=None)
+                                                      for r in tier[:n]])
+            assert tier_open_transactions(store, tier[:n]) == replayed, (partition, n)
+            opened += len(replayed)
+    assert opened > 0, "no prefix ends inside a transaction: the comparison proves nothing"
