@@ -233,8 +233,11 @@ def gather_ranges(
             buf = side if use_side[batch_of[i]] else main
             src = pos[i]
             dst = offsets[i]
-            for j in range(ln):  # keys are short: a byte loop beats a slice copy's setup cost
-                data[dst + j] = buf[src + j]
+            if ln <= 32:  # keys are short: a byte loop beats a slice copy's setup cost
+                for j in range(ln):
+                    data[dst + j] = buf[src + j]
+            else:  # values: the slice copy is a memmove
+                data[dst:dst + ln] = buf[src:src + ln]
     return offsets, data
 
 
