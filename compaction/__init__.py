@@ -14,6 +14,8 @@ rerun. pyspark is imported only when a function needs it.
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from compaction.errors import (
@@ -155,3 +157,22 @@ __all__ = [
     "table",
     "verify",
 ]
+
+
+class _Api(types.ModuleType):
+    """The package `compaction`, whose functions `gc` and `verify` share their names with subpackages.
+
+    Python's import system sets a subpackage as an attribute of its parent when it is first imported, so the first
+    `import compaction.gc` (which `compaction.gc(...)` itself does) would replace the function by the module, and a
+    notebook's second call would fail with "'module' object is not callable". The functions keep their names; the
+    subpackages stay importable by their full names (`from compaction.gc import collect_garbage`).
+    """
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _SHADOWED and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_SHADOWED = frozenset({"gc", "verify"})
+sys.modules[__name__].__class__ = _Api

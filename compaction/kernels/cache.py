@@ -14,6 +14,7 @@ instruction set, which every CPU of it runs) before it compiles; its own entry, 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,15 @@ import numba
 from numba.core.caching import CompileResultCacheImpl, FunctionCache, InTreeCacheLocator
 
 GENERIC_CPU = "generic"
+
+PREBUILT_ONLY = "KCOMPACT_PREBUILT_KERNELS_ONLY"
+"""Set to 1 in a process's environment (a Spark executor inherits the driver's in local mode), a kernel called with
+argument types that have no cached code raises `KernelNotBuilt` instead of compiling: how the tests prove that
+`build.py` covers every signature a run uses, and how a deployment can insist that nothing compiles at run time."""
+
+
+class KernelNotBuilt(RuntimeError):
+    """A kernel has no compiled code for a call's argument types and `PREBUILT_ONLY` forbids compiling it."""
 
 
 class _PackageCacheImpl(CompileResultCacheImpl):
@@ -40,6 +50,10 @@ class KernelCache(FunctionCache):
             return found
         signature, (triple, _cpu, _features), code = self._index_key(sig, target_context.codegen())
         data = self._cache_file.load((signature, (triple, GENERIC_CPU, ""), code))
+        if data is None and os.environ.get(PREBUILT_ONLY) == "1":
+            raise KernelNotBuilt(f"{self._name} has no compiled code for {sig} in {self._cache_path} and "
+                                 f"{PREBUILT_ONLY}=1 forbids compiling it: `python -m compaction.kernels.build` "
+                                 "compiles what a run's calls need")
         return None if data is None else self._impl.rebuild(target_context, data)
 
 
