@@ -22,6 +22,7 @@ from compaction.reader import last_stable_offset, log_refs
 from compaction.storage.base import ObjectStore
 from compaction.topic_table.plan import PartitionSource, TablePlan, plan_table
 from compaction.topic_table.target import Applied, DataFile, Location, TableState, TopicTable
+from compaction.topic_table.upkeep import Upkeep, keep_healthy
 from compaction.wal.view import store_log
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ class TableReport:
     bytes_written: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     dry_run: bool = False
+    upkeep: Upkeep | None = None
 
     @property
     def exit_code(self) -> int:
@@ -99,6 +101,7 @@ class TableReport:
                 "files_added": self.files_added, "files_removed": self.files_removed,
                 "rows_written": self.rows_written, "bytes_written": self.bytes_written,
                 "segment_bytes_read": sum(s.segment_bytes for s in self.run.plan.spans),
+                "upkeep": None if self.upkeep is None else self.upkeep.to_dict(),
                 "seconds": {k: round(v, 3) for k, v in self.seconds.items()}, "exit_code": self.exit_code}
 
     def summary(self) -> list[str]:
@@ -106,9 +109,11 @@ class TableReport:
         if self.dry_run:
             return [*lines, "dry run: nothing written"]
         if self.committed_version is None:
-            return [*lines, "nothing to apply: the table is up to date"]
-        return [*lines, f"committed table version {self.committed_version}: {self.files_added} files added "
-                f"({self.rows_written} rows, {self.bytes_written} bytes), {self.files_removed} removed"]
+            lines.append("nothing to apply: the table is up to date")
+        else:
+            lines.append(f"committed table version {self.committed_version}: {self.files_added} files added "
+                         f"({self.rows_written} rows, {self.bytes_written} bytes), {self.files_removed} removed")
+        return lines if self.upkeep is None else [*lines, self.upkeep.summary()]
 
 
 def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Progress | None = None
@@ -209,6 +214,13 @@ def update_table(spark: SparkSession, store: ObjectStore, config: KcompactConfig
         progress.phase(f"table plan: {len(run.plan.spans)} partitions to apply, {len(run.plan.up_to_date)} up to "
                        f"date (metadata version {run.plan.metadata_version}, table version {run.state.version})")
     report = TableReport(run, dry_run=True) if dry_run else execute(spark, store, run, progress)
+    if not dry_run:
+        upkept = time.monotonic()
+        report.upkeep = keep_healthy(run.table, [s.partition for s in run.plan.spans] + list(run.plan.up_to_date),
+                                     now_ms)
+        report.seconds["upkeep"] = time.monotonic() - upkept
+        if progress:
+            progress.phase(f"table {report.upkeep.summary()}")
     report.seconds["total"] = time.monotonic() - started
     return report
 

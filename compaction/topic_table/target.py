@@ -19,6 +19,7 @@ import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -221,6 +222,31 @@ class TopicTable:
             ) from exc
         return self._delta_table().version()
 
+    def optimize(self, partition: int, target_size: int) -> dict[str, Any]:
+        """Bin-pack one partition's files into files of about `target_size` (Delta's OPTIMIZE: a rewrite with
+        dataChange=false); returns delta-rs's metrics (numFilesAdded, numFilesRemoved, ...)."""
+        table = self._delta_table()
+        return table.optimize.compact(partition_filters=[(PARTITION_COLUMN, "=", str(partition))],
+                                      target_size=target_size)
+
+    def vacuum(self) -> list[str]:
+        """Delete the data files removed longer ago than the table's retention (`delta.deletedFileRetentionDuration`,
+        one week unless the table sets another); returns their paths.
+
+        delta-rs lists a removed file as stale until a checkpoint expires its tombstone, deleted or not: the files
+        still in the store decide whether there is anything to do, so that a run with nothing to vacuum commits
+        nothing (a vacuum is two commits)."""
+        table = self._delta_table()
+        stale = [p for p in map(self._relative, table.vacuum(dry_run=True))
+                 if self._store.exists(self.location.file_key(p))]
+        if stale:
+            table.vacuum(dry_run=False)
+        return stale
+
+    def _relative(self, path: str) -> str:
+        """A data file's path relative to the table (delta-rs hands some as the table's URI or path joined to it)."""
+        prefix = self.uri.rstrip("/") + "/"
+        return path[len(prefix):] if path.startswith(prefix) else path
 
 def _transaction(table: DeltaTable, topic: str, partition: int) -> Applied | None:
     offset = table.transaction_version(app_id(topic, partition))
