@@ -19,7 +19,7 @@ the tier; a transaction that starts in the tier and ends in the WAL is aborted o
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -394,21 +394,6 @@ def log_transactions(
     return aborted, open_txns
 
 
-def record_json(record: Record) -> dict[str, Any]:
-    """`kcompact read`'s JSON line: key, value and header values base64, null stays null."""
-
-    def b64(data: bytes | None) -> str | None:
-        return None if data is None else base64.b64encode(data).decode("ascii")
-
-    return {
-        "offset": record.offset,
-        "timestamp": record.timestamp,
-        "key": b64(record.key),
-        "value": b64(record.value),
-        "headers": [{"key": h.key, "value": b64(h.value)} for h in record.headers],
-    }
-
-
 def consumer_records(
     store: ObjectStore,
     segments: Sequence[SegmentRef],
@@ -427,3 +412,35 @@ def consumer_records(
         yield from segment_records(
             store, seg, from_offset=from_offset, isolation=isolation, aborted=aborted, unstable_from=unstable
         )
+
+
+def consumer_batches(
+    store: ObjectStore,
+    segments: Sequence[SegmentRef],
+    *,
+    from_offset: int = 0,
+    isolation: Isolation = Isolation.READ_UNCOMMITTED,
+) -> Iterator[pa.RecordBatch]:
+    """`consumer_records` as Arrow batches (`segment_batches`), in offset order."""
+    aborted: dict[int, list[tuple[int, int]]] = {}
+    unstable: dict[int, int] = {}
+    if isolation is Isolation.READ_COMMITTED:
+        aborted, unstable = log_transactions(store, segments)
+    for seg in sorted(segments, key=lambda s: s.start_offset):
+        if seg.end_offset < from_offset:
+            continue
+        yield from segment_batches(
+            store, seg, from_offset=from_offset, isolation=isolation, aborted=aborted, unstable_from=unstable
+        )
+
+
+def row_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """`kcompact read`'s JSON line for a row of a `consumer_batches` batch (`RecordBatch.to_pylist()`): key, value and
+    header values base64, null stays null."""
+
+    def b64(data: bytes | None) -> str | None:
+        return None if data is None else base64.b64encode(data).decode("ascii")
+
+    headers = [{"key": h["key"], "value": b64(h["value"])} for h in row["headers"]]
+    return {"offset": row["offset"], "timestamp": row["timestamp"], "key": b64(row["key"]), "value": b64(row["value"]),
+            "headers": headers}

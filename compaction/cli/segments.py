@@ -75,12 +75,11 @@ def _segment_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def run_read(args: argparse.Namespace) -> int:
-    from compaction.reader import Isolation, consumer_records, log_refs, record_json
+    from compaction.reader import Isolation, consumer_batches, log_refs, row_json
 
     store = options.open_store(args)
     refs = log_refs(store, args.topic, args.partition, args.version)
     out = sys.stdout
-    for record in consumer_records(store, refs, from_offset=args.from_offset,
-                                   isolation=Isolation.parse(args.isolation)):
-        out.write(json.dumps(record_json(record)) + "\n")
+    for batch in consumer_batches(store, refs, from_offset=args.from_offset, isolation=Isolation.parse(args.isolation)):
+        out.writelines(json.dumps(row_json(row)) + "\n" for row in batch.to_pylist())
     return ExitCode.OK

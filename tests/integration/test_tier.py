@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import itertools
 import json
@@ -223,7 +224,14 @@ def test_cli_segments_and_read(logdir: Path, local_store: ObjectStore, capsys: p
                  "--from-offset", "5"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines[0]["offset"] >= 5 and set(lines[0]) == {"offset", "timestamp", "key", "value", "headers"}
-    assert len(lines) == len([r for r in rolled_records(logdir / "orders-0") if r[0] >= 5])
+    expected = [r for r in rolled_records(logdir / "orders-0") if r[0] >= 5]
+
+    def plain(b64: str | None) -> bytes | None:
+        return None if b64 is None else base64.b64decode(b64)
+
+    assert [(d["offset"], d["timestamp"], plain(d["key"]), plain(d["value"]),
+             tuple((h["key"], plain(h["value"])) for h in d["headers"])) for d in lines] == [
+        (o, t, k, v, tuple((h.key, h.value) for h in hs)) for o, t, k, v, hs in expected]
 
 
 def without_snapshots(logdir: Path, into: Path) -> Path:
