@@ -35,6 +35,7 @@ from compaction.metadata import (
     mark_deleted_finished,
 )
 from compaction.storage.base import ObjectStore
+from compaction.wal.model import WAL_TABLE_NAME
 from compaction.wal.table import WalTable
 
 
@@ -85,8 +86,12 @@ def collect_garbage(
             wal_plan = execute_wal_gc(wal_plan, store, wal_table, now_ms)
     if not wal_table.exists():
         return report
-    return replace(report, wal=wal_plan.to_dict(store, dry_run=dry_run),
-                   wal_summary=wal_plan.summary(store, dry_run=dry_run))
+    wal, summary = wal_plan.to_dict(store, dry_run=dry_run), wal_plan.summary(store, dry_run=dry_run)
+    if not dry_run:
+        compacted, vacuumed = wal_table.upkeep(lambda path: store.exists(f"{WAL_TABLE_NAME}/{path}"))
+        wal["table_upkeep"] = {"files_compacted": compacted, "files_vacuumed": vacuumed}
+        summary += f"; WAL table: {compacted} small files compacted, {vacuumed} removed files vacuumed"
+    return replace(report, wal=wal, wal_summary=summary)
 
 
 def execute_gc(plan: GcPlan, store: ObjectStore, table: MetadataTable, *, grace_ms: GraceMs, writer: str) -> GcPlan:

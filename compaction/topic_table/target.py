@@ -29,6 +29,7 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 from compaction.config import CompactionStrategy
 from compaction.errors import CommitConflictError, ConfigError
 from compaction.metadata.table import reading
+from compaction.metadata.upkeep import vacuum
 from compaction.storage.base import ObjectStore, StoreSpec
 
 PARTITION_COLUMN = "partition"
@@ -230,23 +231,8 @@ class TopicTable:
                                       target_size=target_size)
 
     def vacuum(self) -> list[str]:
-        """Delete the data files removed longer ago than the table's retention (`delta.deletedFileRetentionDuration`,
-        one week unless the table sets another); returns their paths.
-
-        delta-rs lists a removed file as stale until a checkpoint expires its tombstone, deleted or not: the files
-        still in the store decide whether there is anything to do, so that a run with nothing to vacuum commits
-        nothing (a vacuum is two commits)."""
-        table = self._delta_table()
-        stale = [p for p in map(self._relative, table.vacuum(dry_run=True))
-                 if self._store.exists(self.location.file_key(p))]
-        if stale:
-            table.vacuum(dry_run=False)
-        return stale
-
-    def _relative(self, path: str) -> str:
-        """A data file's path relative to the table (delta-rs hands some as the table's URI or path joined to it)."""
-        prefix = self.uri.rstrip("/") + "/"
-        return path[len(prefix):] if path.startswith(prefix) else path
+        """Delete the data files removed longer ago than the table's retention (`metadata.upkeep.vacuum`)."""
+        return vacuum(self._delta_table(), self.uri, lambda path: self._store.exists(self.location.file_key(path)))
 
 def _transaction(table: DeltaTable, topic: str, partition: int) -> Applied | None:
     offset = table.transaction_version(app_id(topic, partition))

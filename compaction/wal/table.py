@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -35,7 +35,12 @@ from compaction.errors import (
 )
 from compaction.metadata.model import SegmentState, check_transition
 from compaction.metadata.table import Diagnose, ObjectStoreLike, read_rows, reading
+from compaction.metadata.upkeep import compact_if_crowded, vacuum
 from compaction.wal.model import WAL_SCHEMA, WAL_TABLE_NAME, WalObject, objects_from_rows, objects_to_arrow
+
+MAX_FILES = 64
+"""The WAL table's data files before `WalTable.upkeep` compacts them: past that, a read of the table (every upload,
+roll, read and gc reads it) spends more on opening files than on their rows."""
 
 
 class WalTable:
@@ -189,6 +194,14 @@ class WalTable:
             done = {o.object_id: o for o in changed}
             return [done.get(i, current[i]) for i in wanted]
         raise AssertionError("unreachable")
+
+    def upkeep(self, exists: Callable[[str], bool], max_files: int = MAX_FILES) -> tuple[int, int]:
+        """Keep the table compact: bin-pack its files once it holds more than `max_files` (every upload and state
+        change adds one), then vacuum the files removed longer ago than its retention; `exists` tells whether a
+        path relative to the table is still in the store. Returns (files compacted, files vacuumed). A state change
+        racing the compaction is refused by delta-rs and re-planned, as against any other commit."""
+        compacted = compact_if_crowded(self._delta_table(), max_files)
+        return compacted, len(vacuum(self._delta_table(), self._uri, exists))
 
     def __repr__(self) -> str:
         return f"WalTable({self._uri!r})"
