@@ -40,7 +40,6 @@ from compaction.format.indexes import AbortedTxn, read_txn_index
 from compaction.format.producer_snapshot import producer_state_from_batches
 from compaction.generate.logdir import LogDirWriter, rolls
 from compaction.generate.topics import seeded_topic_id
-from compaction.logdir import LocalPartition
 from compaction.metadata import ObjectSuffix, SegmentMetadata, table_in_store
 from compaction.reader import Isolation, consumer_records, segment_ref
 from compaction.run.commit import commit
@@ -48,6 +47,7 @@ from compaction.run.plan import plan
 from compaction.run.stage import StagedRun, stage
 from compaction.storage import ObjectStore
 from compaction.tier import tier_partition
+from compaction.tier.logdir import LocalPartition
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
