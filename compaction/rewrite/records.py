@@ -15,7 +15,6 @@ The readable reference is `rebuild.rebuild_batch` over `decode_batch`; the two g
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,47 +22,20 @@ import numpy as np
 
 from compaction.errors import CorruptBatchError
 from compaction.format.batch import (
-    _HEADER,
-    ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
-    CURRENT_MAGIC,
-    LOG_OVERHEAD,
-    RECORD_BATCH_OVERHEAD,
     RECORDS_OFFSET,
     TimestampType,
-    crc32c,
+    frame_batch,
     make_attributes,
 )
 from compaction.format.codecs import Codec, compress, decompress
-from compaction.format.scan_kernels import varint_at
 from compaction.format.segment import BatchHeader
+from compaction.format.varint_kernels import put_varint, varint_at, varint_size
 from compaction.kernels import kernel
 
 _FIRST_KEPT = np.iinfo(np.int64).min
 """Sentinel for "no base timestamp given": use the first retained record's timestamp."""
 _MAX_GROWTH_PER_RECORD = 4 + 9
 """A re-encoded record grows by at most 4 bytes of length prefix and 9 of timestamp delta."""
-
-
-@kernel(nogil=True)
-def _write_varint(out: np.ndarray, pos: int, value: int) -> int:
-    v = np.uint64((np.int64(value) << np.int64(1)) ^ (np.int64(value) >> np.int64(63)))
-    while v >= np.uint64(0x80):
-        out[pos] = np.uint8((v & np.uint64(0x7F)) | np.uint64(0x80))
-        v >>= np.uint64(7)
-        pos += 1
-    out[pos] = np.uint8(v)
-    return pos + 1
-
-
-@kernel(nogil=True)
-def _varint_size(value: int) -> int:
-    v = np.uint64((np.int64(value) << np.int64(1)) ^ (np.int64(value) >> np.int64(63)))
-    size = 1
-    while v >= np.uint64(0x80):
-        v >>= np.uint64(7)
-        size += 1
-    return size
 
 
 @kernel(nogil=True)
@@ -115,9 +87,9 @@ def _filter_section(
             base = timestamp
         delta = timestamp - base
         tail = body_end - rest
-        written = _write_varint(out, written, 1 + _varint_size(delta) + tail)
+        written = put_varint(out, written, 1 + varint_size(delta) + tail)
         out[written] = 0
-        written = _write_varint(out, written + 1, delta)
+        written = put_varint(out, written + 1, delta)
         out[written : written + tail] = src[rest:body_end]
         written += tail
         kept += 1
@@ -184,23 +156,17 @@ def rebuild_data_batch(
     timestamp_type = TimestampType.LOG_APPEND_TIME if header.is_log_append_time else TimestampType.CREATE_TIME
     attributes = make_attributes(codec, timestamp_type, header.is_transactional, False, delete_horizon_ms is not None)
     payload = compress(codec, out[:written].tobytes())
-    batch = bytearray(
-        _HEADER.pack(
-            header.base_offset,
-            RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload),
-            header.partition_leader_epoch,
-            CURRENT_MAGIC,
-            0,
-            attributes,
-            header.last_offset_delta,
-            int(base),
-            max_timestamp,
-            header.producer_id,
-            header.producer_epoch,
-            header.base_sequence,
-            int(kept),
-        )
+    batch = frame_batch(
+        payload,
+        base_offset=header.base_offset,
+        partition_leader_epoch=header.partition_leader_epoch,
+        attributes=attributes,
+        last_offset_delta=header.last_offset_delta,
+        base_timestamp=int(base),
+        max_timestamp=max_timestamp,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        records_count=int(kept),
     )
-    batch += payload
-    struct.pack_into(">I", batch, CRC_OFFSET, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
-    return RebuiltBatch(bytes(batch), int(kept), max_timestamp)
+    return RebuiltBatch(batch, int(kept), max_timestamp)
