@@ -16,7 +16,7 @@ from compaction.errors import ExitCode
 
 if TYPE_CHECKING:
     from compaction.format.codecs import Codec
-    from compaction.generate.bulk import BulkSpec
+    from compaction.generate.bulk_spec import BulkSpec
     from compaction.generate.topics import TopicSpec
     from compaction.generate.workload import WorkloadSpec
 
@@ -159,7 +159,7 @@ def _workload_spec(args: argparse.Namespace, topics: tuple[TopicSpec, ...], code
 def _bulk_spec(args: argparse.Namespace, topics: tuple[TopicSpec, ...], codec: Codec,
                mode: dict[str, Any]) -> BulkSpec:
     """The validated spec: a ConfigError (exit 2) names the offending options."""
-    from compaction.generate.bulk import BulkSpec
+    from compaction.generate.bulk_spec import BulkSpec
 
     spec = BulkSpec(
         topics=topics, records_per_partition=args.records, keys=args.keys, value_bytes=args.value_bytes,

@@ -41,7 +41,8 @@ def warm_up(workdir: Path) -> None:
     from compaction.config import CompactionStrategy
     from compaction.format.scan import scan_segment
     from compaction.generate import WorkloadSpec, generate_logdir
-    from compaction.generate.bulk import BulkSpec, generate_bulk_logdir
+    from compaction.generate.bulk import generate_bulk_logdir
+    from compaction.generate.bulk_spec import BulkSpec
     from compaction.generate.topics import TopicSpec
     from compaction.rewrite.group import SegmentInput, rewrite_group
     from compaction.strategies.winner import segment_best
