@@ -159,10 +159,6 @@ class RecordBatch(BatchAttributes):
     size: int = field(default=0, compare=False)
 
     @property
-    def has_producer_id(self) -> bool:
-        return self.producer_id > NO_PRODUCER_ID
-
-    @property
     def last_sequence(self) -> int:
         if self.base_sequence == NO_SEQUENCE:
             return NO_SEQUENCE

@@ -93,10 +93,6 @@ class SegmentScan:
     records: pa.Table
     batch_fields: np.ndarray  # [n_batches, 13] int64, columns as `scan_kernels.walk_batches`
 
-    @property
-    def batch_count(self) -> int:
-        return int(self.batch_fields.shape[0])
-
 
 def scan_segment(
     data: bytes | bytearray | memoryview,

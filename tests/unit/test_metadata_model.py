@@ -137,10 +137,6 @@ def test_transitions_match_kafka(old: SegmentState | None, new_state: SegmentSta
             check_transition("x", old, new_state)
 
 
-def test_state_ids_are_kafkas() -> None:
-    assert [s.id for s in SegmentState] == [0, 1, 2, 3]
-
-
 # --- identifiers -------------------------------------------------------------------------------------
 
 

@@ -761,14 +761,6 @@ def test_horizon_past_long_max_is_no_horizon_as_in_kafka() -> None:
     assert c.batches[0].delete_horizon_ms is None
 
 
-def test_stats_combine_in_offset_order() -> None:
-    first = clean([as_segment(batch([rec(0, 0, ts=50)]), 0)], np.array([], dtype=np.int64), upper=9).out.stats
-    second = clean([as_segment(batch([rec(1, 1, ts=70)]) + batch([rec(2, 2, ts=60)]), 1)]).out.stats
-    both = first.combined(second)
-    assert (first.empty_outputs, both.empty_outputs, both.records_read, both.records_written) == (1, 1, 3, 2)
-    assert (both.max_timestamp, both.first_batch_max_timestamp) == (70, 70)
-
-
 @settings(max_examples=60, deadline=None)
 @given(data_batches(), st.data())
 def test_property_compiled_rebuild_equals_reference(original: RecordBatch, data: st.DataObject) -> None:
