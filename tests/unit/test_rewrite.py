@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ from compaction.format.batch import (
     encode_batch,
 )
 from compaction.format.codecs import Codec
-from compaction.format.control import ControlType, control_key, end_txn_marker
+from compaction.format.control import ControlType, control_key
 from compaction.format.indexes import AbortedTxn, build_indexes, read_txn_index, verify_indexes
 from compaction.format.scan import scan_segment
 from compaction.format.segment import iter_batch_headers, iter_batches
@@ -50,6 +51,7 @@ from compaction.strategies.retention import (
     retains_deletes,
     should_retain_record,
 )
+from tests import factories
 from tests.unit.random_batches import data_batches
 
 with warnings.catch_warnings():
@@ -64,10 +66,7 @@ PID = 7
 # --- building logs ---------------------------------------------------------------------------------
 
 
-def rec(offset: int, key: int | bytes | None, value: int | bytes | None = b"v", ts: int = 1_000) -> Record:
-    k = str(key).encode() if isinstance(key, int) else key
-    v = str(value).encode() if isinstance(value, int) else value
-    return Record(offset, ts, k, v)
+rec = partial(factories.record, ts=1_000)
 
 
 def batch(records: Sequence[Record], **kw: Any) -> bytes:
@@ -85,7 +84,7 @@ def txn_batch(offset: int, keys: Sequence[int], pid: int = PID, *, txn: bool = T
 
 
 def marker(kind: ControlType, offset: int, pid: int = PID) -> bytes:
-    return encode_batch(end_txn_marker(kind, offset, 2_000, pid, 0, coordinator_epoch=3))
+    return encode_batch(factories.marker(kind, offset, pid, ts=2_000, coordinator_epoch=3))
 
 
 def single_record_segments(keys: Sequence[int | None], per_segment: int) -> list[SegmentInput]:
