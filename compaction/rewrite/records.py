@@ -125,24 +125,12 @@ def rebuild_data_batch(
     malformed section.
     """
     codec = header.codec
-    section = data[header.position + RECORDS_OFFSET : header.position + header.size]
-    try:
-        raw = section if codec is Codec.NONE else decompress(codec, section)
-    except CorruptBatchError as exc:
-        raise CorruptBatchError(exc.detail, obj=obj, position=header.position + RECORDS_OFFSET) from None
-    src = np.frombuffer(raw, dtype=np.uint8)
-    out = np.empty(len(raw) + _MAX_GROWTH_PER_RECORD * header.records_count, dtype=np.uint8)
+    src = _records_section(data, header, obj)
+    out = np.empty(len(src) + _MAX_GROWTH_PER_RECORD * header.records_count, dtype=np.uint8)
     log_append_time = header.max_timestamp if header.is_log_append_time else _FIRST_KEPT
     status, written, kept, max_ts, base = _filter_section(
-        src,
-        header.records_count,
-        header.base_offset,
-        winners,
-        retain_deletes,
-        header.base_timestamp,
-        log_append_time,
-        _FIRST_KEPT if delete_horizon_ms is None else delete_horizon_ms,
-        out,
+        src, header.records_count, header.base_offset, winners, retain_deletes, header.base_timestamp,
+        log_append_time, _FIRST_KEPT if delete_horizon_ms is None else delete_horizon_ms, out,
     )
     if status:
         raise CorruptBatchError(
@@ -170,3 +158,13 @@ def rebuild_data_batch(
         records_count=int(kept),
     )
     return RebuiltBatch(batch, int(kept), max_timestamp)
+
+
+def _records_section(data: memoryview, header: BatchHeader, obj: str) -> np.ndarray:
+    """The batch's records section, decompressed."""
+    section = data[header.position + RECORDS_OFFSET : header.position + header.size]
+    try:
+        raw = section if header.codec is Codec.NONE else decompress(header.codec, section)
+    except CorruptBatchError as exc:
+        raise CorruptBatchError(exc.detail, obj=obj, position=header.position + RECORDS_OFFSET) from None
+    return np.frombuffer(raw, dtype=np.uint8)
