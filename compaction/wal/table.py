@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -34,18 +34,12 @@ from compaction.errors import (
     plain_text,
 )
 from compaction.metadata.model import SegmentState, check_transition
-from compaction.metadata.table import Diagnose, ObjectStoreLike, read_rows, reading
+from compaction.metadata.table import DeltaTableRef, ObjectStoreLike, read_rows, reading
 from compaction.wal.model import WAL_SCHEMA, WAL_TABLE_NAME, WalObject, objects_from_rows, objects_to_arrow
 
 
-class WalTable:
+class WalTable(DeltaTableRef):
     """The Delta table of combined objects (`compaction.wal.model` documents its columns)."""
-
-    def __init__(self, table_uri: str, storage_options: Mapping[str, str] | None = None,
-                 diagnose: Diagnose | None = None) -> None:
-        self._uri = table_uri
-        self._options = dict(storage_options or {})
-        self._diagnose = diagnose
 
     @classmethod
     def in_store(cls, store: ObjectStoreLike, *, create: bool = False) -> WalTable:
@@ -54,10 +48,6 @@ class WalTable:
         if create:
             table._create_if_missing()
         return table
-
-    @property
-    def table_uri(self) -> str:
-        return self._uri
 
     def exists(self) -> bool:
         try:
@@ -189,9 +179,6 @@ class WalTable:
             done = {o.object_id: o for o in changed}
             return [done.get(i, current[i]) for i in wanted]
         raise AssertionError("unreachable")
-
-    def __repr__(self) -> str:
-        return f"WalTable({self._uri!r})"
 
 
 def _strings(values: Iterable[str]) -> pa.Array:
