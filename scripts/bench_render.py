@@ -262,7 +262,8 @@ def _p4(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
         c, rnd = row["clustered"], row["random"]
         lines.append(f"| {row['fpp']:.2g} | {100 * c['read']:.1f}% ({100 * c['overlap']:.1f}%) | "
                      f"{100 * c['filters']:.2f}% | {100 * rnd['read']:.1f}% ({100 * rnd['overlap']:.1f}%) |")
-    lines += ["", "With keys spread at random, 1% of them touch almost every segment: no filter can help there."]
+    lines += ["", "With keys spread at random, 1% of them touch almost every segment: no filter can help there.", "",
+              note("P4 filter implementation")]
     return lines
 
 
@@ -316,7 +317,7 @@ def _p6(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
 
 
 def _p7(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
-    lines = ["<!-- goal f hook: scripts/bench.py `bench_verify` measures this once "
+    lines = ["<!-- goal f hook: scripts/bench_measure.py `bench_verify` measures this once "
              "`compaction.verify.verify_partition` accepts `spark=` -->",
              f"Workload: `{r['command']}` ({r['keys']:,} keys in one partition; the goal's scale is 50 M)."]
     if not r["measured"]:

@@ -1,13 +1,13 @@
 """Benchmark-scale Kafka log dirs, fast: the engine behind `kcompact generate --bulk`.
 
 `generate.workload` writes a realistic mixture (Zipf keys, idempotent and transactional producers, every
-codec, headers, out-of-order timestamps, epoch changes) record by record in Python, at ~25 µs a record. That
-is fine for tests and the demo, far too slow for the tens of millions of keys the benchmarks need. This
+codec, headers, out-of-order timestamps, epoch changes) record by record in Python: fine for tests and the
+demo, far too slow for the tens of millions of keys the benchmarks need. This
 package writes the same kind of partition directory — rolled segments plus an active one, `.index` and
 `.timeindex` by Kafka's index.interval.bytes rule (computed from the batch sizes without reading the log back,
 byte-identical to `indexes.build_indexes`), an (empty) producer `.snapshot` at every roll,
-`leader-epoch-checkpoint` and `partition.metadata` with the same topic ids (`topics.topic_ids`) — at
-millions of records a second on one core: a numba kernel encodes whole runs of batches (headers included)
+`leader-epoch-checkpoint` and `partition.metadata` with the same topic ids (`topics.topic_ids`) — with
+no Python per record: a numba kernel encodes whole runs of batches (headers included)
 into one buffer, Python only adds each batch's CRC-32C (and compresses its records section when a codec is
 set) and streams the bytes to the segment files. Each segment costs a few file creations, so benchmark-scale
 runs want benchmark-scale --segment-bytes (e.g. 128 MiB), not the 256 KiB default.
