@@ -227,6 +227,18 @@ def run_figures(report: dict[str, Any], staged: Any) -> dict[str, Any]:
     }
 
 
+def topic_config(args: argparse.Namespace) -> Any:
+    """The run's config: cleanup.policy compact and the options given, every other one at kcompact's default."""
+    from compaction.config import KcompactConfig, TopicConfig
+
+    settings = {"cleanup.policy": "compact", **dict(kv.split("=", 1) for kv in args.topic_config)}
+    if args.min_dirty_ratio is not None:
+        settings["min.cleanable.dirty.ratio"] = str(args.min_dirty_ratio)
+    if args.fpp is not None:
+        settings["bloom.filter.fpp"] = str(args.fpp)
+    return KcompactConfig(defaults=TopicConfig.from_kafka(settings))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("store", type=Path)
@@ -248,7 +260,6 @@ def main() -> int:
     sampler = MemorySampler()
     sampler.start()
     started = time.perf_counter()
-    from compaction.config import KcompactConfig, TopicConfig
     from compaction.report import run_report
     from compaction.run.commit import commit
     from compaction.run.plan import plan
@@ -268,12 +279,7 @@ def main() -> int:
         print(json.dumps({"phases": phases, **figures, "memory_peak_bytes": sampler.stop()}))
         sys.stdout.flush()
         os._exit(0)
-    settings = {"cleanup.policy": "compact", **dict(kv.split("=", 1) for kv in args.topic_config)}
-    if args.min_dirty_ratio is not None:
-        settings["min.cleanable.dirty.ratio"] = str(args.min_dirty_ratio)
-    if args.fpp is not None:
-        settings["bloom.filter.fpp"] = str(args.fpp)
-    config = KcompactConfig(defaults=TopicConfig.from_kafka(settings))
+    config = topic_config(args)
     store = open_store(str(args.store))
     t = time.perf_counter()
     run = plan(store, config, args.now_ms)

@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_measure import machine
+from bench_render import WAL_SECTION, note, section_span
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bench-data"
 START_MS = 1_700_000_000_000
@@ -144,16 +147,7 @@ def section(results: list[dict[str, Any]], machine: str) -> str:
         "",
         "What the columns show, and why the shapes differ:",
         "",
-        "- upload PUTs/GB is 1e9 / object size (~239 at 4 MiB) whatever the shape: objects are filled to the limit "
-        "across partitions. The Delta commits (2 per 16 objects) are on top.",
-        "- a reader of one partition issues one ranged GET per entry of it (an entry is one object's slice of the "
-        "partition), fetching exactly the bytes it needs (fetched/needed = 1.000). The upload packs partition after "
-        "partition, so an object holds one partition's slice except where partitions meet: 8 partitions of ~140 MB "
-        "cost ~242 GETs/GB, 64 partitions of ~17 MB ~273 (each partition adds a partial object at each end).",
-        "- roll GETs/GB are the entries read, for the same reason ~245 vs ~292; roll PUTs are 5 objects per rolled "
-        "segment (log, offset and time index, producer snapshot, leader-epoch checkpoint; no txn index without "
-        "transactions). At the default segment.bytes (1 GiB) each partition's WAL becomes one segment, so PUTs/GB "
-        "follow the partition count: 34 with 8 partitions, 273 with 64.",
+        note("W columns"),
         "- roll: the Spark job (ranged GETs, CRC-32C of every batch, index and producer-state build, uploads; two "
         "tasks at a time) ran at " + " and ".join(
             f"{r['roll']['wal_bytes'] / 1e6 / r['roll']['job_seconds']:.0f} MB/s with {r['partitions']} partitions"
@@ -164,19 +158,18 @@ def section(results: list[dict[str, Any]], machine: str) -> str:
         "the larger share with more partitions.",
         "",
     ]
-    note = os.environ.get("KCOMPACT_BENCH_NOTE")
-    if note:
-        lines += [note, ""]
+    extra = os.environ.get("KCOMPACT_BENCH_NOTE")
+    if extra:
+        lines += [extra, ""]
     return "\n".join(lines)
 
 
 def write(section_text: str) -> None:
     path = ROOT / "BENCHMARKS.md"
     text = path.read_text()
-    start = text.find("## W — ")
-    if start >= 0:  # replace it where it is (scripts/bench.py keeps it after its own sections)
-        ends = [i for i in (text.find("\n## ", start + 1), text.find("<!-- previous version", start)) if i >= 0]
-        end = min(ends, default=len(text))
+    span = section_span(text, WAL_SECTION)
+    if span is not None:  # replace it where it is (scripts/bench.py keeps it after its own sections)
+        start, end = span
         rest = text[end:].lstrip("\n")
         text = text[:start] + section_text.rstrip("\n") + "\n" + ("\n" + rest if rest else "")
     else:
@@ -185,8 +178,6 @@ def write(section_text: str) -> None:
 
 
 def main() -> int:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from bench import machine
 
     if "--render" in sys.argv:  # rewrite the section from the saved figures
         write(section(json.loads((DATA / "results" / "W.json").read_text()), machine()))

@@ -35,12 +35,11 @@ from compaction.format.batch import (
     encode_batch,
 )
 from compaction.format.checkpoints import EpochEntry
-from compaction.format.control import ControlType, batch_control_type, end_txn_marker
+from compaction.format.control import ControlType, batch_control_type
 from compaction.format.indexes import AbortedTxn, read_txn_index
 from compaction.format.producer_snapshot import producer_state_from_batches
 from compaction.generate.logdir import LogDirWriter, rolls
 from compaction.generate.topics import seeded_topic_id
-from compaction.logdir import LocalPartition
 from compaction.metadata import ObjectSuffix, SegmentMetadata, table_in_store
 from compaction.reader import Isolation, consumer_records, segment_ref
 from compaction.run.commit import commit
@@ -48,6 +47,9 @@ from compaction.run.plan import plan
 from compaction.run.stage import StagedRun, stage
 from compaction.storage import ObjectStore
 from compaction.tier import tier_partition
+from compaction.tier.logdir import LocalPartition
+from tests import factories
+from tests.factories import Key, record
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -55,14 +57,6 @@ with warnings.catch_warnings():
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-Key = int | bytes | None
-
-
-def _bytes(value: Key) -> bytes | None:
-    """Kafka's tests write keys and values as decimal strings."""
-    return str(value).encode() if isinstance(value, int) else value
-
 
 @dataclass
 class ScenarioLog:
@@ -91,7 +85,7 @@ class ScenarioLog:
     def append(self, records: Sequence[tuple[Key, Key]], **batch_fields: object) -> RecordBatch:
         """One batch of `(key, value)` records at the next offsets, stamped with the clock."""
         start = self.next_offset
-        built = [Record(start + i, self.timestamp, _bytes(k), _bytes(v)) for i, (k, v) in enumerate(records)]
+        built = [record(start + i, k, v, ts=self.timestamp) for i, (k, v) in enumerate(records)]
         return self.append_records(built, **batch_fields)
 
     def append_records(self, records: Sequence[Record], **batch_fields: object) -> RecordBatch:
@@ -114,7 +108,7 @@ class ScenarioLog:
         """Kafka's `record(k, v)`: a single-record batch without producer id; returns its offset."""
         offset = self.next_offset
         ts = self.timestamp if timestamp is None else timestamp
-        self.append_records([Record(offset, ts, _bytes(key), _bytes(value), tuple(headers))],
+        self.append_records([record(offset, key, value, ts=ts, headers=headers)],
                             timestamp_type=timestamp_type, max_timestamp=max_timestamp)
         return offset
 
@@ -135,7 +129,7 @@ class ScenarioLog:
     def marker(self, kind: ControlType, pid: int, epoch: int = 0) -> int:
         """A COMMIT or ABORT marker for producer `pid`; returns its offset."""
         offset = self.next_offset
-        self._add(end_txn_marker(kind, offset, self.timestamp, pid, epoch, 0, self.leader_epoch))
+        self._add(factories.marker(kind, offset, pid, ts=self.timestamp, epoch=epoch, leader_epoch=self.leader_epoch))
         return offset
 
     def commit(self, pid: int, epoch: int = 0) -> int:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from compaction.generate import WorkloadSpec, generate_logdir
 from compaction.metadata import table_in_store
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
-from compaction.workload import WorkloadSpec, generate_logdir
 
 
 def generated_logdir(factory: pytest.TempPathFactory, name: str, spec: WorkloadSpec) -> Path:

@@ -5,22 +5,14 @@ once, and its records can only be superseded by records of the run's *dirty keys
 this segment hold any of these keys?" from ~10 bits per key instead of the segment's bytes; "no" is
 certain, so such a segment need not be downloaded or rewritten (`compaction.bloom.skipping`).
 
-## Implementation, chosen by measurement (2 cores, Python 3.11, keys `key-%08d`)
-
-| implementation | cost per key | stable hash | stored format |
-|---|---|---|---|
-| pybloom-live | ~3.6 µs | yes (md5/sha) | its own tofile layout |
-| rbloom + `hash_func=xxh3_64` | 0.31 µs insert, 0.36 test (a Python call per key) | only via hash_func | rbloom's own |
-| **numba over Arrow buffers (here)** | **26 ns hash, 54 build (sort+insert), 35 test** | XXH64, seed 0 | below |
-
-(2 M keys, a 2.3 MiB filter at p = 1%, measured with `KeyFilter.build` / `positives` against rbloom's
-`update` / `in` on the same keys; both gave an observed rate of 1.01%.)
+## Implementation: numba over Arrow buffers
 
 Keys arrive as Arrow binary columns (the columnar scan's output, Spark's `mapInArrow` batches), so the
 compiled path hashes a whole column in one call with no Python object per key, and one 64-bit hash per key
-is all a filter test ships across the Spark boundary. rbloom would need a Python call per key (~8x slower)
-and its byte layout is its own; pybloom-live is ~80x slower, sdist-only and unmaintained. The readable
-reference path (`reference_filter`, `xxhash` + Python ints) is kept beside the kernels and tested
+(XXH64, seed 0: stable across processes and versions) is all a filter test ships across the Spark boundary.
+The libraries weighed against it need a Python call per key (rbloom) or hash in Python (pybloom-live, also
+unmaintained), and store filters in layouts of their own; the measured costs are in BENCHMARKS.md (P4). The
+readable reference path (`reference_filter`, `xxhash` + Python ints) is kept beside the kernels and tested
 against them bit for bit.
 
 ## Format (version 1), big-endian like Kafka's own formats
@@ -174,7 +166,7 @@ class KeyFilter:
     @classmethod
     def build(cls, hashes: np.ndarray, fpp: float, facts: FilterFacts = FilterFacts()) -> KeyFilter:
         """A filter holding `hashes` (uint64 XXH64 values, duplicates allowed), sized for its distinct count."""
-        ordered = np.sort(np.asarray(hashes, dtype=np.uint64))  # np.unique is ~30x slower on uint64 here
+        ordered = np.sort(np.asarray(hashes, dtype=np.uint64))  # the count needs only the sort, not np.unique
         n = int(ordered.size and 1 + np.count_nonzero(ordered[1:] != ordered[:-1]))
         m, k = filter_shape(n, fpp)
         bits = np.zeros(m // 8, np.uint8)

@@ -38,9 +38,8 @@ def _progress(i: int, n: int, r: PartitionTierResult) -> None:
 
 
 def run_tier(args: argparse.Namespace) -> int:
-    from compaction.logdir import internal_note
     from compaction.metadata import table_in_store
-    from compaction.tier import tier_logdir
+    from compaction.tier import internal_note, tier_logdir
 
     clock = options.now_ms(args)
     store = options.open_store(args)

@@ -91,7 +91,7 @@ def _positive(text: str) -> int:
 
 
 def run_upload(args: argparse.Namespace) -> int:
-    from compaction.logdir import internal_note
+    from compaction.tier.logdir import internal_note
     from compaction.wal.upload import upload_logdir
 
     clock = options.now_ms(args)

@@ -58,8 +58,9 @@ LOG_OVERHEAD = LENGTH_OFFSET + LENGTH_LENGTH  # 12
 HEADER_SIZE_UP_TO_MAGIC = MAGIC_OFFSET + MAGIC_LENGTH  # 17
 MIN_BATCH_SIZE_FIELD = 14  # LegacyRecord.RECORD_OVERHEAD_V0: the smallest legal batchLength
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-assert _HEADER.size == RECORD_BATCH_OVERHEAD
+BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+"""The header's fields in layout order, baseOffset to recordsCount (the CRC unsigned)."""
+assert BATCH_HEADER.size == RECORD_BATCH_OVERHEAD
 
 CODEC_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
@@ -158,10 +159,6 @@ class RecordBatch(BatchAttributes):
     size: int = field(default=0, compare=False)
 
     @property
-    def has_producer_id(self) -> bool:
-        return self.producer_id > NO_PRODUCER_ID
-
-    @property
     def last_sequence(self) -> int:
         if self.base_sequence == NO_SEQUENCE:
             return NO_SEQUENCE
@@ -220,41 +217,18 @@ def decode_batch(
         )
     check_magic(mv, pos)
     (base_offset, length, ple, _magic, crc, attrs, lod, base_ts, max_ts, pid, pepoch, bseq, count) = (
-        _HEADER.unpack_from(mv, pos)
+        BATCH_HEADER.unpack_from(mv, pos)
     )
-    size = length + LOG_OVERHEAD
-    if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
-        raise CorruptBatchError(
-            f"batch length {length} is smaller than the v2 header", position=pos + LENGTH_OFFSET
-        )
-    if pos + size > len(mv):
-        raise CorruptBatchError(
-            f"batch of {size} bytes runs past the end ({len(mv) - pos} bytes left)",
-            position=pos + LENGTH_OFFSET,
-        )
-    body = mv[pos + ATTRIBUTES_OFFSET : pos + size]
-    if verify_crc:
-        computed = crc32c(body)
-        if computed != crc:
-            raise CrcMismatchError(
-                f"CRC-32C mismatch: stored {crc}, computed {computed}", position=pos + CRC_OFFSET
-            )
+    size = _checked_size(mv, pos, length, crc, verify_crc)
     if count < 0:
         raise CorruptBatchError(f"negative record count {count}", position=pos + RECORDS_COUNT_OFFSET)
     codec_id = attrs & CODEC_MASK
     if codec_id > Codec.ZSTD:
         raise CorruptBatchError(f"unknown compression codec id {codec_id}", position=pos + ATTRIBUTES_OFFSET)
-    codec = Codec(codec_id)
-    raw = mv[pos + RECORDS_OFFSET : pos + size]
-    records_pos = pos + RECORDS_OFFSET
-    try:
-        data: bytes | memoryview = raw if codec is Codec.NONE else decompress(codec, raw)
-        log_append = bool(attrs & TIMESTAMP_TYPE_MASK)
-        records = decode_records(data, count, base_offset, base_ts, max_ts if log_append else None)
-    except CorruptBatchError as exc:
-        # Inside a compressed stream there is no file position; point at the records section instead.
-        inner = exc.position if exc.position is not None and codec is Codec.NONE else 0
-        raise CorruptBatchError(exc.detail, position=records_pos + inner) from exc
+    section = mv[pos + RECORDS_OFFSET : pos + size]
+    log_append_time = max_ts if attrs & TIMESTAMP_TYPE_MASK else None
+    records = _decode_section(section, pos + RECORDS_OFFSET, Codec(codec_id), count, base_offset, base_ts,
+                              log_append_time)
     return RecordBatch(
         base_offset=base_offset,
         last_offset_delta=lod,
@@ -271,6 +245,38 @@ def decode_batch(
     )
 
 
+def _checked_size(mv: memoryview, pos: int, length: int, crc: int, verify_crc: bool) -> int:
+    """The batch's size from its batchLength, checked against the buffer (and its CRC-32C, with `verify_crc`)."""
+    size = length + LOG_OVERHEAD
+    if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
+        raise CorruptBatchError(
+            f"batch length {length} is smaller than the v2 header", position=pos + LENGTH_OFFSET
+        )
+    if pos + size > len(mv):
+        raise CorruptBatchError(
+            f"batch of {size} bytes runs past the end ({len(mv) - pos} bytes left)",
+            position=pos + LENGTH_OFFSET,
+        )
+    if verify_crc:
+        computed = crc32c(mv[pos + ATTRIBUTES_OFFSET : pos + size])
+        if computed != crc:
+            raise CrcMismatchError(
+                f"CRC-32C mismatch: stored {crc}, computed {computed}", position=pos + CRC_OFFSET
+            )
+    return size
+
+
+def _decode_section(section: memoryview, records_pos: int, codec: Codec, count: int, base_offset: int,
+                    base_ts: int, log_append_time: int | None) -> tuple[Record, ...]:
+    try:
+        data: bytes | memoryview = section if codec is Codec.NONE else decompress(codec, section)
+        return decode_records(data, count, base_offset, base_ts, log_append_time)
+    except CorruptBatchError as exc:
+        # Inside a compressed stream there is no file position; point at the records section instead.
+        inner = exc.position if exc.position is not None and codec is Codec.NONE else 0
+        raise CorruptBatchError(exc.detail, position=records_pos + inner) from exc
+
+
 # --- encoding --------------------------------------------------------------------------------------
 
 
@@ -279,28 +285,56 @@ def encode_batch(batch: RecordBatch) -> bytes:
 
     `base_timestamp` and `max_timestamp` are taken as given: use `build_batch` to derive them.
     """
-    base_ts = batch.base_timestamp
-    records = b"".join(encode_record(r, batch.base_offset, base_ts) for r in batch.records)
-    payload = compress(batch.codec, records)
-    length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload)
-    header = bytearray(
-        _HEADER.pack(
-            batch.base_offset,
-            length,
-            batch.partition_leader_epoch,
+    records = b"".join(encode_record(r, batch.base_offset, batch.base_timestamp) for r in batch.records)
+    return frame_batch(
+        compress(batch.codec, records),
+        base_offset=batch.base_offset,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        attributes=batch.attributes,
+        last_offset_delta=batch.last_offset_delta,
+        base_timestamp=batch.base_timestamp,
+        max_timestamp=batch.max_timestamp,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        records_count=len(batch.records),
+    )
+
+
+def frame_batch(
+    payload: bytes,
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    records_count: int,
+) -> bytes:
+    """A v2 batch around `payload`, its records section as stored (compressed or not): the header with
+    batchLength and magic filled in, then a fresh CRC-32C."""
+    out = bytearray(
+        BATCH_HEADER.pack(
+            base_offset,
+            RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload),
+            partition_leader_epoch,
             CURRENT_MAGIC,
             0,
-            batch.attributes,
-            batch.last_offset_delta,
-            base_ts,
-            batch.max_timestamp,
-            batch.producer_id,
-            batch.producer_epoch,
-            batch.base_sequence,
-            len(batch.records),
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            records_count,
         )
     )
-    out = header + payload
+    out += payload
     struct.pack_into(">I", out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)
 

@@ -96,10 +96,6 @@ class SegmentScan:
     records: pa.Table
     batch_fields: np.ndarray  # [n_batches, 13] int64, columns as `scan_kernels.walk_batches`
 
-    @property
-    def batch_count(self) -> int:
-        return int(self.batch_fields.shape[0])
-
 
 def scan_segment(
     data: bytes | bytearray | memoryview,
@@ -223,7 +219,7 @@ def _record_sections(mv: memoryview, fields: np.ndarray, obj: str) -> _Sections:
             start[b] = cursor
             cursor = cursor + len(raw)
             end[b] = cursor
-        side = np.empty(cursor, np.uint8)  # numpy asks for huge pages: a third of the page faults of a join
+        side = np.empty(cursor, np.uint8)  # numpy asks for huge pages: fewer page faults than a join
         view, cursor = memoryview(side.data), 0
         for raw in chunks:
             view[cursor:cursor + len(raw)] = raw

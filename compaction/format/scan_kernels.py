@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from compaction.format.varint_kernels import varint_at
 from compaction.kernels import kernel
 
 # Batch-table columns produced by `walk_batches`, in order.
@@ -94,24 +95,6 @@ def walk_batches(buf: np.ndarray) -> tuple[np.ndarray, int, int]:
             return out, 1, pos
         pos += length + 12
     return out, 0, 0
-
-
-@kernel(nogil=True)
-def varint_at(buf: np.ndarray, pos: int, end: int, max_bytes: int) -> tuple[Any, int]:
-    """Zigzag varint at pos -> (value, next pos); next pos = -1 on error."""
-    result = np.uint64(0)
-    shift = 0
-    start = pos
-    while True:
-        if pos >= end or pos - start >= max_bytes:
-            return 0, -1
-        b = np.uint64(buf[pos])
-        pos += 1
-        result |= (b & np.uint64(0x7F)) << np.uint64(shift)
-        if b < 0x80:
-            value = np.int64(result >> np.uint64(1)) ^ -np.int64(result & np.uint64(1))
-            return value, pos
-        shift += 7
 
 
 @kernel(nogil=True)

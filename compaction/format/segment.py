@@ -17,8 +17,8 @@ from pathlib import Path
 
 from compaction.errors import CorruptBatchError, CorruptInputError, CrcMismatchError, TruncatedSegmentError
 from compaction.format.batch import (
-    _HEADER,
     ATTRIBUTES_OFFSET,
+    BATCH_HEADER,
     CRC_OFFSET,
     HEADER_SIZE_UP_TO_MAGIC,
     LENGTH_OFFSET,
@@ -123,7 +123,7 @@ def _read_header(mv: memoryview, pos: int, end: int, verify_crc: bool, max_batch
         raise TruncatedSegmentError(
             f"batch of {size} bytes but only {end - pos} bytes left in the segment", position=pos
         )
-    fields = _HEADER.unpack_from(mv, pos)
+    fields = BATCH_HEADER.unpack_from(mv, pos)
     if verify_crc:
         computed = crc32c(mv[pos + ATTRIBUTES_OFFSET : pos + size])
         if computed != fields[4]:
@@ -156,12 +156,6 @@ def iter_batches(
             yield header.position, decode_batch(data, header.position, verify_crc=verify_crc)
         except CorruptInputError as exc:
             raise exc.located(obj or "<segment>") from None
-
-
-def read_segment(path: str | os.PathLike[str], *, verify_crc: bool = True) -> list[tuple[int, RecordBatch]]:
-    """Decode a whole `.log` file (reference path; the scan in `scan.py` is the fast one)."""
-    data = Path(path).read_bytes()
-    return list(iter_batches(data, obj=str(path), verify_crc=verify_crc))
 
 
 def write_segment(path: str | os.PathLike[str], batches: Iterable[bytes]) -> int:

@@ -1,6 +1,7 @@
 """Protobuf-style zigzag varints, as Kafka's `ByteUtils` writes them (`writeVarint`, `writeVarlong`).
 
-An int varint takes at most 5 bytes and a long at most 10; longer encodings are corrupt.
+An int varint takes at most 5 bytes and a long at most 10; longer encodings are corrupt. This is the readable
+codec; `varint_kernels.py` is the same over numpy arrays for the compiled paths, tested against it.
 """
 
 from __future__ import annotations
@@ -27,13 +28,6 @@ def write_varint(out: bytearray, n: int) -> None:
         out.append((v & 0x7F) | 0x80)
         v >>= 7
     out.append(v)
-
-
-def encode_varint(n: int) -> bytes:
-    """The zigzag varint encoding of `n`."""
-    out = bytearray()
-    write_varint(out, n)
-    return bytes(out)
 
 
 def read_varint(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = 10) -> tuple[int, int]:

@@ -5,7 +5,7 @@
 - `topics`: the topics of a generated log dir and their deterministic topic ids;
 - `workload`: a realistic mixture (Zipf keys, idempotent and transactional producers, every codec, headers,
   epoch changes), record by record: `kcompact generate`;
-- `bulk` (with `bulk_records`, `bulk_segments`, `bulk_report`): a plain workload at millions of records a
+- `bulk` (with `bulk_spec`, `bulk_records`, `bulk_segments`, `bulk_report`): a plain workload at millions of records a
   second: `kcompact generate --bulk`.
 
 Both generators are pure functions of their spec, the clock included: `start_ms` (or `spec.ending_at(now_ms)`)

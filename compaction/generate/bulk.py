@@ -1,13 +1,13 @@
 """Benchmark-scale Kafka log dirs, fast: the engine behind `kcompact generate --bulk`.
 
 `generate.workload` writes a realistic mixture (Zipf keys, idempotent and transactional producers, every
-codec, headers, out-of-order timestamps, epoch changes) record by record in Python, at ~25 µs a record. That
-is fine for tests and the demo, far too slow for the tens of millions of keys the benchmarks need. This
+codec, headers, out-of-order timestamps, epoch changes) record by record in Python: fine for tests and the
+demo, far too slow for the tens of millions of keys the benchmarks need. This
 package writes the same kind of partition directory — rolled segments plus an active one, `.index` and
 `.timeindex` by Kafka's index.interval.bytes rule (computed from the batch sizes without reading the log back,
 byte-identical to `indexes.build_indexes`), an (empty) producer `.snapshot` at every roll,
-`leader-epoch-checkpoint` and `partition.metadata` with the same topic ids (`topics.topic_ids`) — at
-millions of records a second on one core: a numba kernel encodes whole runs of batches (headers included)
+`leader-epoch-checkpoint` and `partition.metadata` with the same topic ids (`topics.topic_ids`) — with
+no Python per record: a numba kernel encodes whole runs of batches (headers included)
 into one buffer, Python only adds each batch's CRC-32C (and compresses its records section when a codec is
 set) and streams the bytes to the segment files. Each segment costs a few file creations, so benchmark-scale
 runs want benchmark-scale --segment-bytes (e.g. 128 MiB), not the 256 KiB default.
@@ -34,110 +34,27 @@ removed first so a rerun never leaves a mixture.
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from compaction.errors import ConfigError
-from compaction.format.batch import RECORD_BATCH_OVERHEAD, make_attributes
+from compaction.format.batch import make_attributes
 from compaction.format.checkpoints import EpochEntry
 from compaction.format.codecs import Codec
-from compaction.format.indexes import DEFAULT_INDEX_INTERVAL_BYTES
-from compaction.generate.bulk_records import LEADER_EPOCH, MAX_KEYS, RECORD_BOUND, encode_batches, partition_draws
+from compaction.generate.bulk_records import LEADER_EPOCH, encode_batches, partition_draws
 from compaction.generate.bulk_report import BulkPartitionResult, BulkProgress, BulkSummary
 from compaction.generate.bulk_segments import SegmentStream, write_compressed, write_plain
+from compaction.generate.bulk_spec import BulkSpec
 from compaction.generate.logdir import LogDirWriter
-from compaction.generate.topics import TopicSpec, iter_partitions, topic_ids
+from compaction.generate.topics import iter_partitions, topic_ids
 
-KEY_ORDERS = ("sequential", "uniform")
-UPDATE_SPREADS = ("clustered", "random")
 CHUNK_BYTES = 8 * 2**20
 """The kernel encodes about this many bytes of batches per call."""
-_INT32_MAX = 2**31 - 1
-
-
-@dataclass(frozen=True)
-class BulkSpec:
-    """Everything that determines a bulk log dir. Validated on construction (ConfigError, exit code 2)."""
-
-    topics: tuple[TopicSpec, ...] = (TopicSpec("bench", 1),)
-    records_per_partition: int = 1_000_000
-    keys: int = 1_000_000
-    value_bytes: int = 100
-    records_per_batch: int = 100
-    segment_bytes: int = 128 * 2**20
-    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
-    codec: Codec = Codec.NONE
-    tombstone_ratio: float = 0.03
-    key_order: str = "sequential"
-    update_fraction: float = 0.0
-    update_spread: str = "clustered"
-    start_ms: int = 1_700_000_000_000
-    ms_per_record: int = 50
-    seed: int = 42
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not self.topics:
-            problems.append("at least one topic is needed")
-        for t in self.topics:
-            if t.partitions < 1:
-                problems.append(f"topic {t.name!r} needs at least one partition")
-        if self.records_per_partition < 0:
-            problems.append(f"--records must be >= 0, got {self.records_per_partition}")
-        if not 1 <= self.keys < MAX_KEYS:
-            problems.append(f"--keys must be in [1, {MAX_KEYS - 1}] (keys are key-%010d), got {self.keys}")
-        if self.value_bytes < 0:
-            problems.append(f"--value-bytes must be >= 0, got {self.value_bytes}")
-        if self.records_per_batch < 1:
-            problems.append(f"--records-per-batch must be >= 1, got {self.records_per_batch}")
-        elif self.batch_bound > _INT32_MAX:
-            problems.append("--records-per-batch × --value-bytes: a batch would exceed 2 GiB")
-        if not 1 <= self.segment_bytes <= _INT32_MAX:
-            problems.append(f"--segment-bytes must be in [1, {_INT32_MAX}], got {self.segment_bytes}")
-        if self.index_interval_bytes < 0:
-            problems.append(f"index interval must be >= 0, got {self.index_interval_bytes}")
-        if not 0.0 <= self.tombstone_ratio <= 1.0:
-            problems.append(f"--tombstone-ratio must be in [0, 1], got {self.tombstone_ratio}")
-        if self.key_order not in KEY_ORDERS:
-            problems.append(f"--key-order must be one of {', '.join(KEY_ORDERS)}, got {self.key_order!r}")
-        if not 0.0 <= self.update_fraction <= 1.0:
-            problems.append(f"--update-fraction must be in [0, 1], got {self.update_fraction}")
-        if self.update_spread not in UPDATE_SPREADS:
-            problems.append(
-                f"--update-spread must be one of {', '.join(UPDATE_SPREADS)}, got {self.update_spread!r}"
-            )
-        if self.ms_per_record < 0:
-            problems.append(f"--ms-per-record must be >= 0, got {self.ms_per_record}")
-        if self.codec not in tuple(Codec):
-            problems.append(f"unknown codec {self.codec!r}")
-        if problems:
-            raise ConfigError("bulk generate: " + "; ".join(problems))
-
-    def ending_at(self, now_ms: int) -> BulkSpec:
-        """This spec with its clock moved so that the last record (updates included) is stamped `now_ms`."""
-        return dataclasses.replace(self, start_ms=now_ms - max(self.log_end_offset - 1, 0) * self.ms_per_record)
-
-    @property
-    def updates_per_partition(self) -> int:
-        """Records appended after `records_per_partition`, each rewriting a distinct key."""
-        return round(self.update_fraction * self.keys)
-
-    @property
-    def log_end_offset(self) -> int:
-        return self.records_per_partition + self.updates_per_partition
-
-    @property
-    def batch_bound(self) -> int:
-        """Upper bound of an uncompressed batch's size."""
-        return RECORD_BATCH_OVERHEAD + self.records_per_batch * (RECORD_BOUND + self.value_bytes)
-
 
 
 def generate_partition(

@@ -12,28 +12,19 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from compaction.bloom.hashing import MASK64, mix64, reference_mix64
 from compaction.format.batch import RECORDS_OFFSET
+from compaction.format.varint_kernels import put_varint, varint_size
+from compaction.generate.bulk_spec import BulkSpec
 from compaction.kernels import kernel
-from compaction.rewrite.records import _varint_size, _write_varint
 
-if TYPE_CHECKING:
-    from compaction.generate.bulk import BulkSpec
-
-KEY_PREFIX = b"key-"
-KEY_DIGITS = 10
-KEY_BYTES = len(KEY_PREFIX) + KEY_DIGITS  # 14
-MAX_KEYS = 10**KEY_DIGITS
 VALUE_ALPHABET = b"abcdefghijklmnopqrstuvwxyz0123456789"
 POOL_BYTES = 64 * 1024
 """Values are `value_bytes` slices of a seeded pool of POOL_BYTES + value_bytes printable bytes."""
-RECORD_BOUND = 5 + 1 + 10 + 5 + 1 + KEY_BYTES + 5 + 1
-"""Upper bound of a record's size without its value: length, attributes, ts delta, offset delta, key, value
-length, header count varints."""
 LEADER_EPOCH = 0
 GAMMA = 0x9E3779B97F4A7C15
 """SplitMix64's increment: record `offset` draws from the state seed + offset·γ."""
@@ -158,7 +149,7 @@ def _encode_batches(
 ) -> int:
     span = np.uint64(pool.shape[0] - value_bytes + 1)
     ukeys = np.uint64(keys)
-    value_len_size = _varint_size(value_bytes)
+    value_len_size = varint_size(value_bytes)
     pos = 0
     for b in range(n_batches):
         base = first_offset + b * records_per_batch
@@ -175,51 +166,65 @@ def _encode_batches(
             else:
                 key_id = offset if sequential and offset < keys else np.int64(_draw(key_seed, offset) % ukeys)
                 tomb = (_draw(tombstone_seed, offset) >> np.uint64(11)) < threshold
-            ts_delta = i * ms_per_record
-            body = 1 + _varint_size(ts_delta) + _varint_size(i) + 1 + 14 + 1
-            body += 1 if tomb else value_len_size + value_bytes
-            pos = _write_varint(out, pos, body)
-            out[pos] = 0  # record attributes
-            pos = _write_varint(out, pos + 1, ts_delta)
-            pos = _write_varint(out, pos, i)
-            out[pos] = 28  # zigzag(14): the key length
-            out[pos + 1] = 107  # k
-            out[pos + 2] = 101  # e
-            out[pos + 3] = 121  # y
-            out[pos + 4] = 45  # -
-            k = key_id
-            for d in range(5):  # ten decimal digits, two at a time
-                two = k % 100
-                k //= 100
-                out[pos + 14 - 2 * d] = np.uint8(48 + two % 10)
-                out[pos + 13 - 2 * d] = np.uint8(48 + two // 10)
-            pos += 15
-            if tomb:
-                out[pos] = 1  # zigzag(-1): null value
-                pos += 1
-            else:
-                pos = _write_varint(out, pos, value_bytes)
-                vs = np.int64(_draw(value_seed, offset) % span)
-                dst = out[pos : pos + value_bytes]
-                src = pool[vs : vs + value_bytes]
-                for j in range(value_bytes):  # a plain loop over views vectorises; slice assignment does not
-                    dst[j] = src[j]
-                pos += value_bytes
-            out[pos] = 0  # no headers
-            pos += 1
+            value_start = np.int64(-1) if tomb else np.int64(_draw(value_seed, offset) % span)
+            pos = _put_record(out, pos, i, i * ms_per_record, key_id, pool, value_start, value_bytes, value_len_size)
         base_ts = start_ms + base * ms_per_record
-        _put_be(out, start, base, 8)  # baseOffset
-        _put_be(out, start + 8, pos - start - 12, 4)  # batchLength
-        _put_be(out, start + 12, leader_epoch, 4)  # partitionLeaderEpoch
-        out[start + 16] = 2  # magic
-        _put_be(out, start + 17, 0, 4)  # crc, filled in by the caller
-        _put_be(out, start + 21, 0, 2)  # attributes: no codec, CreateTime, not transactional
-        _put_be(out, start + 23, n - 1, 4)  # lastOffsetDelta
-        _put_be(out, start + 27, base_ts, 8)  # baseTimestamp
-        _put_be(out, start + 35, base_ts + (n - 1) * ms_per_record, 8)  # maxTimestamp
-        _put_be(out, start + 43, -1, 8)  # producerId
-        _put_be(out, start + 51, -1, 2)  # producerEpoch
-        _put_be(out, start + 53, -1, 4)  # baseSequence
-        _put_be(out, start + 57, n, 4)  # recordCount
+        _put_batch_header(out, start, pos, base, n, base_ts, base_ts + (n - 1) * ms_per_record, leader_epoch)
     bounds[n_batches] = pos
     return pos
+
+
+@kernel(nogil=True)
+def _put_record(out: np.ndarray, pos: int, offset_delta: int, ts_delta: int, key_id: int, pool: np.ndarray,
+                value_start: int, value_bytes: int, value_len_size: int) -> int:
+    """Record `key_id` at `pos`: its value `pool[value_start:][:value_bytes]`, or null if `value_start` < 0."""
+    tomb = value_start < 0
+    body = 1 + varint_size(ts_delta) + varint_size(offset_delta) + 1 + 14 + 1
+    body += 1 if tomb else value_len_size + value_bytes
+    pos = put_varint(out, pos, body)
+    out[pos] = 0  # record attributes
+    pos = put_varint(out, pos + 1, ts_delta)
+    pos = put_varint(out, pos, offset_delta)
+    out[pos] = 28  # zigzag(14): the key length
+    out[pos + 1] = 107  # k
+    out[pos + 2] = 101  # e
+    out[pos + 3] = 121  # y
+    out[pos + 4] = 45  # -
+    k = key_id
+    for d in range(5):  # ten decimal digits, two at a time
+        two = k % 100
+        k //= 100
+        out[pos + 14 - 2 * d] = np.uint8(48 + two % 10)
+        out[pos + 13 - 2 * d] = np.uint8(48 + two // 10)
+    pos += 15
+    if tomb:
+        out[pos] = 1  # zigzag(-1): null value
+        pos += 1
+    else:
+        pos = put_varint(out, pos, value_bytes)
+        dst = out[pos : pos + value_bytes]
+        src = pool[value_start : value_start + value_bytes]
+        for j in range(value_bytes):  # a plain loop over views vectorises; slice assignment does not
+            dst[j] = src[j]
+        pos += value_bytes
+    out[pos] = 0  # no headers
+    return pos + 1
+
+
+@kernel(nogil=True)
+def _put_batch_header(out: np.ndarray, start: int, end: int, base_offset: int, n: int, base_ts: int, max_ts: int,
+                      leader_epoch: int) -> None:
+    """The 61-byte header of the batch of `n` records at out[start:end]: no codec, CreateTime, no producer."""
+    _put_be(out, start, base_offset, 8)  # baseOffset
+    _put_be(out, start + 8, end - start - 12, 4)  # batchLength
+    _put_be(out, start + 12, leader_epoch, 4)  # partitionLeaderEpoch
+    out[start + 16] = 2  # magic
+    _put_be(out, start + 17, 0, 4)  # crc, filled in by the caller
+    _put_be(out, start + 21, 0, 2)  # attributes: no codec, CreateTime, not transactional
+    _put_be(out, start + 23, n - 1, 4)  # lastOffsetDelta
+    _put_be(out, start + 27, base_ts, 8)  # baseTimestamp
+    _put_be(out, start + 35, max_ts, 8)  # maxTimestamp
+    _put_be(out, start + 43, -1, 8)  # producerId
+    _put_be(out, start + 51, -1, 2)  # producerEpoch
+    _put_be(out, start + 53, -1, 4)  # baseSequence
+    _put_be(out, start + 57, n, 4)  # recordCount

@@ -23,7 +23,7 @@ from compaction.format.codecs import Codec, compress
 from compaction.generate.logdir import LogDirWriter, rolls
 
 if TYPE_CHECKING:
-    from compaction.generate.bulk import BulkSpec
+    from compaction.generate.bulk_spec import BulkSpec
 
 _CRC = struct.Struct(">I")
 _INT32 = struct.Struct(">i")

@@ -40,12 +40,13 @@ def warm_up(workdir: Path) -> None:
     from compaction.bloom.segment import segment_filter
     from compaction.config import CompactionStrategy
     from compaction.format.scan import scan_records, scan_segment
-    from compaction.generate.bulk import BulkSpec, generate_bulk_logdir
+    from compaction.generate import WorkloadSpec, generate_logdir
+    from compaction.generate.bulk import generate_bulk_logdir
+    from compaction.generate.bulk_spec import BulkSpec
     from compaction.generate.topics import TopicSpec
     from compaction.rewrite.group import SegmentInput, rewrite_group
     from compaction.strategies.winner import segment_best
     from compaction.verify.columnar import carried_tombstones, view_rows
-    from compaction.workload import WorkloadSpec, generate_logdir
 
     generate_logdir(workdir / "log", WorkloadSpec(topics=(TopicSpec("warm", 1),), records_per_partition=600,
                                                   keys=40, segment_bytes=8 * 1024, seed=27))

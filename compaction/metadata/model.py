@@ -64,16 +64,12 @@ class RowKind(StrEnum):
 
 
 class SegmentState(StrEnum):
-    """KIP-405's `RemoteLogSegmentState`; `id` is Kafka's wire id."""
+    """KIP-405's `RemoteLogSegmentState`."""
 
     COPY_SEGMENT_STARTED = "COPY_SEGMENT_STARTED"
     COPY_SEGMENT_FINISHED = "COPY_SEGMENT_FINISHED"
     DELETE_SEGMENT_STARTED = "DELETE_SEGMENT_STARTED"
     DELETE_SEGMENT_FINISHED = "DELETE_SEGMENT_FINISHED"
-
-    @property
-    def id(self) -> int:
-        return list(SegmentState).index(self)
 
 
 _NEXT_STATES: dict[SegmentState | None, frozenset[SegmentState]] = {

@@ -58,18 +58,26 @@ class ObjectStoreLike(Protocol):
     def diagnose(self) -> KcompactError | None: ...
 
 
-class MetadataTable:
-    """The Delta table in KIP-405's RemoteLogMetadataManager role; build with `open` or `create_if_missing`.
-
-    Holds only the URI, the storage options and the store's `diagnose` (a store pickles), so it pickles across
-    the Spark boundary.
-    """
+class DeltaTableRef:
+    """One of kcompact's Delta tables by reference: the URI, the storage options and the store's `diagnose` (a store
+    pickles), so it pickles across the Spark boundary and each side opens the table itself."""
 
     def __init__(self, table_uri: str, storage_options: Mapping[str, str] | None = None,
                  diagnose: Diagnose | None = None) -> None:
         self._uri = table_uri
         self._options = dict(storage_options or {})
         self._diagnose = diagnose
+
+    @property
+    def table_uri(self) -> str:
+        return self._uri
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._uri!r})"
+
+
+class MetadataTable(DeltaTableRef):
+    """The Delta table in KIP-405's RemoteLogMetadataManager role; build with `open` or `create_if_missing`."""
 
     @classmethod
     def open(cls, table_uri: str, storage_options: Mapping[str, str] | None = None,
@@ -107,10 +115,6 @@ class MetadataTable:
                 storage_options=dict(storage_options) if storage_options else None,
             )
         return cls.open(table_uri, storage_options, diagnose)
-
-    @property
-    def table_uri(self) -> str:
-        return self._uri
 
     @property
     def storage_options(self) -> dict[str, str]:
@@ -161,9 +165,6 @@ class MetadataTable:
                 f"partitioned by {list(PARTITION_COLUMNS)}, "
                 f"found {found.names} partitioned by {list(partition_columns)}"
             )
-
-    def __repr__(self) -> str:
-        return f"MetadataTable({self._uri!r})"
 
 
 def load_partition(dt: DeltaTable, topic: str, partition: int, where: str = "metadata",

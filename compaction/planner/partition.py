@@ -111,18 +111,8 @@ def plan_partition(
     def plan(
         regions: Regions | None, decision: Decision, reason: str, groups: tuple[tuple[SegmentMetadata, ...], ...] = ()
     ) -> PartitionPlan:
-        return PartitionPlan(
-            snapshot.topic,
-            snapshot.partition,
-            config,
-            regions,
-            decision,
-            reason,
-            len(segments),
-            snapshot.commit_seq,
-            snapshot.fencing_epoch,
-            groups,
-        )
+        return PartitionPlan(snapshot.topic, snapshot.partition, config, regions, decision, reason, len(segments),
+                             snapshot.commit_seq, snapshot.fencing_epoch, groups)
 
     if not config.is_compacted:
         return plan(None, Decision.NOT_COMPACTED, f"cleanup.policy={config.cleanup_policy_text}: not a compacted topic")

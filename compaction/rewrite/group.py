@@ -129,12 +129,7 @@ def rewrite_group(
     """
     if not inputs:
         raise ValueError("a group has at least one segment")
-    state = (txn_state or TransactionState.start()).with_aborted(aborted)
-    if state.position is not None and state.position > inputs[0].base_offset:
-        raise ValueError(
-            f"groups must be rewritten in offset order: the transaction state is at offset {state.position}, "
-            f"this group starts at {inputs[0].base_offset}"
-        )
+    state = _state_at_start(txn_state, aborted, inputs[0].base_offset)
     rewriter = _GroupRewriter(
         _checked_winners(winners),
         now_ms=now_ms,
@@ -151,6 +146,18 @@ def rewrite_group(
             rewriter.parts[written:] = [added]
             on_written(added)
     return rewriter.finish(inputs, index_interval_bytes), rewriter.txns.state()
+
+
+def _state_at_start(txn_state: TransactionState | None, aborted: Sequence[AbortedTxn], base_offset: int
+                    ) -> TransactionState:
+    """The transaction state a group starting at `base_offset` begins with; ValueError if it is a later group's."""
+    state = (txn_state or TransactionState.start()).with_aborted(aborted)
+    if state.position is not None and state.position > base_offset:
+        raise ValueError(
+            f"groups must be rewritten in offset order: the transaction state is at offset {state.position}, "
+            f"this group starts at {base_offset}"
+        )
+    return state
 
 
 def _checked_winners(winners: np.ndarray) -> np.ndarray:

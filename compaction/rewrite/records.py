@@ -15,7 +15,6 @@ The readable reference is `rebuild.rebuild_batch` over `decode_batch`; the two g
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,47 +22,20 @@ import numpy as np
 
 from compaction.errors import CorruptBatchError
 from compaction.format.batch import (
-    _HEADER,
-    ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
-    CURRENT_MAGIC,
-    LOG_OVERHEAD,
-    RECORD_BATCH_OVERHEAD,
     RECORDS_OFFSET,
     TimestampType,
-    crc32c,
+    frame_batch,
     make_attributes,
 )
 from compaction.format.codecs import Codec, compress, decompress
-from compaction.format.scan_kernels import varint_at
 from compaction.format.segment import BatchHeader
+from compaction.format.varint_kernels import put_varint, varint_at, varint_size
 from compaction.kernels import kernel
 
 _FIRST_KEPT = np.iinfo(np.int64).min
 """Sentinel for "no base timestamp given": use the first retained record's timestamp."""
 _MAX_GROWTH_PER_RECORD = 4 + 9
 """A re-encoded record grows by at most 4 bytes of length prefix and 9 of timestamp delta."""
-
-
-@kernel(nogil=True)
-def _write_varint(out: np.ndarray, pos: int, value: int) -> int:
-    v = np.uint64((np.int64(value) << np.int64(1)) ^ (np.int64(value) >> np.int64(63)))
-    while v >= np.uint64(0x80):
-        out[pos] = np.uint8((v & np.uint64(0x7F)) | np.uint64(0x80))
-        v >>= np.uint64(7)
-        pos += 1
-    out[pos] = np.uint8(v)
-    return pos + 1
-
-
-@kernel(nogil=True)
-def _varint_size(value: int) -> int:
-    v = np.uint64((np.int64(value) << np.int64(1)) ^ (np.int64(value) >> np.int64(63)))
-    size = 1
-    while v >= np.uint64(0x80):
-        v >>= np.uint64(7)
-        size += 1
-    return size
 
 
 @kernel(nogil=True)
@@ -115,9 +87,9 @@ def _filter_section(
             base = timestamp
         delta = timestamp - base
         tail = body_end - rest
-        written = _write_varint(out, written, 1 + _varint_size(delta) + tail)
+        written = put_varint(out, written, 1 + varint_size(delta) + tail)
         out[written] = 0
-        written = _write_varint(out, written + 1, delta)
+        written = put_varint(out, written + 1, delta)
         out[written : written + tail] = src[rest:body_end]
         written += tail
         kept += 1
@@ -153,24 +125,12 @@ def rebuild_data_batch(
     malformed section.
     """
     codec = header.codec
-    section = data[header.position + RECORDS_OFFSET : header.position + header.size]
-    try:
-        raw = section if codec is Codec.NONE else decompress(codec, section)
-    except CorruptBatchError as exc:
-        raise CorruptBatchError(exc.detail, obj=obj, position=header.position + RECORDS_OFFSET) from None
-    src = np.frombuffer(raw, dtype=np.uint8)
-    out = np.empty(len(raw) + _MAX_GROWTH_PER_RECORD * header.records_count, dtype=np.uint8)
+    src = _records_section(data, header, obj)
+    out = np.empty(len(src) + _MAX_GROWTH_PER_RECORD * header.records_count, dtype=np.uint8)
     log_append_time = header.max_timestamp if header.is_log_append_time else _FIRST_KEPT
     status, written, kept, max_ts, base = _filter_section(
-        src,
-        header.records_count,
-        header.base_offset,
-        winners,
-        retain_deletes,
-        header.base_timestamp,
-        log_append_time,
-        _FIRST_KEPT if delete_horizon_ms is None else delete_horizon_ms,
-        out,
+        src, header.records_count, header.base_offset, winners, retain_deletes, header.base_timestamp,
+        log_append_time, _FIRST_KEPT if delete_horizon_ms is None else delete_horizon_ms, out,
     )
     if status:
         raise CorruptBatchError(
@@ -184,23 +144,27 @@ def rebuild_data_batch(
     timestamp_type = TimestampType.LOG_APPEND_TIME if header.is_log_append_time else TimestampType.CREATE_TIME
     attributes = make_attributes(codec, timestamp_type, header.is_transactional, False, delete_horizon_ms is not None)
     payload = compress(codec, out[:written].tobytes())
-    batch = bytearray(
-        _HEADER.pack(
-            header.base_offset,
-            RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload),
-            header.partition_leader_epoch,
-            CURRENT_MAGIC,
-            0,
-            attributes,
-            header.last_offset_delta,
-            int(base),
-            max_timestamp,
-            header.producer_id,
-            header.producer_epoch,
-            header.base_sequence,
-            int(kept),
-        )
+    batch = frame_batch(
+        payload,
+        base_offset=header.base_offset,
+        partition_leader_epoch=header.partition_leader_epoch,
+        attributes=attributes,
+        last_offset_delta=header.last_offset_delta,
+        base_timestamp=int(base),
+        max_timestamp=max_timestamp,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        records_count=int(kept),
     )
-    batch += payload
-    struct.pack_into(">I", batch, CRC_OFFSET, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
-    return RebuiltBatch(bytes(batch), int(kept), max_timestamp)
+    return RebuiltBatch(batch, int(kept), max_timestamp)
+
+
+def _records_section(data: memoryview, header: BatchHeader, obj: str) -> np.ndarray:
+    """The batch's records section, decompressed."""
+    section = data[header.position + RECORDS_OFFSET : header.position + header.size]
+    try:
+        raw = section if header.codec is Codec.NONE else decompress(header.codec, section)
+    except CorruptBatchError as exc:
+        raise CorruptBatchError(exc.detail, obj=obj, position=header.position + RECORDS_OFFSET) from None
+    return np.frombuffer(raw, dtype=np.uint8)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 NO_TIMESTAMP = -1
 
@@ -48,14 +48,3 @@ class RewriteStats:
     def to_dict(self) -> dict[str, int]:
         """Plain ints by field name (JSON-ready)."""
         return asdict(self)
-
-    def combined(self, later: RewriteStats) -> RewriteStats:
-        """The stats of this rewrite followed by `later` (a partition's groups in offset order): counters add,
-        `max_timestamp` is the max, `first_batch_max_timestamp` the first written one."""
-        summed = {f.name: getattr(self, f.name) + getattr(later, f.name) for f in fields(self)}
-        summed["max_timestamp"] = max(self.max_timestamp, later.max_timestamp)
-        first_written = self.batches_copied_verbatim + self.batches_rebuilt + self.batches_emptied > 0
-        summed["first_batch_max_timestamp"] = (
-            self.first_batch_max_timestamp if first_written else later.first_batch_max_timestamp
-        )
-        return RewriteStats(**summed)

@@ -22,7 +22,7 @@ under the output's own id. Both run beside the rewrite, in threads: the output e
 for the filter while the next input is rewritten (`rewrite_group`'s `on_written`; the numba scan and hashing
 release the interpreter), and the other objects are uploaded while the filter is finished (a store write waits on
 I/O). The chunk holding most winners ends a hot partition's rewrite, and the core its earlier chunks freed takes
-that work (`make bench` P6: 3.2 s of a chunk's 3.6 s was rewrite, filter and upload one after the other).
+that work, instead of the chunk's rewrite, filter and upload running one after the other.
 """
 
 from __future__ import annotations

@@ -15,7 +15,19 @@ from compaction.storage.base import (
     StoreSpec,
     StoreStats,
     open_store,
+    register_backend,
 )
+from compaction.storage.local import LocalStore
+
+
+def _open_s3(spec: StoreSpec) -> ObjectStore:
+    from compaction.storage.s3 import S3Store  # boto3 is imported only when an S3 store is opened
+
+    return S3Store(spec)
+
+
+register_backend("file", LocalStore)
+register_backend("s3", _open_s3)
 
 __all__ = [
     "DEFAULT_STORE_URI",

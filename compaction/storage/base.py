@@ -24,7 +24,7 @@ import re
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -166,13 +166,20 @@ class StoreSpec:
 
     def open(self) -> ObjectStore:
         """A new store for this spec. Cheap: S3 clients are created on first use."""
-        if self.scheme == "s3":
-            from compaction.storage.s3 import S3Store
+        return _BACKENDS[self.scheme](self)
 
-            return S3Store(self)
-        from compaction.storage.local import LocalStore
 
-        return LocalStore(self)
+Backend = Callable[[StoreSpec], "ObjectStore"]
+"""Opens a store of one URI scheme from its spec: a backend's class, or a function that imports it first."""
+
+_BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(scheme: str, backend: Backend) -> None:
+    """Make `StoreSpec.open` open `scheme`'s stores with `backend`. `compaction.storage` registers the local and
+    S3 backends when it is imported (which any import of this module does first): the interface names no
+    backend, and each backend imports the interface."""
+    _BACKENDS[scheme] = backend
 
 
 def _local_uri(uri: str, scheme: str) -> str:

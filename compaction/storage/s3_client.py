@@ -1,6 +1,6 @@
 """The boto3 side of the S3 backend: one shared session per process, the client settings, credentials.
 
-Making a session loads the service models (~0.1 s) and an executor opens a store per task, so the
+Making a session loads the service models, which is slow, and an executor opens a store per task, so the
 stores of a process share one. Sessions are not thread-safe, hence the lock; the clients made from them
 are. Clients have botocore's retries switched off: `s3_retry.py` is the one retry layer.
 """

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -34,7 +34,7 @@ from compaction.errors import (
     plain_text,
 )
 from compaction.metadata.model import SegmentState, check_transition
-from compaction.metadata.table import Diagnose, ObjectStoreLike, read_rows, reading
+from compaction.metadata.table import DeltaTableRef, ObjectStoreLike, read_rows, reading
 from compaction.metadata.upkeep import compact_if_crowded, vacuum
 from compaction.wal.model import WAL_SCHEMA, WAL_TABLE_NAME, WalObject, objects_from_rows, objects_to_arrow
 
@@ -43,14 +43,8 @@ MAX_FILES = 64
 roll, read and gc reads it) spends more on opening files than on their rows."""
 
 
-class WalTable:
+class WalTable(DeltaTableRef):
     """The Delta table of combined objects (`compaction.wal.model` documents its columns)."""
-
-    def __init__(self, table_uri: str, storage_options: Mapping[str, str] | None = None,
-                 diagnose: Diagnose | None = None) -> None:
-        self._uri = table_uri
-        self._options = dict(storage_options or {})
-        self._diagnose = diagnose
 
     @classmethod
     def in_store(cls, store: ObjectStoreLike, *, create: bool = False) -> WalTable:
@@ -59,10 +53,6 @@ class WalTable:
         if create:
             table._create_if_missing()
         return table
-
-    @property
-    def table_uri(self) -> str:
-        return self._uri
 
     def exists(self) -> bool:
         try:
@@ -202,10 +192,6 @@ class WalTable:
         racing the compaction is refused by delta-rs and re-planned, as against any other commit."""
         compacted = compact_if_crowded(self._delta_table(), max_files)
         return compacted, len(vacuum(self._delta_table(), self._uri, exists))
-
-    def __repr__(self) -> str:
-        return f"WalTable({self._uri!r})"
-
 
 def _strings(values: Iterable[str]) -> pa.Array:
     return pa.array(list(values), pa.string())

@@ -35,9 +35,9 @@ from pathlib import Path
 from compaction.errors import CorruptInputError, FencedError, KcompactError, TruncatedSegmentError
 from compaction.format.checkpoints import EpochEntry
 from compaction.format.segment import LOG_SUFFIX, BatchHeader, iter_batch_headers, segment_path
-from compaction.logdir import LocalPartition, partitions
 from compaction.metadata.model import SegmentState, new_kafka_uuid
 from compaction.storage.base import ObjectStore
+from compaction.tier.logdir import LocalPartition, partitions
 from compaction.wal.log import PartitionLog, epoch_end
 from compaction.wal.model import WalEntry, WalObject, wal_object_key
 from compaction.wal.table import WalTable

@@ -32,12 +32,12 @@ from pathlib import Path
 import pytest
 
 from compaction.errors import ExitCode
+from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import table_in_store
 from compaction.reader import log_refs
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 from compaction.wal.upload import upload_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 from tests.latest_view import store_problems, views
 from tests.moto_s3 import BUCKET, FAKE_AWS_ENV, REGION, UNSET_AWS_ENV
 

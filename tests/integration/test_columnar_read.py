@@ -13,6 +13,7 @@ import pytest
 
 from compaction.errors import CorruptInputError
 from compaction.format import scan
+from compaction.generate import TopicSpec, WorkloadSpec
 from compaction.metadata import ObjectSuffix, table_in_store
 from compaction.reader import (
     Isolation,
@@ -26,7 +27,6 @@ from compaction.reader import (
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 from compaction.wal.upload import upload_logdir
-from compaction.workload import TopicSpec, WorkloadSpec
 from tests.scenario_log import ScenarioLog, tier
 from tests.tiered_logdir import generated_logdir
 

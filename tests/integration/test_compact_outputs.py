@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from compaction.cli import main
+from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import table_in_store
 from compaction.storage import open_store
 from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 from tests.prometheus_text import parse_strict
 from tests.unit.run_reports import sample_report
 

@@ -35,6 +35,7 @@ from compaction.cli import main
 from compaction.format.batch import CRC_OFFSET, MAGIC_OFFSET, RECORDS_OFFSET
 from compaction.format.indexes import build_indexes
 from compaction.format.segment import iter_batches
+from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import ChangeSet, ObjectKey, ObjectSuffix, SegmentMetadata, commit, table_in_store
 from compaction.metadata.change_set import AddedObjectKey
 from compaction.spark.session import build_session
@@ -42,7 +43,6 @@ from compaction.storage import open_store
 from compaction.storage.layout import Suffix, segment_object_key
 from compaction.storage.local import LocalStore
 from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 from tests.borrowed_session import BorrowedSession
 from tests.latest_view import view_differences, views
 

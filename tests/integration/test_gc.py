@@ -22,6 +22,7 @@ from deltalake import write_deltalake
 from compaction.cli import main
 from compaction.errors import TransientStoreError
 from compaction.gc import GcReport, collect_garbage
+from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import (
     METADATA_TABLE_NAME,
     ChangeSet,
@@ -44,7 +45,6 @@ from compaction.reader import consumer_records, segment_ref
 from compaction.storage import ObjectStore
 from compaction.storage.layout import new_segment_id, parse_segment_object_key
 from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 
 execute_module = importlib.import_module("compaction.gc.execute")
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from compaction.cli import main
-from compaction.logdir import internal_partitions, partitions
+from compaction.generate import TopicSpec, WorkloadSpec
 from compaction.metadata import table_in_store
 from compaction.storage import open_store
+from compaction.tier.logdir import internal_partitions, partitions
 from compaction.wal.table import WalTable
-from compaction.workload import TopicSpec, WorkloadSpec
 from tests.tiered_logdir import generated_logdir
 
 NOW = 1_800_000_000_000

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from compaction.errors import ExitCode
+from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import table_in_store
 from compaction.storage import open_store
 from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = 1_800_000_000_000

@@ -11,12 +11,12 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import ObjectSuffix, SegmentMetadata, table_in_store
 from compaction.run.plan import first_unstable_offsets
 from compaction.run.producers import producer_state
 from compaction.storage import open_store
 from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 
 NOW = 1_800_000_000_000
 

@@ -29,6 +29,7 @@ import pytest
 
 from compaction.errors import CommitConflictError, TransientStoreError
 from compaction.gc import collect_garbage
+from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import (
     ChangeSet,
     SegmentState,
@@ -40,7 +41,6 @@ from compaction.metadata import (
 from compaction.reader import consumer_records, segment_ref
 from compaction.storage import ObjectStore, StoreSpec
 from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 from tests.latest_view import store_problems
 from tests.moto_s3 import FAST_RETRY
 from tests.s3_proxy import (

@@ -18,11 +18,11 @@ from compaction.errors import CorruptInputError
 from compaction.format.control import ControlType, batch_control_type
 from compaction.format.producer_snapshot import ProducerStateEntry, producer_state_from_log, read_producer_snapshot
 from compaction.format.segment import iter_batches
+from compaction.generate import TopicSpec, WorkloadSpec
 from compaction.metadata import METADATA_SCHEMA, ObjectSuffix, SegmentState, table_in_store
 from compaction.reader import Isolation, consumer_records, segment_records, segment_ref
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec
 from tests.tiered_logdir import generated_logdir
 
 NOW = 1_800_000_000_000

@@ -9,10 +9,10 @@ from pyspark.sql import SparkSession
 
 import compaction
 from compaction.config import KcompactConfig, TopicConfig
+from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import table_in_store
 from compaction.storage import open_store
 from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 
 NOW = 1_800_000_000_000
 CONFIG = KcompactConfig(defaults=TopicConfig.from_kafka({"cleanup.policy": "compact"}))

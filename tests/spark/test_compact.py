@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.format.segment import iter_batches
+from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import ObjectSuffix, SegmentState, table_in_store
 from compaction.reader import Isolation, consumer_records, segment_ref
 from compaction.run.commit import commit
@@ -22,7 +23,6 @@ from compaction.run.plan import plan
 from compaction.run.stage import stage
 from compaction.storage import ObjectStore
 from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 from tests.spark.partition_reads import all_records, latest_per_key
 
 with warnings.catch_warnings():

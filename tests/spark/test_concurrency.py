@@ -28,12 +28,12 @@ from compaction.cli import main
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.errors import CommitConflictError, FencedError
 from compaction.gc import collect_garbage
+from compaction.generate import TopicSpec, WorkloadSpec
 from compaction.metadata import METADATA_TABLE_NAME, acquire_fencing_epoch, table_in_store
 from compaction.run.commit import commit, commit_partition
 from compaction.run.plan import plan
 from compaction.run.stage import StagedRun, stage
 from compaction.storage import ObjectStore
-from compaction.workload import TopicSpec, WorkloadSpec
 from tests.borrowed_session import BorrowedSession
 from tests.latest_view import store_problems, view_differences, views
 from tests.tiered_logdir import generated_logdir, tiered_store

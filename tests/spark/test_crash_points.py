@@ -31,12 +31,12 @@ from pyspark.sql import SparkSession
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.errors import CommitConflictError
 from compaction.gc import collect_garbage
+from compaction.generate import TopicSpec, WorkloadSpec
 from compaction.metadata import SegmentState, referenced_object_keys, table_in_store
 from compaction.run.commit import commit, commit_partition
 from compaction.run.plan import plan
 from compaction.run.stage import stage
 from compaction.storage import ObjectStore
-from compaction.workload import TopicSpec, WorkloadSpec
 from tests.faults import SimulatedCrash, failing_uploads
 from tests.latest_view import store_problems, view_differences, views
 from tests.tiered_logdir import generated_logdir, tiered_store

@@ -31,10 +31,10 @@ from compaction.config import KcompactConfig, TopicConfig
 from compaction.format.batch import Header, TimestampType
 from compaction.format.control import ControlType, control_key
 from compaction.format.producer_snapshot import read_producer_snapshot
+from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import MetadataSnapshot, ObjectSuffix, table_in_store
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 from tests.scenario_log import (
     RemoteBatch,
     RemoteRecord,

@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.errors import ExitCode
+from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import table_in_store
 from compaction.report import run_report
 from compaction.run.commit import commit
@@ -30,7 +31,6 @@ from compaction.run.plan import plan
 from compaction.run.stage import stage
 from compaction.storage import ObjectStore
 from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 from tests.latest_view import views
 from tests.moto_s3 import FAST_RETRY
 from tests.s3_proxy import Fault, FlakyProxy, direct, fast_delta_retries, running_proxy, spec_through

@@ -9,11 +9,11 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from compaction import read_partition
+from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import table_in_store
 from compaction.reader import Isolation, consumer_records, segment_ref
 from compaction.storage import open_store
 from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 
 
 @pytest.mark.spark

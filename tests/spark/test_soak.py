@@ -41,13 +41,13 @@ from pyspark.sql import SparkSession
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.format.codecs import Codec
 from compaction.gc import collect_garbage
+from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import table_in_store
 from compaction.run.commit import commit
 from compaction.run.plan import RunPlan, plan
 from compaction.run.stage import StagedRun, stage
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 from tests.faults import SimulatedCrash, failing_uploads
 from tests.latest_view import Entry, Strategy, View, store_problems, view_differences, views
 

@@ -27,6 +27,7 @@ from compaction.errors import ConfigError, ExitCode
 from compaction.format.batch import Record
 from compaction.format.segment import iter_batches
 from compaction.gc import collect_garbage
+from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import (
     ChangeSet,
     NewSegment,
@@ -46,7 +47,6 @@ from compaction.storage import ObjectStore, open_store
 from compaction.storage.layout import new_segment_id, parse_segment_object_key
 from compaction.tier import tier_logdir
 from compaction.verify import Finding, VerifyReport, verify_partition
-from compaction.workload import TopicSpec, WorkloadSpec, generate_logdir
 from tests.prometheus_text import parse_strict
 from tests.unit.run_reports import sample_report
 

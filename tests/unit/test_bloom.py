@@ -40,10 +40,9 @@ from compaction.bloom.segment import filter_key, read_filter, segment_facts, seg
 from compaction.bloom.skipping import Verdict, merge_small, regroup_around, verdict
 from compaction.errors import CorruptInputError, MetadataInvariantError
 from compaction.format.batch import Header, Record, build_batch, encode_batch
-from compaction.format.checkpoints import EpochEntry
 from compaction.format.control import ControlType, end_txn_marker
 from compaction.format.scan import scan_segment
-from compaction.metadata import ObjectKey, ObjectSuffix, SegmentMetadata, SegmentState
+from compaction.metadata import ObjectKey, ObjectSuffix, SegmentMetadata
 from compaction.metadata.change_set import AddedObjectKey, ChangeSet, apply_change_set
 from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.planner.grouping import estimated_index_sizes, group_segments_by_size
@@ -53,6 +52,7 @@ from compaction.run.tasks import GroupTask, InputSegment, PartitionTask, Partiti
 from compaction.storage import open_store
 from compaction.storage.layout import Suffix, segment_object_key
 from compaction.strategies.winner import best_per_key
+from tests import factories
 
 NOW = 1_800_000_000_000
 TOPIC_ID = "MWJ6FHTfRYy67jzwZdeqSQ"
@@ -210,14 +210,7 @@ def test_verdicts(facts: FilterFacts | None, positives: int, expected: Verdict) 
     assert expected.kept == (expected is Verdict.KEEP)
 
 
-def seg(i: int, start: int, end: int, size: int) -> SegmentMetadata:
-    sid = f"seg{i:016d}AAA"
-    log = segment_object_key("t", TOPIC_ID, 0, start, sid, Suffix.LOG)
-    return SegmentMetadata(sid, "t", TOPIC_ID, 0, start, end, 0, 0, (EpochEntry(0, start),), size,
-                           SegmentState.COPY_SEGMENT_FINISHED, (), (ObjectKey(ObjectSuffix.LOG, log),), "w", 0)
-
-
-SEGS = [seg(i, i * 10, i * 10 + 9, 100) for i in range(8)]
+SEGS = [factories.segment(i * 10, i * 10 + 9, segment_id=f"seg{i:016d}AAA", topic_id=TOPIC_ID) for i in range(8)]
 
 
 @pytest.mark.parametrize(
@@ -251,7 +244,8 @@ def test_regroup_around_kept_segments(kept: set[int], max_size: int, expected: l
     ],
 )
 def test_small_segments_that_can_merge_are_not_kept(sizes: list[int], kept: set[int], expected: set[int]) -> None:
-    segments = [seg(i, i * 10, i * 10 + 9, size) for i, size in enumerate(sizes)]
+    segments = [factories.segment(i * 10, i * 10 + 9, segment_id=f"seg{i:016d}AAA", topic_id=TOPIC_ID, size=size)
+                for i, size in enumerate(sizes)]
     ids = merge_small(segments, {segments[i].segment_id for i in kept}, segment_bytes=100)
     assert ids == {segments[i].segment_id for i in expected}
 

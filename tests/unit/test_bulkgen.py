@@ -19,9 +19,10 @@ from compaction.format.indexes import build_indexes, verify_indexes
 from compaction.format.producer_snapshot import read_producer_snapshot
 from compaction.format.segment import iter_batches
 from compaction.generate import bulk
-from compaction.generate.bulk import BulkSpec, generate_bulk_logdir
+from compaction.generate.bulk import generate_bulk_logdir
 from compaction.generate.bulk_records import reference_records
 from compaction.generate.bulk_report import BulkProgress
+from compaction.generate.bulk_spec import BulkSpec
 from compaction.generate.topics import TopicSpec, topic_ids
 from compaction.metadata import table_in_store
 from compaction.reader import consumer_records, segment_ref

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from compaction.errors import CorruptIndexError, CorruptInputError
 from compaction.format.batch import Record, build_batch, encode_batch
-from compaction.format.control import ControlType, end_txn_marker
+from compaction.format.control import ControlType
 from compaction.format.indexes import (
     AbortedTxn,
     OffsetIndexEntry,
@@ -29,6 +29,7 @@ from compaction.format.indexes import (
     verify_indexes,
 )
 from compaction.format.segment import iter_batch_headers
+from tests import factories
 
 BASE = 10
 INDEX = "topic-0/00000000000000000010.index"
@@ -45,7 +46,7 @@ def data_batch(base: int, ts: int, *, pid: int = -1, txn: bool = False, n: int =
 
 
 def marker(kind: ControlType, offset: int, pid: int) -> bytes:
-    return encode_batch(end_txn_marker(kind, offset, 1_000, pid, 0, coordinator_epoch=5))
+    return encode_batch(factories.marker(kind, offset, pid, ts=1_000, coordinator_epoch=5))
 
 
 def six_batch_segment(timestamps: list[int]) -> tuple[bytes, int]:

@@ -48,9 +48,9 @@ from compaction.metadata.model import (
     segment_from_row,
 )
 from compaction.metadata.snapshot import PartitionSnapshot, build_snapshot, referenced_object_keys
+from tests.factories import TOPIC_ID, segment
 
 S0, S1, S2, S3 = SegmentState
-TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
 
 # Kafka's RemoteLogSegmentState.isValidTransition, written out as a table (source, target) -> allowed.
 KAFKA_TRANSITIONS = {
@@ -66,32 +66,10 @@ def co(*pairs: tuple[int, int]) -> tuple[CleanerOffset, ...]:
     return tuple(CleanerOffset(e, o) for e, o in pairs)
 
 
-def seg(
-    start: int,
-    end: int,
-    *,
-    vector: tuple[CleanerOffset, ...] = (),
-    state: SegmentState = S1,
-    segment_id: str | None = None,
-) -> SegmentMetadata:
-    sid = segment_id or new_kafka_uuid()
-    return SegmentMetadata(
-        segment_id=sid,
-        topic="t",
-        topic_id=TOPIC_ID,
-        partition=0,
-        start_offset=start,
-        end_offset=end,
-        max_timestamp_ms=1_000 + end,
-        event_timestamp_ms=5,
-        segment_leader_epochs=(EpochEntry(0, start),),
-        segment_size_bytes=100,
-        state=state,
-        cleaner_offsets=vector,
-        object_keys=(ObjectKey(ObjectSuffix.LOG, f"t/0/{start:020d}-{sid}.log"),),
-        writer="w",
-        fencing_epoch=0,
-    )
+def seg(start: int, end: int, *, vector: tuple[CleanerOffset, ...] = (), state: SegmentState = S1,
+        segment_id: str | None = None) -> SegmentMetadata:
+    return segment(start, end, segment_id=segment_id, max_ts=1_000 + end, event_ts=5, state=state,
+                   cleaner_offsets=vector)
 
 
 def new(start: int, end: int, state: SegmentState = S1) -> NewSegment:
@@ -135,10 +113,6 @@ def test_transitions_match_kafka(old: SegmentState | None, new_state: SegmentSta
     else:
         with pytest.raises(InvalidStateTransitionError, match=f"-> {new_state.name}"):
             check_transition("x", old, new_state)
-
-
-def test_state_ids_are_kafkas() -> None:
-    assert [s.id for s in SegmentState] == [0, 1, 2, 3]
 
 
 # --- identifiers -------------------------------------------------------------------------------------

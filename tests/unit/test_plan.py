@@ -21,12 +21,8 @@ from compaction.config import CleanupPolicy, KcompactConfig, TopicConfig
 from compaction.errors import ConfigError
 from compaction.metadata.model import (
     CleanerOffset,
-    EpochEntry,
-    ObjectKey,
-    ObjectSuffix,
     PartitionState,
     SegmentMetadata,
-    SegmentState,
     TopicPartition,
 )
 from compaction.metadata.snapshot import MetadataSnapshot, PartitionSnapshot
@@ -43,8 +39,8 @@ from compaction.planner import (
 )
 from compaction.planner.explain import more_bytes_needed
 from compaction.planner.regions import calculate_cleanable_bytes, clean_bytes, first_dirty_offset
+from tests.factories import TOPIC_ID, segment
 
-TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
 INT_MAX = 2**31 - 1
 HOUR = 3_600_000
 T0 = 1_700_000_000_000
@@ -55,34 +51,10 @@ def cfg(**kw: object) -> TopicConfig:
     return TopicConfig(cleanup_policy=kw.pop("cleanup_policy", COMPACT), **kw)  # type: ignore[arg-type]
 
 
-def seg(
-    start: int,
-    end: int,
-    size: int = 100,
-    max_ts: int = T0,
-    first_ts: int | None = None,
-    topic: str = "t",
-    partition: int = 0,
-) -> SegmentMetadata:
-    sid = f"{topic}-{partition}-{start:012d}"
-    return SegmentMetadata(
-        segment_id=sid,
-        topic=topic,
-        topic_id=TOPIC_ID,
-        partition=partition,
-        start_offset=start,
-        end_offset=end,
-        max_timestamp_ms=max_ts,
-        event_timestamp_ms=T0,
-        segment_leader_epochs=(EpochEntry(0, start),),
-        segment_size_bytes=size,
-        state=SegmentState.COPY_SEGMENT_FINISHED,
-        cleaner_offsets=(),
-        object_keys=(ObjectKey(ObjectSuffix.LOG, f"{sid}.log"),),
-        writer="w",
-        fencing_epoch=1,
-        first_batch_max_timestamp_ms=first_ts,
-    )
+def seg(start: int, end: int, size: int = 100, max_ts: int = T0, first_ts: int | None = None, topic: str = "t",
+        partition: int = 0) -> SegmentMetadata:
+    return segment(start, end, segment_id=f"{topic}-{partition}-{start:012d}", topic=topic, partition=partition,
+                   size=size, max_ts=max_ts, event_ts=T0, first_ts=first_ts, fencing_epoch=1)
 
 
 def chain(sizes: Sequence[int], span: int = 10, **kw: object) -> list[SegmentMetadata]:

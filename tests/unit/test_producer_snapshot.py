@@ -18,7 +18,7 @@ from compaction.format.batch import (
     empty_batch_header,
     encode_batch,
 )
-from compaction.format.control import ControlType, end_txn_marker
+from compaction.format.control import ControlType
 from compaction.format.indexes import build_indexes
 from compaction.format.producer_snapshot import (
     ProducerStateEntry,
@@ -30,6 +30,7 @@ from compaction.format.producer_snapshot import (
     read_producer_snapshot,
 )
 from compaction.format.segment import iter_batch_headers
+from tests import factories
 
 SNAPSHOT = "topic-0/00000000000000000042.snapshot"
 
@@ -99,7 +100,7 @@ def data(
 def marker(
     kind: ControlType, offset: int, pid: int, *, epoch: int = 0, coordinator_epoch: int = 3
 ) -> RecordBatch:
-    return end_txn_marker(kind, offset, 9_000 + offset, pid, epoch, coordinator_epoch=coordinator_epoch)
+    return factories.marker(kind, offset, pid, ts=9_000 + offset, epoch=epoch, coordinator_epoch=coordinator_epoch)
 
 
 def test_idempotent_producer_keeps_its_last_batch() -> None:

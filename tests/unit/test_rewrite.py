@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ from compaction.format.batch import (
     encode_batch,
 )
 from compaction.format.codecs import Codec
-from compaction.format.control import ControlType, control_key, end_txn_marker
+from compaction.format.control import ControlType, control_key
 from compaction.format.indexes import AbortedTxn, build_indexes, read_txn_index, verify_indexes
 from compaction.format.scan import scan_segment
 from compaction.format.segment import iter_batch_headers, iter_batches
@@ -50,6 +51,7 @@ from compaction.strategies.retention import (
     retains_deletes,
     should_retain_record,
 )
+from tests import factories
 from tests.unit.random_batches import data_batches
 
 with warnings.catch_warnings():
@@ -64,10 +66,7 @@ PID = 7
 # --- building logs ---------------------------------------------------------------------------------
 
 
-def rec(offset: int, key: int | bytes | None, value: int | bytes | None = b"v", ts: int = 1_000) -> Record:
-    k = str(key).encode() if isinstance(key, int) else key
-    v = str(value).encode() if isinstance(value, int) else value
-    return Record(offset, ts, k, v)
+rec = partial(factories.record, ts=1_000)
 
 
 def batch(records: Sequence[Record], **kw: Any) -> bytes:
@@ -85,7 +84,7 @@ def txn_batch(offset: int, keys: Sequence[int], pid: int = PID, *, txn: bool = T
 
 
 def marker(kind: ControlType, offset: int, pid: int = PID) -> bytes:
-    return encode_batch(end_txn_marker(kind, offset, 2_000, pid, 0, coordinator_epoch=3))
+    return encode_batch(factories.marker(kind, offset, pid, ts=2_000, coordinator_epoch=3))
 
 
 def single_record_segments(keys: Sequence[int | None], per_segment: int) -> list[SegmentInput]:
@@ -759,14 +758,6 @@ def test_horizon_past_long_max_is_no_horizon_as_in_kafka() -> None:
     c = clean([as_segment(log, 0)], retention=2**63 - 1)
     assert c.offsets == [1] and c.batches[0].records[0].value is None
     assert c.batches[0].delete_horizon_ms is None
-
-
-def test_stats_combine_in_offset_order() -> None:
-    first = clean([as_segment(batch([rec(0, 0, ts=50)]), 0)], np.array([], dtype=np.int64), upper=9).out.stats
-    second = clean([as_segment(batch([rec(1, 1, ts=70)]) + batch([rec(2, 2, ts=60)]), 1)]).out.stats
-    both = first.combined(second)
-    assert (first.empty_outputs, both.empty_outputs, both.records_read, both.records_written) == (1, 1, 3, 2)
-    assert (both.max_timestamp, both.first_batch_max_timestamp) == (70, 70)
 
 
 @settings(max_examples=60, deadline=None)

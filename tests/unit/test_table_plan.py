@@ -5,23 +5,19 @@ from __future__ import annotations
 import pytest
 
 from compaction.config import CompactionStrategy
-from compaction.format.checkpoints import EpochEntry
-from compaction.metadata import SegmentMetadata, SegmentState
 from compaction.topic_table.plan import PartitionSource, Reason, plan_partition, plan_table
 from compaction.topic_table.target import Applied, Location
+from tests.factories import segment
 
 RETENTION = 1000
 T = 1_000_000
 
 
-def seg(start: int, end: int, written_ms: int) -> SegmentMetadata:
-    return SegmentMetadata(f"s{start}", "t", "id", 0, start, end, 0, written_ms, (EpochEntry(0, start),), 100,
-                           SegmentState.COPY_SEGMENT_FINISHED, (), (), "w", 0)
-
-
 # Offsets 0-99 compacted (cleaner offset 100) at `compacted_ms`, 100-199 tiered at T.
 def source(compacted_ms: int = T, first: int = 0, stable: int = 200) -> PartitionSource:
-    return PartitionSource(0, [seg(first, 99, compacted_ms), seg(100, 199, T)], 100, stable)
+    compacted = segment(first, 99, segment_id=f"s{first}", topic_id="id", event_ts=compacted_ms, object_keys=())
+    tiered = segment(100, 199, segment_id="s100", topic_id="id", event_ts=T, object_keys=())
+    return PartitionSource(0, [compacted, tiered], 100, stable)
 
 
 @pytest.mark.parametrize(

@@ -15,12 +15,9 @@ from compaction.verify import (
     VerifyReport,
     compare_views,
 )
+from tests.factories import record as rec
 
 HORIZON = 1_000
-
-
-def rec(offset: int, key: bytes | None, value: bytes | None, ts: int = 0, headers: tuple[Header, ...] = ()) -> Record:
-    return Record(offset, ts, key, value, headers)
 
 
 def view(*records: Record, cleaner_offset: int = 50, end: int = 100, tail_from: int = 50) -> PartitionView:

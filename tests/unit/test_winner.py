@@ -10,10 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compaction.config import CompactionStrategy
-from compaction.format.batch import Header, Record, TimestampType, build_batch, encode_batch
+from compaction.format.batch import Record, TimestampType, build_batch, encode_batch
 from compaction.format.scan import scan_segment
 from compaction.strategies.keyfold import KeyFold
 from compaction.strategies.winner import header_versions, ranks
+from tests.factories import record
 
 
 def long(v: int) -> bytes:
@@ -32,7 +33,7 @@ def winner(records: list[Record], strategy: CompactionStrategy, log_append: bool
 
 
 def rec(offset: int, ts: int, *headers: tuple[str, bytes | None], value: bytes | None = b"v") -> Record:
-    return Record(offset, ts, b"k", value, tuple(Header(k, v) for k, v in headers))
+    return record(offset, b"k", value, ts=ts, headers=headers)
 
 
 def test_offset_strategy_is_the_highest_offset() -> None:

@@ -14,7 +14,7 @@ from compaction.format.indexes import build_indexes, read_txn_index, verify_inde
 from compaction.format.producer_snapshot import read_producer_snapshot
 from compaction.format.scan import scan_segment
 from compaction.format.segment import iter_batches
-from compaction.workload import PartitionTruth, TopicSpec, WorkloadSpec, generate_logdir
+from compaction.generate import PartitionTruth, TopicSpec, WorkloadSpec, generate_logdir
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

@@ -1,4 +1,4 @@
-"""`kcompact tier`: copy every rolled segment of a Kafka log dir into the store, as KIP-405's copy path does.
+"""KIP-405's copy path: every rolled segment of a Kafka log dir into the store (`kcompact tier`).
 
 Per partition: validate the new segments first (a corrupt one fails the partition before anything is
 committed), record them COPY_SEGMENT_STARTED in one metadata commit, upload every object under a fresh
@@ -31,7 +31,6 @@ from compaction.format.producer_snapshot import (
     read_producer_snapshot,
 )
 from compaction.format.segment import SNAPSHOT_SUFFIX, segment_path
-from compaction.logdir import LocalPartition, PreparedSegment, partitions, prepare_segment
 from compaction.metadata import (
     ChangeSet,
     MetadataTable,
@@ -46,6 +45,7 @@ from compaction.metadata import (
 from compaction.run.producers import producer_state
 from compaction.storage.base import ObjectStore
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
+from compaction.tier.logdir import LocalPartition, PreparedSegment, partitions, prepare_segment
 
 
 @dataclass

@@ -1,0 +1,65 @@
+"""The small values tests build again and again, built one way: metadata rows of tiered segments, records and
+transaction markers. Each factory fills what a test does not name with a plain default."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from compaction.format.batch import Header, Record, RecordBatch
+from compaction.format.checkpoints import EpochEntry
+from compaction.format.control import ControlType, end_txn_marker
+from compaction.metadata import CleanerOffset, ObjectKey, ObjectSuffix, SegmentMetadata, SegmentState, new_kafka_uuid
+
+TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
+
+Key = int | str | bytes | None
+
+
+def as_bytes(value: Key) -> bytes | None:
+    """A key or value as Kafka's tests write them: an int as its decimal string."""
+    if isinstance(value, int):
+        return str(value).encode()
+    return value.encode() if isinstance(value, str) else value
+
+
+def record(offset: int, key: Key = b"k", value: Key = b"v", *, ts: int = 0,
+           headers: Iterable[Header | tuple[str, bytes | None]] = ()) -> Record:
+    """A record; headers as `Header`s or (key, value) pairs."""
+    return Record(offset, ts, as_bytes(key), as_bytes(value),
+                  tuple(h if isinstance(h, Header) else Header(*h) for h in headers))
+
+
+def marker(kind: ControlType, offset: int, pid: int, *, ts: int = 0, epoch: int = 0, coordinator_epoch: int = 0,
+           leader_epoch: int = -1) -> RecordBatch:
+    """A COMMIT or ABORT marker batch of producer `pid` at `offset`."""
+    return end_txn_marker(kind, offset, ts, pid, epoch, coordinator_epoch, leader_epoch)
+
+
+def segment(start: int, end: int, *, segment_id: str | None = None, topic: str = "t", topic_id: str = TOPIC_ID,
+            partition: int = 0, size: int = 100, max_ts: int = 0, event_ts: int = 0, first_ts: int | None = None,
+            state: SegmentState = SegmentState.COPY_SEGMENT_FINISHED, cleaner_offsets: tuple[CleanerOffset, ...] = (),
+            object_keys: tuple[ObjectKey, ...] | None = None, fencing_epoch: int = 0) -> SegmentMetadata:
+    """The metadata row of segment [start, end] in leader epoch 0, with its `.log` unless `object_keys` is given
+    and a fresh segment id unless `segment_id` is."""
+    sid = segment_id or new_kafka_uuid()
+    if object_keys is None:
+        # where `storage.layout` puts it, written out so that any segment id will do
+        object_keys = (ObjectKey(ObjectSuffix.LOG, f"{topic}-{topic_id}/{partition}/{start:020d}-{sid}.log"),)
+    return SegmentMetadata(
+        segment_id=sid,
+        topic=topic,
+        topic_id=topic_id,
+        partition=partition,
+        start_offset=start,
+        end_offset=end,
+        max_timestamp_ms=max_ts,
+        event_timestamp_ms=event_ts,
+        segment_leader_epochs=(EpochEntry(0, start),),
+        segment_size_bytes=size,
+        state=state,
+        cleaner_offsets=cleaner_offsets,
+        object_keys=object_keys,
+        writer="w",
+        fencing_epoch=fencing_epoch,
+        first_batch_max_timestamp_ms=first_ts,
+    )

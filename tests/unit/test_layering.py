@@ -1,0 +1,123 @@
+"""The import structure of `compaction`: no circle between its modules, no private name imported from another one.
+
+Read from the source (the AST), not by importing: every import counts, at module level, inside a function (a
+deferred import is still a dependency) and under `if TYPE_CHECKING:` (a type a module needs is one too).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "compaction"
+
+KNOWN_CIRCLES: dict[frozenset[str], str] = {
+    frozenset({"compaction.verify", "compaction.spark.verify"}): (
+        "verify_partition(spark=...) hands over to the Spark path, which reuses verify's reference functions; "
+        "issue 26 item 7, left to the rework of compaction/spark/ and compaction/verify/"
+    ),
+}
+"""Circles not broken yet, each with why it is still there."""
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(node: ast.AST, importer: str, is_package: bool) -> Iterator[tuple[str, str | None]]:
+    """(module, name) pairs one import statement reads: the module a name is taken from, or the module itself."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield alias.name, None
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+            anchor = importer.split(".")[: len(importer.split(".")) - node.level + (1 if is_package else 0)]
+            base = ".".join([*anchor, base] if base else anchor)
+        for alias in node.names:
+            yield base, alias.name
+
+
+def owner(name: str) -> str | None:
+    """The module of ours `name` (a dotted path) lives in, or None for another library's."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def dependencies() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        deps = graph.setdefault(name, set())
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for module, attr in imported(node, name, path.name == "__init__.py"):
+                target = owner(f"{module}.{attr}") if attr and f"{module}.{attr}" in MODULES else owner(module)
+                if target and target != name:
+                    deps.add(target)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[frozenset[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(frozenset(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_between_modules() -> None:
+    found = circles(dependencies())
+    new = [sorted(c) for c in found if c not in KNOWN_CIRCLES]
+    assert not new, f"import circles: {new}"
+    gone = [sorted(c) for c in KNOWN_CIRCLES if c not in found]
+    assert not gone, f"broken since (take them off KNOWN_CIRCLES): {gone}"
+
+
+def test_no_private_name_imported_from_another_module() -> None:
+    private = [
+        f"{name} imports {attr} from {module}"
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        for module, attr in imported(node, name, path.name == "__init__.py")
+        if attr and attr.startswith("_") and not attr.startswith("__") and owner(module) not in (None, name)
+    ]
+    assert not private, "\n".join(private)
+
+
+@pytest.mark.parametrize(("graph", "expected"), [
+    ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+    ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [frozenset("abc")]),
+])
+def test_circles_finds_what_it_should(graph: dict[str, set[str]], expected: list[frozenset[str]]) -> None:
+    assert circles(graph) == expected
