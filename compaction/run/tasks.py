@@ -19,13 +19,12 @@ from dataclasses import dataclass, replace
 
 from compaction.bloom.segment import filter_key
 from compaction.bloom.skipping import clean_segments, regroup_around
+from compaction.config import CompactionStrategy
 from compaction.format.indexes import AbortedTxn
-from compaction.metadata.model import ObjectSuffix, SegmentMetadata
+from compaction.metadata.model import ObjectSuffix, SegmentMetadata, TopicPartition
 from compaction.planner.grouping import estimated_index_sizes
 from compaction.strategies.retention import ActiveProducer
 from compaction.strategies.transactions import TransactionState
-
-TP = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -46,6 +45,10 @@ class SegmentScanTask:
     size: int = 0  # the segment's bytes, to balance scan tasks
     cache: bool = False
     offsets: int = 0  # the offsets it spans: at least its records, to bound a scan task's rows
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ class PartitionTask:
     aborted: tuple[AbortedTxn, ...]
     active_producers: Mapping[int, ActiveProducer]
     groups: tuple[GroupTask, ...]
-    strategy: str = "offset"  # compaction.strategy: the Spark side ranks records with it
+    strategy: CompactionStrategy = CompactionStrategy.OFFSET  # the Spark side ranks records with it
     strategy_header: str | None = None
     bloom_fpp: float = 0.01  # false-positive rate of the filters written with the outputs
     disk_budget_bytes: int | None = None  # the most temporary disk one chunk may use; None: no limit
@@ -93,8 +96,8 @@ class PartitionTask:
     cache_dir: str | None = None  # where the scan left the segments it fetched (`compaction.rewrite.cache`)
 
     @property
-    def tp(self) -> TP:
-        return (self.topic, self.partition)
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
 
 
 def group_task(group_id: int, segments: Sequence[SegmentMetadata]) -> GroupTask:
@@ -127,7 +130,7 @@ class PartitionWork:
     segment_index_bytes: int
 
     @property
-    def tp(self) -> TP:
+    def tp(self) -> TopicPartition:
         return self.task.tp
 
     @property
@@ -193,7 +196,6 @@ def _span(segment: SegmentMetadata) -> int:
 
 
 __all__ = [
-    "TP",
     "ActiveProducer",
     "GroupTask",
     "InputSegment",

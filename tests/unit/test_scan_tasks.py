@@ -93,9 +93,10 @@ def test_packed_winners_reach_the_chunk_holding_them(rows: list[tuple[int, int]]
     import pyarrow as pa
 
     import compaction.spark.winners as winners
-    from compaction.spark.rewrite_job import _received
+    from compaction.spark.rewrite_job import WinnerRows, _received
+    from compaction.spark.winners import Chunk
 
-    chunks = [(0, 0, 9, 7), (0, 20, 39, 3), (1, 0, 49, 5), (2, 10, 19, 7), (2, 30, 30, 2)]  # (tp, start, end, slot)
+    chunks = [Chunk(0, 0, 9, 7), Chunk(0, 20, 39, 3), Chunk(1, 0, 49, 5), Chunk(2, 10, 19, 7), Chunk(2, 30, 30, 2)]
     old, winners.PACK_LIMIT, rows_per_batch, winners._PACK_ROWS = winners.PACK_LIMIT, limit, winners._PACK_ROWS, 3
     try:
         step = max(1, -(-len(rows) // batches))
@@ -107,10 +108,10 @@ def test_packed_winners_reach_the_chunk_holding_them(rows: list[tuple[int, int]]
         winners.PACK_LIMIT, winners._PACK_ROWS = old, rows_per_batch
     assert all(b.num_rows <= 3 for b in packed)
     assert all(len(b) // 8 <= limit for batch in packed for b in batch.column(2).to_pylist())
-    markers = pa.RecordBatch.from_pydict({"slot": pa.array([c[3] for c in chunks], pa.int64()),
-                                          "tp": pa.array([c[0] for c in chunks], pa.int32()),
+    markers = pa.RecordBatch.from_pydict({"slot": pa.array([c.slot for c in chunks], pa.int64()),
+                                          "tp": pa.array([c.partition_index for c in chunks], pa.int32()),
                                           "offsets": pa.array([b""] * len(chunks), pa.binary())})
-    slot_of, tps, offsets = _received([*packed, markers])
+    slot_of, tps, offsets = _received([*packed, markers], WinnerRows.PACKED)
     assert tps is not None
     got = sorted(zip(slot_of.tolist(), tps.tolist(), offsets.tolist(), strict=True))
     expected = sorted([(slot, t, o) for t, o in rows for tp, s, e, slot in chunks if tp == t and s <= o <= e]
