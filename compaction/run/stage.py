@@ -30,6 +30,7 @@ from compaction.metadata import (
 )
 from compaction.metadata.change_set import AddedObjectKey
 from compaction.planner import PartitionPlan
+from compaction.rewrite.cache import cache_dir
 from compaction.rewrite.upload import ChunkResult
 from compaction.run.plan import RunPlan
 from compaction.run.producers import active_producers
@@ -87,7 +88,7 @@ def stage(spark: SparkSession, run: RunPlan, *, temp_dir: str | None = None) -> 
     staged = StagedRun(run)
     staged.failed.update({TopicPartition(t, p): exc for t, p, exc in run.quarantined})
     taken = _take_partitions(run, staged.failed, temp_dir)
-    result = stage_partitions(spark, run.store, [t.work for t in taken], run.run_id, temp_dir)
+    result = stage_partitions(spark, run.store, [t.work for t in taken])
     for t in taken:
         done = result.partitions[t.work.tp]
         if done.error is not None:
@@ -180,6 +181,7 @@ def partition_work(run: RunPlan, p: PartitionPlan, topic_id: str, budget: int, t
         bloom_fpp=filter_fpp(p.config.bloom_filter_fpp, sum(s.segment_size_bytes for s in members)),
         disk_budget_bytes=budget,
         temp_dir=temp_dir,
+        cache_dir=cache_dir(temp_dir, run.run_id),
     )
     return PartitionWork(task=task, segments=members, first_dirty_offset=p.regions.first_dirty_offset,
                          skipping=not run.plan.forced, segment_bytes=p.config.segment_bytes,

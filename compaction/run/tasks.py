@@ -15,7 +15,7 @@ pyspark and no metadata-table imports here, so unpickling a task on an executor 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from compaction.bloom.segment import filter_key
 from compaction.bloom.skipping import clean_segments, regroup_around
@@ -128,20 +128,23 @@ class PartitionWork:
     skipping: bool
     segment_bytes: int
     segment_index_bytes: int
+    clean: tuple[SegmentMetadata, ...] = field(init=False)  # the segments the filter test may keep unread (none
+    # when skipping is off)
+    scans: tuple[SegmentScanTask, ...] = field(init=False)  # what the first Spark scan reads
+
+    def __post_init__(self) -> None:
+        """Derives `clean` and `scans` here, on the driver's planning side, so that the Spark side only reads them."""
+        clean = tuple(clean_segments(self.segments, self.first_dirty_offset)) if self.skipping else ()
+        object.__setattr__(self, "clean", clean)
+        object.__setattr__(self, "scans", self._first_scans({s.segment_id for s in clean}))
 
     @property
     def tp(self) -> TopicPartition:
         return self.task.tp
 
-    @property
-    def clean(self) -> list[SegmentMetadata]:
-        """The segments the filter test may keep unread (none when skipping is off)."""
-        return clean_segments(self.segments, self.first_dirty_offset) if self.skipping else []
-
-    def scans(self) -> list[SegmentScanTask]:
-        """What the first Spark scan reads: dirty segments, and clean ones without a filter (building it).
-        Whether the scan keeps their bytes for the rewrite is the run's decision (its disk budget)."""
-        clean = {s.segment_id for s in self.clean}
+    def _first_scans(self, clean: Set[str]) -> tuple[SegmentScanTask, ...]:
+        """Dirty segments, and clean ones without a filter (building it). Whether the scan keeps their bytes for
+        the rewrite is the run's decision (its disk budget)."""
         out = []
         for s in self.segments:
             log = s.object_key(ObjectSuffix.LOG) or ""
@@ -151,7 +154,7 @@ class PartitionWork:
             elif s.object_key(ObjectSuffix.BLOOM) is None:
                 out.append(SegmentScanTask(*self.tp, s.segment_id, log, s.start_offset, False, filter_key(log),
                                            size=s.segment_size_bytes, offsets=_span(s)))
-        return out
+        return tuple(out)
 
     def rescans(self, kept: Set[str], scanned: Set[str]) -> list[SegmentScanTask]:
         """The clean segments to rewrite that the first scan did not read: their filters said they may hold a

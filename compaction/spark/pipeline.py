@@ -45,7 +45,7 @@ from compaction.bloom.filter import FilterFacts
 from compaction.bloom.skipping import Verdict, merge_small, verdict
 from compaction.errors import KcompactError
 from compaction.metadata.model import ObjectSuffix, SegmentMetadata, TopicPartition
-from compaction.rewrite.cache import SegmentCache, cache_dir, cache_fits
+from compaction.rewrite.cache import SegmentCache, cache_fits
 from compaction.rewrite.upload import ChunkResult, check_budget
 from compaction.run.tasks import PartitionTask, PartitionWork, SegmentScanTask
 from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, WinnerRows, run_rewrites
@@ -93,14 +93,14 @@ class StageResult:
     rewrite_seconds: float
 
 
-def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[PartitionWork], run_id: str,
-                     temp_dir: str | None = None) -> StageResult:
+def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[PartitionWork]) -> StageResult:
     """Run scan → winners → skip → rescan → rewrite for `works` (see the module docstring): in one job when every
     chunk is known before the scan, else (and for the partitions the one job could not settle) step by step.
-    Uploads outputs (fresh ids) and the filters built on the way; commits nothing."""
+    Uploads outputs (fresh ids) and the filters built on the way; commits nothing. The run's segment cache is
+    the directory its tasks name (`PartitionTask.cache_dir`), removed before returning."""
     if not works:
         return StageResult({}, 0.0, 0.0)
-    staging = _Staging.start(spark, spec, works, cache_dir(temp_dir, run_id))
+    staging = _Staging.start(spark, spec, works)
     units = _units_before_scan(staging)
     step_by_step = staging.works if units is None else _in_one_job(staging, units)
     if step_by_step:
@@ -124,11 +124,11 @@ class _Staging:
     map_seconds: float = 0.0
 
     @classmethod
-    def start(cls, spark: SparkSession, spec: StoreSpec, works: Sequence[PartitionWork], directory: str
-              ) -> _Staging:
-        works = [replace(w, task=replace(w.task, cache_dir=directory)) for w in works]
+    def start(cls, spark: SparkSession, spec: StoreSpec, works: Sequence[PartitionWork]) -> _Staging:
+        directory = works[0].task.cache_dir
+        assert directory is not None, "the run's tasks name its segment cache (run.stage.partition_work)"
         largest = max((g.size for w in works for g in w.task.groups), default=0)
-        return cls(spark, ScanSettings.of(spec, [w.task for w in works], directory), works,
+        return cls(spark, ScanSettings.of(spec, [w.task for w in works], directory), list(works),
                    {w.tp: PartitionStage(w.task) for w in works}, {w.tp: i for i, w in enumerate(works)}, largest,
                    concurrent_chunks(spark.sparkContext.defaultParallelism, largest, works[0].task.disk_budget_bytes),
                    time.monotonic())
@@ -139,7 +139,7 @@ class _Staging:
 
     @property
     def cache(self) -> SegmentCache:
-        assert self.settings.cache_dir is not None
+        assert self.settings.cache_dir is not None  # `start` checked it
         return SegmentCache(self.settings.cache_dir)
 
     def stage_at(self, index: int) -> PartitionStage:
@@ -149,7 +149,7 @@ class _Staging:
         """A fresh accumulator of the scan tasks' reports (`ScanTracker`)."""
         return self.spark.sparkContext.accumulator({}, ScanTracker())
 
-    def cached(self, scans: Sequence[list[SegmentScanTask]], before: Sequence[SegmentScanTask] = ()
+    def cached(self, scans: Sequence[Sequence[SegmentScanTask]], before: Sequence[SegmentScanTask] = ()
                ) -> list[SegmentScanTask]:
         """`scans` (per work) set to keep their bytes for the rewrite, when they, what `before` already cached and
         the chunks rewritten at once all fit the run's disk budget; else none is."""
@@ -173,7 +173,7 @@ def _in_one_job(staging: _Staging, units: Sequence[RewriteUnit]) -> list[Partiti
     """The one job (`_scan_and_rewrite`) for every partition, its outcomes taken in (`_settle_one_job`); returns
     the partitions to stage step by step instead: those whose assumed marker-walk states did not hold."""
     tracker = staging.tracker()
-    scans = staging.cached([w.scans() for w in staging.works])
+    scans = staging.cached([w.scans for w in staging.works])
     try:
         outcomes = _scan_and_rewrite(staging, scans, tracker, staging.rewrite_slots(units))
     finally:
@@ -188,7 +188,7 @@ def _in_one_job(staging: _Staging, units: Sequence[RewriteUnit]) -> list[Partiti
 def _step_by_step(staging: _Staging, works: Sequence[PartitionWork]) -> None:
     """Scan → winners (persisted and counted) → filter test → rescan → rewrite for `works`; what happened goes
     into their stages."""
-    scans = staging.cached([w.scans() for w in works])
+    scans = staging.cached([w.scans for w in works])
     tracker = staging.tracker()
     winners = best_per_key(staging.scan_rows(staging.settings.layout, scans, tracker), staging.settings.by_offset,
                            merged=True)
