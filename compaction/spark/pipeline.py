@@ -291,7 +291,7 @@ def _settle_one_job(staging: _Staging, outcomes: Sequence[UnitOutcome]) -> list[
     for o in settled:
         if o.crashed is not None and staging.stage_at(o.partition_index).error is None:
             tp = staging.works[o.partition_index].tp
-            raise RuntimeError(f"rewrite of {tp} failed on the executor") from o.crashed
+            raise RuntimeError(f"rewrite of {tp.topic}-{tp.partition} failed on the executor") from o.crashed
     _collect_rewrites(staging, settled, [w for i, w in enumerate(staging.works) if i not in restaged_indexes])
     for o in settled:  # nothing is clean: every key is dirty, and the partition's chunks received all its winners
         staging.stage_at(o.partition_index).keys += o.keys

@@ -385,8 +385,7 @@ def scan_slices(segments: Sequence[SegmentScanTask], parallelism: int) -> list[l
     A task takes runs of one partition's consecutive segments (a partition's whole log when it is no larger
     than a task's share of the bytes) and reduces them to one row per key (a `KeyFold`). Spark pays per row
     it takes from Python, shuffles and aggregates, and a partition cut into T runs hands it up to T rows per
-    key: so tasks are as few and as large as the cores allow (`make bench` P6: one partition of 1.5 GB handed
-    Spark 9.3 M rows from 8 tasks, 4.5 M from 2, for 2.4 M keys). Runs go largest first into the lightest task,
+    key: so tasks are as few and as large as the cores allow. Runs go largest first into the lightest task,
     which scans its segments in offset order per partition (two runs of a partition may land in one task).
     """
     total = sum(s.size for s in segments)

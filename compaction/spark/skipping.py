@@ -18,8 +18,7 @@ typical cluster), which on a 1%-change round outweighs everything the filters sa
 would go through the driver; one filter per batch copies the hashes once per filter. Copying hashes to a few
 batches is cheap while it stays rare: when 1% of the keys change, the hashes are ~10% of the filters' bytes. So
 a partition's filters are cut into ceil(D x C / `PROBES_PER_TASK`) batches (D dirty keys, C filters), one unless
-the probing itself (~35 ns a test) would keep one task busy for seconds. (`BENCHMARKS.md` has the shapes
-measured.)
+the probing itself (~35 ns a test) would keep one task busy for seconds.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from compaction.spark.local import local_frame
 from compaction.storage.base import StoreSpec, StoreStats
 
 PROBES_PER_TASK = 200_000_000
-"""Dirty keys x filters one probe task tests: ~7 s of probing at 35 ns (measured on the dev machine)."""
+"""Dirty keys x filters one probe task tests: seconds of probing, at ~35 ns a test."""
 
 _ARROW_HASHES = pa.schema([pa.field("tp", pa.int32(), False), pa.field("h", pa.int64(), False)])
 _PROBED = pa.schema(
