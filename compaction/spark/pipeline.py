@@ -329,7 +329,7 @@ def _scan_and_rewrite(staging: _Staging, scans: Sequence[SegmentScanTask], track
     keys = slot_keys(len(slots))
     slot_of = {u.partition_index: key for units, key in zip(slots, keys, strict=True) for u in units}
     shared = any(len(units) > 1 for units in slots)  # a slot runs several partitions' units: rows need `tp`
-    settings = replace(staging.settings, layout=layout).by_slot(slot_of, partition_index=shared)
+    settings = staging.settings.laid_out(layout).by_slot(slot_of, partition_index=shared)
     tagged = scan_rows(staging.spark, settings, scans, staging.index_of, tracker)
     winners = best_per_key(tagged.repartition(len(slots), CHUNK_SLOT), by_offset, by=(CHUNK_SLOT,))
     laid_out = WinnerRows.PER_WINNER if shared else WinnerRows.PER_WINNER_OF_SLOT
