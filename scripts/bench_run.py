@@ -148,12 +148,7 @@ def profile_map(spark: Any, store_dir: Path) -> dict[str, Any]:
     works = [partition_work(run, p, table.partition_snapshot(p.topic, p.partition).topic_id or "", 2**50, None)
              for p in run.plan.eligible]
     scans = [s for w in works for s in w.scans()]
-    settings = ScanSettings(
-        run.store,
-        strategies=tuple((w.task.strategy, w.task.strategy_header) for w in works),
-        aborted=tuple(tuple((t.producer_id, t.first_offset, t.last_offset) for t in w.task.aborted) for w in works),
-        fpps=tuple(w.task.bloom_fpp for w in works),
-    )
+    settings = ScanSettings.of(run.store, [w.task for w in works])
     tracker = spark.sparkContext.accumulator({}, ScanTracker())
     rows = scan_rows(spark, settings, scans, {w.tp: i for i, w in enumerate(works)}, tracker)
     best = best_per_key(rows, settings.by_offset)

@@ -19,7 +19,6 @@ from compaction.format.producer_snapshot import ProducerStateEntry
 from compaction.metadata import MetadataSnapshot, TopicPartition, table_in_store
 from compaction.planner import CompactionPlan, build_plan
 from compaction.run.producers import PartitionInputs, aborted_transactions, first_unstable_offset, producer_state
-from compaction.run.tasks import TP
 from compaction.storage.base import ObjectStore, StoreSpec
 
 Unreadable = CorruptInputError | TransientStoreError
@@ -41,7 +40,7 @@ class RunPlan:
     writer: str
     disk_budget_bytes: int | None = None  # temporary disk per rewrite chunk; None: free local disk / 3 at stage
     quarantined: tuple[tuple[str, int, Unreadable], ...] = ()
-    inputs: Mapping[TP, PartitionInputs] = field(default_factory=dict)
+    inputs: Mapping[TopicPartition, PartitionInputs] = field(default_factory=dict)
 
     @property
     def now_ms(self) -> int:
@@ -74,7 +73,7 @@ def plan(
         unstable[tp] = snapshot.partitions[tp].live_segments[0].start_offset
     compaction_plan = build_plan(snapshot, config, now, topics=topics, partition=partition, force=force,
                                  first_unstable_offsets=unstable)
-    inputs: dict[TP, PartitionInputs] = {}
+    inputs: dict[TopicPartition, PartitionInputs] = {}
     for p in compaction_plan.eligible:
         tp = TopicPartition(p.topic, p.partition)
         if tp in unreadable or p.regions is None:
@@ -85,7 +84,7 @@ def plan(
         except (CorruptInputError, TransientStoreError) as exc:
             unreadable[tp] = exc
             continue
-        inputs[(p.topic, p.partition)] = PartitionInputs(tuple(producers.get(tp, ())), aborted)
+        inputs[tp] = PartitionInputs(tuple(producers.get(tp, ())), aborted)
     quarantined = tuple((p.topic, p.partition, unreadable[TopicPartition(p.topic, p.partition)])
                         for p in compaction_plan.partitions if TopicPartition(p.topic, p.partition) in unreadable)
     notes = tuple(f"{t}-{p} quarantined, not compacted: {e}" for t, p, e in quarantined)

@@ -24,19 +24,23 @@ from compaction.metadata import (
     PartitionSnapshot,
     SegmentMetadata,
     SegmentState,
+    TopicPartition,
     acquire_fencing_epoch,
     table_in_store,
 )
 from compaction.metadata.change_set import AddedObjectKey
 from compaction.planner import PartitionPlan
+from compaction.rewrite.cache import cache_dir
 from compaction.rewrite.upload import ChunkResult
 from compaction.run.plan import RunPlan
 from compaction.run.producers import active_producers
 from compaction.run.stats import partition_stats
-from compaction.run.tasks import TP, PartitionTask, PartitionWork, group_task
+from compaction.run.tasks import PartitionTask, PartitionWork, group_task
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from compaction.spark.pipeline import PartitionStage
 
 
 @dataclass
@@ -63,7 +67,7 @@ class StagedRun:
 
     run: RunPlan
     partitions: list[StagedPartition] = field(default_factory=list)
-    failed: dict[TP, KcompactError] = field(default_factory=dict)
+    failed: dict[TopicPartition, KcompactError] = field(default_factory=dict)
     map_seconds: float = 0.0
     rewrite_seconds: float = 0.0
 
@@ -81,15 +85,42 @@ def stage(spark: SparkSession, run: RunPlan, *, temp_dir: str | None = None) -> 
     """
     from compaction.spark.pipeline import stage_partitions
 
+    staged = StagedRun(run)
+    staged.failed.update({TopicPartition(t, p): exc for t, p, exc in run.quarantined})
+    taken = _take_partitions(run, staged.failed, temp_dir)
+    result = stage_partitions(spark, run.store, [t.work for t in taken])
+    for t in taken:
+        done = result.partitions[t.work.tp]
+        if done.error is not None:
+            staged.failed[t.work.tp] = done.error
+        else:
+            staged.partitions.append(_staged_partition(t, done, result.map_seconds))
+    staged.map_seconds, staged.rewrite_seconds = result.map_seconds, result.rewrite_seconds
+    return staged
+
+
+@dataclass(frozen=True)
+class _TakenPartition:
+    """An eligible partition taken into the run: its plan, the snapshot and fencing epoch read when it was taken,
+    and the work the Spark side runs for it."""
+
+    plan: PartitionPlan
+    snapshot: PartitionSnapshot
+    fencing_epoch: int
+    work: PartitionWork
+
+
+def _take_partitions(run: RunPlan, failed: dict[TopicPartition, KcompactError], temp_dir: str | None
+                     ) -> list[_TakenPartition]:
+    """Per eligible partition not already failed: a new fencing epoch, a check that its planned segments are still
+    live, and its work; a partition where one of them fails goes into `failed`."""
     store = run.store.open()
     table = table_in_store(store)
-    staged = StagedRun(run)
-    staged.failed.update({(t, p): exc for t, p, exc in run.quarantined})
     budget = run.disk_budget_bytes if run.disk_budget_bytes is not None else default_disk_budget(temp_dir)
-    works: dict[TP, tuple[PartitionPlan, PartitionSnapshot, int, PartitionWork]] = {}
+    taken = []
     for p in run.plan.eligible:
-        tp = (p.topic, p.partition)
-        if tp in staged.failed or tp not in run.inputs:
+        tp = TopicPartition(p.topic, p.partition)
+        if tp in failed or tp not in run.inputs:
             continue
         try:
             epoch = acquire_fencing_epoch(table, p.topic, p.partition, run.writer, run.now_ms, run_id=run.run_id)
@@ -99,41 +130,40 @@ def stage(spark: SparkSession, run: RunPlan, *, temp_dir: str | None = None) -> 
             if replaced_since:
                 raise CommitConflictError(f"{p.topic}-{p.partition}: expected planned segments to be live, found "
                                           f"{sorted(replaced_since)} replaced since the plan")
-            works[tp] = (p, snap, epoch, partition_work(run, p, snap.topic_id or "", budget, temp_dir))
+            taken.append(_TakenPartition(p, snap, epoch, partition_work(run, p, snap.topic_id or "", budget,
+                                                                        temp_dir)))
         except KcompactError as exc:
-            staged.failed[tp] = exc
-    result = stage_partitions(spark, run.store, [w[3] for w in works.values()], run.run_id, temp_dir)
-    for tp, (p, snap, epoch, work) in works.items():
-        done = result.partitions[tp]
-        if done.error is not None:
-            staged.failed[tp] = done.error
-            continue
-        by_id = {s.segment_id: s for s in work.segments}
-        groups = {g.group_id: [by_id[i.segment_id] for i in g.inputs] for g in done.task.groups}
-        staged.partitions.append(StagedPartition(
-            plan=p,
-            snapshot=snap,
-            fencing_epoch=epoch,
-            new_segments=tuple(_new_segment(c, groups[c.group_id]) for c in done.chunks),
-            replaced=tuple(i.segment_id for g in done.task.groups for i in g.inputs),
-            cleaner_offset=work.task.upper_bound_offset,
-            stats=partition_stats(work, done),
-            map_seconds=result.map_seconds,
-            rewrite_seconds=float(sum(c.seconds for c in done.chunks)),
-            kept=tuple(s.segment_id for s in done.kept),
-            added_object_keys=tuple(AddedObjectKey(sid, ObjectKey(ObjectSuffix.BLOOM, key))
-                                    for sid, key in done.scan.filters_built.items()),
-            filter_fpp=work.task.bloom_fpp,
-        ))
-    staged.map_seconds, staged.rewrite_seconds = result.map_seconds, result.rewrite_seconds
-    return staged
+            failed[tp] = exc
+    return taken
+
+
+def _staged_partition(taken: _TakenPartition, done: PartitionStage, map_seconds: float) -> StagedPartition:
+    """What staging uploaded for one partition, as its commit needs it."""
+    work = taken.work
+    by_id = {s.segment_id: s for s in work.segments}
+    groups = {g.group_id: [by_id[i.segment_id] for i in g.inputs] for g in done.task.groups}
+    return StagedPartition(
+        plan=taken.plan,
+        snapshot=taken.snapshot,
+        fencing_epoch=taken.fencing_epoch,
+        new_segments=tuple(_new_segment(c, groups[c.group_id]) for c in done.chunks),
+        replaced=tuple(i.segment_id for g in done.task.groups for i in g.inputs),
+        cleaner_offset=work.task.upper_bound_offset,
+        stats=partition_stats(work, done),
+        map_seconds=map_seconds,
+        rewrite_seconds=float(sum(c.seconds for c in done.chunks)),
+        kept=tuple(s.segment_id for s in done.kept),
+        added_object_keys=tuple(AddedObjectKey(sid, ObjectKey(ObjectSuffix.BLOOM, key))
+                                for sid, key in done.scan.filters_built.items()),
+        filter_fpp=work.task.bloom_fpp,
+    )
 
 
 def partition_work(run: RunPlan, p: PartitionPlan, topic_id: str, budget: int, temp_dir: str | None
                    ) -> PartitionWork:
     """The round of one eligible partition, as the Spark side runs it."""
     assert p.regions is not None
-    inputs = run.inputs[(p.topic, p.partition)]
+    inputs = run.inputs[TopicPartition(p.topic, p.partition)]
     members = tuple(s for g in p.groups for s in g)
     task = PartitionTask(
         topic=p.topic,
@@ -146,11 +176,12 @@ def partition_work(run: RunPlan, p: PartitionPlan, topic_id: str, budget: int, t
         aborted=inputs.aborted,
         active_producers=active_producers(inputs.producers, run.now_ms, p.config.producer_id_expiration_ms),
         groups=tuple(group_task(gid, group) for gid, group in enumerate(p.groups)),
-        strategy=p.config.compaction_strategy.value,
+        strategy=p.config.compaction_strategy,
         strategy_header=p.config.compaction_strategy_header,
         bloom_fpp=filter_fpp(p.config.bloom_filter_fpp, sum(s.segment_size_bytes for s in members)),
         disk_budget_bytes=budget,
         temp_dir=temp_dir,
+        cache_dir=cache_dir(temp_dir, run.run_id),
     )
     return PartitionWork(task=task, segments=members, first_dirty_offset=p.regions.first_dirty_offset,
                          skipping=not run.plan.forced, segment_bytes=p.config.segment_bytes,

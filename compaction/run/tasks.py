@@ -15,17 +15,16 @@ pyspark and no metadata-table imports here, so unpickling a task on an executor 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from compaction.bloom.segment import filter_key
 from compaction.bloom.skipping import clean_segments, regroup_around
+from compaction.config import CompactionStrategy
 from compaction.format.indexes import AbortedTxn
-from compaction.metadata.model import ObjectSuffix, SegmentMetadata
+from compaction.metadata.model import ObjectSuffix, SegmentMetadata, TopicPartition
 from compaction.planner.grouping import estimated_index_sizes
 from compaction.strategies.retention import ActiveProducer
 from compaction.strategies.transactions import TransactionState
-
-TP = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -46,6 +45,10 @@ class SegmentScanTask:
     size: int = 0  # the segment's bytes, to balance scan tasks
     cache: bool = False
     offsets: int = 0  # the offsets it spans: at least its records, to bound a scan task's rows
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ class PartitionTask:
     aborted: tuple[AbortedTxn, ...]
     active_producers: Mapping[int, ActiveProducer]
     groups: tuple[GroupTask, ...]
-    strategy: str = "offset"  # compaction.strategy: the Spark side ranks records with it
+    strategy: CompactionStrategy = CompactionStrategy.OFFSET  # the Spark side ranks records with it
     strategy_header: str | None = None
     bloom_fpp: float = 0.01  # false-positive rate of the filters written with the outputs
     disk_budget_bytes: int | None = None  # the most temporary disk one chunk may use; None: no limit
@@ -93,8 +96,8 @@ class PartitionTask:
     cache_dir: str | None = None  # where the scan left the segments it fetched (`compaction.rewrite.cache`)
 
     @property
-    def tp(self) -> TP:
-        return (self.topic, self.partition)
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
 
 
 def group_task(group_id: int, segments: Sequence[SegmentMetadata]) -> GroupTask:
@@ -125,20 +128,23 @@ class PartitionWork:
     skipping: bool
     segment_bytes: int
     segment_index_bytes: int
+    clean: tuple[SegmentMetadata, ...] = field(init=False)  # the segments the filter test may keep unread (none
+    # when skipping is off)
+    scans: tuple[SegmentScanTask, ...] = field(init=False)  # what the first Spark scan reads
+
+    def __post_init__(self) -> None:
+        """Derives `clean` and `scans` here, on the driver's planning side, so that the Spark side only reads them."""
+        clean = tuple(clean_segments(self.segments, self.first_dirty_offset)) if self.skipping else ()
+        object.__setattr__(self, "clean", clean)
+        object.__setattr__(self, "scans", self._first_scans({s.segment_id for s in clean}))
 
     @property
-    def tp(self) -> TP:
+    def tp(self) -> TopicPartition:
         return self.task.tp
 
-    @property
-    def clean(self) -> list[SegmentMetadata]:
-        """The segments the filter test may keep unread (none when skipping is off)."""
-        return clean_segments(self.segments, self.first_dirty_offset) if self.skipping else []
-
-    def scans(self) -> list[SegmentScanTask]:
-        """What the first Spark scan reads: dirty segments, and clean ones without a filter (building it).
-        Whether the scan keeps their bytes for the rewrite is the run's decision (its disk budget)."""
-        clean = {s.segment_id for s in self.clean}
+    def _first_scans(self, clean: Set[str]) -> tuple[SegmentScanTask, ...]:
+        """Dirty segments, and clean ones without a filter (building it). Whether the scan keeps their bytes for
+        the rewrite is the run's decision (its disk budget)."""
         out = []
         for s in self.segments:
             log = s.object_key(ObjectSuffix.LOG) or ""
@@ -148,7 +154,7 @@ class PartitionWork:
             elif s.object_key(ObjectSuffix.BLOOM) is None:
                 out.append(SegmentScanTask(*self.tp, s.segment_id, log, s.start_offset, False, filter_key(log),
                                            size=s.segment_size_bytes, offsets=_span(s)))
-        return out
+        return tuple(out)
 
     def rescans(self, kept: Set[str], scanned: Set[str]) -> list[SegmentScanTask]:
         """The clean segments to rewrite that the first scan did not read: their filters said they may hold a
@@ -193,7 +199,6 @@ def _span(segment: SegmentMetadata) -> int:
 
 
 __all__ = [
-    "TP",
     "ActiveProducer",
     "GroupTask",
     "InputSegment",

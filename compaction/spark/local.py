@@ -1,9 +1,9 @@
 """Small driver-side tables as DataFrames, built on the JVM.
 
 `SparkSession.createDataFrame` of a Python list pickles the rows through a Python task (an RDD map run by Python
-workers) before the JVM reads them; in a fresh application that job forks new Python workers and cost ~0.9 s
-per call (`make bench` P5, the fixed cost of a run). Handed an Arrow table instead, Spark reads the Arrow
-stream in the JVM: no Python task at all.
+workers) before the JVM reads them; in a fresh application that job forks new Python workers, a large part of a
+run's fixed cost when it happens per call. Handed an Arrow table instead, Spark reads the Arrow stream in the
+JVM: no Python task at all.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """The compaction data path on Spark, for every partition of a run at once: scan → winners → skip → rewrite.
 
+The step-by-step path (`_step_by_step`), which every run can take:
+
 1. **Scan** (`compaction.spark.scan`): every dirty segment, and clean segments without a filter (building it),
    fetched into the run's segment cache when it fits the disk budget, so the rewrite does not fetch them again.
-2. **Winners** (`compaction.spark.winners.best_per_key`): the best rank per (tp, key) and whether the key is
-   dirty; persisted, since the filter test and the rewrite both read it (without the key bytes when no
+2. **Winners** (`compaction.spark.winners.best_per_key`): the best rank per (partition, key) and whether the key
+   is dirty; persisted, since the filter test and the rewrite both read it (without the key bytes when no
    partition has a clean segment: then nothing after the count needs them).
 3. **Skip** (`compaction.spark.skipping`): the clean segments' filters against the dirty keys; a segment that
    may hold none, and that nothing else forces to be rewritten, is kept (`compaction.bloom.skipping`).
@@ -19,13 +21,14 @@
 Jobs per run: the scan with its aggregate (collected as per-partition key counts), the filter test when there
 are clean segments with filters, the rescan when some of them must be rewritten, and the rewrite.
 
-When every chunk is known before the scan (`_units_before_scan`: no partition has a clean segment, as in a first
-compaction), steps 1, 2 and 5 are one job instead (`_scan_and_rewrite`): no persisted winners, no counting job,
-one shuffle when each partition has one chunk, two when some have several. A later chunk's marker-walk state is
-found by its rewrite task from the batches the scan kept in the run's cache (`rewrite_job.learned_state`); where
-they are not on its machine it is assumed (no transactional batch before it) and checked after the scan
-(`_states_held`), and a partition where it does not hold is staged again step by step. A run's fixed cost is
-mostly Spark's per-job and per-stage cost in a JVM not yet warm (`make bench` P5), so the job count is what sets it.
+The one job (`_in_one_job`), the alternative: when every chunk is known before the scan (`_units_before_scan`:
+no partition has a clean segment, as in a first compaction), steps 1, 2 and 5 are one job (`_scan_and_rewrite`):
+no persisted winners, no counting job, one shuffle when each partition has one chunk, two when some have
+several. A later chunk's marker-walk state is found by its rewrite task from the batches the scan kept in the
+run's cache (`rewrite_job.learned_state`); where they are not on its machine it is assumed (no transactional
+batch before it) and checked after the scan (`_states_held`), and a partition where it does not hold is staged
+again step by step (`_settle_one_job`). Both paths fill the same `PartitionStage` per partition. A run's fixed
+cost is mostly Spark's per-job and per-stage cost in a JVM not yet warm, so the job count is what sets it.
 """
 
 from __future__ import annotations
@@ -41,14 +44,14 @@ from pyspark.sql import functions as F
 from compaction.bloom.filter import FilterFacts
 from compaction.bloom.skipping import Verdict, merge_small, verdict
 from compaction.errors import KcompactError
-from compaction.metadata.model import ObjectSuffix, SegmentMetadata
-from compaction.rewrite.cache import SegmentCache, cache_dir, cache_fits
+from compaction.metadata.model import ObjectSuffix, SegmentMetadata, TopicPartition
+from compaction.rewrite.cache import SegmentCache, cache_fits
 from compaction.rewrite.upload import ChunkResult, check_budget
-from compaction.run.tasks import TP, PartitionTask, PartitionWork, SegmentScanTask
-from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, run_rewrites
-from compaction.spark.scan import PartitionScan, ScanSettings, ScanTracker, scan_rows
+from compaction.run.tasks import PartitionTask, PartitionWork, SegmentScanTask
+from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, WinnerRows, run_rewrites
+from compaction.spark.scan import PartitionScan, RowLayout, ScanSettings, ScanTracker, scan_rows
 from compaction.spark.skipping import FilterProbe, ProbeOutcome, ProbeResult, probe_filters
-from compaction.spark.winners import CHUNK_SLOT, best_per_key, chunk_winners, slot_keys
+from compaction.spark.winners import CHUNK_SLOT, Chunk, best_per_key, chunk_winners, slot_keys
 from compaction.storage.base import StoreSpec, StoreStats
 from compaction.strategies.transactions import TransactionState, TxnEvent, states_at
 
@@ -85,143 +88,219 @@ class PartitionStage:
 class StageResult:
     """Per partition what staging did, and the wall time of each phase (for the whole run)."""
 
-    partitions: dict[TP, PartitionStage]
+    partitions: dict[TopicPartition, PartitionStage]
     map_seconds: float
     rewrite_seconds: float
 
 
-def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[PartitionWork], run_id: str,
-                     temp_dir: str | None = None) -> StageResult:
-    """Run scan → winners → skip → rescan → rewrite for `works`. Uploads outputs (fresh ids) and the filters
-    built on the way; commits nothing."""
+def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[PartitionWork]) -> StageResult:
+    """Run scan → winners → skip → rescan → rewrite for `works` (see the module docstring): in one job when every
+    chunk is known before the scan, else (and for the partitions the one job could not settle) step by step.
+    Uploads outputs (fresh ids) and the filters built on the way; commits nothing. The run's segment cache is
+    the directory its tasks name (`PartitionTask.cache_dir`), removed before returning."""
     if not works:
         return StageResult({}, 0.0, 0.0)
-    started = time.monotonic()
-    directory = cache_dir(temp_dir, run_id)
-    works = [replace(w, task=replace(w.task, cache_dir=directory)) for w in works]
-    tps = {w.tp: i for i, w in enumerate(works)}
-    stages = {w.tp: PartitionStage(w.task) for w in works}
-    parallelism = spark.sparkContext.defaultParallelism
-    settings = ScanSettings(
-        spec,
-        strategies=tuple((w.task.strategy, w.task.strategy_header) for w in works),
-        aborted=tuple(tuple((t.producer_id, t.first_offset, t.last_offset) for t in w.task.aborted) for w in works),
-        fpps=tuple(w.task.bloom_fpp for w in works),
-        cache_dir=directory,
-    )
-    largest = max((g.size for w in works for g in w.task.groups), default=0)
-    concurrency = concurrent_chunks(parallelism, largest, works[0].task.disk_budget_bytes)
-    first = _cached([w.scans() for w in works], largest, concurrency, works[0].task.disk_budget_bytes)
-    tracker = spark.sparkContext.accumulator({}, ScanTracker())
-    todo = list(works)
-    known = None if any(w.clean for w in works) else _units_before_scan(works, stages, tps)
-    if known is not None:
-        try:
-            outcomes = _scan_and_rewrite(spark, settings, [s for part in first for s in part], tps, tracker,
-                                         rewrite_slots(known, concurrency, parallelism))
-        finally:
-            SegmentCache(directory).remove()
-        _collect_scans(works, stages, tracker.value)  # first: a scan's error is the partition's error
-        todo = _settle_one_job(works, stages, tps, outcomes)
-        if not todo:
-            total = time.monotonic() - started
-            ended = max((r.ended for r in tracker.value.values()), default=0.0)
-            map_seconds = min(total, max(0.0, total - (time.time() - ended))) if ended else 0.0
-            return StageResult(stages, map_seconds, total - map_seconds)
-        tracker = spark.sparkContext.accumulator({}, ScanTracker())  # the step-by-step path for `todo`
-        first = _cached([w.scans() for w in todo], largest, concurrency, works[0].task.disk_budget_bytes)
-    keys = best_per_key(scan_rows(spark, settings, [s for part in first for s in part], tps, tracker),
-                        settings.by_offset, merged=True)
-    if not any(w.clean for w in todo):  # no filter test, no rescan: later steps read (tp, offset, dirty) only
-        keys = keys.select("tp", "offset", "dirty")  # the cache holds 13 bytes a key, not the key bytes
-    keys = keys.persist(StorageLevel.MEMORY_AND_DISK)
-    persisted = [keys]
+    staging = _Staging.start(spark, spec, works)
+    units = _units_before_scan(staging)
+    step_by_step = staging.works if units is None else _in_one_job(staging, units)
+    if step_by_step:
+        _step_by_step(staging, step_by_step)
+    return staging.result()
+
+
+@dataclass
+class _Staging:
+    """One run's staging: its partitions' work (the position of each is its partition index, which the Spark
+    rows carry), what staging did for each so far, and what sizes the scan cache and the rewrite tasks."""
+
+    spark: SparkSession
+    settings: ScanSettings
+    works: list[PartitionWork]
+    stages: dict[TopicPartition, PartitionStage]
+    index_of: dict[TopicPartition, int]
+    largest_chunk: int
+    concurrency: int  # chunks rewritten at once (`concurrent_chunks`)
+    started: float
+    map_seconds: float = 0.0
+
+    @classmethod
+    def start(cls, spark: SparkSession, spec: StoreSpec, works: Sequence[PartitionWork]) -> _Staging:
+        directory = works[0].task.cache_dir
+        assert directory is not None, "the run's tasks name its segment cache (run.stage.partition_work)"
+        largest = max((g.size for w in works for g in w.task.groups), default=0)
+        return cls(spark, ScanSettings.of(spec, [w.task for w in works], directory), list(works),
+                   {w.tp: PartitionStage(w.task) for w in works}, {w.tp: i for i, w in enumerate(works)}, largest,
+                   concurrent_chunks(spark.sparkContext.defaultParallelism, largest, works[0].task.disk_budget_bytes),
+                   time.monotonic())
+
+    @property
+    def parallelism(self) -> int:
+        return int(self.spark.sparkContext.defaultParallelism)
+
+    @property
+    def cache(self) -> SegmentCache:
+        assert self.settings.cache_dir is not None  # `start` checked it
+        return SegmentCache(self.settings.cache_dir)
+
+    def stage_at(self, index: int) -> PartitionStage:
+        return self.stages[self.works[index].tp]
+
+    def tracker(self) -> Accumulator:
+        """A fresh accumulator of the scan tasks' reports (`ScanTracker`)."""
+        return self.spark.sparkContext.accumulator({}, ScanTracker())
+
+    def cached(self, scans: Sequence[Sequence[SegmentScanTask]], before: Sequence[SegmentScanTask] = ()
+               ) -> list[SegmentScanTask]:
+        """`scans` (per work) set to keep their bytes for the rewrite, when they, what `before` already cached and
+        the chunks rewritten at once all fit the run's disk budget; else none is."""
+        total = sum(s.size for part in scans for s in part) + sum(s.size for s in before if s.cache)
+        budget = self.works[0].task.disk_budget_bytes
+        fits = (not before or any(s.cache for s in before)) and cache_fits(total, self.largest_chunk,
+                                                                           self.concurrency, budget)
+        return [replace(s, cache=fits) for part in scans for s in part]
+
+    def scan_rows(self, layout: RowLayout, scans: Sequence[SegmentScanTask], tracker: Accumulator) -> DataFrame:
+        return scan_rows(self.spark, self.settings.laid_out(layout), scans, self.index_of, tracker)
+
+    def rewrite_slots(self, units: Sequence[RewriteUnit]) -> list[list[RewriteUnit]]:
+        return rewrite_slots(units, self.concurrency, self.parallelism)
+
+    def result(self) -> StageResult:
+        return StageResult(self.stages, self.map_seconds, time.monotonic() - self.started - self.map_seconds)
+
+
+def _in_one_job(staging: _Staging, units: Sequence[RewriteUnit]) -> list[PartitionWork]:
+    """The one job (`_scan_and_rewrite`) for every partition, its outcomes taken in (`_settle_one_job`); returns
+    the partitions to stage step by step instead: those whose assumed marker-walk states did not hold."""
+    tracker = staging.tracker()
+    scans = staging.cached([w.scans for w in staging.works])
     try:
-        counted = keys.groupBy("tp").agg(F.sum(F.col("dirty").cast("long")).alias("dirty"),
-                                         F.count(F.lit(1)).alias("keys")).collect()
-        for row in counted:  # materialises the scan and the winners; dirty counts size the filter test
-            stage = stages[works[row.tp].tp]
-            stage.dirty_keys, stage.keys = int(row.dirty or 0), int(row.keys)
-        _collect_scans(works, stages, tracker.value)
-        live = [w for w in todo if stages[w.tp].error is None]
-        outcome = probe_filters(spark, spec, keys, _probes(live, stages, tps),
-                                {tps[w.tp]: stages[w.tp].dirty_keys for w in live})
-        _decide(live, stages, outcome, tps)
-        scanned = {s.segment_id for part in first for s in part}
-        wanted = [w.rescans({k.segment_id for k in stages[w.tp].kept}, scanned) for w in live]
-        rescans = [s for part in _cached(wanted, largest, concurrency, works[0].task.disk_budget_bytes,
-                                         [s for p in first for s in p]) for s in part]
-        winners = keys
-        if rescans:
-            again = spark.sparkContext.accumulator({}, ScanTracker())
-            more = scan_rows(spark, replace(settings, with_segment=True), rescans, tps, again).persist(
-                StorageLevel.MEMORY_AND_DISK)
-            persisted.append(more)
-            _count_true_positives(works, stages, more, keys, rescans)  # runs the rescan
-            _collect_scans(works, stages, again.value)  # a partition whose rescan failed is not rewritten
-            winners = best_per_key(keys.unionByName(more.drop("seg")), settings.by_offset)
-        map_seconds = time.monotonic() - started
-        units = _units(live, stages, tps)
-        slots = rewrite_slots(units, concurrency, parallelism)
-        outcomes = _rewrite(spark, spec, winners, slots) if units else []
+        outcomes = _scan_and_rewrite(staging, scans, tracker, staging.rewrite_slots(units))
+    finally:
+        staging.cache.remove()
+    _collect_scans(staging, tracker.value)  # first: a scan's error is the partition's error
+    total = time.monotonic() - staging.started
+    ended = max((r.ended for r in tracker.value.values()), default=0.0)
+    staging.map_seconds = min(total, max(0.0, total - (time.time() - ended))) if ended else 0.0
+    return _settle_one_job(staging, outcomes)
+
+
+def _step_by_step(staging: _Staging, works: Sequence[PartitionWork]) -> None:
+    """Scan → winners (persisted and counted) → filter test → rescan → rewrite for `works`; what happened goes
+    into their stages."""
+    scans = staging.cached([w.scans for w in works])
+    tracker = staging.tracker()
+    winners = best_per_key(staging.scan_rows(staging.settings.layout, scans, tracker), staging.settings.by_offset,
+                           merged=True)
+    if not any(w.clean for w in works):  # no filter test, no rescan: later steps read (tp, offset, dirty) only
+        winners = winners.select("tp", "offset", "dirty")  # the cache holds 13 bytes a key, not the key bytes
+    winners = winners.persist(StorageLevel.MEMORY_AND_DISK)
+    persisted = [winners]
+    try:
+        _count_keys(staging, winners)  # materialises the scan and the winners; dirty counts size the filter test
+        _collect_scans(staging, tracker.value)
+        live = [w for w in works if staging.stages[w.tp].error is None]
+        _filter_test(staging, live, winners)
+        winners = _rescan(staging, live, scans, winners, persisted)
+        staging.map_seconds = time.monotonic() - staging.started
+        units = _units(staging, live)
+        outcomes = _rewrite(staging, winners, staging.rewrite_slots(units)) if units else []
     finally:
         for frame in persisted:
             frame.unpersist()
-        SegmentCache(directory).remove()
-    _collect_rewrites(works, stages, outcomes, todo)
-    return StageResult(stages, map_seconds, time.monotonic() - started - map_seconds)
+        staging.cache.remove()
+    _collect_rewrites(staging, outcomes, works)
 
 
-def _units_before_scan(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], tps: Mapping[TP, int]
-                       ) -> list[RewriteUnit] | None:
+def _count_keys(staging: _Staging, winners: DataFrame) -> None:
+    """Per partition its distinct keys and dirty keys among the scanned segments."""
+    counted = winners.groupBy("tp").agg(F.sum(F.col("dirty").cast("long")).alias("dirty"),
+                                        F.count(F.lit(1)).alias("keys")).collect()
+    for row in counted:
+        stage = staging.stage_at(row.tp)
+        stage.dirty_keys, stage.keys = int(row.dirty or 0), int(row.keys)
+
+
+def _filter_test(staging: _Staging, works: Sequence[PartitionWork], winners: DataFrame) -> None:
+    """Each clean segment's filter against its partition's dirty keys; the verdicts and the segments kept."""
+    dirty_keys = {staging.index_of[w.tp]: staging.stages[w.tp].dirty_keys for w in works}
+    outcome = probe_filters(staging.spark, staging.settings.spec, winners, _probes(staging, works), dirty_keys)
+    _decide(staging, works, outcome)
+
+
+def _rescan(staging: _Staging, works: Sequence[PartitionWork], scanned: Sequence[SegmentScanTask],
+            winners: DataFrame, persisted: list[DataFrame]) -> DataFrame:
+    """The winners with the keys of the clean segments to rewrite that the first scan did not read folded in:
+    every winner is known before any chunk is rewritten. Counts each rescanned segment's dirty keys (its filter's
+    truth); a partition whose rescan failed is not rewritten."""
+    read = {s.segment_id for s in scanned}
+    wanted = [w.rescans({k.segment_id for k in staging.stages[w.tp].kept}, read) for w in works]
+    rescans = staging.cached(wanted, scanned)
+    if not rescans:
+        return winners
+    tracker = staging.tracker()
+    rows = staging.scan_rows(staging.settings.layout.per_segment(), rescans, tracker)
+    rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+    persisted.append(rows)
+    _count_true_positives(staging, rows, winners, rescans)  # runs the rescan
+    _collect_scans(staging, tracker.value)
+    return best_per_key(winners.unionByName(rows.drop("seg")), staging.settings.by_offset)
+
+
+def _units_before_scan(staging: _Staging) -> list[RewriteUnit] | None:
     """The rewrite units, when they are known before any scan: no partition has a clean segment (nothing for the
     filter test to keep). A partition's first chunk starts its rewrite, so its marker-walk state depends on no
     scanned batch; a later chunk's does (`states_at`), so it is taken as if the chunks before it held no
     transactional or control batch, and checked once the scan has seen them (`_states_held`). None when some
     partition has a clean segment, or when a budget check fails (the step-by-step path reports it for that
     partition alone)."""
+    if any(w.clean for w in staging.works):
+        return None
     units: list[RewriteUnit] = []
-    tasks: dict[TP, PartitionTask] = {}
-    for w in works:
+    tasks: dict[TopicPartition, PartitionTask] = {}
+    for index, w in enumerate(staging.works):
         try:
             task = w.reshaped(set())
             check_budget(task)
         except KcompactError:
             return None
         task = _with_states(task, _chunk_states(task, {}))
-        units.extend(RewriteUnit(tps[w.tp], task, (g,), assumed=i > 0) for i, g in enumerate(task.groups))
+        units.extend(RewriteUnit(index, task, (g,), assumed=i > 0) for i, g in enumerate(task.groups))
         tasks[w.tp] = task
     if not units:
         return None
     for tp, task in tasks.items():
-        stages[tp].task = task
+        staging.stages[tp].task = task
     return units
 
 
-def _settle_one_job(works: Sequence[PartitionWork], stages: dict[TP, PartitionStage], tps: Mapping[TP, int],
-                    outcomes: Sequence[UnitOutcome]) -> list[PartitionWork]:
-    """Take in what the one job rewrote; the partitions to stage again step by step (their assumed marker-walk
-    states did not hold), each with a fresh stage that keeps what the discarded attempt's requests cost."""
+def _settle_one_job(staging: _Staging, outcomes: Sequence[UnitOutcome]) -> list[PartitionWork]:
+    """Take in what the one job rewrote; return the partitions to stage again step by step (their assumed
+    marker-walk states did not hold), each with a fresh stage that keeps what the discarded attempt's requests
+    cost. An assumed unit that crashed in a partition whose states held is a bug: raised."""
     for o in outcomes:  # a state a rewrite task found from the run's cache is the one it used
         if o.learned is not None:
-            stage = stages[works[o.tp].tp]
+            stage = staging.stage_at(o.partition_index)
             group_id, state = o.learned
             stage.task = replace(stage.task, groups=tuple(replace(g, txn_state=state) if g.group_id == group_id
                                                           else g for g in stage.task.groups))
-    todo = [w for w in works if stages[w.tp].error is None and not _states_held(stages[w.tp])]
-    redone = {tps[w.tp] for w in todo}
-    for o in outcomes:
-        if o.crashed is not None and o.tp not in redone and stages[works[o.tp].tp].error is None:
-            raise RuntimeError(f"rewrite of {works[o.tp].tp} failed on the executor:\n{o.crashed}")
-    kept = [o for o in outcomes if o.tp not in redone]
-    _collect_rewrites(works, stages, kept, [w for w in works if tps[w.tp] not in redone])
-    for o in kept:  # nothing is clean: every key is dirty, and the partition's chunks received all its winners
-        stages[works[o.tp].tp].keys += o.keys
-        stages[works[o.tp].tp].dirty_keys += o.keys
-    for w in todo:
-        attempt = [o.rewrite.requests if o.rewrite else o.requests for o in outcomes if o.tp == tps[w.tp]]
-        stages[w.tp] = PartitionStage(w.task, requests=sum(attempt, stages[w.tp].requests))
-    return todo
+    restaged = [w for w in staging.works if staging.stages[w.tp].error is None
+                and not _states_held(staging.stages[w.tp])]
+    restaged_indexes = {staging.index_of[w.tp] for w in restaged}
+    settled = [o for o in outcomes if o.partition_index not in restaged_indexes]
+    for o in settled:
+        if o.crashed is not None and staging.stage_at(o.partition_index).error is None:
+            tp = staging.works[o.partition_index].tp
+            raise RuntimeError(f"rewrite of {tp.topic}-{tp.partition} failed on the executor") from o.crashed
+    _collect_rewrites(staging, settled, [w for i, w in enumerate(staging.works) if i not in restaged_indexes])
+    for o in settled:  # nothing is clean: every key is dirty, and the partition's chunks received all its winners
+        staging.stage_at(o.partition_index).keys += o.keys
+        staging.stage_at(o.partition_index).dirty_keys += o.keys
+    for w in restaged:
+        index = staging.index_of[w.tp]
+        attempt = [o.rewrite.requests if o.rewrite else o.requests for o in outcomes if o.partition_index == index]
+        staging.stages[w.tp] = PartitionStage(w.task, requests=sum(attempt, staging.stages[w.tp].requests))
+    return restaged
 
 
 def _states_held(stage: PartitionStage) -> bool:
@@ -232,84 +311,70 @@ def _states_held(stage: PartitionStage) -> bool:
     return len(groups) < 2 or _chunk_states(stage.task, stage.scan.events) == [g.txn_state for g in groups]
 
 
-def _scan_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequence[SegmentScanTask],
-                      tps: Mapping[TP, int], tracker: Accumulator, slots: Sequence[Sequence[RewriteUnit]]
-                      ) -> list[UnitOutcome]:
+def _scan_and_rewrite(staging: _Staging, scans: Sequence[SegmentScanTask], tracker: Accumulator,
+                      slots: Sequence[Sequence[RewriteUnit]]) -> list[UnitOutcome]:
     """Scan, winners and rewrite as one Spark job of two stages, when every chunk is known before the scan
     (`_units_before_scan`): each scan row is tagged with the slot of its partition's chunk and shuffled once,
     by slot; the aggregate then runs in the rewrite task that needs its winners (grouping by slot too, on rows
     already partitioned by slot, adds no shuffle). No persisted winners and no counting job: each rewrite task
     counts the winners it receives. The rows carry no `dirty` (every key is dirty) and, when each slot holds one
-    partition, no `tp` (the slot names it): Spark pays per column of every row. When a partition has several
-    chunks, a key's chunk is the one holding its winner: the aggregate comes first (a shuffle by key), then the
-    winners go to their chunk's slot (a second)."""
-    settings = replace(settings, with_dirty=False)
-    if len({u.tp for units in slots for u in units}) < sum(len(units) for units in slots):
-        rows = scan_rows(spark, settings, scans, tps, tracker)
-        return _rewrite(spark, settings.spec, best_per_key(rows, settings.by_offset, merged=True), slots)
+    partition, no `tp` (the slot names it). When a partition has several chunks, a key's chunk is the one
+    holding its winner: the aggregate comes first (a shuffle by key), then the winners go to their chunk's slot
+    (a second)."""
+    layout = staging.settings.layout.all_dirty()
+    by_offset = staging.settings.by_offset
+    if len({u.partition_index for units in slots for u in units}) < sum(len(units) for units in slots):
+        rows = staging.scan_rows(layout, scans, tracker)
+        return _rewrite(staging, best_per_key(rows, by_offset, merged=True), slots)
     keys = slot_keys(len(slots))
-    owner = [-1] * len(tps)
-    for units, key in zip(slots, keys, strict=True):
-        for u in units:
-            owner[u.tp] = key
+    slot_of = {u.partition_index: key for units, key in zip(slots, keys, strict=True) for u in units}
     shared = any(len(units) > 1 for units in slots)  # a slot runs several partitions' units: rows need `tp`
-    tagged = scan_rows(spark, replace(settings, slots=tuple(owner), with_tp=shared), scans, tps, tracker)
-    laid_out = tagged.repartition(len(slots), CHUNK_SLOT)
-    winners = best_per_key(laid_out, settings.by_offset, by=(CHUNK_SLOT,))
-    return run_rewrites(settings.spec, winners.select(CHUNK_SLOT, *(["tp"] if shared else []), "offset"),
-                        dict(zip(keys, slots, strict=True)))
+    settings = staging.settings.laid_out(layout).by_slot(slot_of, partition_index=shared)
+    tagged = scan_rows(staging.spark, settings, scans, staging.index_of, tracker)
+    winners = best_per_key(tagged.repartition(len(slots), CHUNK_SLOT), by_offset, by=(CHUNK_SLOT,))
+    laid_out = WinnerRows.PER_WINNER if shared else WinnerRows.PER_WINNER_OF_SLOT
+    return run_rewrites(staging.settings.spec, winners.select(CHUNK_SLOT, *(["tp"] if shared else []), "offset"),
+                        dict(zip(keys, slots, strict=True)), laid_out)
 
 
-def _cached(scans: Sequence[list[SegmentScanTask]], largest: int, concurrency: int, budget: int | None,
-            before: Sequence[SegmentScanTask] = ()) -> list[list[SegmentScanTask]]:
-    """`scans` (per work) set to keep their bytes for the rewrite, when they, what `before` already cached and the
-    chunks rewritten at once (`concurrency` of the `largest`) all fit the run's disk `budget`; else none is."""
-    total = sum(s.size for part in scans for s in part) + sum(s.size for s in before if s.cache)
-    fits = (not before or any(s.cache for s in before)) and cache_fits(total, largest, concurrency, budget)
-    return [[replace(s, cache=fits) for s in part] for part in scans]
-
-
-def _collect_scans(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage],
-                   tracked: Mapping[int, PartitionScan]) -> None:
-    for i, report in tracked.items():
-        stage = stages[works[i].tp]
+def _collect_scans(staging: _Staging, tracked: Mapping[int, PartitionScan]) -> None:
+    for index, report in tracked.items():
+        stage = staging.stage_at(index)
         stage.scan.add(report)
         stage.requests = stage.requests + report.requests
         if report.error is not None:
             stage.fail(report.error)
 
 
-def _count_true_positives(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], more: DataFrame,
-                          keys: DataFrame, rescans: Sequence[SegmentScanTask]) -> None:
+def _count_true_positives(staging: _Staging, rows: DataFrame, winners: DataFrame,
+                          rescans: Sequence[SegmentScanTask]) -> None:
     """How many dirty keys each rescanned segment really holds (its filter's truth), from the rescan's rows."""
-    dirty = keys.filter(F.col("dirty")).select("tp", "key")
-    for row in more.join(dirty, ["tp", "key"]).groupBy("seg").count().collect():
+    dirty = winners.filter(F.col("dirty")).select("tp", "key")
+    for row in rows.join(dirty, ["tp", "key"]).groupBy("seg").count().collect():
         s = rescans[row.seg]
-        stages[(s.topic, s.partition)].true_dirty[s.segment_id] = int(row["count"])
+        staging.stages[s.tp].true_dirty[s.segment_id] = int(row["count"])
     for s in rescans:
-        stages[(s.topic, s.partition)].true_dirty.setdefault(s.segment_id, 0)
+        staging.stages[s.tp].true_dirty.setdefault(s.segment_id, 0)
 
 
-def _probes(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], tps: Mapping[TP, int]
-            ) -> list[FilterProbe]:
+def _probes(staging: _Staging, works: Sequence[PartitionWork]) -> list[FilterProbe]:
     out = []
     for w in works:
-        built = stages[w.tp].scan.filters_built
+        built = staging.stages[w.tp].scan.filters_built
         for s in w.clean:
             key = s.object_key(ObjectSuffix.BLOOM) or built.get(s.segment_id)
             if key is not None:
-                out.append(FilterProbe(tps[w.tp], s.segment_id, key))
+                out.append(FilterProbe(staging.index_of[w.tp], s.segment_id, key))
     return out
 
 
-def _decide(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], outcome: ProbeOutcome,
-            tps: Mapping[TP, int]) -> None:
+def _decide(staging: _Staging, works: Sequence[PartitionWork], outcome: ProbeOutcome) -> None:
     """Per partition the verdict of each clean segment, and the segments kept."""
     for w in works:
-        stage = stages[w.tp]
-        stage.requests = stage.requests + outcome.requests.get(tps[w.tp], StoreStats())
+        stage, index = staging.stages[w.tp], staging.index_of[w.tp]
+        stage.requests = stage.requests + outcome.requests.get(index, StoreStats())
         for s in w.clean:
-            probe = outcome.results.get((tps[w.tp], s.segment_id))
+            probe = outcome.results.get((index, s.segment_id))
             if probe is not None:
                 stage.probes[s.segment_id] = probe
             stage.verdicts[s.segment_id] = _verdict(probe, w.task.now_ms)
@@ -325,13 +390,12 @@ def _verdict(probe: ProbeResult | None, now_ms: int) -> Verdict:
     return verdict(FilterFacts(probe.horizon_ms, probe.transactional), probe.positives, now_ms)
 
 
-def _units(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], tps: Mapping[TP, int]
-           ) -> list[RewriteUnit]:
+def _units(staging: _Staging, works: Sequence[PartitionWork]) -> list[RewriteUnit]:
     """The rewrite units: per partition its regrouped chunks, each with the marker-walk state at its start, so
     that any unit can run in any task, in any order."""
     units: list[RewriteUnit] = []
     for w in works:
-        stage = stages[w.tp]
+        stage = staging.stages[w.tp]
         if stage.error is not None:
             continue
         try:
@@ -341,7 +405,7 @@ def _units(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage], 
             stage.fail(exc)
             continue
         stage.task = _with_states(task, _chunk_states(task, stage.scan.events))
-        units.extend(RewriteUnit(tps[w.tp], stage.task, (g,)) for g in stage.task.groups)
+        units.extend(RewriteUnit(staging.index_of[w.tp], stage.task, (g,)) for g in stage.task.groups)
     return units
 
 
@@ -378,20 +442,19 @@ def rewrite_slots(units: Sequence[RewriteUnit], concurrency: int, parallelism: i
     return slots
 
 
-def _rewrite(spark: SparkSession, spec: StoreSpec, winners: DataFrame, slots: Sequence[Sequence[RewriteUnit]]
-             ) -> list[UnitOutcome]:
+def _rewrite(staging: _Staging, winners: DataFrame, slots: Sequence[Sequence[RewriteUnit]]) -> list[UnitOutcome]:
     keys = slot_keys(len(slots))
-    chunks = [(u.tp, g.start_offset, g.end_offset, key) for units, key in zip(slots, keys, strict=True)
-              for u in units for g in u.groups]
-    return run_rewrites(spec, chunk_winners(spark, winners.select("tp", "offset"), chunks, len(slots)),
-                        dict(zip(keys, slots, strict=True)))
+    chunks = [Chunk(u.partition_index, g.start_offset, g.end_offset, key)
+              for units, key in zip(slots, keys, strict=True) for u in units for g in u.groups]
+    packed = chunk_winners(staging.spark, winners.select("tp", "offset"), chunks, len(slots))
+    return run_rewrites(staging.settings.spec, packed, dict(zip(keys, slots, strict=True)), WinnerRows.PACKED)
 
 
-def _collect_rewrites(works: Sequence[PartitionWork], stages: Mapping[TP, PartitionStage],
-                      outcomes: Sequence[UnitOutcome], finished: Sequence[PartitionWork]) -> None:
+def _collect_rewrites(staging: _Staging, outcomes: Sequence[UnitOutcome], finished: Sequence[PartitionWork]
+                      ) -> None:
     """What the rewrite tasks did, into the stages of `finished` (the partitions whose staging ends here)."""
     for o in outcomes:
-        stage = stages[works[o.tp].tp]
+        stage = staging.stage_at(o.partition_index)
         stage.rewrite_task_ids.add(o.task_id)
         if o.error is not None or o.crashed is not None:  # crashed: an assumed unit of a partition failed already
             if o.error is not None:
@@ -404,7 +467,7 @@ def _collect_rewrites(works: Sequence[PartitionWork], stages: Mapping[TP, Partit
         stage.peak_temp_bytes = max(stage.peak_temp_bytes, o.rewrite.peak_temp_bytes)
         stage.cache_hits += o.rewrite.cache_hits
         stage.requests = stage.requests + o.rewrite.requests
-    for stage in (stages[w.tp] for w in finished):
+    for stage in (staging.stages[w.tp] for w in finished):
         stage.chunks.sort(key=lambda c: c.group_id)
         stage.peak_temp_bytes += sum(stage.scan.cached.values())  # the run's cache held while chunks ran
 

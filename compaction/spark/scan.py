@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -33,6 +33,7 @@ from pyspark.sql.types import (
     BinaryType,
     BooleanType,
     ByteType,
+    DataType,
     IntegerType,
     LongType,
     StructField,
@@ -41,16 +42,18 @@ from pyspark.sql.types import (
 
 from compaction.config import CompactionStrategy
 from compaction.errors import KcompactError
-from compaction.run.tasks import TP, SegmentScanTask
+from compaction.metadata.model import TopicPartition
+from compaction.run.tasks import PartitionTask, SegmentScanTask
 from compaction.storage.base import ObjectStore, StoreSpec, StoreStats
 from compaction.strategies.transactions import TxnEvent
 from compaction.strategies.winner import AbortedRange, SegmentBest
 
 if TYPE_CHECKING:
     from compaction.format.scan import SegmentScan
+    from compaction.rewrite.cache import SegmentCache
 
 CHUNK_SLOT = "slot"
-"""The column naming a row's rewrite slot: the scan writes it (`ScanSettings.slots`), the rewrite reads it."""
+"""The column naming a row's rewrite slot: the scan writes it (`ScanSettings.by_slot`), the rewrite reads it."""
 
 SCAN_TASK_BYTES = 2**30
 """The most segment bytes one scan task takes (a failed task is retried whole)."""
@@ -65,7 +68,7 @@ task holds a row per distinct key of its segments (~40 bytes) until it hands the
 class _Descriptor:
     """One segment of a scan task: what the executor needs to fetch and scan it."""
 
-    tp: int
+    partition_index: int  # the segment's partition among the run's (`ScanSettings.partitions`)
     segment_id: str
     log_key: str
     dirty: bool
@@ -73,67 +76,120 @@ class _Descriptor:
     cache: bool
     seg: int  # index among the scanned segments
 
-ROWS = StructType(
-    [
-        StructField("tp", IntegerType(), False),
-        StructField("key", BinaryType(), False),
-        StructField("has_version", ByteType(), False),
-        StructField("version", LongType(), False),
-        StructField("offset", LongType(), False),
-        StructField("dirty", BooleanType(), False),
-    ]
-)
-ROWS_BY_OFFSET = StructType([f for f in ROWS.fields if f.name not in ("has_version", "version")])
-_ARROW_TYPES = {"tp": pa.int32(), "key": pa.binary(), "has_version": pa.int8(), "version": pa.int64(),
-                "offset": pa.int64(), "dirty": pa.bool_(), "seg": pa.int32(), CHUNK_SLOT: pa.int64()}
+
+_COLUMNS: dict[str, tuple[DataType, pa.DataType]] = {
+    "tp": (IntegerType(), pa.int32()),
+    "key": (BinaryType(), pa.binary()),
+    "has_version": (ByteType(), pa.int8()),
+    "version": (LongType(), pa.int64()),
+    "offset": (LongType(), pa.int64()),
+    "dirty": (BooleanType(), pa.bool_()),
+    "seg": (IntegerType(), pa.int32()),
+    CHUNK_SLOT: (LongType(), pa.int64()),
+}
 
 
-def rows_schema(by_offset: bool, with_segment: bool = False, with_slot: bool = False, with_tp: bool = True,
-                with_dirty: bool = True) -> StructType:
-    """The scan rows' schema: without the rank columns when every partition ranks by offset; with `seg`, the
-    index of the row's segment among the scanned ones, when asked; without `dirty` when not `with_dirty` (the
-    one job, `compaction.spark.pipeline`: nothing is clean then, every key is dirty).
+@dataclass(frozen=True)
+class RowLayout:
+    """The columns of the scan rows, decided once by the driver (`ScanSettings.layout`): the scan tasks write them,
+    the steps after the scan read them. Spark pays for every column of every row it takes from Python, shuffles
+    and aggregates, so rows carry only what their consumers need:
 
-    With `slot`, the rewrite slot of the row's partition, for the one job: each task then adds a marker row per
-    partition it scanned (null key, offset -1), so that every slot has rows, and a rewrite task, even for a
-    partition without any keyed record; `tp` is left out when not `with_tp` (each slot holds one partition).
-    Spark pays for every column of every row it takes from Python, shuffles and aggregates: `make bench` P2
-    lost ~0.7 s to `tp` and `dirty` of 2.4 M rows in a JVM not yet warm."""
-    schema = ROWS_BY_OFFSET if by_offset else ROWS
-    fields = [StructField(f.name, f.dataType, True) if with_slot and f.name == "key" else f for f in schema.fields
-              if not ((f.name == "dirty" and not with_dirty) or (with_slot and f.name == "tp" and not with_tp))]
-    extra = ([StructField("seg", IntegerType(), False)] if with_segment else []) + (
-        [StructField(CHUNK_SLOT, LongType(), False)] if with_slot else [])
-    return StructType([*fields, *extra])
+    - `key` and `offset`, always; `has_version` and `version` when `ranked` (some partition ranks by more than
+      the offset: with none, a key's best is its greatest offset);
+    - `tp`, the row's partition index among the run's, unless the rewrite slot names the partition;
+    - `dirty`, whether the key is one of the run's dirty keys, unless every key is (`all_dirty`: the one job,
+      `compaction.spark.pipeline`);
+    - `seg`, the index of the row's segment among the scanned ones, in a rescan (`per_segment`);
+    - `slot`, the rewrite slot of the row's partition, in the one job (`by_slot`): each task then adds a marker
+      row per partition it scanned (null key, offset -1), so that every slot has rows, and a rewrite task, even
+      for a partition without any keyed record.
+    """
+
+    ranked: bool
+    partition_index: bool = True
+    dirty: bool = True
+    segment: bool = False
+    slot: bool = False
+
+    def per_segment(self) -> RowLayout:
+        return replace(self, segment=True)
+
+    def all_dirty(self) -> RowLayout:
+        return replace(self, dirty=False)
+
+    def by_slot(self, partition_index: bool) -> RowLayout:
+        return replace(self, slot=True, partition_index=partition_index)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        carried = {"tp": self.partition_index, "has_version": self.ranked, "version": self.ranked,
+                   "dirty": self.dirty, "seg": self.segment, CHUNK_SLOT: self.slot}
+        return tuple(name for name in _COLUMNS if carried.get(name, True))
+
+    def schema(self) -> StructType:
+        return StructType([StructField(n, _COLUMNS[n][0], self._nullable(n)) for n in self.names])
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([pa.field(n, _COLUMNS[n][1], self._nullable(n)) for n in self.names])
+
+    def _nullable(self, name: str) -> bool:
+        return self.slot and name == "key"  # the marker rows'
 
 
-def _arrow_schema(schema: StructType) -> pa.Schema:
-    return pa.schema([pa.field(f.name, _ARROW_TYPES[f.name], f.nullable) for f in schema.fields])
+ROWS = RowLayout(ranked=True).schema()
+"""The scan rows of a run that ranks by more than the offset, before the filter test."""
+
+
+@dataclass(frozen=True)
+class PartitionScanSettings:
+    """What every scan task needs to know about one partition of the run."""
+
+    strategy: CompactionStrategy
+    header: str | None  # the header the strategy ranks by
+    aborted: tuple[AbortedRange, ...]
+    fpp: float  # rate of the filters the scan builds
+    rewrite_slot: int | None = None  # the one job: the slot its rows carry; None: none of its rows is rewritten
+
+    @classmethod
+    def of(cls, task: PartitionTask) -> PartitionScanSettings:
+        return cls(task.strategy, task.strategy_header,
+                   tuple((t.producer_id, t.first_offset, t.last_offset) for t in task.aborted), task.bloom_fpp)
 
 
 @dataclass(frozen=True)
 class ScanSettings:
-    """What every scan task of a run needs to know about its partitions (indexed by `tp`)."""
+    """What every scan task of a run needs to know: the store, its partitions (by partition index) and the rows'
+    layout."""
 
     spec: StoreSpec
-    strategies: tuple[tuple[str, str | None], ...]  # per tp: (compaction.strategy, header name)
-    aborted: tuple[tuple[AbortedRange, ...], ...]  # per tp
-    fpps: tuple[float, ...]  # per tp: rate of the filters the scan builds
+    partitions: tuple[PartitionScanSettings, ...]
+    layout: RowLayout
     cache_dir: str | None = None
-    with_segment: bool = False  # rows carry `seg`: which scanned segment they come from
-    slots: tuple[int, ...] = ()  # per tp the rewrite slot its rows carry (`slot`); -1: no rows. () = no column
-    with_tp: bool = True  # with slots: rows carry `tp` (False when each slot holds one partition)
-    with_dirty: bool = True  # rows carry `dirty` (False when every key is dirty: the one job)
     rows_per_batch: int = 1 << 20  # rows per Arrow batch handed to Spark (binary keys: < 2 GiB a batch)
+
+    @classmethod
+    def of(cls, spec: StoreSpec, tasks: Sequence[PartitionTask], cache_dir: str | None = None,
+           rows_per_batch: int = 1 << 20) -> ScanSettings:
+        """The settings of a scan of `tasks`' partitions (their order gives the partition indexes), rows laid out
+        for the filter test and the rewrite (`RowLayout`)."""
+        partitions = tuple(PartitionScanSettings.of(t) for t in tasks)
+        ranked = any(p.strategy is not CompactionStrategy.OFFSET for p in partitions)
+        return cls(spec, partitions, RowLayout(ranked), cache_dir, rows_per_batch)
 
     @property
     def by_offset(self) -> bool:
         """Every partition ranks by offset: a key's best is its greatest offset."""
-        return all(CompactionStrategy(s) is CompactionStrategy.OFFSET for s, _h in self.strategies)
+        return not self.layout.ranked
 
-    def schema(self) -> StructType:
-        """The rows the scan hands Spark (`rows_schema`)."""
-        return rows_schema(self.by_offset, self.with_segment, bool(self.slots), self.with_tp, self.with_dirty)
+    def laid_out(self, layout: RowLayout) -> ScanSettings:
+        return replace(self, layout=layout)
+
+    def by_slot(self, slots: Mapping[int, int], partition_index: bool) -> ScanSettings:
+        """The settings of the one job: per partition index the rewrite slot its rows carry (`slots`; a partition
+        without one hands Spark no row), `tp` carried when `partition_index`."""
+        partitions = tuple(replace(p, rewrite_slot=slots.get(i)) for i, p in enumerate(self.partitions))
+        return replace(self, partitions=partitions, layout=self.layout.by_slot(partition_index))
 
 
 @dataclass
@@ -164,117 +220,134 @@ class PartitionScan:
 
 
 class ScanTracker(AccumulatorParam):
-    """Merges `PartitionScan` reports by tp across tasks."""
+    """Merges `PartitionScan` reports by partition index across tasks."""
 
     def zero(self, value: dict[int, PartitionScan]) -> dict[int, PartitionScan]:
         return {}
 
     def addInPlace(self, a: dict[int, PartitionScan], b: dict[int, PartitionScan]) -> dict[int, PartitionScan]:
-        for tp, report in b.items():
-            a[tp] = a[tp].add(report) if tp in a else report
+        for index, report in b.items():
+            a[index] = a[index].add(report) if index in a else report
         return a
 
 
-def _scanner(settings: ScanSettings, tracker: Accumulator, slices: Sequence[Sequence[_Descriptor]]
-             ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    from compaction.bloom.segment import segment_filter
-    from compaction.errors import ObjectExistsError
-    from compaction.format.scan import scan_segment
-    from compaction.rewrite.cache import SegmentCache
-    from compaction.rewrite.events import txn_events
-    from compaction.strategies.keyfold import KeyFold
-    from compaction.strategies.winner import fold_segment, folded, segment_best
+class _ScanTask:
+    """The `mapInArrow` function of a scan: task i fetches and scans the segments of slice i (`_Descriptor`s) and
+    hands Spark its rows (`ScanSettings.layout`); each segment's report goes to the `tracker`."""
 
-    cache = SegmentCache(settings.cache_dir) if settings.cache_dir else None
-    schema = _arrow_schema(settings.schema())
+    def __init__(self, settings: ScanSettings, tracker: Accumulator, slices: Sequence[Sequence[_Descriptor]]
+                 ) -> None:
+        self.settings = settings
+        self.tracker = tracker
+        self.slices = slices
 
-    def scan_one(store: ObjectStore, d: _Descriptor) -> ScannedSegment | None:
-        """Fetch and check one segment; its report goes to the tracker (None: it failed its partition)."""
-        tp, sid, key = d.tp, d.segment_id, d.log_key
-        _strategy, header = settings.strategies[tp]
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from compaction.strategies.keyfold import KeyFold
+        from compaction.strategies.winner import fold_segment, folded, segment_best
+
+        store = self.settings.spec.open()
+        layout = self.settings.layout
+        folds: dict[int, KeyFold] = {}  # partition index -> the fold of its segments in this task
+        seen: dict[int, None] = {}
+        for ids in batches:
+            for d in (d for i in ids.column(0).to_pylist() for d in self.slices[i]):
+                seen[d.partition_index] = None
+                scanned = self._fetch(store, d)
+                if scanned is None:
+                    continue
+                partition = self.settings.partitions[d.partition_index]
+                if layout.segment:  # the rescan: rows stay per segment
+                    best = segment_best(scanned.segment.records, partition.aborted, partition.strategy)
+                    self._done(d, scanned, best.invalid_versions)
+                    yield from self._rows(d.partition_index, best, np.full(len(best.keys), d.dirty), d.seg)
+                    continue
+                fold = folds.setdefault(d.partition_index, KeyFold())
+                self._done(d, scanned, fold_segment(fold, scanned.segment.records, partition.aborted,
+                                                    partition.strategy, d.dirty))
+        for index, fold in folds.items():  # one row per key of the task's segments of the partition
+            if self._rewritten(index):
+                merged, dirty = folded(fold, 0)
+                yield from self._rows(index, merged, dirty, None)
+        if layout.slot:
+            for index in seen:
+                if self._rewritten(index):
+                    yield from self._rows(index, _MARKER, np.zeros(1, bool), None)
+
+    def _rewritten(self, index: int) -> bool:
+        """Whether the rows of partition `index` are wanted: in the one job, only those of a rewrite slot."""
+        return not self.settings.layout.slot or self.settings.partitions[index].rewrite_slot is not None
+
+    def _fetch(self, store: ObjectStore, d: _Descriptor) -> ScannedSegment | None:
+        """Fetch and check one segment, build its filter when asked; None: it failed its partition (reported)."""
+        from compaction.format.scan import scan_segment
+        from compaction.rewrite.cache import SegmentCache
+
+        cache = SegmentCache(self.settings.cache_dir) if d.cache and self.settings.cache_dir else None
+        partition = self.settings.partitions[d.partition_index]
         before, started = replace(store.stats), time.monotonic()
         report = PartitionScan()
         try:
-            cached = d.cache and cache is not None
-            data = cache.fetch(store, key, sid) if cached and cache is not None else store.get(key)
-            report.scanned[sid] = len(data)
-            if cached:
-                report.cached[sid] = len(data)
-            segment = scan_segment(data, obj=store.object_uri(key), header_key=header)
+            data = cache.fetch(store, d.log_key, d.segment_id) if cache is not None else store.get(d.log_key)
+            report.scanned[d.segment_id] = len(data)
+            if cache is not None:
+                report.cached[d.segment_id] = len(data)
+            segment = scan_segment(data, obj=store.object_uri(d.log_key), header_key=partition.header)
         except KcompactError as exc:  # corrupt input, or a store failure retries did not cure:
             report.error = exc  # fail this partition (its exit code says whether a rerun helps)
             report.requests = store.stats - before
-            tracker.add({tp: report})
+            self.tracker.add({d.partition_index: report})
             return None
-        if d.filter_key is not None:
-            with contextlib.suppress(ObjectExistsError):  # an earlier attempt wrote it, from the same bytes
-                store.put(d.filter_key, segment_filter(segment, settings.fpps[tp]).to_bytes())
-            report.filters_built[sid] = d.filter_key
-        events = txn_events(segment)
-        if events:
-            report.events[sid] = tuple(events)
-        if cached and cache is not None:
-            cache.put_events(sid, events)
+        self._learn(store, d, segment, report, cache)
         report.requests = store.stats - before
         return ScannedSegment(segment, report, started)
 
-    def done(d: _Descriptor, scanned: ScannedSegment, invalid_versions: int) -> None:
+    def _learn(self, store: ObjectStore, d: _Descriptor, segment: SegmentScan, report: PartitionScan,
+               cache: SegmentCache | None) -> None:
+        """What the scan learns of a segment besides its keys: its filter, when it has none, and its transactional
+        and control batches (also kept beside the cached segment, for the one job's rewrite tasks)."""
+        from compaction.bloom.segment import segment_filter
+        from compaction.errors import ObjectExistsError
+        from compaction.rewrite.events import txn_events
+
+        if d.filter_key is not None:
+            fpp = self.settings.partitions[d.partition_index].fpp
+            with contextlib.suppress(ObjectExistsError):  # an earlier attempt wrote it, from the same bytes
+                store.put(d.filter_key, segment_filter(segment, fpp).to_bytes())
+            report.filters_built[d.segment_id] = d.filter_key
+        events = txn_events(segment)
+        if events:
+            report.events[d.segment_id] = tuple(events)
+        if cache is not None:
+            cache.put_events(d.segment_id, events)
+
+    def _done(self, d: _Descriptor, scanned: ScannedSegment, invalid_versions: int) -> None:
         """The segment's report, once its records are folded (their time is the scan's too)."""
         report = scanned.report
         report.invalid_versions = invalid_versions
         report.scan_task_ms = round(1000 * (time.monotonic() - scanned.started))
         report.ended = time.time()
-        tracker.add({d.tp: report})
+        self.tracker.add({d.partition_index: report})
 
-    def rows(tp: int, best: SegmentBest, dirty: np.ndarray, seg: int | None) -> Iterator[pa.RecordBatch]:
-        step = settings.rows_per_batch
+    def _rows(self, index: int, best: SegmentBest, dirty: np.ndarray, seg: int | None
+              ) -> Iterator[pa.RecordBatch]:
+        """`best`'s keys of partition `index` as Arrow batches in the layout's columns."""
+        layout, schema, step = self.settings.layout, self.settings.layout.arrow_schema(), self.settings.rows_per_batch
         for at in range(0, max(1, len(best.keys)), step):
             n = min(step, len(best.keys) - at)
             keys = best.keys.slice(at, n)
-            keys = keys.cast(pa.binary()) if keys.type != pa.binary() else keys
-            columns = {"key": keys, "offset": best.offset.slice(at, n)}
-            if not settings.by_offset:
+            columns = {"key": keys.cast(pa.binary()) if keys.type != pa.binary() else keys,
+                       "offset": best.offset.slice(at, n)}
+            if layout.ranked:
                 columns.update(has_version=best.has_version.slice(at, n), version=best.version.slice(at, n))
-            if "tp" in schema.names:
-                columns["tp"] = pa.repeat(pa.scalar(tp, pa.int32()), n)
-            if "dirty" in schema.names:
+            if layout.partition_index:
+                columns["tp"] = pa.repeat(pa.scalar(index, pa.int32()), n)
+            if layout.dirty:
                 columns["dirty"] = pa.array(dirty[at:at + n], pa.bool_())
-            if seg is not None:
+            if layout.segment:
                 columns["seg"] = pa.repeat(pa.scalar(seg, pa.int32()), n)
-            if settings.slots:
-                columns[CHUNK_SLOT] = pa.repeat(pa.scalar(settings.slots[tp], pa.int64()), n)
-            yield pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
-
-    def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        store = settings.spec.open()
-        folds: dict[int, KeyFold] = {}  # tp -> the fold of its segments in this task
-        seen: dict[int, None] = {}
-        for ids in batches:
-            for d in (d for i in ids.column(0).to_pylist() for d in slices[i]):
-                seen[d.tp] = None
-                scanned = scan_one(store, d)
-                if scanned is None:
-                    continue
-                strategy = CompactionStrategy(settings.strategies[d.tp][0])
-                if settings.with_segment:  # the rescan: rows stay per segment
-                    best = segment_best(scanned.segment.records, settings.aborted[d.tp], strategy)
-                    done(d, scanned, best.invalid_versions)
-                    yield from rows(d.tp, best, np.full(len(best.keys), d.dirty), d.seg)
-                    continue
-                fold = folds.setdefault(d.tp, KeyFold())
-                done(d, scanned, fold_segment(fold, scanned.segment.records, settings.aborted[d.tp], strategy,
-                                              d.dirty))
-        for tp, fold in folds.items():  # one row per key of the task's segments of tp
-            if settings.slots and settings.slots[tp] < 0:
-                continue  # nothing of tp is rewritten
-            merged, dirty = folded(fold, 0)
-            yield from rows(tp, merged, dirty, None)
-        if settings.slots:
-            for tp in seen:
-                if settings.slots[tp] >= 0:
-                    yield from rows(tp, _MARKER, np.zeros(1, bool), None)
-
-    return scan
+            if layout.slot:
+                columns[CHUNK_SLOT] = pa.repeat(pa.scalar(self.settings.partitions[index].rewrite_slot, pa.int64()), n)
+            yield pa.RecordBatch.from_arrays([columns[name] for name in layout.names], schema=schema)
 
 
 @dataclass(frozen=True)
@@ -292,17 +365,17 @@ _MARKER = SegmentBest(pa.nulls(1, pa.binary()), pa.array([0], pa.int8()), pa.arr
 
 
 def scan_rows(spark: SparkSession, settings: ScanSettings, segments: Sequence[SegmentScanTask],
-              tps: Mapping[TP, int], tracker: Accumulator) -> DataFrame:
+              index_of: Mapping[TopicPartition, int], tracker: Accumulator) -> DataFrame:
     """Per scan task and partition one row per distinct key with its best rank over the task's segments of that
-    partition (`rows_schema`; per segment with `seg`, which indexes `segments`, and with a marker row per task
-    and partition when `settings.slots` is set); `tps` indexes the run's partitions. Lazy: the scan runs when
-    the rows are first used."""
+    partition, in the columns of `settings.layout` (per segment in a rescan, `seg` indexing `segments`; with a
+    marker row per task and partition in the one job); `index_of` gives each partition's index among the run's.
+    Lazy: the scan runs when the rows are first used."""
     index = {s.segment_id: i for i, s in enumerate(segments)}
     slices = scan_slices(segments, spark.sparkContext.defaultParallelism)
-    described = [[_Descriptor(tps[(s.topic, s.partition)], s.segment_id, s.log_key, s.dirty, s.filter_key, s.cache,
+    described = [[_Descriptor(index_of[s.tp], s.segment_id, s.log_key, s.dirty, s.filter_key, s.cache,
                               index[s.segment_id]) for s in part] for part in slices]
     ids = spark.range(0, len(described), numPartitions=max(1, len(described)))  # task i scans slice i
-    return ids.mapInArrow(_scanner(settings, tracker, described), settings.schema())
+    return ids.mapInArrow(_ScanTask(settings, tracker, described), settings.layout.schema())
 
 
 def scan_slices(segments: Sequence[SegmentScanTask], parallelism: int) -> list[list[SegmentScanTask]]:
@@ -312,8 +385,7 @@ def scan_slices(segments: Sequence[SegmentScanTask], parallelism: int) -> list[l
     A task takes runs of one partition's consecutive segments (a partition's whole log when it is no larger
     than a task's share of the bytes) and reduces them to one row per key (a `KeyFold`). Spark pays per row
     it takes from Python, shuffles and aggregates, and a partition cut into T runs hands it up to T rows per
-    key: so tasks are as few and as large as the cores allow (`make bench` P6: one partition of 1.5 GB handed
-    Spark 9.3 M rows from 8 tasks, 4.5 M from 2, for 2.4 M keys). Runs go largest first into the lightest task,
+    key: so tasks are as few and as large as the cores allow. Runs go largest first into the lightest task,
     which scans its segments in offset order per partition (two runs of a partition may land in one task).
     """
     total = sum(s.size for s in segments)
@@ -323,9 +395,9 @@ def scan_slices(segments: Sequence[SegmentScanTask], parallelism: int) -> list[l
         return []
     share = max(1, -(-total // n))
     runs: list[list[SegmentScanTask]] = []
-    by_tp: dict[TP, list[SegmentScanTask]] = {}
+    by_tp: dict[TopicPartition, list[SegmentScanTask]] = {}
     for s in segments:
-        by_tp.setdefault((s.topic, s.partition), []).append(s)
+        by_tp.setdefault(s.tp, []).append(s)
     for part in by_tp.values():
         part = sorted(part, key=lambda s: s.start_offset)
         size = sum(s.size for s in part)
@@ -359,5 +431,5 @@ def _split_to(runs: list[list[SegmentScanTask]], n: int) -> list[list[SegmentSca
     return runs
 
 
-__all__ = ["ROWS", "ROWS_BY_OFFSET", "SCAN_TASK_BYTES", "SCAN_TASK_RECORDS", "PartitionScan", "ScanSettings",
-           "ScanTracker", "rows_schema", "scan_rows", "scan_slices"]
+__all__ = ["ROWS", "SCAN_TASK_BYTES", "SCAN_TASK_RECORDS", "PartitionScan", "PartitionScanSettings", "RowLayout",
+           "ScanSettings", "ScanTracker", "scan_rows", "scan_slices"]

@@ -12,22 +12,13 @@ The dirty keys can be tens of millions, so neither they nor the filters go throu
    positives with the compiled probe. A batch with no dirty key still gets a task (the cogroup), since its
    filters' headers alone may decide (a passed delete horizon, transactional batches).
 
-Why this shape, by measurement (local[2], 200 000 dirty keys against 64 filters of 100 000 keys, 7.3 MiB
-of filters; best of 3, on a shared machine):
-
-| shape | time | filter bytes read |
-|---|---|---|
-| test inside the key aggregate's own partitions (no shuffle; every task reads every filter) | 2.5 s | 58.5 MiB (x8) |
-| **one probe batch per partition (the hashes shuffled once)** | **4.6 s** | **7.3 MiB** |
-| four probe batches (the hashes copied 4 times) | 4.3 s | 7.3 MiB |
-| one filter per batch (the hashes copied 64 times) | 28.1 s | 7.3 MiB |
-
-Reading filters is the cost this stage exists to keep small: testing in place reads each filter once per
-shuffle partition (8 here, 200 on a typical cluster), which on a 1%-change round outweighs everything the
-filters save. A broadcast of the hashes would go through the driver. Copying hashes instead is cheap while
-it stays rare: when 1% of the keys change, the hashes are ~10% of the filters' bytes. So a partition's
-filters are cut into ceil(D x C / `PROBES_PER_TASK`) batches (D dirty keys, C filters), one unless the
-probing itself (~35 ns a test) would keep one task busy for seconds.
+Why this shape: reading filters is the cost this stage exists to keep small. Testing inside the key aggregate's
+own partitions needs no shuffle, but every task then reads every filter, once per shuffle partition (200 on a
+typical cluster), which on a 1%-change round outweighs everything the filters save; a broadcast of the hashes
+would go through the driver; one filter per batch copies the hashes once per filter. Copying hashes to a few
+batches is cheap while it stays rare: when 1% of the keys change, the hashes are ~10% of the filters' bytes. So
+a partition's filters are cut into ceil(D x C / `PROBES_PER_TASK`) batches (D dirty keys, C filters), one unless
+the probing itself (~35 ns a test) would keep one task busy for seconds.
 """
 
 from __future__ import annotations
@@ -45,7 +36,7 @@ from compaction.spark.local import local_frame
 from compaction.storage.base import StoreSpec, StoreStats
 
 PROBES_PER_TASK = 200_000_000
-"""Dirty keys x filters one probe task tests: ~7 s of probing at 35 ns (measured on the dev machine)."""
+"""Dirty keys x filters one probe task tests: seconds of probing, at ~35 ns a test."""
 
 _ARROW_HASHES = pa.schema([pa.field("tp", pa.int32(), False), pa.field("h", pa.int64(), False)])
 _PROBED = pa.schema(
@@ -69,9 +60,9 @@ _PROBED_DDL = ("tp int, segment_id string, readable boolean, positives bigint, f
 
 @dataclass(frozen=True)
 class FilterProbe:
-    """One clean segment (of partition index `tp`) whose filter, at `filter_key`, is tested."""
+    """One clean segment (of the partition of index `partition_index`) whose filter, at `filter_key`, is tested."""
 
-    tp: int
+    partition_index: int
     segment_id: str
     filter_key: str
 
@@ -90,7 +81,8 @@ class ProbeResult:
 
 @dataclass(frozen=True)
 class ProbeOutcome:
-    """Per (tp, segment id) the result, and per tp the store requests the probing made."""
+    """Per (partition index, segment id) the result, and per partition index the store requests the probing
+    made."""
 
     results: dict[tuple[int, str], ProbeResult] = field(default_factory=dict)
     requests: dict[int, StoreStats] = field(default_factory=dict)
@@ -98,12 +90,12 @@ class ProbeOutcome:
 
 def probe_batches(probes: Sequence[FilterProbe], dirty_keys: Mapping[int, int]) -> list[list[FilterProbe]]:
     """The probes of each partition cut into ceil(D x C / PROBES_PER_TASK) contiguous batches. Pure."""
-    by_tp: dict[int, list[FilterProbe]] = {}
+    by_partition: dict[int, list[FilterProbe]] = {}
     for p in probes:
-        by_tp.setdefault(p.tp, []).append(p)
+        by_partition.setdefault(p.partition_index, []).append(p)
     batches: list[list[FilterProbe]] = []
-    for tp, items in by_tp.items():
-        work = dirty_keys.get(tp, 0) * len(items)
+    for index, items in by_partition.items():
+        work = dirty_keys.get(index, 0) * len(items)
         n = min(len(items), max(1, math.ceil(work / PROBES_PER_TASK)))
         size = math.ceil(len(items) / n)
         batches.extend(items[i : i + size] for i in range(0, len(items), size))
@@ -135,7 +127,7 @@ def _prober(spec: StoreSpec, batches: Sequence[Sequence[FilterProbe]]) -> Callab
             except KcompactError:  # the store failed past its retries: read the segment, as without a filter
                 f, size = None, 0
             used = store.stats - before
-            row = {"tp": p.tp, "segment_id": p.segment_id, "readable": f is not None, "positives": 0,
+            row = {"tp": p.partition_index, "segment_id": p.segment_id, "readable": f is not None, "positives": 0,
                    "filter_bytes": size, "keys": 0, "horizon_ms": -1, "transactional": False,
                    "gets": used.gets, "bytes_read": used.bytes_read}
             if f is not None:
@@ -156,16 +148,18 @@ def probe_filters(
 ) -> ProbeOutcome:
     """Test every probe's filter against the dirty keys of its partition (`keys` rows with `dirty` set).
 
-    `keys` has columns tp, key, dirty; `dirty_keys` counts them per tp (to size the batches). Reads only
+    `keys` has columns tp (the partition index), key, dirty; `dirty_keys` counts them per partition index (to
+    size the batches). Reads only
     filters; the driver receives one small typed row per filter.
     """
     if not probes:
         return ProbeOutcome()
     batches = probe_batches(probes, dirty_keys)
-    pairs = local_frame(spark, [(b[0].tp, i) for i, b in enumerate(batches)], "tp int, batch int")
+    pairs = local_frame(spark, [(b[0].partition_index, i) for i, b in enumerate(batches)], "tp int, batch int")
     hashes = keys.filter(F.col("dirty")).select("tp", "key").mapInArrow(_hash_keys, "tp int, h long")
     # every batch present (its filters' headers alone may decide): one row with a null hash each
-    markers = local_frame(spark, [(b[0].tp, None, i) for i, b in enumerate(batches)], "tp int, h long, batch int")
+    markers = local_frame(spark, [(b[0].partition_index, None, i) for i, b in enumerate(batches)],
+                          "tp int, h long, batch int")
     copied = hashes.join(F.broadcast(pairs), "tp").select("tp", "h", "batch").unionByName(markers)
     probed = copied.groupBy("batch").applyInArrow(_prober(spec, batches), _PROBED_DDL).collect()
     results: dict[tuple[int, str], ProbeResult] = {}

@@ -11,7 +11,8 @@ each chunk's offsets into few rows and lays the chunks out so that each lands in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -59,61 +60,86 @@ _PACK_ROWS = 1 << 10
 """Packed rows per Arrow batch `pack_offsets` yields (128 MiB at most)."""
 
 
-def chunk_winners(spark: SparkSession, winners: DataFrame, chunks: Sequence[tuple[int, int, int, int]], slots: int
-                  ) -> DataFrame:
-    """(slot, tp, offsets): every winning offset of (tp, offset) `winners` assigned to the chunk (tp, start, end,
-    slot) holding it, packed per chunk into few rows (`pack_offsets`), plus one empty row per chunk, so that a
-    chunk with no winner still gets its task (its batch headers and markers are rewritten too). Partitioned so
-    that each of the `slots` slots is one Spark partition (see `slot_keys`).
+class Chunk(NamedTuple):
+    """A rewrite chunk as `chunk_winners` sends it its winners: the offsets [start, end] of one partition (by its
+    index among the run's) and the slot of the rewrite task that runs it."""
+
+    partition_index: int
+    start_offset: int
+    end_offset: int
+    slot: int
+
+
+def chunk_winners(spark: SparkSession, winners: DataFrame, chunks: Sequence[Chunk], slots: int) -> DataFrame:
+    """(slot, tp, offsets): every winning offset of (tp, offset) `winners` assigned to the chunk holding it,
+    packed per chunk into few rows (`pack_offsets`), plus one empty row per chunk, so that a chunk with no winner
+    still gets its task (its batch headers and markers are rewritten too). Partitioned so that each of the
+    `slots` slots is one Spark partition (see `slot_keys`).
 
     The winners were decided by the aggregate before this; what follows only moves them to their chunk. Moved
-    one row per offset, they would cost Spark its per-row work twice more (a shuffle write and read of ~2.4 M
-    rows in `make bench` P6, and a broadcast join to find each one's chunk); packed, a task of the aggregate
-    hands the shuffle a row per chunk and `PACK_LIMIT` offsets (146 rows for P6's 2.4 M winners)."""
+    one row per offset, they would cost Spark its per-row work twice more (a shuffle write and read of every
+    winner, and a broadcast join to find each one's chunk); packed, a task of the aggregate hands the shuffle a
+    row per chunk and `PACK_LIMIT` offsets."""
     schema = f"{CHUNK_SLOT} long, tp int, {PACKED} binary"
     packed = winners.select("tp", "offset").mapInArrow(pack_offsets(chunks), schema)
-    markers = local_frame(spark, [(slot, tp, b"") for tp, _s, _e, slot in chunks], schema)
+    markers = local_frame(spark, [(c.slot, c.partition_index, b"") for c in chunks], schema)
     return packed.unionByName(markers).repartition(slots, CHUNK_SLOT)
 
 
-def pack_offsets(chunks: Sequence[tuple[int, int, int, int]]
-                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+_PACKED_ROWS = pa.schema([pa.field(CHUNK_SLOT, pa.int64()), pa.field("tp", pa.int32()), pa.field(PACKED, pa.binary())])
+
+
+class _ChunkRanges(NamedTuple):
+    """One partition's chunks, in offset order, as arrays a search runs on."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    slots: np.ndarray
+
+
+def pack_offsets(chunks: Sequence[Chunk]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The `mapInArrow` function of `chunk_winners`: (tp, offset) batches in, (slot, tp, offsets) rows out, an
-    offset kept when a chunk (tp, start, end, slot) of its partition holds it (start <= offset <= end)."""
-    by_tp: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    for tp in sorted({c[0] for c in chunks}):
-        starts, ends, slots = zip(*sorted((s, e, slot) for t, s, e, slot in chunks if t == tp), strict=True)
-        by_tp[tp] = (np.array(starts, np.int64), np.array(ends, np.int64), np.array(slots, np.int64))
-    out = pa.schema([pa.field(CHUNK_SLOT, pa.int64()), pa.field("tp", pa.int32()), pa.field(PACKED, pa.binary())])
+    offset kept when a chunk of its partition holds it (start <= offset <= end)."""
+    ranges: dict[int, _ChunkRanges] = {}
+    for index in sorted({c.partition_index for c in chunks}):
+        ordered = sorted(c for c in chunks if c.partition_index == index)
+        ranges[index] = _ChunkRanges(*(np.array([getattr(c, f) for c in ordered], np.int64)
+                                       for f in ("start_offset", "end_offset", "slot")))
 
     def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        held: dict[tuple[int, int], list[np.ndarray]] = {}
+        held: dict[tuple[int, int], list[np.ndarray]] = {}  # (slot, partition index) -> sorted runs of offsets
         for batch in batches:
-            tps = batch.column(0).to_numpy(zero_copy_only=False)
-            offsets = batch.column(1).to_numpy(zero_copy_only=False)
-            for tp in np.unique(tps).tolist():
-                if tp not in by_tp:
-                    continue
-                starts, ends, slot_of = by_tp[tp]
-                ours = tps == tp
-                mine = offsets if ours.all() else offsets[ours]
-                at = np.searchsorted(starts, mine, "right") - 1
-                inside = (at >= 0) & (mine <= ends[np.maximum(at, 0)])
-                for i in np.unique(at[inside]).tolist():
-                    held.setdefault((int(slot_of[i]), tp), []).append(mine[inside & (at == i)])
-        slots, tps_out, blobs = [], [], []
-        for (slot, tp), parts in held.items():
+            _hold(batch, ranges, held)
+        slots, indexes, blobs = [], [], []
+        for (slot, index), parts in held.items():
             offsets = np.sort(np.concatenate(parts)).astype("<i8", copy=False)  # sorted runs: a merge for the task
             for at in range(0, len(offsets), PACK_LIMIT):
                 slots.append(slot)
-                tps_out.append(tp)
+                indexes.append(index)
                 blobs.append(offsets[at:at + PACK_LIMIT].tobytes())
         for at in range(0, len(slots), _PACK_ROWS):
             yield pa.RecordBatch.from_arrays([pa.array(slots[at:at + _PACK_ROWS], pa.int64()),
-                                              pa.array(tps_out[at:at + _PACK_ROWS], pa.int32()),
-                                              pa.array(blobs[at:at + _PACK_ROWS], pa.binary())], schema=out)
+                                              pa.array(indexes[at:at + _PACK_ROWS], pa.int32()),
+                                              pa.array(blobs[at:at + _PACK_ROWS], pa.binary())], schema=_PACKED_ROWS)
 
     return pack
+
+
+def _hold(batch: pa.RecordBatch, ranges: Mapping[int, _ChunkRanges], held: dict[tuple[int, int], list[np.ndarray]]
+          ) -> None:
+    """The offsets of (tp, offset) `batch` that a chunk holds, added to `held` under (its slot, tp)."""
+    indexes = batch.column(0).to_numpy(zero_copy_only=False)
+    offsets = batch.column(1).to_numpy(zero_copy_only=False)
+    for index in np.unique(indexes).tolist():
+        if index not in ranges:
+            continue
+        starts, ends, slot_of = ranges[index]
+        ours = indexes == index
+        mine = offsets if ours.all() else offsets[ours]
+        at = np.searchsorted(starts, mine, "right") - 1
+        inside = (at >= 0) & (mine <= ends[np.maximum(at, 0)])
+        for i in np.unique(at[inside]).tolist():
+            held.setdefault((int(slot_of[i]), index), []).append(mine[inside & (at == i)])
 
 
 def slot_keys(n: int) -> list[int]:
@@ -160,5 +186,6 @@ def spark_hash_long(value: int, seed: int = 42) -> int:
     return h1 - (1 << 32) if h1 & 0x80000000 else h1
 
 
-__all__ = ["CHUNK_SLOT", "PACKED", "best_per_key", "chunk_winners", "pack_offsets", "slot_keys", "spark_hash_long"]
+__all__ = ["CHUNK_SLOT", "PACKED", "Chunk", "best_per_key", "chunk_winners", "pack_offsets", "slot_keys",
+           "spark_hash_long"]
 

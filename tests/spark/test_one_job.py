@@ -140,7 +140,8 @@ def test_partitions_cut_across_scan_tasks_and_rows_in_small_batches_write_the_sa
     into batches of 7 rows too, the run writes the same bytes as with whole partitions per task."""
     whole, _jobs = _run(spark, one := _store(tmp_path / "one"), "header")
     monkeypatch.setattr(scan, "SCAN_TASK_RECORDS", 300)
-    monkeypatch.setattr(pipeline, "ScanSettings", functools.partial(pipeline.ScanSettings, rows_per_batch=7))
+    settings_of = pipeline.ScanSettings.of
+    monkeypatch.setattr(pipeline.ScanSettings, "of", functools.partial(settings_of, rows_per_batch=7))
     cut, _jobs = _run(spark, other := _store(tmp_path / "other"), "header")
     assert all(p["committed"] for p in whole["partitions"] + cut["partitions"])
     assert _logs(one) == _logs(other)
@@ -158,8 +159,8 @@ def test_one_rewrite_task_for_every_partition_writes_the_same_bytes(
     real = pipeline.scan_rows
 
     def spy(spark_: SparkSession, settings: pipeline.ScanSettings, *args: object) -> object:
-        if settings.slots:
-            seen.append(settings.with_tp)
+        if settings.layout.slot:
+            seen.append(settings.layout.partition_index)
         return real(spark_, settings, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(pipeline, "scan_rows", spy)

@@ -374,7 +374,7 @@ def work(skipping: bool, blooms: Sequence[int] = ()) -> PartitionWork:
 def test_a_round_scans_dirty_segments_and_clean_ones_without_a_filter() -> None:
     w = work(True, blooms=(0, 1, 2))
     assert [s.segment_id for s in w.clean] == [s.segment_id for s in SEGS[:5]]  # end offsets below 50
-    scans = {s.segment_id: s for s in w.scans()}
+    scans = {s.segment_id: s for s in w.scans}
     assert set(scans) == {s.segment_id for s in SEGS[3:]}
     assert [scans[s.segment_id].dirty for s in SEGS[3:]] == [False, False, True, True, True]
     assert scans[SEGS[3].segment_id].filter_key is not None and scans[SEGS[5].segment_id].filter_key is None
@@ -388,7 +388,7 @@ def test_a_round_scans_dirty_segments_and_clean_ones_without_a_filter() -> None:
 
 def test_a_forced_round_keeps_nothing_and_scans_everything() -> None:
     w = work(False, blooms=(0, 1, 2))
-    assert w.clean == [] and [s.dirty for s in w.scans()] == [True] * 8
+    assert w.clean == () and [s.dirty for s in w.scans] == [True] * 8
     ids = [[i.segment_id for i in g.inputs] for g in w.reshaped(set()).groups]
     assert ids == [[i.segment_id for i in g.inputs] for g in w.task.groups]  # the planner's groups
 

@@ -1,17 +1,33 @@
 """How the Spark scan cuts segments into tasks (`compaction.spark.scan.scan_slices`): every segment in
 exactly one task, as many tasks as the bytes and cores call for, each task whole runs of one partition's
 consecutive segments (so it can reduce them to one row per key). And how the
-rewrite tasks get their chunks: one Spark partition per chunk (`slot_keys`), winners split by group."""
+rewrite tasks get their chunks: one Spark partition per chunk (`slot_keys`), winners split by group. And the
+values that cross to the executors: scan rows in their `RowLayout`, a crashed unit's error."""
 
 from __future__ import annotations
 
+import pickle
+
+import numpy as np
+import pyarrow as pa
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from compaction.config import CompactionStrategy
 from compaction.run.tasks import GroupTask, SegmentScanTask
-from compaction.spark.rewrite_job import split_winners
-from compaction.spark.scan import SCAN_TASK_BYTES, SCAN_TASK_RECORDS, scan_slices
+from compaction.spark.rewrite_job import UnitOutcome, _portable, split_winners
+from compaction.spark.scan import (
+    SCAN_TASK_BYTES,
+    SCAN_TASK_RECORDS,
+    PartitionScanSettings,
+    RowLayout,
+    ScanSettings,
+    _ScanTask,
+    scan_slices,
+)
 from compaction.spark.winners import slot_keys, spark_hash_long
+from compaction.strategies.winner import SegmentBest
 
 
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2 * SCAN_TASK_BYTES), st.integers(0, SCAN_TASK_RECORDS)),
@@ -93,9 +109,10 @@ def test_packed_winners_reach_the_chunk_holding_them(rows: list[tuple[int, int]]
     import pyarrow as pa
 
     import compaction.spark.winners as winners
-    from compaction.spark.rewrite_job import _received
+    from compaction.spark.rewrite_job import WinnerRows, _received
+    from compaction.spark.winners import Chunk
 
-    chunks = [(0, 0, 9, 7), (0, 20, 39, 3), (1, 0, 49, 5), (2, 10, 19, 7), (2, 30, 30, 2)]  # (tp, start, end, slot)
+    chunks = [Chunk(0, 0, 9, 7), Chunk(0, 20, 39, 3), Chunk(1, 0, 49, 5), Chunk(2, 10, 19, 7), Chunk(2, 30, 30, 2)]
     old, winners.PACK_LIMIT, rows_per_batch, winners._PACK_ROWS = winners.PACK_LIMIT, limit, winners._PACK_ROWS, 3
     try:
         step = max(1, -(-len(rows) // batches))
@@ -107,13 +124,69 @@ def test_packed_winners_reach_the_chunk_holding_them(rows: list[tuple[int, int]]
         winners.PACK_LIMIT, winners._PACK_ROWS = old, rows_per_batch
     assert all(b.num_rows <= 3 for b in packed)
     assert all(len(b) // 8 <= limit for batch in packed for b in batch.column(2).to_pylist())
-    markers = pa.RecordBatch.from_pydict({"slot": pa.array([c[3] for c in chunks], pa.int64()),
-                                          "tp": pa.array([c[0] for c in chunks], pa.int32()),
+    markers = pa.RecordBatch.from_pydict({"slot": pa.array([c.slot for c in chunks], pa.int64()),
+                                          "tp": pa.array([c.partition_index for c in chunks], pa.int32()),
                                           "offsets": pa.array([b""] * len(chunks), pa.binary())})
-    slot_of, tps, offsets = _received([*packed, markers])
+    slot_of, tps, offsets = _received([*packed, markers], WinnerRows.PACKED)
     assert tps is not None
     got = sorted(zip(slot_of.tolist(), tps.tolist(), offsets.tolist(), strict=True))
     expected = sorted([(slot, t, o) for t, o in rows for tp, s, e, slot in chunks if tp == t and s <= o <= e]
                       + [(slot, tp, -1) for tp, _s, _e, slot in chunks])
     assert got == expected
     assert offsets.dtype == np.int64
+
+
+# --- what crosses the Spark boundary: rows in their layout, a crashed unit's error typed ------------------------
+
+
+_LAYOUTS = [  # the layouts a run uses: step by step (by offset, ranked), a rescan, the one job's two
+    (RowLayout(ranked=False), ("tp", "key", "offset", "dirty")),
+    (RowLayout(ranked=True), ("tp", "key", "has_version", "version", "offset", "dirty")),
+    (RowLayout(ranked=True).per_segment(), ("tp", "key", "has_version", "version", "offset", "dirty", "seg")),
+    (RowLayout(ranked=False).all_dirty(), ("tp", "key", "offset")),
+    (RowLayout(ranked=True).all_dirty().by_slot(partition_index=False),
+     ("key", "has_version", "version", "offset", "slot")),
+    (RowLayout(ranked=False).all_dirty().by_slot(partition_index=True), ("tp", "key", "offset", "slot")),
+]
+
+
+@pytest.mark.parametrize(("layout", "names"), _LAYOUTS)
+def test_a_scan_task_writes_the_columns_its_layout_names(layout: RowLayout, names: tuple[str, ...]) -> None:
+    """The Spark schema the driver declares and the Arrow batches a scan task writes are one layout: same
+    columns in the same order, the key nullable only where marker rows come (the one job by slot)."""
+    partition = PartitionScanSettings(CompactionStrategy.OFFSET, None, (), 0.01, rewrite_slot=11)
+    settings = ScanSettings(None, (partition, partition), layout, rows_per_batch=2)  # type: ignore[arg-type]
+    best = SegmentBest(pa.array([b"a", b"b", b"c"], pa.binary()), pa.array([1, 0, 1], pa.int8()),
+                       pa.array([7, 0, 9], pa.int64()), pa.array([3, 4, 5], pa.int64()), 0)
+    batches = list(_ScanTask(settings, None, [])._rows(1, best, np.array([True, False, True]), 6))  # type: ignore[arg-type]
+    assert layout.names == names == tuple(layout.schema().fieldNames())
+    assert [f.nullable for f in layout.schema().fields] == [layout.slot and n == "key" for n in names]
+    assert [b.num_rows for b in batches] == [2, 1]
+    assert all(b.schema == layout.arrow_schema() for b in batches)
+    rows = pa.Table.from_batches(batches).to_pylist()
+    expected = {"tp": 1, "has_version": 1, "version": 7, "dirty": True, "seg": 6, "slot": 11}
+    assert {n: v for n, v in rows[0].items() if n not in ("key", "offset")} == {n: expected[n] for n in names
+                                                                              if n not in ("key", "offset")}
+    assert [(r["key"], r["offset"]) for r in rows] == [(b"a", 3), (b"b", 4), (b"c", 5)]
+
+
+def test_a_crashed_unit_carries_its_error_typed_with_the_executor_traceback() -> None:
+    """An assumed unit's unexpected error reaches the driver as itself (class and message), the executor's
+    traceback in a note; one that does not survive pickling as a RuntimeError naming it."""
+
+    class Unpicklable(Exception):  # a local class: pickled by reference, which fails
+        pass
+
+    for raised in (KeyError("segment 7"), Unpicklable("boom")):
+        try:
+            raise raised
+        except Exception as exc:
+            portable = _portable(exc)
+        outcome = pickle.loads(pickle.dumps(UnitOutcome(2, 5, crashed=portable)))
+        assert outcome.crashed is not None
+        notes = getattr(outcome.crashed, "__notes__", [])
+        assert notes and "Traceback" in notes[-1] and "test_scan_tasks.py" in notes[-1]
+        if isinstance(raised, KeyError):
+            assert type(outcome.crashed) is KeyError and outcome.crashed.args == ("segment 7",)
+        else:
+            assert type(outcome.crashed) is RuntimeError and str(outcome.crashed) == "Unpicklable: boom"
