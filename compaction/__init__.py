@@ -82,9 +82,9 @@ def commit(staged: StagedRun, *, raise_on_superseded: bool = True) -> list[Parti
 
 def compact(spark: SparkSession, store: Store, config: Config, now_ms: int | None = None,
             **options: Any) -> dict[str, Any]:
-    """plan → stage → commit; returns the run report (`compaction.report.run_report`). Superseded partitions are
+    """plan → stage → commit; returns the run report (`compaction.run.report.run_report`). Superseded partitions are
     reported (exit code 4 in the report), not raised, so a scheduled run always returns its report."""
-    from compaction.report import run_report
+    from compaction.run.report import run_report
 
     run = plan(spark, store, config, now_ms, **options)
     staged = stage(spark, run)

@@ -249,9 +249,9 @@ def main() -> int:
     sampler.start()
     started = time.perf_counter()
     from compaction.config import KcompactConfig, TopicConfig
-    from compaction.report import run_report
     from compaction.run.commit import commit
     from compaction.run.plan import plan
+    from compaction.run.report import run_report
     from compaction.run.stage import stage
     from compaction.spark.session import build_session
     from compaction.storage import open_store

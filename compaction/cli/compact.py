@@ -87,8 +87,8 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def _write_outputs(args: argparse.Namespace, report: dict[str, Any]) -> None:
-    from compaction.metrics import prometheus_text
-    from compaction.report_html import render_html
+    from compaction.run.metrics import prometheus_text
+    from compaction.run.report_html import render_html
 
     if args.report_json:
         options.write_atomically(args.report_json, json.dumps(report, indent=2))
@@ -114,7 +114,7 @@ def _commit_each(staged: StagedRun, progress: Progress) -> list[PartitionOutcome
 
 def run_compact(args: argparse.Namespace) -> int:
     from compaction.progress import Progress
-    from compaction.report import plan_report, render_text, run_report
+    from compaction.run.report import plan_report, render_text, run_report
     from compaction.run.stage import stage
 
     progress = Progress(sys.stderr)

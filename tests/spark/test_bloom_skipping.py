@@ -41,9 +41,9 @@ from compaction.format.scan import scan_segment
 from compaction.metadata import ChangeSet, ObjectSuffix, SegmentMetadata, acquire_fencing_epoch, table_in_store
 from compaction.metadata import commit as commit_change_set
 from compaction.reader import Isolation, consumer_records, segment_ref
-from compaction.report import run_report
 from compaction.run.commit import commit
 from compaction.run.plan import plan
+from compaction.run.report import run_report
 from compaction.run.stage import StagedRun, stage
 from compaction.storage import ObjectStore, open_store
 from tests.scenario_log import ScenarioLog, tier

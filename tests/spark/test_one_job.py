@@ -17,9 +17,9 @@ import compaction.spark.scan as scan
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.format.batch import Header, Record
 from compaction.metadata import ObjectSuffix, table_in_store
-from compaction.report import run_report
 from compaction.run.commit import commit
 from compaction.run.plan import plan
+from compaction.run.report import run_report
 from compaction.run.stage import stage
 from compaction.storage import ObjectStore, open_store
 from tests.scenario_log import ScenarioLog, tier

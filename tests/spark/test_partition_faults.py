@@ -24,9 +24,9 @@ from pyspark.sql import SparkSession
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.errors import ExitCode
 from compaction.metadata import table_in_store
-from compaction.report import run_report
 from compaction.run.commit import commit
 from compaction.run.plan import plan
+from compaction.run.report import run_report
 from compaction.run.stage import stage
 from compaction.storage import ObjectStore
 from compaction.tier import tier_logdir

@@ -16,9 +16,9 @@ from pyspark.sql import SparkSession
 
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.metadata import table_in_store
-from compaction.report import run_report
 from compaction.run.commit import commit
 from compaction.run.plan import plan
+from compaction.run.report import run_report
 from compaction.run.stage import stage
 from tests.moto_s3 import fresh_s3_store
 from tests.scenario_log import ScenarioLog, tier

@@ -1,4 +1,4 @@
-"""A run report as `compaction.report` builds it, written out: two partitions staged (one committed, one that
+"""A run report as `compaction.run.report` builds it, written out: two partitions staged (one committed, one that
 lost a commit race), one quarantined for corrupt input, and one below its dirty ratio.
 `tests/integration/test_compact_outputs.py` checks that real reports have exactly these keys."""
 

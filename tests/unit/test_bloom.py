@@ -47,8 +47,8 @@ from compaction.metadata import ObjectKey, ObjectSuffix, SegmentMetadata, Segmen
 from compaction.metadata.change_set import AddedObjectKey, ChangeSet, apply_change_set
 from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.planner.grouping import estimated_index_sizes, group_segments_by_size
-from compaction.report import TARGET_FALSE_READ_RATE, bloom_sizing
 from compaction.rewrite.upload import DiskBudgetError, rewrite_groups
+from compaction.run.report import TARGET_FALSE_READ_RATE, bloom_sizing
 from compaction.run.tasks import GroupTask, InputSegment, PartitionTask, PartitionWork
 from compaction.storage import open_store
 from compaction.storage.layout import Suffix, segment_object_key

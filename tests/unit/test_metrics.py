@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from compaction.metrics import Metric, MetricType, Sample, format_value, prometheus_text, render
+from compaction.run.metrics import Metric, MetricType, Sample, format_value, prometheus_text, render
 from tests.prometheus_text import SAMPLE, parse_strict
 from tests.unit.run_reports import nothing_to_do_report, sample_report
 

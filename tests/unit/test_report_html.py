@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from compaction.report_html import CHART_WIDTH, LABEL_WIDTH, VALUE_WIDTH, render_html
+from compaction.run.report_html import CHART_WIDTH, LABEL_WIDTH, VALUE_WIDTH, render_html
 from tests.unit.run_reports import nothing_to_do_report, sample_report
 
 FETCHING_TAGS = {"script", "link", "img", "iframe", "object", "embed", "source", "audio", "video", "base"}

@@ -7,7 +7,7 @@ which `rate()` and `increase()` handle), the gauges are the plan's view at the r
 to do still writes every gauge, so a stalled cleaner shows in `kcompact_max_compaction_delay_secs` and
 `kcompact_last_run_timestamp_seconds`.
 
-Rendering is pure: `prometheus_text(report)` turns a run report (`compaction.report`) into the file's text;
+Rendering is pure: `prometheus_text(report)` turns a run report (`compaction.run.report`) into the file's text;
 the CLI writes it (atomically, by rename, as the textfile collector requires).
 """
 

@@ -1,7 +1,7 @@
 """The run report: Kafka's cleaner summary per partition (`LogCleaner.recordStats`), and the same facts as JSON.
 
 The report dict is the one value every output is rendered from: the text summary here, the JSON file, the
-HTML page (`compaction.report_html`) and the Prometheus file (`compaction.metrics`). A run with nothing to do
+HTML page (`compaction.run.report_html`) and the Prometheus file (`compaction.run.metrics`). A run with nothing to do
 has a report too (`plan_report`), with the plan's gauges and no partitions, so monitoring sees every run.
 `phase_seconds` (plan, stage, commit) is measured by the caller, which owns the clock.
 """
@@ -60,7 +60,7 @@ def _filter_figures(s: Mapping[str, int]) -> dict[str, Any]:
     """Clean segments the filters kept unread, and every store request the partition made.
 
     Observed false-positive rates: `segments` over clean segments that held no dirty key (kept, or read for
-    nothing), `keys` over (dirty key, filter) tests whose truth is known (see `cleaner.partition_stats`).
+    nothing), `keys` over (dirty key, filter) tests whose truth is known (see `compaction.run.stats.partition_stats`).
     """
     fp_segments = s.get("bloom_segment_false_positives", 0)
     return {
