@@ -284,7 +284,7 @@ def main() -> int:
     t = time.perf_counter()
     outcomes = commit(staged)
     phases["commit"] = time.perf_counter() - t
-    figures = run_figures(run_report(staged, outcomes), staged)
+    figures = run_figures(run_report(staged, outcomes).to_dict(), staged)
     print(json.dumps({"phases": phases, **figures, "memory_peak_bytes": sampler.stop()}))
     sys.stdout.flush()
     os._exit(0)  # deltalake may abort the interpreter at exit (see compaction.cli)

@@ -14,10 +14,12 @@ the CLI writes it (atomically, by rename, as the textfile collector requires).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Protocol, TypeVar
+
+from compaction.run.report import RunReport
 
 PREFIX = "kcompact_"
 
@@ -43,72 +45,107 @@ class Metric:
     samples: tuple[Sample, ...]
 
 
+_P = TypeVar("_P", bound="_Partition")
+
+
 def _one(name: str, type_: MetricType, help_: str, value: float) -> Metric:
     return Metric(PREFIX + name, type_, help_, (Sample((), float(value)),))
 
 
-def _per_partition(name: str, type_: MetricType, help_: str, rows: Sequence[Mapping[str, Any]], field: str) -> Metric:
-    samples = tuple(Sample((("topic", str(r["topic"])), ("partition", str(r["partition"]))), float(r[field]))
+class _Partition(Protocol):
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+
+def _per_partition(name: str, type_: MetricType, help_: str, rows: Sequence[_P], value: Callable[[_P], float]
+                   ) -> Metric:
+    samples = tuple(Sample((("topic", str(r.topic)), ("partition", str(r.partition))), float(value(r)))
                     for r in rows)
     return Metric(PREFIX + name, type_, help_, samples)
 
 
-def run_metrics(report: Mapping[str, Any]) -> list[Metric]:
-    """The metric families of one run report (see the module docstring for their meaning)."""
-    G, C = MetricType.GAUGE, MetricType.COUNTER
-    parts, planned = report["partitions"], report["planned"]
-    committed = [p for p in parts if p["committed"]]
-    states = {"planned": len(planned), "eligible": sum(1 for p in planned if p["eligible"]),
-              "compacted": len(committed), "failed": len(report["failed"])}
-    phases = report.get("phase_seconds") or {}
-    requests = report.get("requests") or {}
+def _gauges(report: RunReport) -> list[Metric]:
+    """The plan's and the run's gauges: clock, compaction delay, dirtiness, partitions by state, durations."""
+    G = MetricType.GAUGE
+    planned = report.planned
+    states = {"planned": len(planned), "eligible": sum(1 for p in planned if p.eligible),
+              "compacted": report.committed, "failed": len(report.failed)}
     return [
         _one("last_run_timestamp_seconds", G, "The run's clock (now), in seconds since the epoch.",
-             report["now_ms"] / 1000),
+             report.now_ms / 1000),
         _one("max_compaction_delay_secs", G, "KIP-354: how far the most overdue partition is past "
              "max.compaction.lag.ms, in seconds (Kafka's max-compaction-delay-secs).",
-             report["max_compaction_delay_secs"]),
+             report.max_compaction_delay_secs),
         _one("max_dirty_percent", G, "100 x the highest dirty ratio among planned partitions "
-             "(Kafka's max-dirty-percent).", report["max_dirty_percent"]),
+             "(Kafka's max-dirty-percent).", report.max_dirty_percent),
         _one("uncleanable_partitions_count", G, "Partitions quarantined by this run because of corrupt input "
-             "(Kafka's uncleanable-partitions-count).", len(report["uncleanable_partitions"])),
+             "(Kafka's uncleanable-partitions-count).", len(report.uncleanable_partitions)),
         Metric(PREFIX + "partitions", G, "Partitions by state in this run.",
                tuple(Sample((("state", k),), float(v)) for k, v in states.items())),
-        _one("bytes_read_total", C, "Bytes of segments read by this run.", report["bytes_read"]),
-        _one("bytes_written_total", C, "Bytes of segments written by this run.", report["bytes_written"]),
-        _one("records_read_total", C, "Records read by this run.", sum(p["records_read"] for p in parts)),
-        _one("records_written_total", C, "Records written by this run.", sum(p["records_written"] for p in parts)),
-        _one("segments_skipped_total", C, "Clean segments this run's filters kept unread.",
-             report.get("segments_skipped", 0)),
+    ]
+
+
+def _counters(report: RunReport) -> list[Metric]:
+    """What the run read, wrote, skipped and requested."""
+    C = MetricType.COUNTER
+    requests = report.requests
+    return [
+        _one("bytes_read_total", C, "Bytes of segments read by this run.", report.bytes_read),
+        _one("bytes_written_total", C, "Bytes of segments written by this run.", report.bytes_written),
+        _one("records_read_total", C, "Records read by this run.", report.records_read),
+        _one("records_written_total", C, "Records written by this run.", report.records_written),
+        _one("segments_skipped_total", C, "Clean segments this run's filters kept unread.", report.segments_skipped),
         _one("bytes_not_downloaded_total", C, "Bytes of the clean segments this run kept unread.",
-             report.get("bytes_not_downloaded", 0)),
+             report.bytes_not_downloaded),
         Metric(PREFIX + "store_requests_total", C, "Object store requests made by this run.",
-               tuple(Sample((("method", m.upper()),), float(requests.get(f"{m}s", 0))) for m in ("get", "put"))),
+               (Sample((("method", "GET"),), float(requests.gets)),
+                Sample((("method", "PUT"),), float(requests.puts)))),
         Metric(PREFIX + "store_bytes_total", C, "Object store bytes transferred by this run.",
-               tuple(Sample((("direction", d),), float(requests.get(f"bytes_{d}", 0))) for d in ("read", "written"))),
-        _one("duration_seconds", G, "Wall-clock duration of the run (plan + stage + commit).",
-             report["duration_seconds"]),
-        Metric(PREFIX + "phase_duration_seconds", G, "Wall-clock duration of each phase of the run.",
-               tuple(Sample((("phase", k),), float(v)) for k, v in phases.items())),
-        _one("exit_code", G, "The run's exit code (0 success or nothing to do, 3 corrupt input, 4 retryable).",
-             report["exit_code"]),
+               (Sample((("direction", "read"),), float(requests.bytes_read)),
+                Sample((("direction", "written"),), float(requests.bytes_written)))),
+    ]
+
+
+def _per_partition_metrics(report: RunReport) -> list[Metric]:
+    """The plan's view of every partition, and what the run did to each staged one."""
+    G, C = MetricType.GAUGE, MetricType.COUNTER
+    planned, parts = report.planned, report.partitions
+    return [
         _per_partition("partition_dirty_ratio", G, "Dirty ratio of the partition at plan time.",
-                       planned, "dirty_ratio"),
+                       planned, lambda p: p.dirty_ratio),
         _per_partition("partition_compaction_delay_secs", G, "KIP-354 compaction delay of the partition, seconds.",
-                       planned, "max_compaction_delay_secs"),
+                       planned, lambda p: p.max_compaction_delay_secs),
         _per_partition("partition_cleanable_bytes", G, "Cleanable (dirty) bytes of the partition at plan time.",
-                       planned, "cleanable_bytes"),
+                       planned, lambda p: p.cleanable_bytes),
         _per_partition("partition_bytes_read_total", C, "Bytes read from the partition by this run.",
-                       parts, "bytes_read"),
+                       parts, lambda p: p.bytes_read),
         _per_partition("partition_bytes_written_total", C, "Bytes written for the partition by this run.",
-                       parts, "bytes_written"),
+                       parts, lambda p: p.bytes_written),
         _per_partition("partition_records_read_total", C, "Records read from the partition by this run.",
-                       parts, "records_read"),
+                       parts, lambda p: p.records_read),
         _per_partition("partition_records_written_total", C, "Records written for the partition by this run.",
-                       parts, "records_written"),
-        Metric(PREFIX + "partition_committed", G, "1 if the partition's swap was committed by this run, else 0.",
-               tuple(Sample((("topic", str(p["topic"])), ("partition", str(p["partition"]))),
-                            1.0 if p["committed"] else 0.0) for p in parts)),
+                       parts, lambda p: p.records_written),
+        _per_partition("partition_committed", G, "1 if the partition's swap was committed by this run, else 0.",
+                       parts, lambda p: 1.0 if p.committed else 0.0),
+    ]
+
+
+def run_metrics(report: RunReport) -> list[Metric]:
+    """The metric families of one run report (see the module docstring for their meaning)."""
+    G = MetricType.GAUGE
+    return [
+        *_gauges(report),
+        *_counters(report),
+        _one("duration_seconds", G, "Wall-clock duration of the run (plan + stage + commit).",
+             report.duration_seconds),
+        Metric(PREFIX + "phase_duration_seconds", G, "Wall-clock duration of each phase of the run.",
+               tuple(Sample((("phase", k),), float(v)) for k, v in report.phase_seconds.items())),
+        _one("exit_code", G, "The run's exit code (0 success or nothing to do, 3 corrupt input, 4 retryable).",
+             report.exit_code),
+        *_per_partition_metrics(report),
     ]
 
 
@@ -149,6 +186,6 @@ def render(metrics: Iterable[Metric]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def prometheus_text(report: Mapping[str, Any]) -> str:
+def prometheus_text(report: RunReport) -> str:
     """The Prometheus text file of one run report."""
     return render(run_metrics(report))

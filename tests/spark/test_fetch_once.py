@@ -44,7 +44,7 @@ def value(key: int, round_: int) -> bytes:
 
 def compact(spark: SparkSession, store: ObjectStore, now: int) -> dict:
     staged = stage(spark, plan(store, config(), now))
-    return run_report(staged, commit(staged))
+    return run_report(staged, commit(staged)).to_dict()
 
 
 @dataclass

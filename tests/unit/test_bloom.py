@@ -404,11 +404,11 @@ def test_a_forced_round_keeps_nothing_and_scans_everything() -> None:
 
 def test_sizing_advice_flags_a_rate_too_coarse_for_the_dirty_keys() -> None:
     coarse = bloom_sizing(0.01, 100, clean_segments=40)
-    assert coarse is not None and coarse["too_coarse"]
-    assert coarse["expected_false_read_rate"] == pytest.approx(1 - 0.99**100, abs=1e-6)  # 63%
-    assert coarse["suggested_fpp"] == pytest.approx(TARGET_FALSE_READ_RATE / 100, rel=0.02)
+    assert coarse is not None and coarse.too_coarse
+    assert coarse.expected_false_read_rate == pytest.approx(1 - 0.99**100, abs=1e-6)  # 63%
+    assert coarse.suggested_fpp == pytest.approx(TARGET_FALSE_READ_RATE / 100, rel=0.02)
     fine = bloom_sizing(0.0005, 20, clean_segments=40)
-    assert fine is not None and not fine["too_coarse"] and fine["expected_false_read_rate"] < 0.02
+    assert fine is not None and not fine.too_coarse and fine.expected_false_read_rate < 0.02
     assert bloom_sizing(0.01, 0, clean_segments=40) is None and bloom_sizing(0.01, 5, clean_segments=0) is None
 
 
@@ -417,7 +417,9 @@ def test_suggested_fpp_keeps_segment_false_reads_near_the_target(dirty_keys: int
     """Real filters sized at the suggested rate, each tested with D keys none of them holds: the share of
     filters that answer "maybe" is about TARGET_FALSE_READ_RATE (and at the 1% default, far above it)."""
     rng = np.random.default_rng(5)
-    suggested = bloom_sizing(0.01, dirty_keys, clean_segments=1)["suggested_fpp"]  # type: ignore[index]
+    sizing = bloom_sizing(0.01, dirty_keys, clean_segments=1)
+    assert sizing is not None
+    suggested = sizing.suggested_fpp
     segments = 400
     reads = {suggested: 0, 0.01: 0}
     for _ in range(segments):
