@@ -52,7 +52,6 @@ from compaction.run.report import TARGET_FALSE_READ_RATE, bloom_sizing
 from compaction.run.tasks import GroupTask, InputSegment, PartitionTask, PartitionWork
 from compaction.storage import open_store
 from compaction.storage.layout import Suffix, segment_object_key
-from compaction.strategies.winner import best_per_key
 
 NOW = 1_800_000_000_000
 TOPIC_ID = "MWJ6FHTfRYy67jzwZdeqSQ"
@@ -254,16 +253,6 @@ def test_small_segments_that_can_merge_are_not_kept(sizes: list[int], kept: set[
     segments = [seg(i, i * 10, i * 10 + 9, size) for i, size in enumerate(sizes)]
     ids = merge_small(segments, {segments[i].segment_id for i in kept}, segment_bytes=100)
     assert ids == {segments[i].segment_id for i in expected}
-
-
-# --- the winner rule on one executor (`strategies.winner.best_per_key`) ----------------------------------
-
-
-def test_best_per_key_takes_the_greatest_rank() -> None:
-    keys = binary([b"a", b"b", b"a", b"a", b"b"]).cast(pa.large_binary())
-    best = best_per_key(keys, np.array([1, 0, 1, 0, 0], np.int8), np.array([5, 0, 5, 9, 0], np.int64),
-                        np.array([1, 2, 3, 4, 5], np.int64))
-    assert sorted(best.tolist()) == [2, 4]  # a: (1, 5, 3) beats (1, 5, 1) and (0, 9, 4); b: the later offset
 
 
 def version(v: int) -> tuple[Header, ...]:
