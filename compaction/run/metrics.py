@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, TypeVar
 
-from compaction.run.report import RunReport
+from compaction.run.report import PartitionReport, PlannedPartition, RunReport
 
 PREFIX = "kcompact_"
 
@@ -112,25 +112,26 @@ def _counters(report: RunReport) -> list[Metric]:
 def _per_partition_metrics(report: RunReport) -> list[Metric]:
     """The plan's view of every partition, and what the run did to each staged one."""
     G, C = MetricType.GAUGE, MetricType.COUNTER
-    planned, parts = report.planned, report.partitions
-    return [
-        _per_partition("partition_dirty_ratio", G, "Dirty ratio of the partition at plan time.",
-                       planned, lambda p: p.dirty_ratio),
-        _per_partition("partition_compaction_delay_secs", G, "KIP-354 compaction delay of the partition, seconds.",
-                       planned, lambda p: p.max_compaction_delay_secs),
-        _per_partition("partition_cleanable_bytes", G, "Cleanable (dirty) bytes of the partition at plan time.",
-                       planned, lambda p: p.cleanable_bytes),
-        _per_partition("partition_bytes_read_total", C, "Bytes read from the partition by this run.",
-                       parts, lambda p: p.bytes_read),
-        _per_partition("partition_bytes_written_total", C, "Bytes written for the partition by this run.",
-                       parts, lambda p: p.bytes_written),
-        _per_partition("partition_records_read_total", C, "Records read from the partition by this run.",
-                       parts, lambda p: p.records_read),
-        _per_partition("partition_records_written_total", C, "Records written for the partition by this run.",
-                       parts, lambda p: p.records_written),
-        _per_partition("partition_committed", G, "1 if the partition's swap was committed by this run, else 0.",
-                       parts, lambda p: 1.0 if p.committed else 0.0),
+    planned: list[tuple[str, str, Callable[[PlannedPartition], float]]] = [
+        ("partition_dirty_ratio", "Dirty ratio of the partition at plan time.", lambda p: p.dirty_ratio),
+        ("partition_compaction_delay_secs", "KIP-354 compaction delay of the partition, seconds.",
+         lambda p: p.max_compaction_delay_secs),
+        ("partition_cleanable_bytes", "Cleanable (dirty) bytes of the partition at plan time.",
+         lambda p: p.cleanable_bytes),
     ]
+    staged: list[tuple[str, MetricType, str, Callable[[PartitionReport], float]]] = [
+        ("partition_bytes_read_total", C, "Bytes read from the partition by this run.", lambda p: p.bytes_read),
+        ("partition_bytes_written_total", C, "Bytes written for the partition by this run.",
+         lambda p: p.bytes_written),
+        ("partition_records_read_total", C, "Records read from the partition by this run.",
+         lambda p: p.records_read),
+        ("partition_records_written_total", C, "Records written for the partition by this run.",
+         lambda p: p.records_written),
+        ("partition_committed", G, "1 if the partition's swap was committed by this run, else 0.",
+         lambda p: 1.0 if p.committed else 0.0),
+    ]
+    return [*(_per_partition(name, G, help_, report.planned, value) for name, help_, value in planned),
+            *(_per_partition(name, type_, help_, report.partitions, value) for name, type_, help_, value in staged)]
 
 
 def run_metrics(report: RunReport) -> list[Metric]:

@@ -295,11 +295,8 @@ class RunReport:
     @property
     def task_seconds(self) -> dict[str, float]:
         """Executor time summed over tasks (not wall clock) per step: where the map and the rewrite went."""
-        ms = {"scan": sum(p.stats.scan_task_ms for p in self.partitions),
-              "download": sum(p.stats.rewrite.download_task_ms for p in self.partitions),
-              "rewrite": sum(p.stats.rewrite.rewrite_task_ms for p in self.partitions),
-              "upload": sum(p.stats.rewrite.upload_task_ms for p in self.partitions)}
-        return {step: round(ms[step] / 1000, 3) for step in TASK_STEPS}
+        return {step: round(sum(getattr(p.stats, f"{step}_task_ms") for p in self.partitions) / 1000, 3)
+                for step in TASK_STEPS}
 
     @property
     def duration_seconds(self) -> float:

@@ -7,45 +7,25 @@ rewrite's counters first, flat, as the report has always shown them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from compaction.bloom.skipping import Verdict
+from compaction.rewrite.stats import RewriteStats
 from compaction.run.tasks import PartitionWork
 
 if TYPE_CHECKING:
     from compaction.spark.pipeline import PartitionStage
 
 
-@dataclass(frozen=True)
-class RewriteTotals:
-    """The rewrite's counters summed over a partition's chunks (`compaction.rewrite.stats.RewriteStats`, whose
-    timestamps do not add up and are left out) and the executor time each chunk spent per step."""
+_PER_SEGMENT = ("max_timestamp", "first_batch_max_timestamp")  # go to each output's metadata; they do not add up
+_COUNTERS = tuple(f.name for f in fields(RewriteStats) if f.name not in _PER_SEGMENT)
 
-    bytes_read: int = 0
-    bytes_written: int = 0
-    records_read: int = 0
-    records_written: int = 0
-    invalid_records: int = 0
-    batches_read: int = 0
-    batches_copied_verbatim: int = 0
-    batches_rebuilt: int = 0
-    batches_emptied: int = 0
-    batches_dropped: int = 0
-    tombstones_retained: int = 0
-    tombstones_removed: int = 0
-    aborted_records_removed: int = 0
-    markers_removed: int = 0
-    empty_outputs: int = 0
-    download_task_ms: int = 0
-    rewrite_task_ms: int = 0
-    upload_task_ms: int = 0
 
-    @classmethod
-    def summed(cls, chunks: Iterable[Mapping[str, int]]) -> RewriteTotals:
-        """The totals of chunks' stats (`ChunkResult.stats`: a `RewriteStats` dict plus the task times)."""
-        stats = list(chunks)
-        return cls(**{f.name: sum(int(s[f.name]) for s in stats) for f in fields(cls)})
+def summed_rewrites(chunks: Iterable[Mapping[str, int]]) -> RewriteStats:
+    """The counters of chunks' rewrites (`ChunkResult.stats`) added up; the per-segment timestamps stay unset."""
+    stats = list(chunks)
+    return RewriteStats(**{name: sum(int(s[name]) for s in stats) for name in _COUNTERS})
 
 
 @dataclass(frozen=True)
@@ -61,7 +41,10 @@ class PartitionStats:
     byte was fetched once.
     """
 
-    rewrite: RewriteTotals = field(default_factory=RewriteTotals)
+    rewrite: RewriteStats = field(default_factory=RewriteStats)  # summed over the chunks (`summed_rewrites`)
+    download_task_ms: int = 0  # executor time of the chunks' steps, summed
+    rewrite_task_ms: int = 0
+    upload_task_ms: int = 0
     invalid_versions: int = 0  # header strategy: records whose version header is missing or not 8 bytes
     dirty_keys: int = 0
     clean_segments: int = 0
@@ -93,7 +76,7 @@ class PartitionStats:
     def to_dict(self) -> dict[str, int]:
         """The JSON form: the rewrite's counters, then the partition's, one flat dict of ints."""
         own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rewrite"}
-        return {**asdict(self.rewrite), **own}
+        return {**{name: getattr(self.rewrite, name) for name in _COUNTERS}, **own}
 
 
 def partition_stats(work: PartitionWork, done: PartitionStage) -> PartitionStats:
@@ -103,7 +86,10 @@ def partition_stats(work: PartitionWork, done: PartitionStage) -> PartitionStats
     kept = {s.segment_id for s in done.kept}
     filter_bytes = sum(p.filter_bytes for p in done.probes.values())
     return PartitionStats(
-        rewrite=RewriteTotals.summed(chunk.stats for chunk in done.chunks),
+        rewrite=summed_rewrites(chunk.stats for chunk in done.chunks),
+        download_task_ms=sum(int(chunk.stats["download_task_ms"]) for chunk in done.chunks),
+        rewrite_task_ms=sum(int(chunk.stats["rewrite_task_ms"]) for chunk in done.chunks),
+        upload_task_ms=sum(int(chunk.stats["upload_task_ms"]) for chunk in done.chunks),
         invalid_versions=done.scan.invalid_versions,
         dirty_keys=done.dirty_keys,
         clean_segments=len(work.clean),
@@ -134,4 +120,4 @@ def partition_stats(work: PartitionWork, done: PartitionStage) -> PartitionStats
     )
 
 
-__all__ = ["PartitionStats", "RewriteTotals", "partition_stats"]
+__all__ = ["PartitionStats", "partition_stats", "summed_rewrites"]

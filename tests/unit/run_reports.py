@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from compaction.rewrite.stats import RewriteStats
 from compaction.run.commit import PartitionOutcome
 from compaction.run.report import PartitionReport, PlannedPartition, RunReport, TimeSplit
-from compaction.run.stats import PartitionStats, RewriteTotals
+from compaction.run.stats import PartitionStats
 
 
 def planned(topic: str, partition: int, decision: str, ratio: float, delay_secs: int, cleanable: int
@@ -21,9 +22,10 @@ def planned(topic: str, partition: int, decision: str, ratio: float, delay_secs:
 
 def staged(topic: str, partition: int, bytes_: tuple[int, int], records: tuple[int, int], version: int | None,
            error: str | None = None) -> PartitionReport:
-    rewrite = RewriteTotals(bytes_read=bytes_[0], bytes_written=bytes_[1], records_read=records[0],
-                            records_written=records[1], download_task_ms=250, rewrite_task_ms=750, upload_task_ms=250)
-    stats = PartitionStats(rewrite, dirty_keys=300, clean_segments=2, segments_skipped=1, bytes_not_downloaded=1000,
+    rewrite = RewriteStats(bytes_read=bytes_[0], bytes_written=bytes_[1], records_read=records[0],
+                           records_written=records[1])
+    stats = PartitionStats(rewrite, download_task_ms=250, rewrite_task_ms=750, upload_task_ms=250, dirty_keys=300,
+                           clean_segments=2, segments_skipped=1, bytes_not_downloaded=1000,
                            bloom_segment_true_negatives=1, bloom_key_false_positives=3, bloom_key_absent_tests=300,
                            scan_task_ms=1250, needed_bytes=bytes_[0], store_gets=10, store_puts=3,
                            store_bytes_read=bytes_[0], store_bytes_written=bytes_[1])
