@@ -5,7 +5,7 @@ The public API, for notebooks and orchestrators (the CLI and `jobs/` use the sam
     run = compaction.plan(spark, "s3://bucket/tier", "conf/kcompact.yaml")  # frozen plan: reads metadata only
     staged = compaction.stage(spark, run)          # rewrite + upload on Spark; nothing visible yet
     outcomes = compaction.commit(staged)           # one atomic metadata commit per partition
-    report = compaction.compact(spark, store, config)  # all three, returns the run report
+    report = compaction.compact(spark, store, config)  # all three; a RunReport, report.to_dict() is the JSON
 
 Every function takes a store as a URI or path (local directory, `s3://bucket/prefix`) or an open `ObjectStore`,
 and a config as a YAML path or a loaded `KcompactConfig`; anything else is a `TypeError`. Every step is safe to
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from compaction.gc import GcReport
     from compaction.run.commit import PartitionOutcome
     from compaction.run.plan import RunPlan
+    from compaction.run.report import RunReport
     from compaction.run.stage import StagedRun
     from compaction.storage import ObjectStore
     from compaction.topic_table import TableReport
@@ -83,10 +84,11 @@ def commit(staged: StagedRun, *, raise_on_superseded: bool = True) -> list[Parti
 
 
 def compact(spark: SparkSession, store: Store, config: Config, now_ms: int | None = None,
-            **options: Any) -> dict[str, Any]:
-    """plan → stage → commit; returns the run report (`compaction.report.run_report`). Superseded partitions are
-    reported (exit code 4 in the report), not raised, so a scheduled run always returns its report."""
-    from compaction.report import run_report
+            **options: Any) -> RunReport:
+    """plan → stage → commit; returns the run report (`compaction.run.report.RunReport`: typed fields, and
+    `report.to_dict()` is the JSON report the CLI writes). Superseded partitions are reported (exit code 4 in the
+    report), not raised, so a scheduled run always returns its report."""
+    from compaction.run.report import run_report
 
     run = plan(spark, store, config, now_ms, **options)
     staged = stage(spark, run)

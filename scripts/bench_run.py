@@ -255,9 +255,9 @@ def main() -> int:
     sampler = MemorySampler()
     sampler.start()
     started = time.perf_counter()
-    from compaction.report import run_report
     from compaction.run.commit import commit
     from compaction.run.plan import plan
+    from compaction.run.report import run_report
     from compaction.run.stage import stage
     from compaction.spark.session import build_session
     from compaction.storage import open_store
@@ -285,7 +285,7 @@ def main() -> int:
     t = time.perf_counter()
     outcomes = commit(staged)
     phases["commit"] = time.perf_counter() - t
-    figures = run_figures(run_report(staged, outcomes), staged)
+    figures = run_figures(run_report(staged, outcomes).to_dict(), staged)
     print(json.dumps({"phases": phases, **figures, "memory_peak_bytes": sampler.stop()}))
     sys.stdout.flush()
     os._exit(0)  # deltalake may abort the interpreter at exit (see compaction.cli)

@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from compaction.cli import options
 from compaction.errors import ExitCode
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from compaction.progress import Progress
     from compaction.run.commit import PartitionOutcome
     from compaction.run.plan import RunPlan
+    from compaction.run.report import RunReport
     from compaction.run.stage import StagedRun
 
 PLAN_HELP = "show what a compaction run would do, and why, without doing it"
@@ -86,12 +87,12 @@ def run_plan(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _write_outputs(args: argparse.Namespace, report: dict[str, Any]) -> None:
-    from compaction.metrics import prometheus_text
-    from compaction.report_html import render_html
+def _write_outputs(args: argparse.Namespace, report: RunReport) -> None:
+    from compaction.run.metrics import prometheus_text
+    from compaction.run.report_html import render_html
 
     if args.report_json:
-        options.write_atomically(args.report_json, json.dumps(report, indent=2))
+        options.write_atomically(args.report_json, json.dumps(report.to_dict(), indent=2))
     if args.html_report:
         options.write_atomically(args.html_report, render_html(report))
     if args.metrics_file:
@@ -114,7 +115,7 @@ def _commit_each(staged: StagedRun, progress: Progress) -> list[PartitionOutcome
 
 def run_compact(args: argparse.Namespace) -> int:
     from compaction.progress import Progress
-    from compaction.report import plan_report, render_text, run_report
+    from compaction.run.report import plan_report, render_text, run_report
     from compaction.run.stage import stage
 
     progress = Progress(sys.stderr)
@@ -125,16 +126,16 @@ def run_compact(args: argparse.Namespace) -> int:
     if args.dry_run or not run.plan.eligible:
         report = plan_report(run, phases)
         if args.json and not args.dry_run:
-            print(json.dumps(report, indent=2))
+            print(json.dumps(report.to_dict(), indent=2))
         else:
             print(run.plan.render_text())
         if args.dry_run:
             return ExitCode.OK
         if not args.json:
-            print("nothing to compact" if not report["failed"] else
-                  f"nothing to compact; {len(report['failed'])} partitions quarantined (see above)")
+            print("nothing to compact" if not report.failed else
+                  f"nothing to compact; {len(report.failed)} partitions quarantined (see above)")
         _write_outputs(args, report)
-        return int(report["exit_code"])  # a partition quarantined at planning is a failure an orchestrator sees
+        return report.exit_code  # a partition quarantined at planning is a failure an orchestrator sees
     with options.spark_session(args.master) as spark:
         staged = stage(spark, run)
     phases["stage"] = progress.elapsed() - phases["plan"]
@@ -143,5 +144,5 @@ def run_compact(args: argparse.Namespace) -> int:
     phases["commit"] = progress.elapsed() - phases["plan"] - phases["stage"]
     report = run_report(staged, outcomes, phases)
     _write_outputs(args, report)
-    options.print_result(args.json, report, render_text(report))
+    options.print_result(args.json, report.to_dict(), render_text(report))
     return max((o.exit_code for o in outcomes), default=0)

@@ -6,6 +6,8 @@
   (`compaction.spark.pipeline`) and uploads every output under a fresh id. Nothing is visible yet.
 - `commit.py`: lands each partition's swap in one metadata commit and returns the outcomes.
 - `tasks.py`: the small picklable values shipped to executors. `producers.py`: producer state from the tier.
+- `stats.py` (a partition's counters), `report.py` (the typed `RunReport`, its text and JSON), `report_html.py`
+  and `metrics.py` (the same report as an HTML page and a Prometheus file).
 
 The public API (`compaction.plan`, `stage`, `commit`, `compact`) and the CLI call these. Every step is safe to
 rerun. This package imports no pyspark until `stage` runs.

@@ -11,7 +11,7 @@ Idempotent: a swap that already landed (an earlier attempt whose reply was lost)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from compaction.errors import CommitConflictError, FencedError, KcompactError
 from compaction.metadata import ChangeSet, MetadataTable, SegmentState, StateChange, table_in_store
@@ -35,6 +35,15 @@ class PartitionOutcome:
         """A newer run or a conflicting commit got there first: nothing landed, rerunning is safe."""
         return self.error_type in (FencedError.__name__, CommitConflictError.__name__)
 
+    @classmethod
+    def failed(cls, topic: str, partition: int, error: KcompactError) -> PartitionOutcome:
+        """Nothing landed for the partition: `error` says why, its exit code what to do."""
+        return cls(topic, partition, False, None, str(error), type(error).__name__, int(error.exit_code))
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON form (an entry of the run report's `failed`)."""
+        return asdict(self)
+
 
 def commit(staged: StagedRun, now_ms: int | None = None, *, raise_on_superseded: bool = False,
            progress: Callable[[PartitionOutcome], None] | None = None) -> list[PartitionOutcome]:
@@ -53,11 +62,11 @@ def commit(staged: StagedRun, now_ms: int | None = None, *, raise_on_superseded:
             version = commit_partition(table, staged.run, sp, now_ms)
             outcome = PartitionOutcome(sp.plan.topic, sp.plan.partition, True, version)
         except KcompactError as exc:
-            outcome = _failed(sp.plan.topic, sp.plan.partition, exc)
+            outcome = PartitionOutcome.failed(sp.plan.topic, sp.plan.partition, exc)
         outcomes.append(outcome)
         if progress is not None:
             progress(outcome)
-    outcomes.extend(_failed(topic, partition, error) for (topic, partition), error in staged.failed.items())
+    outcomes.extend(PartitionOutcome.failed(t, p, error) for (t, p), error in staged.failed.items())
     if raise_on_superseded:
         first = next((o for o in outcomes if o.superseded), None)
         if first is not None:
@@ -66,10 +75,6 @@ def commit(staged: StagedRun, now_ms: int | None = None, *, raise_on_superseded:
             error.outcomes = outcomes  # type: ignore[attr-defined]
             raise error
     return outcomes
-
-
-def _failed(topic: str, partition: int, error: KcompactError) -> PartitionOutcome:
-    return PartitionOutcome(topic, partition, False, None, str(error), type(error).__name__, int(error.exit_code))
 
 
 def commit_partition(table: MetadataTable, run: RunPlan, sp: StagedPartition, now_ms: int | None = None) -> int:

@@ -34,7 +34,7 @@ from compaction.rewrite.cache import cache_dir
 from compaction.rewrite.upload import ChunkResult
 from compaction.run.plan import RunPlan
 from compaction.run.producers import active_producers
-from compaction.run.stats import partition_stats
+from compaction.run.stats import PartitionStats, partition_stats
 from compaction.run.tasks import PartitionTask, PartitionWork, group_task
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class StagedPartition:
     new_segments: tuple[NewSegment, ...]
     replaced: tuple[str, ...]
     cleaner_offset: int
-    stats: dict[str, int]
+    stats: PartitionStats
     map_seconds: float  # the run's scan + winners phase (shared by every partition of the run)
     rewrite_seconds: float  # this partition's rewrite + upload, summed over its chunks on the executors
     kept: tuple[str, ...] = ()  # clean segments left as they are: their filter proved no dirty key in them

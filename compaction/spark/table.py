@@ -3,7 +3,7 @@
 1. **records**: each partition's consumer view (`read_partition`, read_committed) from the span's `read_from`,
    cut at its last stable offset; keyless records are not part of a compacted topic's state;
 2. **winners**: per (partition, key), the record of greatest rank (has_version, version, offset) (KIP-280's
-   rule of `compaction.strategies.winner`), kept only for keys with a record in [from_offset, to_offset);
+   rule of `compaction.strategies.ranking`), kept only for keys with a record in [from_offset, to_offset);
 3. **touched files**: the table files (of updated partitions) holding one of those keys: a key-only read;
 4. **merge**: the touched files' rows, full outer join the winners by (partition, key): the winner replaces
    the row (or is inserted), a tombstone winner removes it, the other rows stay as they were;
@@ -31,6 +31,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from compaction.config import CompactionStrategy
 from compaction.spark.local import local_frame
+from compaction.spark.ranking import best, rank_columns
 from compaction.spark.read import RECORD_STRUCT, read_partition
 from compaction.storage.base import ObjectStore
 from compaction.topic_table.plan import PartitionSpan
@@ -71,42 +72,29 @@ def topic_records(spark: SparkSession, store: ObjectStore, topic: str, spans: Se
     return frames
 
 
-def header_version(name: str) -> tuple[Column, Column]:
-    """(has_version, version) of KIP-280's header strategy: the last `name` header as an 8-byte big-endian long."""
-    last = F.try_element_at(F.filter("headers", lambda h: h["key"] == F.lit(name)), F.lit(-1))["value"]
-    has = last.isNotNull() & (F.length(last) == 8)
-    unsigned = F.conv(F.hex(last), 16, 10).cast("decimal(20,0)")
-    sign = F.lit(str(2**63)).cast("decimal(20,0)")
-    signed = F.when(unsigned >= sign, unsigned - sign - sign).otherwise(unsigned).cast("long")
-    return has.cast("tinyint"), F.when(has, signed).otherwise(F.lit(0).cast("long"))
-
-
 def winners(frames: Sequence[DataFrame], strategy: CompactionStrategy, header: str | None) -> DataFrame:
     """Per (partition, key) with a fresh record, the winning record (value null = tombstone), plus `version`
     (null when the record has none) unless the strategy is offset.
 
-    The winner is `max(struct(rank..., record...))`: ranks are unique (they end in the offset), so the record
-    fields never decide. Unlike `max_by`, `max` does not depend on row order, so Spark drops the offset sort that
-    `read_partition` ends with (and the sampling pass over the data that sort needs); aggregating each partition
-    before the union keeps that sort directly under its aggregate, where the optimizer sees it.
+    The winner is `compaction.spark.ranking.best` carrying the record: `max`, unlike `max_by`, does not depend on
+    row order, so Spark drops the offset sort that `read_partition` ends with (and the sampling pass over the data
+    that sort needs); aggregating each partition before the union keeps that sort directly under its aggregate,
+    where the optimizer sees it.
     """
     return reduce(DataFrame.unionByName, [_best(f, strategy, header) for f in frames])
 
 
 def _best(records: DataFrame, strategy: CompactionStrategy, header: str | None) -> DataFrame:
-    if strategy is CompactionStrategy.OFFSET:
-        ranked = F.struct("offset", "value", "timestamp", "headers")
-        extra: list[Column] = []
-    else:
-        if strategy is CompactionStrategy.TIMESTAMP:
-            has, version = F.lit(1).cast("tinyint"), F.col("timestamp")
-        else:
-            has, version = header_version(header or "")
-        records = records.withColumn("has_version", has).withColumn("rank_version", version)
-        ranked = F.struct("has_version", "rank_version", "offset", "value", "timestamp", "headers")
-        extra = [F.when(F.col("w.has_version") == 1, F.col("w.rank_version")).alias(VERSION_COLUMN)]
-    best = records.groupBy(PARTITION_COLUMN, "key").agg(F.max(ranked).alias("w"), F.max("fresh").alias("fresh"))
-    return best.where("fresh").select(PARTITION_COLUMN, "key", *(F.col(f"w.{c}") for c in DATA_COLUMNS), *extra)
+    by_offset = strategy is CompactionStrategy.OFFSET
+    extra: list[Column] = []
+    if not by_offset:
+        has_version, version = rank_columns(strategy, header)
+        records = records.withColumn("has_version", has_version).withColumn("version", version)
+        extra = [F.when(F.col("w.has_version") == 1, F.col("w.version")).alias(VERSION_COLUMN)]
+    carried = [c for c in DATA_COLUMNS if c != "offset"]
+    ranked = records.groupBy(PARTITION_COLUMN, "key").agg(best(carried, by_offset=by_offset).alias("w"),
+                                                          F.max("fresh").alias("fresh"))
+    return ranked.where("fresh").select(PARTITION_COLUMN, "key", *(F.col(f"w.{c}") for c in DATA_COLUMNS), *extra)
 
 
 def _file_reader(location: Location, columns: Sequence[str] | None) -> Callable[

@@ -6,7 +6,7 @@
    segment's transaction summary; the driver folds them into the open transactions of each view (a handful
    of producers) and the rows of those transactions are filtered out, as the reader does.
 2. **Latest per key** (a shuffle): `groupBy(key)` keeps each version's greatest (has_version, version,
-   offset) with `max_by`. Keys are compared by their **full bytes**: no hash decides identity.
+   offset) (`compaction.spark.ranking.best`). Keys are compared by their **full bytes**: no hash decides identity.
 3. **Judge**: a key whose winner changed, vanished or appeared is flagged in Spark. A vanished tombstone below
    the cleaner offset is joined to the evidence of the replaced segments that carried it (read on the
    executors as well, only those whose offsets can hold one): its delete horizon and the clock of the run
@@ -42,6 +42,7 @@ from compaction.errors import KcompactError, MissingObjectError
 from compaction.format.batch import Header, Record
 from compaction.metadata import ObjectSuffix, PartitionSnapshot, SegmentState
 from compaction.reader import SegmentRef, aborted_ranges, segment_ref
+from compaction.spark.ranking import best
 from compaction.storage.base import ObjectStore, StoreSpec
 from compaction.strategies.winner import AbortedRange
 from compaction.verify import (
@@ -239,9 +240,12 @@ def _unstable(summaries: Mapping[tuple[int, int], Any]) -> Column:
     return F.coalesce(hidden, F.lit(False))
 
 
+_RECORD_FIELDS = ("offset", "timestamp", "key", "value", "headers")
+
+
 def _record_struct() -> Column:
     """The fields `compare` judges a record by, as one struct column."""
-    return F.struct("offset", "timestamp", "key", "value", "headers")
+    return F.struct(*_RECORD_FIELDS)
 
 
 def _same(b: Column, a: Column) -> Column:
@@ -255,8 +259,8 @@ def _flagged(visible: DataFrame, cleaner_offset: int, counts: Observation) -> Da
     many keys each view has."""
 
     def winner(side: int) -> Column:
-        mine = F.col("side") == side
-        return F.max_by(F.when(mine, _record_struct()), F.when(mine, F.struct("has_version", "version", "offset")))
+        ranked = best(_RECORD_FIELDS[1:], where=F.col("side") == side)  # (rank, record) starts with the offset
+        return ranked.dropFields("has_version", "version")
 
     latest = visible.filter(F.col("key").isNotNull()).groupBy("key").agg(
         winner(BEFORE).alias("b"), winner(AFTER).alias("a"))

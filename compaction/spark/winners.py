@@ -1,6 +1,6 @@
 """The winner of every key, as a Spark aggregate, and the winners handed to the rewrite chunk that holds them.
 
-`best_per_key` is the winner rule (`compaction.strategies.winner`: the greatest rank (has_version, version,
+`best_per_key` is the winner rule (`compaction.strategies.ranking`: the greatest rank (has_version, version,
 offset), compared left to right) over the scan rows of a whole run: a `groupBy(tp, key)`, keys compared by their
 full bytes (Spark's binary ordering), so two keys can never be confused; no key-count limit, no driver-side map.
 
@@ -20,32 +20,32 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from compaction.spark.local import local_frame
+from compaction.spark.ranking import best
 from compaction.spark.scan import CHUNK_SLOT
+from compaction.strategies.ranking import RANK_FIELDS
 
 
 def best_per_key(rows: DataFrame, by_offset: bool, by: Sequence[str] = (), merged: bool = False) -> DataFrame:
-    """Per (tp, key) its best-ranked row, and whether any of its rows is dirty; same columns as `rows` (and `by`,
-    columns constant per tp that are kept: grouping by them too leaves the groups as they are, and a frame
-    already partitioned by them needs no other shuffle). Rows without `tp` are one partition's per `by`; rows
-    without `dirty` give winners without it.
+    """Per (tp, key) its best-ranked row (`compaction.spark.ranking.best`), and whether any of its rows is dirty;
+    same columns as `rows` (and `by`, columns constant per tp that are kept: grouping by them too leaves the groups
+    as they are, and a frame already partitioned by them needs no other shuffle). Rows without `tp` are one
+    partition's per `by`; rows without `dirty` give winners without it.
 
     `merged`: each task of `rows` holds a key once already (the scan task's `KeyFold`), so the rows are shuffled
     by (tp, key) first and aggregated after it: Spark's map-side partial aggregate would only hash every row
-    again to find nothing to merge (`make bench` P6: 1.5 s of the scan stage's 8.5 s).
+    again to find nothing to merge.
 
-    `by_offset`: every rank is (0, 0, offset), so the best is max(offset), which Spark aggregates in a hash
-    table over fixed-width values; max(struct) falls back to a sort-based aggregate (about twice the time of
-    the whole map phase in `make bench` P2). Applying it again to its own output, or to a union with more
-    rows, gives the best over all of them (max of maxes).
+    `by_offset`: every rank is (0, 0, offset), so the best is max(offset), a hash aggregate (see `best`). Applying
+    it again to its own output, or to a union with more rows, gives the best over all of them (max of maxes).
     """
     keys = [*by, *(["tp"] if "tp" in rows.columns else []), "key"]
     dirty = [F.max("dirty").alias("dirty")] if "dirty" in rows.columns else []
     if merged:
         rows = rows.repartition(*keys)
     if by_offset:
-        return rows.groupBy(*keys).agg(F.max("offset").alias("offset"), *dirty)
-    best = rows.groupBy(*keys).agg(F.max(F.struct("has_version", "version", "offset")).alias("best"), *dirty)
-    return best.select(*keys, "best.has_version", "best.version", "best.offset", *(["dirty"] if dirty else []))
+        return rows.groupBy(*keys).agg(best(by_offset=True).alias("offset"), *dirty)
+    ranked = rows.groupBy(*keys).agg(best().alias("best"), *dirty)
+    return ranked.select(*keys, *(f"best.{f}" for f in RANK_FIELDS), *(["dirty"] if dirty else []))
 
 
 PACKED = "offsets"

@@ -2,18 +2,18 @@
 
 A scan task folds every candidate record of its segments of a partition into a `KeyFold` and hands Spark one row
 per distinct key (`compaction.spark.scan`). Rows come in as parallel columns (key bytes, the rank
-(has_version, version, offset) of `compaction.strategies.winner`, dirty) and each key keeps the greatest rank,
+(has_version, version, offset) of `compaction.strategies.ranking`, dirty) and each key keeps the greatest rank,
 compared left to right, and whether any of its rows was dirty: the winner rule, as Spark's aggregate applies it
-over the whole run.
+over the whole run (`tests/unit/test_ranking.py` holds the fold equal to the reference).
 
 Keys are compared by their full bytes: a 64-bit hash (FNV-1a, then a 64-bit finaliser) picks the slot and tells
 two unequal keys apart quickly, and a key is taken for another only when their bytes are equal. The table holds
 each distinct key once, its bytes copied into one growing buffer in first-seen order (so the result's key column
 is that buffer, no copy), plus ~50 bytes a key; the rows folded in are not kept.
 
-Replaces an Arrow `group_by` per segment and again over a task's segments: for one scan task of `make bench` P6
-(24 segments, 6.1 M candidate records, 2.24 M keys) 1.35-1.5 s instead of 0.83 s + 1.94 s, beside 0.8 s of
-decoding them. The table is far larger than the caches, so every lookup waits on memory: see `_BATCH`.
+It replaces an Arrow `group_by` per segment and again over a task's segments, which cost more than the fold and
+the decoding together (BENCHMARKS.md). The table is far larger than the caches, so every lookup waits on memory:
+see `_BATCH`.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ _TAG_SHIFT = np.uint64(33)  # a slot holds (hash >> 33) << 32 | entry: the tag s
 _BATCH = 64
 """Rows hashed and looked up ahead at a time: the table is far larger than the caches, so each lookup waits on
 memory; loading the slots, then the entries, then the key bytes of a batch's rows one after the other lets those
-waits overlap (about 2x on `make bench` P6's keys) before the rows are folded in order."""
+waits overlap before the rows are folded in order."""
 
 
 @kernel(nogil=True)
@@ -159,10 +159,8 @@ def _rehash(slots: np.ndarray, entries: np.ndarray, arena: np.ndarray, n: int) -
 
 _QUADRUPLE_FROM = 1 << 20
 """Keys from which a full table grows four times instead of twice. Growing slots every key again, from its
-bytes, into a table larger than the caches: a fold of 6.3 M rows over 2.2 M keys (`make bench` P6's scan task)
-took 1.4-1.7 s growing twice at a time, 1.0-1.1 s growing four times from a million keys, and 0.95 s in a table
-sized for its keys from the start. Smaller folds keep doubling: a table that few keys leave sparse is slower to
-fold into (0.3 M keys: 0.18-0.21 s, and 0.23 s in a table sized for 1.6 M)."""
+bytes, into a table larger than the caches, so large folds grow fewer times; smaller folds keep doubling, since a
+table that few keys leave sparse is slower to fold into (figures: BENCHMARKS.md)."""
 
 
 class KeyFold:

@@ -1,17 +1,10 @@
-"""KIP-280: which record of a key wins, as a sortable rank (POLICY; no Spark).
+"""KIP-280 on an executor: each scanned record's rank, computed column-wise (POLICY; no Spark).
 
-Every candidate record gets a rank `(has_version, version, offset)`; the winner of a key is the record with the
-greatest rank, compared left to right. So:
-
-- `offset`: has_version = version = 0 for all → the highest offset wins (Kafka's behaviour);
-- `timestamp`: version = the record timestamp (LogAppendTime batches: the batch's max timestamp, as consumers
-  see it) → the highest timestamp wins, equal timestamps go to the higher offset;
-- `header`: version = the value of the **last** occurrence of the configured header (exact, case-sensitive
-  name), decoded as an 8-byte big-endian signed long. A value of any other length (or null, or no such header)
-  counts as missing: has_version = 0, so a record that has the header beats one that hasn't, and among
-  records without it (or with equal values) the higher offset wins. Missing/invalid versions are counted.
-
-Tombstones compete like any record. The rank is computed column-wise with numpy over the scan's Arrow arrays.
+The rule is `compaction.strategies.ranking` (a record's rank `(has_version, version, offset)`, the greatest of a
+key's ranks wins): `ranks` computes the same ranks with numpy over a scan's Arrow arrays (the scan has already
+taken each record's last value of the configured header, `header_value`), and `fold_segment` keeps each key's
+greatest in a `KeyFold`. `tests/unit/test_ranking.py` holds both equal to the reference record by record.
+Missing or invalid header versions are counted.
 """
 
 from __future__ import annotations
@@ -26,8 +19,7 @@ import pyarrow.compute as pc
 from compaction.config import CompactionStrategy
 from compaction.format.scan import binary_buffers
 from compaction.strategies.keyfold import KeyFold
-
-VERSION_BYTES = 8
+from compaction.strategies.ranking import VERSION_BYTES
 
 
 @dataclass(frozen=True)
@@ -99,32 +91,6 @@ def rank_columns(strategy: CompactionStrategy) -> tuple[str, ...]:
     """The scan columns `ranks` reads under `strategy`, besides the key and the offset."""
     return {CompactionStrategy.OFFSET: (), CompactionStrategy.TIMESTAMP: ("timestamp",),
             CompactionStrategy.HEADER: ("header_value",)}[strategy]
-
-
-def best_per_key(keys: pa.Array, has_version: np.ndarray, version: np.ndarray, offset: np.ndarray) -> np.ndarray:
-    """Row indices of each distinct key's greatest rank (has_version, version, offset): the winner rule.
-
-    This is the rule on one executor's rows; `compaction.spark.winners.best_per_key` applies the same rule as a
-    Spark aggregate over the whole run (a property test holds the two equal). Keys are compared by their bytes.
-    """
-    order, first = _ranked(keys, has_version, version, offset)
-    return np.asarray(order[first], dtype=np.int64)
-
-
-def _ranked(keys: pa.Array, has_version: np.ndarray, version: np.ndarray, offset: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """The rows in (key, rank descending) order, and which of them open a key (its best)."""
-    if len(keys) == 0:
-        return np.empty(0, np.int64), np.empty(0, bool)
-    table = pa.table({"key": keys, "h": has_version, "v": version, "o": offset})
-    order = pc.sort_indices(
-        table, sort_keys=[("key", "ascending"), ("h", "descending"), ("v", "descending"), ("o", "descending")]
-    )
-    ordered = keys.take(order)
-    first = np.ones(len(keys), bool)
-    if len(keys) > 1:
-        first[1:] = pc.not_equal(ordered[1:], ordered[:-1]).to_numpy(zero_copy_only=False)
-    return np.asarray(order.to_numpy(), np.int64), first
 
 
 @dataclass(frozen=True)

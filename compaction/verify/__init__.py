@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from compaction.config import TopicConfig
 from compaction.errors import MissingObjectError
 from compaction.storage.base import ObjectStore
+from compaction.strategies.ranking import Ranking
 from compaction.verify.compare import (
     Finding,
     KeyProblem,
@@ -44,7 +45,6 @@ from compaction.verify.report import VerifyReport
 from compaction.verify.span import MAX_LISTED, VerifySpan, verify_span
 from compaction.verify.view import (
     PartitionView,
-    Ranking,
     TombstoneEvidence,
     log_end_offset,
     read_view,

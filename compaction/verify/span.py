@@ -13,9 +13,10 @@ from compaction.config import TopicConfig
 from compaction.errors import ConfigError, MissingObjectError
 from compaction.metadata import PartitionSnapshot, table_in_store
 from compaction.storage.base import ObjectStore
+from compaction.strategies.ranking import Ranking
 from compaction.verify.compare import KeyProblem
 from compaction.verify.report import VerifyReport
-from compaction.verify.view import Ranking, log_end_offset
+from compaction.verify.view import log_end_offset
 
 MAX_LISTED = 10_000
 """Problems (and dropped tombstones) a report lists by default; it counts them all."""

@@ -1,8 +1,8 @@
 """The latest-per-key view of a partition at one metadata table version, and what replaced segments testify.
 
 `read_view` reads a partition as a read_committed consumer does (the reader's functions, segment by segment)
-and keeps each key's winner under KIP-280's ranking (`Ranking`, the readable reference of
-`compaction.strategies.winner`), plus every record of the region compaction must leave alone. `tombstone_evidence`
+and keeps each key's winner under KIP-280's rule (`compaction.strategies.ranking`, the reference every other
+form of the rule is tested against), plus every record of the region compaction must leave alone. `tombstone_evidence`
 reads the replaced segments that carried a vanished tombstone: its delete horizon, and the clock of the run
 that dropped it. Reads only.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from compaction.config import CompactionStrategy, TopicConfig
 from compaction.errors import MissingObjectError
 from compaction.format.batch import Record
 from compaction.format.segment import iter_batches
@@ -26,34 +25,7 @@ from compaction.reader import (
     unstable_transactions,
 )
 from compaction.storage.base import ObjectStore
-
-VERSION_BYTES = 8
-
-
-@dataclass(frozen=True)
-class Ranking:
-    """KIP-280's order of a key's records, as `compaction.strategies.winner` ranks them (reference path)."""
-
-    strategy: CompactionStrategy = CompactionStrategy.OFFSET
-    header: str | None = None
-
-    @classmethod
-    def of(cls, config: TopicConfig | None) -> Ranking:
-        if config is None:
-            return cls()
-        return cls(config.compaction_strategy, config.compaction_strategy_header)
-
-    def rank(self, record: Record) -> tuple[int, int, int]:
-        """(has_version, version, offset): the greatest rank of a key wins."""
-        if self.strategy is CompactionStrategy.OFFSET:
-            return (0, 0, record.offset)
-        if self.strategy is CompactionStrategy.TIMESTAMP:
-            return (1, record.timestamp, record.offset)
-        values = [h.value for h in record.headers if h.key == self.header]
-        last = values[-1] if values else None
-        if last is None or len(last) != VERSION_BYTES:
-            return (0, 0, record.offset)
-        return (1, int.from_bytes(last, "big", signed=True), record.offset)
+from compaction.strategies.ranking import Ranking, Winners
 
 
 @dataclass(frozen=True)
@@ -109,18 +81,14 @@ def read_view(
     unstable = dict(unstable_transactions(store, refs))
     for pid, first in (also_unstable or {}).items():
         unstable[pid] = min(first, unstable.get(pid, first))
-    latest: dict[bytes, Record] = {}
-    ranks: dict[bytes, tuple[int, int, int]] = {}
+    latest: Winners[bytes, Record] = Winners()
     tail: list[Record] = []
     for record in _records(store, refs, below, aborted, unstable):
         if record.offset >= tail_from:
             tail.append(record)
-        if record.key is None:
-            continue
-        rank = ranking.rank(record)
-        if record.key not in ranks or rank > ranks[record.key]:
-            latest[record.key], ranks[record.key] = record, rank
-    return PartitionView(snapshot.version, below, snapshot.lineage.current, latest, tuple(tail), unstable)
+        if record.key is not None:
+            latest.offer(record.key, ranking.rank(record), record)
+    return PartitionView(snapshot.version, below, snapshot.lineage.current, latest.items(), tuple(tail), unstable)
 
 
 def _records(store: ObjectStore, refs: list[SegmentRef], below: int, aborted: dict[int, list[tuple[int, int]]],

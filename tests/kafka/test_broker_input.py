@@ -229,7 +229,7 @@ def broker_run(kafka_runtime: str, request: pytest.FixtureRequest, tmp_path_fact
         assert all(p.error is None for p in report.partitions), report.to_dict()
         materialise("rolled")
         run = compaction.compact(spark, store, config, int(time.time() * 1000))
-        assert run["exit_code"] == 0, run
+        assert run.exit_code == 0, run.to_dict()
         materialise("compacted")
         kcompact_read = {p: _read_committed(store, p) for p in PARTITIONS}
         kcompact_cleaned_to = {p: table_in_store(store).partition_snapshot(TOPIC, p).lineage.current

@@ -56,10 +56,10 @@ def test_kafkas_tools_read_kcompacts_tiered_and_compacted_segments(
         spark: SparkSession, tiered: ObjectStore, tmp_path: Path) -> None:
     files = materialise_partition(tiered, "orders", 0, tmp_path / "tiered" / "orders-0")
     first = compaction.compact(spark, tiered, _config(), NOW)
-    assert first["exit_code"] == 0, first
+    assert first.exit_code == 0, first.to_dict()
     files += materialise_partition(tiered, "orders", 0, tmp_path / "compacted" / "orders-0")
     second = compaction.compact(spark, tiered, _config(), NOW + 2 * DAY, force=True)  # past delete.retention.ms
-    assert second["exit_code"] == 0, second
+    assert second.exit_code == 0, second.to_dict()
     files += materialise_partition(tiered, "orders", 0, tmp_path / "past-horizon" / "orders-0")
     assert {f.suffix for f in files} >= {".log", ".index", ".timeindex", ".txnindex", ".snapshot"}
     assert len({f.parent for f in files}) == 3

@@ -161,7 +161,7 @@ def test_broker_tiers_through_the_plugin_and_serves_what_kcompact_compacted(
     report = compaction.compact(spark, str(store), str(config))
     snapshot = table_in_store(open_store(str(store))).partition_snapshot(TOPIC, 0)
     cleaned = snapshot.lineage.current
-    assert cleaned > 0, json.dumps(report["partitions"], default=str)[:3000]
+    assert cleaned > 0, json.dumps(report.to_dict()["partitions"], default=str)[:3000]
     assert any(s.writer != "broker-1" for s in snapshot.live_segments), "kcompact committed no segment"
 
     # The broker goes on tiering above the compacted region, with no gap and no overlap.

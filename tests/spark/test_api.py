@@ -26,7 +26,7 @@ def test_superseded_run_raises_fenced_and_leaves_nothing_live(spark: SparkSessio
     tier_logdir(tmp_path / "logs", store, table_in_store(store, create=True), NOW)
     zombie = compaction.stage(spark, compaction.plan(spark, store, CONFIG, NOW))
     report = compaction.compact(spark, store, CONFIG, NOW, force=True)
-    assert [p["committed"] for p in report["partitions"]] == [True]
+    assert [p.committed for p in report.partitions] == [True]
     live_before = table_in_store(store).live_segments("t", 0)
     with pytest.raises(compaction.FencedError, match="expected fencing epoch") as err:
         compaction.commit(zombie)

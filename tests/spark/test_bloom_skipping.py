@@ -41,9 +41,9 @@ from compaction.format.scan import scan_segment
 from compaction.metadata import ChangeSet, ObjectSuffix, SegmentMetadata, acquire_fencing_epoch, table_in_store
 from compaction.metadata import commit as commit_change_set
 from compaction.reader import Isolation, consumer_records, segment_ref
-from compaction.report import run_report
 from compaction.run.commit import commit
 from compaction.run.plan import plan
+from compaction.run.report import run_report
 from compaction.run.stage import StagedRun, stage
 from compaction.storage import ObjectStore, open_store
 from tests.scenario_log import ScenarioLog, tier
@@ -128,7 +128,7 @@ def run_round(spark: SparkSession, store: ObjectStore, now: int, topics: tuple[s
     still_live = {s.segment_id for t in topics for s in table.live_segments(t, 0)}
     largest = {t: max((s.segment_size_bytes for s in live[t] if s.segment_id not in still_live), default=0)
                for t in topics}
-    return Round(staged, run_report(staged, outcomes), before, after, live, budget, scratch, used, largest)
+    return Round(staged, run_report(staged, outcomes).to_dict(), before, after, live, budget, scratch, used, largest)
 
 
 def build_logs() -> dict[str, ScenarioLog]:

@@ -96,7 +96,7 @@ def test_the_readme_api_on_spark_exits_cleanly(written: tuple[Path, Path]) -> No
         staged = compaction.stage(spark, run)
         compaction.commit(staged, raise_on_superseded=False)
         report = compaction.compact(spark, {str(store)!r}, {str(CONFIG)!r}, {NOW_MS})
-        compaction.verify({str(store)!r}, "orders", 0, report["metadata_version_planned"], spark=spark)
+        compaction.verify({str(store)!r}, "orders", 0, report.metadata_version_planned, spark=spark)
         compaction.gc({str(store)!r}, {str(CONFIG)!r}, {NOW_MS}, dry_run=True)
         spark.stop()
     """, runs=1)

@@ -152,7 +152,7 @@ def test_timestamp_and_header_strategies_keep_the_strategy_winner(
         assert expected[t] != by_offset[t], f"{t}: the workload must make the strategy matter"
     staged = stage(spark, run)
     assert all(o.committed for o in commit(staged))
-    invalid = {sp.plan.topic: sp.stats["invalid_versions"] for sp in staged.partitions}
+    invalid = {sp.plan.topic: sp.stats.invalid_versions for sp in staged.partitions}
     assert invalid["hdr"] > 0 and invalid["ts"] == 0, "missing/short version headers are counted"
     for topic, want in expected.items():
         survivors = {r.key: r.offset for r in all_records(store, topic, 0)

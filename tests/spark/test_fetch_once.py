@@ -21,9 +21,9 @@ from pyspark.sql import SparkSession
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.format.scan import scan_segment
 from compaction.metadata import ObjectSuffix, SegmentMetadata, table_in_store
-from compaction.report import run_report
 from compaction.run.commit import commit
 from compaction.run.plan import plan
+from compaction.run.report import run_report
 from compaction.run.stage import stage
 from compaction.storage import ObjectStore, open_store
 from tests.scenario_log import ScenarioLog, tier
@@ -44,7 +44,7 @@ def value(key: int, round_: int) -> bytes:
 
 def compact(spark: SparkSession, store: ObjectStore, now: int) -> dict:
     staged = stage(spark, plan(store, config(), now))
-    return run_report(staged, commit(staged))
+    return run_report(staged, commit(staged)).to_dict()
 
 
 @dataclass

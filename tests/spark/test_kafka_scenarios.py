@@ -33,6 +33,7 @@ from compaction.format.control import ControlType, control_key
 from compaction.format.producer_snapshot import read_producer_snapshot
 from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import MetadataSnapshot, ObjectSuffix, table_in_store
+from compaction.run.stats import PartitionStats
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 from tests.scenario_log import (
@@ -168,7 +169,7 @@ class History:
     views: dict[tuple[str, int], View] = field(default_factory=dict)
     tiered: dict[str, View] = field(default_factory=dict)
     bounds: dict[tuple[str, int], int] = field(default_factory=dict)
-    stats: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)
+    stats: dict[tuple[str, int], PartitionStats] = field(default_factory=dict)
     view_changes: dict[tuple[str, int], object] = field(default_factory=dict)
 
     def view(self, topic: str, step: int) -> View:
@@ -317,7 +318,7 @@ def test_scenario_4_basic_transaction_aware_cleaning(history: History) -> None:
     view = history.view("s04", 0)
     assert (view.keys, view.offsets) == ([3, 2], [3, 6, 7, 8, 9])
     assert view.aborted == history.tiered["s04"].aborted == [(1, 0, 6)]
-    assert history.stats[("s04", 0)]["aborted_records_removed"] == 4
+    assert history.stats[("s04", 0)].rewrite.aborted_records_removed == 4
 
 
 @scenario("s05", passes=(0, 2), config={"min.compaction.lag.ms": HOUR})
@@ -724,7 +725,7 @@ def test_kip280_timestamp_strategy_with_out_of_order_producer_timestamps(history
     assert [r.value for b in view.batches for r in b.records if r.key == b"c"] == [None]
     last = view.batches[-1]
     assert (last.last_offset, last.records) == (16, ()), "the range's last offset survives as an empty batch"
-    assert history.stats[("k280ts", 0)]["invalid_versions"] == 0
+    assert history.stats[("k280ts", 0)].invalid_versions == 0
 
 
 @scenario("k280hdr", passes=(0, 1), config={"compaction.strategy": "header", "compaction.strategy.header": "version"})
@@ -779,7 +780,7 @@ def test_kip280_header_strategy_with_missing_short_and_duplicated_headers(histor
     }
     last = view.batches[-1]
     assert (last.last_offset, last.records) == (19, ()), "the range's last offset survives as an empty batch"
-    assert history.stats[("k280hdr", 0)]["invalid_versions"] == 6, "c@5, d@6, d@7, e@9, f@11, h@15"
+    assert history.stats[("k280hdr", 0)].invalid_versions == 6, "c@5, d@6, d@7, e@9, f@11, h@15"
 
 
 @pytest.mark.spark

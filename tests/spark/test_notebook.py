@@ -50,7 +50,7 @@ def test_the_notebook_runs_top_to_bottom_twice(spark: SparkSession, tmp_path: Pa
     assert ns["plan_df"].filter("eligible").count() == 2
     assert ns["staged_df"].count() == sum(len(sp.new_segments) for sp in ns["staged"].partitions) > 0
     assert all(v.ok for v in ns["verdicts"])
-    assert ns["orders0"].count() < ns["report"]["partitions"][0]["records_read"]
+    assert ns["orders0"].count() < ns["report"].partitions[0].records_read
     assert (tmp_path / "notebook-report.html").read_text().startswith("<!DOCTYPE html>")
     compacted = live(ns)
 

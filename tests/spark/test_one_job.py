@@ -17,9 +17,9 @@ import compaction.spark.scan as scan
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.format.batch import Header, Record
 from compaction.metadata import ObjectSuffix, table_in_store
-from compaction.report import run_report
 from compaction.run.commit import commit
 from compaction.run.plan import plan
+from compaction.run.report import run_report
 from compaction.run.stage import stage
 from compaction.storage import ObjectStore, open_store
 from tests.scenario_log import ScenarioLog, tier
@@ -72,7 +72,7 @@ def _run(spark: SparkSession, store: ObjectStore, strategy: str, segment_bytes: 
     # the status tracker learns of jobs from Spark's listener bus, which runs behind: wait for it to drain
     spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(60_000)  # type: ignore[union-attr]
     jobs = len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
-    return run_report(staged, commit(staged)), jobs
+    return run_report(staged, commit(staged)).to_dict(), jobs
 
 
 def _logs(store: ObjectStore) -> list[list[bytes]]:
@@ -171,7 +171,7 @@ def test_one_rewrite_task_for_every_partition_writes_the_same_bytes(
                   for p in range(PARTITIONS))
     budget = largest + largest // 2  # one chunk fits, two do not: a single rewrite task runs all three
     shared = run_report(staged := stage(spark, plan(shared_store, _config(strategy), NOW,
-                                                   disk_budget_bytes=budget)), commit(staged))
+                                                   disk_budget_bytes=budget)), commit(staged)).to_dict()
     assert seen == [False, True]
     monkeypatch.setattr(pipeline, "_units_before_scan", lambda *_a: None)
     stepped, _jobs = _run(spark, other := _store(tmp_path / "other"), strategy)

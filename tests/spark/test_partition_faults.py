@@ -25,9 +25,9 @@ from compaction.config import KcompactConfig, TopicConfig
 from compaction.errors import ExitCode
 from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import table_in_store
-from compaction.report import run_report
 from compaction.run.commit import commit
 from compaction.run.plan import plan
+from compaction.run.report import run_report
 from compaction.run.stage import stage
 from compaction.storage import ObjectStore
 from compaction.tier import tier_logdir
@@ -78,7 +78,7 @@ def run_with_fault(spark: SparkSession, store: ObjectStore, proxy: FlakyProxy, f
     assert eligible == (set(PARTITIONS) - {BROKEN} if planning else set(PARTITIONS))
     proxy.fault = fault
     staged = stage(spark, run)
-    report = run_report(staged, commit(staged))
+    report = run_report(staged, commit(staged)).to_dict()
     proxy.fault = lambda method, path, seen: None
     return report
 
@@ -107,7 +107,7 @@ def check_only_broken_failed(report: dict, store: ObjectStore, moto_endpoint: st
 
 
 def rerun_converges(spark: SparkSession, store: ObjectStore, moto_endpoint: str, before: dict) -> None:
-    report = run_report(staged := stage(spark, plan(store, CONFIG, NOW + 1)), commit(staged))
+    report = run_report(staged := stage(spark, plan(store, CONFIG, NOW + 1)), commit(staged)).to_dict()
     assert report["failed"] == [] and {(p["topic"], p["partition"]) for p in report["partitions"]} == {BROKEN}
     assert views(direct(store, moto_endpoint), PARTITIONS) == before
 

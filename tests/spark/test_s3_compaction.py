@@ -16,9 +16,9 @@ from pyspark.sql import SparkSession
 
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.metadata import table_in_store
-from compaction.report import run_report
 from compaction.run.commit import commit
 from compaction.run.plan import plan
+from compaction.run.report import run_report
 from compaction.run.stage import stage
 from tests.moto_s3 import fresh_s3_store
 from tests.scenario_log import ScenarioLog, tier
@@ -52,7 +52,7 @@ def test_s3_round_keeps_segments_unread_and_reports_its_requests(
     tier([log], tmp_path / "logs", store, NOW - 2 * DAY)
     before = latest_per_key(store, "s3keep", 0)
     staged = stage(spark, plan(store, config, NOW))
-    report = run_report(staged, commit(staged))
+    report = run_report(staged, commit(staged)).to_dict()
     assert latest_per_key(store, "s3keep", 0) == before
     below = table_in_store(store).partition_snapshot("s3keep", 0).lineage.current
     keys = [k for k, (offset, _v) in latest_per_key(store, "s3keep", 0).items() if offset < below]

@@ -141,8 +141,8 @@ def test_compaction_after_roll_keeps_every_latest_record(
     before = {(log.topic, log.partition): latest_view(store, log.topic, log.partition) for log in logs}
     roll(spark, store, cfg, NOW + 2 * HOUR)
     report = compaction.compact(spark, store, cfg, NOW + 2 * HOUR)
-    assert report["exit_code"] == 0, json.dumps(report)[:2000]
-    assert [p["committed"] for p in report["partitions"]] == [True, True]
+    assert report.exit_code == 0, json.dumps(report.to_dict())[:2000]
+    assert [p.committed for p in report.partitions] == [True, True]
     after = {(log.topic, log.partition): latest_view(store, log.topic, log.partition) for log in logs}
     assert view_differences(before, after) == []
 

@@ -46,12 +46,11 @@ from compaction.metadata import ObjectKey, ObjectSuffix, SegmentMetadata
 from compaction.metadata.change_set import AddedObjectKey, ChangeSet, apply_change_set
 from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.planner.grouping import estimated_index_sizes, group_segments_by_size
-from compaction.report import TARGET_FALSE_READ_RATE, bloom_sizing
 from compaction.rewrite.upload import DiskBudgetError, rewrite_groups
+from compaction.run.report import TARGET_FALSE_READ_RATE, bloom_sizing
 from compaction.run.tasks import GroupTask, InputSegment, PartitionTask, PartitionWork
 from compaction.storage import open_store
 from compaction.storage.layout import Suffix, segment_object_key
-from compaction.strategies.winner import best_per_key
 from tests import factories
 
 NOW = 1_800_000_000_000
@@ -250,16 +249,6 @@ def test_small_segments_that_can_merge_are_not_kept(sizes: list[int], kept: set[
     assert ids == {segments[i].segment_id for i in expected}
 
 
-# --- the winner rule on one executor (`strategies.winner.best_per_key`) ----------------------------------
-
-
-def test_best_per_key_takes_the_greatest_rank() -> None:
-    keys = binary([b"a", b"b", b"a", b"a", b"b"]).cast(pa.large_binary())
-    best = best_per_key(keys, np.array([1, 0, 1, 0, 0], np.int8), np.array([5, 0, 5, 9, 0], np.int64),
-                        np.array([1, 2, 3, 4, 5], np.int64))
-    assert sorted(best.tolist()) == [2, 4]  # a: (1, 5, 3) beats (1, 5, 1) and (0, 9, 4); b: the later offset
-
-
 def version(v: int) -> tuple[Header, ...]:
     return (Header("version", struct.pack(">q", v)),)
 
@@ -398,11 +387,11 @@ def test_a_forced_round_keeps_nothing_and_scans_everything() -> None:
 
 def test_sizing_advice_flags_a_rate_too_coarse_for_the_dirty_keys() -> None:
     coarse = bloom_sizing(0.01, 100, clean_segments=40)
-    assert coarse is not None and coarse["too_coarse"]
-    assert coarse["expected_false_read_rate"] == pytest.approx(1 - 0.99**100, abs=1e-6)  # 63%
-    assert coarse["suggested_fpp"] == pytest.approx(TARGET_FALSE_READ_RATE / 100, rel=0.02)
+    assert coarse is not None and coarse.too_coarse
+    assert coarse.expected_false_read_rate == pytest.approx(1 - 0.99**100, abs=1e-6)  # 63%
+    assert coarse.suggested_fpp == pytest.approx(TARGET_FALSE_READ_RATE / 100, rel=0.02)
     fine = bloom_sizing(0.0005, 20, clean_segments=40)
-    assert fine is not None and not fine["too_coarse"] and fine["expected_false_read_rate"] < 0.02
+    assert fine is not None and not fine.too_coarse and fine.expected_false_read_rate < 0.02
     assert bloom_sizing(0.01, 0, clean_segments=40) is None and bloom_sizing(0.01, 5, clean_segments=0) is None
 
 
@@ -411,7 +400,9 @@ def test_suggested_fpp_keeps_segment_false_reads_near_the_target(dirty_keys: int
     """Real filters sized at the suggested rate, each tested with D keys none of them holds: the share of
     filters that answer "maybe" is about TARGET_FALSE_READ_RATE (and at the 1% default, far above it)."""
     rng = np.random.default_rng(5)
-    suggested = bloom_sizing(0.01, dirty_keys, clean_segments=1)["suggested_fpp"]  # type: ignore[index]
+    sizing = bloom_sizing(0.01, dirty_keys, clean_segments=1)
+    assert sizing is not None
+    suggested = sizing.suggested_fpp
     segments = 400
     reads = {suggested: 0, 0.01: 0}
     for _ in range(segments):

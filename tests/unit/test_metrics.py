@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from compaction.metrics import Metric, MetricType, Sample, format_value, prometheus_text, render
+from compaction.run.metrics import Metric, MetricType, Sample, format_value, prometheus_text, render
 from tests.prometheus_text import SAMPLE, parse_strict
-from tests.unit.run_reports import nothing_to_do_report, sample_report
+from tests.unit.run_reports import nothing_to_do_run, sample_run
 
 
 def test_the_file_is_strictly_the_text_exposition_format_and_carries_the_report() -> None:
-    report = sample_report()
+    report = sample_run()
     samples = parse_strict(prometheus_text(report))
     assert samples[("kcompact_max_compaction_delay_secs", "")] == 120
     assert samples[("kcompact_max_dirty_percent", "")] == 80
@@ -37,7 +37,7 @@ def test_the_file_is_strictly_the_text_exposition_format_and_carries_the_report(
 
 def test_prometheus_client_parses_the_file_back() -> None:
     parser = pytest.importorskip("prometheus_client.parser", reason="prometheus-client is not installed")
-    report = sample_report()
+    report = sample_run()
     families = {f.name: f for f in parser.text_string_to_metric_families(prometheus_text(report))}
     assert families["kcompact_bytes_read"].type == "counter"  # the parser drops a counter's _total
     assert families["kcompact_bytes_read"].samples[0].value == 600_000
@@ -48,7 +48,7 @@ def test_prometheus_client_parses_the_file_back() -> None:
 
 
 def test_a_run_with_nothing_to_do_still_reports_every_gauge() -> None:
-    samples = parse_strict(prometheus_text(nothing_to_do_report()))
+    samples = parse_strict(prometheus_text(nothing_to_do_run()))
     names = {name for name, _labels in samples}
     assert {"kcompact_max_compaction_delay_secs", "kcompact_max_dirty_percent", "kcompact_uncleanable_partitions_count",
             "kcompact_bytes_read_total", "kcompact_bytes_written_total", "kcompact_duration_seconds",

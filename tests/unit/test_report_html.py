@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from html.parser import HTMLParser
 
 import pytest
 
-from compaction.report_html import CHART_WIDTH, LABEL_WIDTH, VALUE_WIDTH, render_html
-from tests.unit.run_reports import nothing_to_do_report, sample_report
+from compaction.run.report_html import CHART_WIDTH, LABEL_WIDTH, VALUE_WIDTH, render_html
+from tests.unit.run_reports import nothing_to_do_run, sample_run
 
 FETCHING_TAGS = {"script", "link", "img", "iframe", "object", "embed", "source", "audio", "video", "base"}
 
@@ -38,7 +39,7 @@ def bars(chart: list[dict[str, str | None]]) -> list[tuple[str, float, float]]:
 
 
 def test_the_page_is_self_contained() -> None:
-    html = render_html(sample_report())
+    html = render_html(sample_run())
     page = Page(html)
     assert not FETCHING_TAGS & {tag for tag, _ in page.tags}
     assert not [a for _, attrs in page.tags for a in attrs if a in ("src", "href", "xlink:href", "srcset")]
@@ -48,7 +49,7 @@ def test_the_page_is_self_contained() -> None:
 
 
 def test_bars_are_as_long_as_their_values_say() -> None:
-    report = sample_report()
+    report = sample_run()
     bytes_chart, records_chart, _time = Page(render_html(report)).charts
     area = CHART_WIDTH - LABEL_WIDTH - VALUE_WIDTH
     want = [("before", 400_000), ("after", 100_000), ("before", 200_000), ("after", 50_000)]
@@ -60,7 +61,7 @@ def test_bars_are_as_long_as_their_values_say() -> None:
 
 
 def test_the_time_split_shows_every_phase_in_proportion() -> None:
-    *_, time_chart = Page(render_html(sample_report())).charts
+    *_, time_chart = Page(render_html(sample_run())).charts
     # stage 5.0 s = scan + winners 3.0 + rewrite + upload 1.0 + 1.0 of other staging work
     assert [(s, v) for s, v, _w in bars(time_chart)] == [
         ("plan", 0.5), ("scan + winners", 3.0), ("rewrite + upload", 1.0), ("stage (other)", 1.0), ("commit", 0.25)]
@@ -70,7 +71,7 @@ def test_the_time_split_shows_every_phase_in_proportion() -> None:
 
 
 def test_failures_and_the_plan_are_listed() -> None:
-    text = " ".join(Page(render_html(sample_report())).text)
+    text = " ".join(Page(render_html(sample_run())).text)
     assert "users-1" in text and "CorruptBatchError" in text
     assert "expected commit_seq 3, found 4" in text
     assert "below_ratio because of reasons" in text
@@ -78,16 +79,16 @@ def test_failures_and_the_plan_are_listed() -> None:
 
 
 def test_text_from_the_report_is_escaped() -> None:
-    report = sample_report()
-    report["failed"][0]["error"] = "<script>alert(1)</script>"
-    report["planned"][0]["topic"] = 'a"<u>'
-    html = render_html(report)
+    report = sample_run()
+    failed = (replace(report.failed[0], error="<script>alert(1)</script>"), *report.failed[1:])
+    planned = (replace(report.planned[0], topic='a"<u>'), *report.planned[1:])
+    html = render_html(replace(report, failed=failed, planned=planned))
     assert "<script>" not in html and "<u>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
 
 
 def test_a_run_with_nothing_to_do_shows_the_plan() -> None:
-    page = Page(render_html(nothing_to_do_report()))
+    page = Page(render_html(nothing_to_do_run()))
     text = " ".join(page.text)
     assert "Nothing was compacted in this run." in text
     assert "orders-0" in text and "below_ratio" in text

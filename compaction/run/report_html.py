@@ -14,6 +14,7 @@ from html import escape
 from typing import Any
 
 from compaction.planner.explain import byte_size, duration, timestamp
+from compaction.run.report import PartitionReport, PlannedPartition, RunReport
 
 BEFORE, AFTER = "#9aa5b1", "#2f6fde"
 PHASE_COLORS = {"plan": "#8e6cd1", "scan + winners": "#2f6fde", "rewrite + upload": "#27a567",
@@ -88,12 +89,12 @@ def stacked_bar(parts: Sequence[tuple[str, float]], colors: Mapping[str, str]) -
             f'{"".join(rects)}</svg>')
 
 
-def time_split(report: Mapping[str, Any]) -> list[tuple[str, float]]:
+def time_split(report: RunReport) -> list[tuple[str, float]]:
     """(phase, seconds): plan, the stage's scan + winners and rewrite + upload (and its rest), commit."""
-    phases, split = report.get("phase_seconds") or {}, report["time_split_seconds"]
-    stage = phases.get("stage", split["map"] + split["rewrite"])
-    out = [("plan", phases.get("plan", 0.0)), ("scan + winners", split["map"]),
-           ("rewrite + upload", split["rewrite"]), ("stage (other)", max(stage - split["map"] - split["rewrite"], 0)),
+    phases, split = report.phase_seconds, report.time_split_seconds
+    stage = phases.get("stage", split.map + split.rewrite)
+    out = [("plan", phases.get("plan", 0.0)), ("scan + winners", split.map),
+           ("rewrite + upload", split.rewrite), ("stage (other)", max(stage - split.map - split.rewrite, 0)),
            ("commit", phases.get("commit", 0.0))]
     return [(name, float(v)) for name, v in out if v > 0]
 
@@ -109,74 +110,83 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], numeric: Sequen
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _cards(report: Mapping[str, Any]) -> str:
-    parts = report["partitions"]
-    read, written = report["bytes_read"], report["bytes_written"]
-    recs_read = sum(p["records_read"] for p in parts)
-    recs_written = sum(p["records_written"] for p in parts)
-    requests = report.get("requests") or {}
+def _cards(report: RunReport) -> str:
+    read, written = report.bytes_read, report.bytes_written
+    requests = report.requests
     cards = [
-        ("partitions compacted", f"{sum(1 for p in parts if p['committed'])} of {len(report['planned'])}"),
-        ("failed", str(len(report["failed"]))),
+        ("partitions compacted", f"{report.committed} of {len(report.planned)}"),
+        ("failed", str(len(report.failed))),
         ("bytes before → after", f"{byte_size(read)} → {byte_size(written)}"),
         ("size reduction", f"{100 * (1 - written / read):.1f}%" if read else "–"),
-        ("records before → after", f"{recs_read:,d} → {recs_written:,d}"),
-        ("duration", _seconds(report["duration_seconds"])),
-        ("max compaction delay", duration(1000 * report["max_compaction_delay_secs"])),
-        ("max dirty", f"{report['max_dirty_percent']}%"),
-        ("uncleanable partitions", str(len(report["uncleanable_partitions"]))),
-        ("store requests", f"{requests.get('gets', 0):,d} GET · {requests.get('puts', 0):,d} PUT"),
-        ("clean segments left unread", f"{report.get('segments_skipped', 0):,d}"),
+        ("records before → after", f"{report.records_read:,d} → {report.records_written:,d}"),
+        ("duration", _seconds(report.duration_seconds)),
+        ("max compaction delay", duration(1000 * report.max_compaction_delay_secs)),
+        ("max dirty", f"{report.max_dirty_percent}%"),
+        ("uncleanable partitions", str(len(report.uncleanable_partitions))),
+        ("store requests", f"{requests.gets:,d} GET · {requests.puts:,d} PUT"),
+        ("clean segments left unread", f"{report.segments_skipped:,d}"),
     ]
     return '<div class="cards">' + "".join(
         f'<div class="card"><b>{escape(v)}</b><span>{escape(k)}</span></div>' for k, v in cards) + "</div>"
 
 
-def render_html(report: Mapping[str, Any]) -> str:
-    """The self-contained HTML page of a run report."""
-    parts = report["partitions"]
-    status = ('<span class="ok">OK</span>' if report["exit_code"] == 0
-              else f'<span class="bad">exit code {report["exit_code"]}</span>')
-    body = [
-        f"<h1>kcompact run {escape(str(report['run_id']))}</h1>",
-        f'<div class="sub">{status} · clock {escape(timestamp(report["now_ms"]))} · planned at metadata table '
-        f"version {report['metadata_version_planned']}</div>",
-        _cards(report),
+def _label(p: PartitionReport | PlannedPartition) -> str:
+    return f"{p.topic}-{p.partition}"
+
+
+def _charts(parts: Sequence[PartitionReport]) -> list[str]:
+    if not parts:
+        return ['<h2>Partitions</h2><p class="empty">Nothing was compacted in this run.</p>']
+    return [
+        "<h2>Bytes per partition</h2>",
+        bar_chart([(_label(p), (p.bytes_read, p.bytes_written)) for p in parts],
+                  {"before": BEFORE, "after": AFTER}, fmt=byte_size),
+        "<h2>Records per partition</h2>",
+        bar_chart([(_label(p), (p.records_read, p.records_written)) for p in parts],
+                  {"before": BEFORE, "after": AFTER}),
     ]
-    labels = [f"{p['topic']}-{p['partition']}" for p in parts]
-    if parts:
-        body += [
-            "<h2>Bytes per partition</h2>",
-            bar_chart([(lb, (p["bytes_read"], p["bytes_written"])) for lb, p in zip(labels, parts, strict=True)],
-                      {"before": BEFORE, "after": AFTER}, fmt=byte_size),
-            "<h2>Records per partition</h2>",
-            bar_chart([(lb, (p["records_read"], p["records_written"])) for lb, p in zip(labels, parts, strict=True)],
-                      {"before": BEFORE, "after": AFTER}),
-        ]
-    else:
-        body.append('<h2>Partitions</h2><p class="empty">Nothing was compacted in this run.</p>')
-    split = time_split(report)
-    body += ["<h2>Where the time went</h2>",
-             stacked_bar(split, PHASE_COLORS) if split else '<p class="empty">No time measured.</p>']
-    if parts:
+
+
+def _tables(report: RunReport) -> list[str]:
+    """The compacted partitions, the failed ones, and the plan's view of every partition."""
+    body = []
+    if report.partitions:
         body += ["<h2>Compacted partitions</h2>", _table(
             ["partition", "dirty section", "bytes before", "bytes after", "records before", "records after",
              "segments in → out", "committed"],
-            [(lb, "[{}, {})".format(*(p["dirty_section"] or ("", ""))), _n(p["bytes_read"]), _n(p["bytes_written"]),
-              _n(p["records_read"]), _n(p["records_written"]), f"{p['segments_replaced']} → {p['segments_written']}",
-              f"version {p['metadata_version']}" if p["committed"] else f"no: {p['error']}")
-             for lb, p in zip(labels, parts, strict=True)],
+            [(_label(p), "[{}, {})".format(*(p.dirty_section or ("", ""))), _n(p.bytes_read), _n(p.bytes_written),
+              _n(p.records_read), _n(p.records_written), f"{p.segments_replaced} → {p.segments_written}",
+              f"version {p.metadata_version}" if p.committed else f"no: {p.error}")
+             for p in report.partitions],
             [False, False, True, True, True, True, True, False])]
-    if report["failed"]:
+    if report.failed:
         body += ["<h2>Failed partitions</h2>", _table(
             ["partition", "exit code", "error"],
-            [(f"{f['topic']}-{f['partition']}", f["exit_code"], f"{f['error_type']}: {f['error']}")
-             for f in report["failed"]], [False, True, False])]
+            [(f"{f.topic}-{f.partition}", f.exit_code, f"{f.error_type}: {f.error}") for f in report.failed],
+            [False, True, False])]
     body += ["<h2>Plan</h2>", _table(
         ["partition", "decision", "dirty ratio", "compaction delay", "cleanable", "why"],
-        [(f"{p['topic']}-{p['partition']}", p["decision"], f"{p['dirty_ratio']:.2f}",
-          duration(1000 * p["max_compaction_delay_secs"]), byte_size(p["cleanable_bytes"]), p["reason"])
-         for p in report["planned"]], [False, False, True, True, True, False])]
-    title = escape(f"kcompact run {report['run_id']}")
+        [(_label(p), p.decision, f"{p.dirty_ratio:.2f}", duration(1000 * p.max_compaction_delay_secs),
+          byte_size(p.cleanable_bytes), p.reason) for p in report.planned],
+        [False, False, True, True, True, False])]
+    return body
+
+
+def render_html(report: RunReport) -> str:
+    """The self-contained HTML page of a run report."""
+    status = ('<span class="ok">OK</span>' if report.exit_code == 0
+              else f'<span class="bad">exit code {report.exit_code}</span>')
+    split = time_split(report)
+    body = [
+        f"<h1>kcompact run {escape(str(report.run_id))}</h1>",
+        f'<div class="sub">{status} · clock {escape(timestamp(report.now_ms))} · planned at metadata table '
+        f"version {report.metadata_version_planned}</div>",
+        _cards(report),
+        *_charts(report.partitions),
+        "<h2>Where the time went</h2>",
+        stacked_bar(split, PHASE_COLORS) if split else '<p class="empty">No time measured.</p>',
+        *_tables(report),
+    ]
+    title = escape(f"kcompact run {report.run_id}")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
