@@ -9,7 +9,7 @@ life: it ends when its stdin closes (the broker closed the manager, or died), an
 a broker's own stop may send its whole process group while the broker still finishes a copy.
 
 Requests (`op` and its fields; every answer is `{"ok": true, "result": ...}` or
-`{"ok": false, "error": "<one line>", "type": "<kcompact error class>"}`):
+`{"ok": false, "error": "<one line>", "type": "<kcompact error class>", "version": <the table's latest version>}`):
 
 - `add`: KIP-405's addRemoteLogSegmentMetadata. A row in COPY_SEGMENT_STARTED with the object keys of
   `compaction.storage.layout`, the `.txnindex` only when the broker says the segment has one.
@@ -156,10 +156,19 @@ def answer(table: MetadataTable, line: str) -> dict[str, Any]:
         req = json.loads(line)
         return {"ok": True, "result": _OPS[req["op"]](table, req)}
     except KcompactError as e:
-        return {"ok": False, "error": str(e).replace("\n", " "), "type": type(e).__name__}
+        return {"ok": False, "error": str(e).replace("\n", " "), "type": type(e).__name__,
+                "version": _version(table)}
     except Exception as e:
         return {"ok": False, "error": f"{type(e).__name__}: {e} (request: {line.strip()[:200]})".replace("\n", " "),
-                "type": "InternalError"}
+                "type": "InternalError", "version": _version(table)}
+
+
+def _version(table: MetadataTable) -> int | None:
+    """The table's latest version, which an error answer names; None if the table cannot be read either."""
+    try:
+        return table.version()
+    except KcompactError:
+        return None
 
 
 def serve(table: MetadataTable, requests: IO[str], answers: IO[str]) -> None:

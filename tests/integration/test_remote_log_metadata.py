@@ -57,7 +57,7 @@ def test_a_refused_request_is_an_error_answer_naming_the_rule(tmp_path: Path) ->
     answers = _ask(tmp_path, _add(), _update(SegmentState.COPY_SEGMENT_FINISHED),
                    _update(SegmentState.COPY_SEGMENT_STARTED))
     assert [a["ok"] for a in answers] == [True, True, False]
-    assert answers[2]["type"] == "InvalidStateTransitionError"
+    assert (answers[2]["type"], answers[2]["version"]) == ("InvalidStateTransitionError", 2)  # the version it read
     assert "COPY_SEGMENT_FINISHED -> COPY_SEGMENT_STARTED" in answers[2]["error"]
 
 

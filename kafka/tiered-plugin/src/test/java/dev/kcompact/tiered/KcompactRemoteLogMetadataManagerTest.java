@@ -1,0 +1,86 @@
+package dev.kcompact.tiered;
+
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.util.Map;
+import org.apache.kafka.common.TopicIdPartition;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.Uuid;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentId;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
+import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * The metadata manager's failures, against a stand-in for kcompact's metadata process (a shell script speaking the
+ * same JSON lines): every one is a RemoteStorageException naming the table, the request and a table version.
+ */
+class KcompactRemoteLogMetadataManagerTest {
+
+    private static final TopicIdPartition TP = new TopicIdPartition(Uuid.fromString("MWJ6FHTfRYy67jzwZdeqSQ"),
+            new TopicPartition("orders", 0));
+    private static final RemoteLogSegmentMetadata SEGMENT = new RemoteLogSegmentMetadata(
+            new RemoteLogSegmentId(TP, Uuid.fromString("tqimKeZwStOEOwRzT3L5oQ")), 100, 199, 5, 1, 6, 10,
+            Map.of(0, 100L));
+    private static final String READY = "echo '{\"ok\": true, \"result\": {\"ready\": 7}}'\n";
+
+    @TempDir
+    Path tmp;
+    private final KcompactRemoteLogMetadataManager rlmm = new KcompactRemoteLogMetadataManager();
+
+    @AfterEach
+    void close() {
+        rlmm.close();
+    }
+
+    private String store() {
+        return tmp.resolve("store").toString();
+    }
+
+    /** Configures the manager with {@code body} as its "python": a script given the same arguments. */
+    private void configure(String body) throws IOException {
+        Path script = tmp.resolve("metadata-process");
+        Files.writeString(script, "#!/bin/sh\n" + body);
+        Files.setPosixFilePermissions(script, PosixFilePermissions.fromString("rwx------"));
+        rlmm.configure(Map.of(KcompactRemoteLogMetadataManager.STORE_CONFIG, store(),
+                KcompactRemoteLogMetadataManager.PYTHON_CONFIG, script.toString(), "broker.id", "1"));
+    }
+
+    @Test
+    void aRefusedRequestNamesTheTableVersionTheProcessRead() throws Exception {
+        configure(READY + "while read line; do echo '{\"ok\": false, \"type\": \"CommitConflictError\", "
+                + "\"error\": \"orders-0: expected commit_seq 2, found 3\", \"version\": 9}'; done\n");
+        RemoteStorageException e = assertThrows(RemoteStorageException.class,
+                () -> rlmm.addRemoteLogSegmentMetadata(SEGMENT));
+        assertTrue(e.getMessage().startsWith("kcompact metadata table " + store()
+                + "/_kcompact_metadata (add, table version 9): CommitConflictError: orders-0: expected commit_seq 2, "
+                + "found 3"), e.getMessage());
+    }
+
+    @Test
+    void aListingThenAFailureNamesTheLastVersionRead() throws Exception {
+        configure(READY + "read line; echo '{\"ok\": true, \"result\": {\"version\": 8, \"segments\": []}}'\n"
+                + "read line; exit 3\n");
+        assertTrue(rlmm.highestOffsetForEpoch(TP, 0).isEmpty());
+        RemoteStorageException e = assertThrows(RemoteStorageException.class,
+                () -> rlmm.listRemoteLogSegments(TP, 0));
+        assertTrue(e.getMessage().contains("/_kcompact_metadata (segments, last table version read 8): "
+                + "the metadata process exited with 3"), e.getMessage());
+    }
+
+    @Test
+    void anAnswerWithoutAVersionNamesTheLastOneRead() throws Exception {
+        configure(READY + "while read line; do echo '{\"ok\": false, \"type\": \"TransientStoreError\", "
+                + "\"error\": \"reading the table failed\", \"version\": null}'; done\n");
+        RemoteStorageException e = assertThrows(RemoteStorageException.class,
+                () -> rlmm.remoteLogSegmentMetadata(TP, 0, 150));
+        assertTrue(e.getMessage().contains("(segments, table version 7): TransientStoreError"), e.getMessage());
+    }
+}
