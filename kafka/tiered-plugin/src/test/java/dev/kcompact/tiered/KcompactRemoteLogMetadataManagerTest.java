@@ -1,5 +1,6 @@
 package dev.kcompact.tiered;
 
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -7,7 +8,9 @@ import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.attribute.PosixFilePermissions;
+import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.Uuid;
@@ -46,11 +49,52 @@ class KcompactRemoteLogMetadataManagerTest {
 
     /** Configures the manager with {@code body} as its "python": a script given the same arguments. */
     private void configure(String body) throws IOException {
+        configure(body, "1000");
+    }
+
+    private void configure(String body, String cacheMs) throws IOException {
         Path script = tmp.resolve("metadata-process");
         Files.writeString(script, "#!/bin/sh\n" + body);
         Files.setPosixFilePermissions(script, PosixFilePermissions.fromString("rwx------"));
         rlmm.configure(Map.of(KcompactRemoteLogMetadataManager.STORE_CONFIG, store(),
-                KcompactRemoteLogMetadataManager.PYTHON_CONFIG, script.toString(), "broker.id", "1"));
+                KcompactRemoteLogMetadataManager.PYTHON_CONFIG, script.toString(), "broker.id", "1",
+                KcompactRemoteLogMetadataManager.CACHE_MS_CONFIG, cacheMs));
+    }
+
+    /** A stand-in that logs each request's op to {@code ops} and answers it: a listing of one live segment, or a
+     * commit's new version. */
+    private String logging(Path ops) {
+        String row = "{\"segment_id\": \"tqimKeZwStOEOwRzT3L5oQ\", \"topic_id\": \"MWJ6FHTfRYy67jzwZdeqSQ\", "
+                + "\"start_offset\": 100, \"end_offset\": 199, \"max_timestamp_ms\": 5, \"event_timestamp_ms\": 6, "
+                + "\"segment_size_bytes\": 10, \"state\": \"COPY_SEGMENT_FINISHED\", \"live\": true, "
+                + "\"writer\": \"broker-1\", \"leader_epochs\": [[0, 100]], \"txn_index\": false}";
+        return READY + "while read line; do case \"$line\" in\n"
+                + "  *'\"op\":\"segments\"'*) echo segments >> " + ops + "; "
+                + "echo '{\"ok\": true, \"result\": {\"version\": 8, \"segments\": [" + row + "]}}' ;;\n"
+                + "  *) echo write >> " + ops + "; echo '{\"ok\": true, \"result\": 9}' ;;\n"
+                + "esac; done\n";
+    }
+
+    @Test
+    void aListingIsReusedForTheCacheTimeAndReadAfreshAfterTheBrokersOwnWrite() throws Exception {
+        Path ops = tmp.resolve("ops");
+        configure(logging(ops), "60000");
+        assertEquals(Optional.of(199L), rlmm.highestOffsetForEpoch(TP, 0));
+        assertTrue(rlmm.remoteLogSegmentMetadata(TP, 0, 150).isPresent());
+        assertEquals(10L, rlmm.remoteLogSize(TP, 0));
+        assertEquals(List.of("segments"), Files.readAllLines(ops));
+        rlmm.addRemoteLogSegmentMetadata(SEGMENT);
+        assertTrue(rlmm.listRemoteLogSegments(TP).hasNext());
+        assertEquals(List.of("segments", "write", "segments"), Files.readAllLines(ops));
+    }
+
+    @Test
+    void withoutACacheTimeEveryQuestionReadsTheTable() throws Exception {
+        Path ops = tmp.resolve("ops");
+        configure(logging(ops), "0");
+        rlmm.highestOffsetForEpoch(TP, 0);
+        rlmm.highestOffsetForEpoch(TP, 0);
+        assertEquals(List.of("segments", "segments"), Files.readAllLines(ops));
     }
 
     @Test
@@ -67,7 +111,7 @@ class KcompactRemoteLogMetadataManagerTest {
     @Test
     void aListingThenAFailureNamesTheLastVersionRead() throws Exception {
         configure(READY + "read line; echo '{\"ok\": true, \"result\": {\"version\": 8, \"segments\": []}}'\n"
-                + "read line; exit 3\n");
+                + "read line; exit 3\n", "0");
         assertTrue(rlmm.highestOffsetForEpoch(TP, 0).isEmpty());
         RemoteStorageException e = assertThrows(RemoteStorageException.class,
                 () -> rlmm.listRemoteLogSegments(TP, 0));
