@@ -34,11 +34,12 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * kcompact's commit rules (the partition's row set replaced in one commit, the fencing and lineage checks)
  * written a second time in Java.
  *
- * <p>A partition's listing is reused for {@code kcompact.metadata.cache.ms} (default 1000) and dropped at once when
+ * <p>A partition's listing is reused for {@code kcompact.metadata.cache.ms} (default 5000) and dropped at once when
  * this broker writes to the partition: Kafka asks for one segment after another (a read_committed fetch walks every
  * later remote segment's transaction index, {@code RemoteLogManager.collectAbortedTransactions}), and one table read
  * per question made a fetch from a tier of ~70 segments take longer than {@code remote.fetch.max.wait.ms}, until
- * retried fetches filled the remote reader pool ({@code RejectedExecutionException}). A compaction's swap is served
+ * retried fetches filled the remote reader pool ({@code RejectedExecutionException}); with a 1 s cache, a loaded
+ * machine (a listing read taking ~1 s) still stalled read_committed consumers, each retried fetch redoing the walk. A compaction's swap is served
  * within that time; a replaced segment's objects outlive it by {@code kcompact gc}'s grace (file.delete.delay.ms).
  *
  * <p>Which rows the broker sees is {@link RemoteSegments}'s: live rows, and for
@@ -57,7 +58,7 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
 
     private MetadataPipe pipe;
     private int brokerId = -1;
-    private long cacheNanos = TimeUnit.SECONDS.toNanos(1);
+    private long cacheNanos = TimeUnit.SECONDS.toNanos(5);
     private final Map<TopicIdPartition, Listing> listings = new ConcurrentHashMap<>();
     private final AtomicLong writes = new AtomicLong();
 
@@ -127,8 +128,19 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
     }
 
     /** The partition's segments: the listing read less than the cache time ago, else a fresh one. A listing whose
-     * read overlapped one of this broker's writes is used once and not kept. */
+     * read overlapped one of this broker's writes is used once and not kept. Threads wanting a stale listing read it
+     * once, one after the other (the pipe serializes them anyway): the first reads it, the others find it fresh. */
     private RemoteSegments segments(TopicIdPartition tp) throws RemoteStorageException {
+        Listing kept = listings.get(tp);
+        if (kept != null && System.nanoTime() - kept.readAtNanos() < cacheNanos) {
+            return kept.segments();
+        }
+        synchronized (listings) {
+            return readListing(tp);
+        }
+    }
+
+    private RemoteSegments readListing(TopicIdPartition tp) throws RemoteStorageException {
         long now = System.nanoTime();
         Listing kept = listings.get(tp);
         if (kept != null && now - kept.readAtNanos() < cacheNanos) {
