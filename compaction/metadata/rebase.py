@@ -14,7 +14,9 @@ every change since V is of that kind, comparing the partition at V with the late
 The range ends at the highest offset the change set touches: the last offset of each row it changes or adds a file
 to, of each segment it adds, and the offset below its new cleaner offset. Anything else (another compaction, a new
 cleaner offset, a row below the range) is a conflict as before. Rebasing a change set that already landed is refused
-(its own rows changed the partition below the range), so it still cannot land twice. Pure.
+(its own rows changed the partition below the range), so it still cannot land twice; one that changes no segment row
+(only the partition row, e.g. a cleaner offset that does not move) is never rebased, since its landing leaves no row
+to tell it from an append. Pure.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def _describe(s: SegmentMetadata) -> str:
 
 def _why_not(cs: ChangeSet, planned: PartitionSnapshot, current: PartitionSnapshot, end: int) -> str | None:
     """What, since `planned`, is not a segment appended above `end`; None if nothing."""
+    if not (cs.new_segments or cs.state_changes or cs.added_object_keys):
+        return "a change set that changes no segment row, whose own landing (a lost reply) looks like an append"
     before, after = ([(c.epoch, c.offset) for c in p.state.cleaner_offsets] if p.state else []
                      for p in (planned, current))
     if before != after:

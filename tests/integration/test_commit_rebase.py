@@ -163,6 +163,18 @@ def test_a_replay_of_a_landed_compaction_is_still_refused(table: MetadataTable) 
         commit(table, cs, NOW)
 
 
+def test_a_change_set_without_segment_rows_is_never_rebased(table: MetadataTable) -> None:
+    """Only the partition row changes (the cleaner offset where it already is): after it landed, nothing but
+    commit_seq tells its landing from an append, so a replay (a lost reply retried) must not land twice."""
+    broker_tiers(table, (0, 99))
+    cs = ChangeSet.planned_from(table.partition_snapshot(TOPIC, 0), fencing_epoch=0, writer="kcompact",
+                                cleaner_offset=0)
+    landed = commit(table, cs, NOW)
+    with pytest.raises(CommitConflictError, match="changes no segment row"):
+        commit(table, cs, NOW)
+    assert table.partition_snapshot(TOPIC, 0).commit_seq == landed.commit_seq
+
+
 def test_a_zombie_compaction_is_fenced_even_when_only_the_broker_wrote_since(table: MetadataTable) -> None:
     """The zombie planned under its epoch; a new run took the partition, and the broker tiered meanwhile. The
     rebase never applies across a fencing epoch: the zombie is refused, wherever the race puts its commit."""
