@@ -9,7 +9,7 @@ life: it ends when its stdin closes (the broker closed the manager, or died), an
 a broker's own stop may send its whole process group while the broker still finishes a copy.
 
 Requests (`op` and its fields; every answer is `{"ok": true, "result": ...}` or
-`{"ok": false, "error": "<one line>", "type": "<kcompact error class>"}`):
+`{"ok": false, "error": "<one line>", "type": "<kcompact error class>", "version": <the table's latest version>}`):
 
 - `add`: KIP-405's addRemoteLogSegmentMetadata. A row in COPY_SEGMENT_STARTED with the object keys of
   `compaction.storage.layout`, the `.txnindex` only when the broker says the segment has one.
@@ -17,8 +17,13 @@ Requests (`op` and its fields; every answer is `{"ok": true, "result": ...}` or
 - `segments`: every segment row of a partition, each with `live` (COPY_SEGMENT_FINISHED and not a zombie),
   and the table version read.
 
-The broker writes under the partition's current fencing epoch (an unfenced single writer, docs/fencing.md),
-and a plain conflict with another writer is re-planned and retried a few times, as `kcompact tier` does.
+Two epochs, kept apart. The broker's rows carry the leader epochs Kafka gives each segment
+(`RemoteLogSegmentMetadata.segmentLeaderEpochs`), which also grow the partition's leader-epoch lineage, and a broker
+is fenced by them: an `add` whose segment's latest leader epoch is older than the lineage's latest is a deposed
+leader's and is refused (`FencedError`). kcompact's fencing epoch (docs/fencing.md) is the cleaner's alone: the
+broker holds none and writes under the partition's current one, so a run acquiring the partition never fences the
+broker, and the broker's appends never fence a run (a compaction rebases over them, `compaction.metadata.rebase`).
+A plain conflict with another writer is re-planned and retried a few times, as `kcompact tier` does.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
-from compaction.errors import CommitConflictError, KcompactError
+from compaction.errors import CommitConflictError, FencedError, KcompactError
 from compaction.format.checkpoints import EpochEntry
 from compaction.metadata import (
     ChangeSet,
@@ -54,10 +59,13 @@ _SUFFIXES = (Suffix.LOG, Suffix.OFFSET_INDEX, Suffix.TIME_INDEX, Suffix.PRODUCER
 
 def _committed(table: MetadataTable, topic: str, partition: int, now_ms: int,
                plan: Callable[[PartitionSnapshot], ChangeSet]) -> int:
-    """Plan against the latest partition and commit; a plain conflict is re-planned. The new table version."""
+    """Plan against the latest partition and commit; a plain conflict is re-planned, a fenced writer never. The new
+    table version."""
     for attempt in range(1, _ATTEMPTS + 1):
         try:
             return commit(table, plan(table.partition_snapshot(topic, partition)), now_ms).version
+        except FencedError:
+            raise
         except CommitConflictError:
             if attempt == _ATTEMPTS:
                 raise
@@ -84,11 +92,30 @@ def new_segment(req: Mapping[str, Any], prefix: str = "") -> NewSegment:
     )
 
 
+def check_leader_epoch(current: PartitionSnapshot, segment: NewSegment, writer: str) -> None:
+    """Refuse a segment whose latest leader epoch is older than the partition's latest: a deposed leader's copy.
+
+    Raises:
+        FencedError: naming both epochs; the broker drops the copy (a newer leader tiers the partition).
+    """
+    lineage = current.state.leader_epochs if current.state else ()
+    if lineage and segment.segment_leader_epochs and segment.segment_leader_epochs[-1].epoch < lineage[-1].epoch:
+        raise FencedError(
+            f"{current.topic}-{current.partition}: expected leader epoch {lineage[-1].epoch} or newer, found "
+            f"{segment.segment_leader_epochs[-1].epoch} (segment {segment.segment_id} "
+            f"[{segment.start_offset}, {segment.end_offset}] from {writer}, a deposed leader)"
+        )
+
+
 def add(table: MetadataTable, req: Mapping[str, Any]) -> int:
     segment, writer = new_segment(req), f"broker-{req['broker_id']}"
-    return _committed(table, req["topic"], req["partition"], req["event_timestamp_ms"], lambda current:
-                      ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
-                                             new_segments=(segment,), topic_id=req["topic_id"]))
+
+    def plan(current: PartitionSnapshot) -> ChangeSet:
+        check_leader_epoch(current, segment, writer)
+        return ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
+                                      new_segments=(segment,), topic_id=req["topic_id"])
+
+    return _committed(table, req["topic"], req["partition"], req["event_timestamp_ms"], plan)
 
 
 def update(table: MetadataTable, req: Mapping[str, Any]) -> int:
@@ -129,10 +156,19 @@ def answer(table: MetadataTable, line: str) -> dict[str, Any]:
         req = json.loads(line)
         return {"ok": True, "result": _OPS[req["op"]](table, req)}
     except KcompactError as e:
-        return {"ok": False, "error": str(e).replace("\n", " "), "type": type(e).__name__}
+        return {"ok": False, "error": str(e).replace("\n", " "), "type": type(e).__name__,
+                "version": _version(table)}
     except Exception as e:
         return {"ok": False, "error": f"{type(e).__name__}: {e} (request: {line.strip()[:200]})".replace("\n", " "),
-                "type": "InternalError"}
+                "type": "InternalError", "version": _version(table)}
+
+
+def _version(table: MetadataTable) -> int | None:
+    """The table's latest version, which an error answer names; None if the table cannot be read either."""
+    try:
+        return table.version()
+    except KcompactError:
+        return None
 
 
 def serve(table: MetadataTable, requests: IO[str], answers: IO[str]) -> None:

@@ -1,8 +1,9 @@
 """The Delta metadata table: KIP-405's RemoteLogMetadataManager for kcompact.
 
 `model` holds the row values and the Arrow schema, `lineage` the cleaner-offset vectors and their
-zombie check, `snapshot` the read-side values, `change_set` the pure commit computation, `table` the
-reads (latest and time travel) and `commit` the atomic, fenced writes.
+zombie check, `snapshot` the read-side values, `change_set` the pure commit computation, `rebase` a stale
+change set moved over segments appended since, `table` the reads (latest and time travel) and `commit` the
+atomic, fenced writes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from compaction.metadata.commit import (
     commit,
     mark_deleted_finished,
     record_tier_finished,
-    record_tier_started,
 )
 from compaction.metadata.lineage import CleanerOffsetLineage, valid_cleaner_offsets
 from compaction.metadata.model import (
@@ -60,7 +60,6 @@ __all__ = [
     "mark_deleted_finished",
     "new_kafka_uuid",
     "record_tier_finished",
-    "record_tier_started",
     "referenced_object_keys",
     "table_in_store",
     "valid_cleaner_offsets",

@@ -24,31 +24,40 @@ whatever the arrival order (old run commits before or after the new run's commit
 uploaded stay unreferenced; gc finds them with `snapshot.referenced_object_keys`. A fresh partition has
 epoch 0, which a writer may use without acquiring (an unfenced single writer).
 
-`commit` never retries: its change set was planned from a snapshot, and only the caller can re-plan. The
-conveniences (`record_tier_*`, `mark_deleted_finished`) derive their change set from the latest state on
-each attempt, so they retry a plain conflict a bounded number of times; a `FencedError` is never retried.
-A change set that already landed cannot land twice (its `expected_commit_seq` is then stale).
+`commit` never re-plans: its change set was planned from a snapshot, and only the caller can re-plan. It does rebase
+one over commits that only appended segments above everything it touches (`rebase`: a broker tiering the next
+segment while a compaction runs), up to `REBASE_ATTEMPTS` times; any other commit in between is a conflict, and a
+`FencedError` is never rebased. The conveniences (`record_tier_finished`, `mark_deleted_finished`) derive their
+change set from the latest state on each attempt, so they retry a plain conflict a bounded number of times. A change
+set that already landed cannot land twice (its `expected_commit_seq` is then stale, and its own rows forbid a rebase).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
-from compaction.errors import CommitConflictError, MetadataInvariantError, TransientStoreError
+from compaction.errors import (
+    CommitConflictError,
+    FencedError,
+    MetadataInvariantError,
+    MetadataVersionNotFoundError,
+    TransientStoreError,
+)
 from compaction.metadata.change_set import (
     ChangeSet,
-    NewSegment,
     PartitionRows,
     StateChange,
     acquire_rows,
     apply_change_set,
+    check_preconditions,
 )
 from compaction.metadata.model import SegmentState, TopicPartition, check_topic, rows_to_arrow
+from compaction.metadata.rebase import rebase
 from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.metadata.table import MetadataTable, load_partition
 
@@ -100,24 +109,55 @@ def _write(dt: DeltaTable, rows: PartitionRows) -> CommitResult:
     return CommitResult(s.topic, s.partition, int(dt.version()), s.commit_seq, s.fencing_epoch)
 
 
+REBASE_ATTEMPTS = 5
+"""How many times `commit` writes a change set it had to rebase before it gives up with the last conflict."""
+
+
 def commit(table: MetadataTable, change_set: ChangeSet, now_ms: int) -> CommitResult:
     """Commit `change_set` atomically: all of its rows land in one Delta commit, or none.
+
+    If commits landed on the partition since `change_set` was planned and they only appended segments above
+    everything it touches, it is rebased onto them (`rebase`) and written on top, up to `REBASE_ATTEMPTS` times.
 
     Args:
         now_ms: the run's clock, stamped as `event_timestamp_ms` / `updated_ms`.
 
     Raises:
         FencedError: a run with a newer fencing epoch owns the partition. Stop; do not retry.
-        CommitConflictError: another commit touched the partition since `change_set` was planned (seen
-            in the preconditions, or by delta-rs at commit time). Re-plan from a fresh snapshot.
+        CommitConflictError: another commit touched the partition since `change_set` was planned, other than by
+            appending segments above it (seen in the preconditions, or by delta-rs at commit time), or appends kept
+            winning the race `REBASE_ATTEMPTS` times. Re-plan from a fresh snapshot.
         MetadataInvariantError, InvalidStateTransitionError, TopicIdMismatchError: the change set is wrong.
 
     Not idempotent by design: a replay after success fails with CommitConflictError (expected commit_seq
     n, found n + 1), which is how a caller that lost the outcome finds out; then read the partition.
     """
-    dt = table.delta_table()
-    current = load_partition(dt, change_set.topic, change_set.partition, table.table_uri, table.storage_options)
-    return _write(dt, apply_change_set(current, change_set, now_ms))
+    planned: PartitionSnapshot | None = None
+    for attempt in range(1, REBASE_ATTEMPTS + 1):
+        dt = table.delta_table()
+        current = load_partition(dt, change_set.topic, change_set.partition, table.table_uri, table.storage_options)
+        try:
+            check_preconditions(current, change_set)
+            landing = change_set
+        except FencedError:
+            raise
+        except CommitConflictError as stale:
+            planned = planned or _planned_snapshot(table, change_set, stale)
+            landing = rebase(change_set, planned, current)
+        try:
+            return _write(dt, apply_change_set(current, landing, now_ms))
+        except CommitConflictError:
+            if attempt == REBASE_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _planned_snapshot(table: MetadataTable, cs: ChangeSet, stale: CommitConflictError) -> PartitionSnapshot:
+    """The partition as `cs` was planned from it; a version time travel cannot read any more is the plain conflict."""
+    try:
+        return table.partition_snapshot(cs.topic, cs.partition, cs.base_version)
+    except MetadataVersionNotFoundError:
+        raise stale from None
 
 
 def _replanned(
@@ -175,40 +215,6 @@ def _change(
     plan: Callable[[PartitionSnapshot], ChangeSet],
 ) -> CommitResult:
     return _replanned(table, tp, lambda current: apply_change_set(current, plan(current), now_ms), attempts)
-
-
-def record_tier_started(
-    table: MetadataTable,
-    topic: str,
-    partition: int,
-    segments: Sequence[NewSegment],
-    *,
-    fencing_epoch: int,
-    writer: str,
-    now_ms: int,
-    topic_id: str | None = None,
-    run_id: str | None = None,
-    attempts: int = 3,
-) -> CommitResult:
-    """Add `segments` in COPY_SEGMENT_STARTED, before their objects are uploaded (KIP-405's copy path).
-
-    Raises what `commit` raises; plain conflicts are retried up to `attempts` times.
-    """
-    started = tuple(replace(n, state=SegmentState.COPY_SEGMENT_STARTED) for n in segments)
-    return _change(
-        table,
-        TopicPartition(topic, partition),
-        attempts,
-        now_ms,
-        lambda current: ChangeSet.planned_from(
-            current,
-            fencing_epoch=fencing_epoch,
-            writer=writer,
-            new_segments=started,
-            run_id=run_id,
-            topic_id=topic_id,
-        ),
-    )
 
 
 def record_tier_finished(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,6 @@ from compaction.metadata import (
     mark_deleted_finished,
     new_kafka_uuid,
     record_tier_finished,
-    record_tier_started,
     referenced_object_keys,
 )
 from compaction.metadata import model as model_module
@@ -79,6 +79,15 @@ def new(start: int, end: int, state: SegmentState = SegmentState.COPY_SEGMENT_FI
     sid = new_kafka_uuid()
     keys = tuple(ObjectKey(s, f"{TOPIC_ID}/0/{start:020d}-{sid}{s.value}") for s in ObjectSuffix)
     return NewSegment(sid, start, end, NOW - 1, (EpochEntry(5, start),), 1_000, keys, record_count=end - start + 1)
+
+
+def record_tier_started(table: MetadataTable, topic: str, partition: int, segments: list[NewSegment], *,
+                        fencing_epoch: int, writer: str, now_ms: int, topic_id: str = TOPIC_ID) -> None:
+    """Add `segments` in COPY_SEGMENT_STARTED, before their objects are uploaded (KIP-405's copy path)."""
+    started = [replace(n, state=SegmentState.COPY_SEGMENT_STARTED) for n in segments]
+    cs = ChangeSet.planned_from(table.partition_snapshot(topic, partition), fencing_epoch=fencing_epoch,
+                                writer=writer, new_segments=started, topic_id=topic_id)
+    commit(table, cs, now_ms)
 
 
 def tier(table: MetadataTable, *ranges: tuple[int, int], partition: int = 0, epoch: int = 0) -> list[str]:

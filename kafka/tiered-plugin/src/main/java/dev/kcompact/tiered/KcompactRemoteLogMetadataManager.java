@@ -11,6 +11,9 @@ import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.server.log.remote.storage.RemoteLogMetadataManager;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
@@ -22,7 +25,7 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * KIP-405's {@link RemoteLogMetadataManager} backed by kcompact's metadata table ({@code <store>/_kcompact_metadata},
  * {@code compaction.metadata.model}): the broker's segments are kcompact's segment rows, and a compaction's swap
  * (new rows COPY_SEGMENT_FINISHED, replaced ones DELETE_SEGMENT_STARTED, in one Delta commit) is what the broker
- * reads on its next call, without a restart. Nothing is cached: every call reads the table's latest version.
+ * reads without a restart (within the listing cache time below).
  *
  * <p>The table is read and written by kcompact's own commit path (delta-rs: conditional commits, fencing, the
  * row invariants), in a Python process this class starts ({@link MetadataPipe}), rather than by a second Delta
@@ -31,20 +34,36 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * kcompact's commit rules (the partition's row set replaced in one commit, the fencing and lineage checks)
  * written a second time in Java.
  *
+ * <p>A partition's listing is reused for {@code kcompact.metadata.cache.ms} (default 5000) and dropped at once when
+ * this broker writes to the partition: Kafka asks for one segment after another (a read_committed fetch walks every
+ * later remote segment's transaction index, {@code RemoteLogManager.collectAbortedTransactions}), and one table read
+ * per question made a fetch from a tier of ~70 segments take longer than {@code remote.fetch.max.wait.ms}, until
+ * retried fetches filled the remote reader pool ({@code RejectedExecutionException}); with a 1 s cache, a loaded
+ * machine (a listing read taking ~1 s) still stalled read_committed consumers, each retried fetch redoing the walk. A compaction's swap is served
+ * within that time; a replaced segment's objects outlive it by {@code kcompact gc}'s grace (file.delete.delay.ms).
+ *
  * <p>Which rows the broker sees is {@link RemoteSegments}'s: live rows, and for
  * {@link #listRemoteLogSegments(TopicIdPartition)} the COPY_SEGMENT_STARTED ones too; never a zombie row nor one
  * being deleted (deleting a compaction's replaced segments after the grace period is {@code kcompact gc}'s job).
  *
  * <p>Configuration (under {@code remote.log.metadata.manager.impl.prefix}, {@code rlmm.config.}):
- * {@code kcompact.store} the store's directory, {@code kcompact.python} the Python with kcompact installed.
+ * {@code kcompact.store} the store's directory, {@code kcompact.python} the Python with kcompact installed,
+ * {@code kcompact.metadata.cache.ms} how long a partition's listing is reused.
  */
 public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadataManager {
 
     public static final String STORE_CONFIG = "kcompact.store";
     public static final String PYTHON_CONFIG = "kcompact.python";
+    public static final String CACHE_MS_CONFIG = "kcompact.metadata.cache.ms";
 
     private MetadataPipe pipe;
     private int brokerId = -1;
+    private long cacheNanos = TimeUnit.SECONDS.toNanos(5);
+    private final Map<TopicIdPartition, Listing> listings = new ConcurrentHashMap<>();
+    private final AtomicLong writes = new AtomicLong();
+
+    private record Listing(RemoteSegments segments, long readAtNanos) {
+    }
 
     @Override
     public void configure(Map<String, ?> configs) {
@@ -56,6 +75,10 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         Object broker = configs.get("broker.id");
         if (broker != null) {
             brokerId = Integer.parseInt(broker.toString());
+        }
+        Object cacheMs = configs.get(CACHE_MS_CONFIG);
+        if (cacheMs != null) {
+            cacheNanos = TimeUnit.MILLISECONDS.toNanos(Long.parseLong(cacheMs.toString()));
         }
         try {
             pipe = new MetadataPipe(python == null ? "python3" : python.toString(), store.toString());
@@ -81,25 +104,58 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
                 .put("txn_index_empty", segment.isTxnIdxEmpty());
         ArrayNode epochs = req.putArray("leader_epochs");
         segment.segmentLeaderEpochs().forEach((epoch, start) -> epochs.addArray().add(epoch).add(start));
-        pipe.call(req);
+        write(segment.topicIdPartition(), req);
         return CompletableFuture.completedFuture(null);
     }
 
     @Override
     public CompletableFuture<Void> updateRemoteLogSegmentMetadata(RemoteLogSegmentMetadataUpdate update)
             throws RemoteStorageException {
-        pipe.call(request("update", update.topicIdPartition())
+        write(update.topicIdPartition(), request("update", update.topicIdPartition())
                 .put("segment_id", update.remoteLogSegmentId().id().toString())
                 .put("state", update.state().name()).put("event_timestamp_ms", update.eventTimestampMs()));
         return CompletableFuture.completedFuture(null);
     }
 
+    /** Commits {@code req}; whatever the outcome, the partition's listing is read afresh next time. */
+    private void write(TopicIdPartition tp, ObjectNode req) throws RemoteStorageException {
+        try {
+            pipe.call(req);
+        } finally {
+            writes.incrementAndGet();
+            listings.remove(tp);
+        }
+    }
+
+    /** The partition's segments: the listing read less than the cache time ago, else a fresh one. A listing whose
+     * read overlapped one of this broker's writes is used once and not kept. Threads wanting a stale listing read it
+     * once, one after the other (the pipe serializes them anyway): the first reads it, the others find it fresh. */
     private RemoteSegments segments(TopicIdPartition tp) throws RemoteStorageException {
+        Listing kept = listings.get(tp);
+        if (kept != null && System.nanoTime() - kept.readAtNanos() < cacheNanos) {
+            return kept.segments();
+        }
+        synchronized (listings) {
+            return readListing(tp);
+        }
+    }
+
+    private RemoteSegments readListing(TopicIdPartition tp) throws RemoteStorageException {
+        long now = System.nanoTime();
+        Listing kept = listings.get(tp);
+        if (kept != null && now - kept.readAtNanos() < cacheNanos) {
+            return kept.segments();
+        }
+        long writesBefore = writes.get();
         List<SegmentRow> rows = new ArrayList<>();
         for (JsonNode row : pipe.call(request("segments", tp)).get("segments")) {
             rows.add(SegmentRow.of(tp, row));
         }
-        return new RemoteSegments(rows);
+        RemoteSegments fresh = new RemoteSegments(rows);
+        if (writes.get() == writesBefore) {
+            listings.put(tp, new Listing(fresh, now));
+        }
+        return fresh;
     }
 
     @Override
@@ -132,11 +188,12 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
 
     @Override
     public void onPartitionLeadershipChanges(Set<TopicIdPartition> leaders, Set<TopicIdPartition> followers) {
-        // Nothing to load: every call reads the table's latest version.
+        // Nothing to load: a listing is read when first asked for.
     }
 
     @Override
     public void onStopPartitions(Set<TopicIdPartition> partitions) {
+        partitions.forEach(listings::remove);
     }
 
     @Override

@@ -16,6 +16,9 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * The Python process that reads and writes kcompact's metadata table for the broker
  * ({@code python -m compaction.remote_log_metadata}): one JSON request per line on its stdin, one answer per line
  * on its stdout, in order. Requests are serialized; the process ends when the pipe closes.
+ *
+ * <p>Every failure is a {@link RemoteStorageException} naming the table, the request and a table version: the one
+ * the process read when it refused the request, or else the last one an answer named (-1 before any).
  */
 final class MetadataPipe implements AutoCloseable {
 
@@ -26,6 +29,7 @@ final class MetadataPipe implements AutoCloseable {
     private final BufferedWriter requests;
     private final BufferedReader answers;
     private boolean closed;
+    private long lastVersion = -1;
 
     MetadataPipe(String python, String store) throws IOException, RemoteStorageException {
         this.store = store;
@@ -75,10 +79,26 @@ final class MetadataPipe implements AutoCloseable {
             throw new RemoteStorageException(where(op) + ": not an answer: " + line, e);
         }
         if (!answer.path("ok").asBoolean()) {
-            throw new RemoteStorageException(where(op) + ": " + answer.path("type").asText() + ": "
-                    + answer.path("error").asText());
+            long version = versionOf(answer, lastVersion);
+            throw new RemoteStorageException(table(op, "table version " + version) + ": "
+                    + answer.path("type").asText() + ": " + answer.path("error").asText());
         }
-        return answer.get("result");
+        JsonNode result = answer.get("result");
+        lastVersion = versionOf(result, lastVersion);
+        return result;
+    }
+
+    /** The table version an answer's result names (an add's or update's new version, a listing's, the start's), or an
+     * error answer's. */
+    private static long versionOf(JsonNode result, long otherwise) {
+        if (result == null) {
+            return otherwise;
+        }
+        if (result.isIntegralNumber()) {
+            return result.asLong();
+        }
+        JsonNode version = result.has("version") ? result.get("version") : result.path("ready");
+        return version.isIntegralNumber() ? version.asLong() : otherwise;
     }
 
     private String gone() {
@@ -87,7 +107,11 @@ final class MetadataPipe implements AutoCloseable {
     }
 
     private String where(String op) {
-        return "kcompact metadata table " + store + "/_kcompact_metadata (" + op + ")";
+        return table(op, "last table version read " + lastVersion);
+    }
+
+    private String table(String op, String version) {
+        return "kcompact metadata table " + store + "/_kcompact_metadata (" + op + ", " + version + ")";
     }
 
     @Override

@@ -94,6 +94,15 @@ class KcompactRemoteStorageManagerTest {
     }
 
     @Test
+    void aFailedReadNamesTheObjectKey() throws Exception {
+        Files.createDirectories(object("index").getParent().getParent());
+        Files.writeString(object("index").getParent(), "a file where the partition's directory should be");
+        RemoteStorageException e = assertThrows(RemoteStorageException.class,
+                () -> rsm.fetchIndex(segment, IndexType.OFFSET));
+        assertTrue(e.getMessage().startsWith("reading " + object("index") + " failed: "), e.getMessage());
+    }
+
+    @Test
     void writesAreCreateOnlyAndDeletesIdempotent() throws Exception {
         rsm.copyLogSegmentData(segment, data(Optional.empty()));
         RemoteStorageException again = assertThrows(RemoteStorageException.class,
@@ -102,7 +111,9 @@ class KcompactRemoteStorageManagerTest {
 
         rsm.deleteLogSegmentData(segment);
         rsm.deleteLogSegmentData(segment);
-        assertThrows(RemoteResourceNotFoundException.class, () -> rsm.fetchLogSegment(segment, 0));
+        RemoteStorageException missing = assertThrows(RemoteResourceNotFoundException.class,
+                () -> rsm.fetchLogSegment(segment, 0));
+        assertEquals("no object " + object("log"), missing.getMessage());
         assertArrayEquals(new String[0], Arrays.stream(object("log").getParent().toFile().list())
                 .filter(n -> !n.startsWith(".kcompact-tmp-")).toArray(String[]::new));
     }

@@ -1,0 +1,130 @@
+package dev.kcompact.tiered;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import org.apache.kafka.common.TopicIdPartition;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.Uuid;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentId;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
+import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * The metadata manager's failures, against a stand-in for kcompact's metadata process (a shell script speaking the
+ * same JSON lines): every one is a RemoteStorageException naming the table, the request and a table version.
+ */
+class KcompactRemoteLogMetadataManagerTest {
+
+    private static final TopicIdPartition TP = new TopicIdPartition(Uuid.fromString("MWJ6FHTfRYy67jzwZdeqSQ"),
+            new TopicPartition("orders", 0));
+    private static final RemoteLogSegmentMetadata SEGMENT = new RemoteLogSegmentMetadata(
+            new RemoteLogSegmentId(TP, Uuid.fromString("tqimKeZwStOEOwRzT3L5oQ")), 100, 199, 5, 1, 6, 10,
+            Map.of(0, 100L));
+    private static final String READY = "echo '{\"ok\": true, \"result\": {\"ready\": 7}}'\n";
+
+    @TempDir
+    Path tmp;
+    private final KcompactRemoteLogMetadataManager rlmm = new KcompactRemoteLogMetadataManager();
+
+    @AfterEach
+    void close() {
+        rlmm.close();
+    }
+
+    private String store() {
+        return tmp.resolve("store").toString();
+    }
+
+    /** Configures the manager with {@code body} as its "python": a script given the same arguments. */
+    private void configure(String body) throws IOException {
+        configure(body, "1000");
+    }
+
+    private void configure(String body, String cacheMs) throws IOException {
+        Path script = tmp.resolve("metadata-process");
+        Files.writeString(script, "#!/bin/sh\n" + body);
+        Files.setPosixFilePermissions(script, PosixFilePermissions.fromString("rwx------"));
+        rlmm.configure(Map.of(KcompactRemoteLogMetadataManager.STORE_CONFIG, store(),
+                KcompactRemoteLogMetadataManager.PYTHON_CONFIG, script.toString(), "broker.id", "1",
+                KcompactRemoteLogMetadataManager.CACHE_MS_CONFIG, cacheMs));
+    }
+
+    /** A stand-in that logs each request's op to {@code ops} and answers it: a listing of one live segment, or a
+     * commit's new version. */
+    private String logging(Path ops) {
+        String row = "{\"segment_id\": \"tqimKeZwStOEOwRzT3L5oQ\", \"topic_id\": \"MWJ6FHTfRYy67jzwZdeqSQ\", "
+                + "\"start_offset\": 100, \"end_offset\": 199, \"max_timestamp_ms\": 5, \"event_timestamp_ms\": 6, "
+                + "\"segment_size_bytes\": 10, \"state\": \"COPY_SEGMENT_FINISHED\", \"live\": true, "
+                + "\"writer\": \"broker-1\", \"leader_epochs\": [[0, 100]], \"txn_index\": false}";
+        return READY + "while read line; do case \"$line\" in\n"
+                + "  *'\"op\":\"segments\"'*) echo segments >> " + ops + "; "
+                + "echo '{\"ok\": true, \"result\": {\"version\": 8, \"segments\": [" + row + "]}}' ;;\n"
+                + "  *) echo write >> " + ops + "; echo '{\"ok\": true, \"result\": 9}' ;;\n"
+                + "esac; done\n";
+    }
+
+    @Test
+    void aListingIsReusedForTheCacheTimeAndReadAfreshAfterTheBrokersOwnWrite() throws Exception {
+        Path ops = tmp.resolve("ops");
+        configure(logging(ops), "60000");
+        assertEquals(Optional.of(199L), rlmm.highestOffsetForEpoch(TP, 0));
+        assertTrue(rlmm.remoteLogSegmentMetadata(TP, 0, 150).isPresent());
+        assertEquals(10L, rlmm.remoteLogSize(TP, 0));
+        assertEquals(List.of("segments"), Files.readAllLines(ops));
+        rlmm.addRemoteLogSegmentMetadata(SEGMENT);
+        assertTrue(rlmm.listRemoteLogSegments(TP).hasNext());
+        assertEquals(List.of("segments", "write", "segments"), Files.readAllLines(ops));
+    }
+
+    @Test
+    void withoutACacheTimeEveryQuestionReadsTheTable() throws Exception {
+        Path ops = tmp.resolve("ops");
+        configure(logging(ops), "0");
+        rlmm.highestOffsetForEpoch(TP, 0);
+        rlmm.highestOffsetForEpoch(TP, 0);
+        assertEquals(List.of("segments", "segments"), Files.readAllLines(ops));
+    }
+
+    @Test
+    void aRefusedRequestNamesTheTableVersionTheProcessRead() throws Exception {
+        configure(READY + "while read line; do echo '{\"ok\": false, \"type\": \"CommitConflictError\", "
+                + "\"error\": \"orders-0: expected commit_seq 2, found 3\", \"version\": 9}'; done\n");
+        RemoteStorageException e = assertThrows(RemoteStorageException.class,
+                () -> rlmm.addRemoteLogSegmentMetadata(SEGMENT));
+        assertTrue(e.getMessage().startsWith("kcompact metadata table " + store()
+                + "/_kcompact_metadata (add, table version 9): CommitConflictError: orders-0: expected commit_seq 2, "
+                + "found 3"), e.getMessage());
+    }
+
+    @Test
+    void aListingThenAFailureNamesTheLastVersionRead() throws Exception {
+        configure(READY + "read line; echo '{\"ok\": true, \"result\": {\"version\": 8, \"segments\": []}}'\n"
+                + "read line; exit 3\n", "0");
+        assertTrue(rlmm.highestOffsetForEpoch(TP, 0).isEmpty());
+        RemoteStorageException e = assertThrows(RemoteStorageException.class,
+                () -> rlmm.listRemoteLogSegments(TP, 0));
+        assertTrue(e.getMessage().contains("/_kcompact_metadata (segments, last table version read 8): "
+                + "the metadata process exited with 3"), e.getMessage());
+    }
+
+    @Test
+    void anAnswerWithoutAVersionNamesTheLastOneRead() throws Exception {
+        configure(READY + "while read line; do echo '{\"ok\": false, \"type\": \"TransientStoreError\", "
+                + "\"error\": \"reading the table failed\", \"version\": null}'; done\n");
+        RemoteStorageException e = assertThrows(RemoteStorageException.class,
+                () -> rlmm.remoteLogSegmentMetadata(TP, 0, 150));
+        assertTrue(e.getMessage().contains("(segments, table version 7): TransientStoreError"), e.getMessage());
+    }
+}
