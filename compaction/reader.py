@@ -402,16 +402,8 @@ def consumer_records(
     isolation: Isolation = Isolation.READ_UNCOMMITTED,
 ) -> Iterator[Record]:
     """Every record a consumer starting at `from_offset` would receive, in offset order."""
-    aborted: dict[int, list[tuple[int, int]]] = {}
-    unstable: dict[int, int] = {}
-    if isolation is Isolation.READ_COMMITTED:
-        aborted, unstable = log_transactions(store, segments)
-    for seg in sorted(segments, key=lambda s: s.start_offset):
-        if seg.end_offset < from_offset:
-            continue
-        yield from segment_records(
-            store, seg, from_offset=from_offset, isolation=isolation, aborted=aborted, unstable_from=unstable
-        )
+    for seg, read in _consumer_reads(store, segments, from_offset, isolation):
+        yield from segment_records(store, seg, **read)
 
 
 def consumer_batches(
@@ -422,16 +414,22 @@ def consumer_batches(
     isolation: Isolation = Isolation.READ_UNCOMMITTED,
 ) -> Iterator[pa.RecordBatch]:
     """`consumer_records` as Arrow batches (`segment_batches`), in offset order."""
+    for seg, read in _consumer_reads(store, segments, from_offset, isolation):
+        yield from segment_batches(store, seg, **read)
+
+
+def _consumer_reads(store: ObjectStore, segments: Sequence[SegmentRef], from_offset: int, isolation: Isolation
+                    ) -> Iterator[tuple[SegmentRef, dict[str, Any]]]:
+    """The pieces of the log a consumer from `from_offset` reads, in offset order, each with the arguments of its
+    read (read_committed's aborted and open transactions found once, over the whole log)."""
     aborted: dict[int, list[tuple[int, int]]] = {}
     unstable: dict[int, int] = {}
     if isolation is Isolation.READ_COMMITTED:
         aborted, unstable = log_transactions(store, segments)
+    read = {"from_offset": from_offset, "isolation": isolation, "aborted": aborted, "unstable_from": unstable}
     for seg in sorted(segments, key=lambda s: s.start_offset):
-        if seg.end_offset < from_offset:
-            continue
-        yield from segment_batches(
-            store, seg, from_offset=from_offset, isolation=isolation, aborted=aborted, unstable_from=unstable
-        )
+        if seg.end_offset >= from_offset:
+            yield seg, read
 
 
 def row_json(row: Mapping[str, Any]) -> dict[str, Any]:
