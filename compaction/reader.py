@@ -166,11 +166,7 @@ def segment_records(
     Reading from an offset inside the segment fetches only the bytes from the offset index's entry for it on
     (a ranged GET, as a broker serves a fetch); errors still name the position in the whole object.
     """
-    uri = store.object_uri(seg.log_key)
-    data, position = _segment_tail(store, seg, from_offset)
-    if seg.wal:
-        wal_headers(data, seg, uri)
-    low = max(from_offset, seg.start_offset) if seg.wal else from_offset
+    uri, data, position, low = _fetched(store, seg, from_offset)
     try:
         for _pos, batch in iter_batches(data, obj=uri):
             if batch.base_offset > seg.end_offset:
@@ -188,6 +184,16 @@ def segment_records(
         raise exc.located(uri, position) from None
 
 
+def _fetched(store: ObjectStore, seg: SegmentRef, from_offset: int) -> tuple[str, bytes, int, int]:
+    """(object URI, bytes, their position in the object, the first offset to return) of a read of `seg` from
+    `from_offset`: a WAL slice's bytes checked for what a CRC misses (`wal_headers`)."""
+    uri = store.object_uri(seg.log_key)
+    data, position = _segment_tail(store, seg, from_offset)
+    if seg.wal:
+        wal_headers(data, seg, uri)
+    return uri, data, position, max(from_offset, seg.start_offset) if seg.wal else from_offset
+
+
 def segment_batches(
     store: ObjectStore,
     seg: SegmentRef,
@@ -199,11 +205,7 @@ def segment_batches(
 ) -> Iterator[pa.RecordBatch]:
     """`segment_records` as Arrow batches (`format.scan.CONSUMER_SCHEMA`), decoded by the scan's kernels: the same
     records, fetched and checked the same way, with no Python per record."""
-    uri = store.object_uri(seg.log_key)
-    data, position = _segment_tail(store, seg, from_offset)
-    if seg.wal:
-        wal_headers(data, seg, uri)
-    low = max(from_offset, seg.start_offset) if seg.wal else from_offset
+    uri, data, position, low = _fetched(store, seg, from_offset)
     try:
         scan = scan_records(data, obj=uri)
     except CorruptInputError as exc:  # positions in the fetched tail -> positions in the object
