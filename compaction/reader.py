@@ -313,17 +313,22 @@ def tier_open_transactions(store: ObjectStore, tier: Sequence[SegmentRef], from_
     """producerId -> first offset of its transaction still open at the end of the tier's segments.
 
     From the last segment's producer snapshot when it has one (the producer state at its end, as Kafka's
-    RemoteLogManager uploads it, and carried by a compaction to the segment replacing it): one small GET. Else
-    replayed from the batch headers of the segments from `from_offset`'s on (a transaction that began below an
-    earlier last stable offset had its marker by then).
+    RemoteLogManager uploads it, and carried by a compaction to the segment replacing it): one small GET. Else, or
+    when the snapshot does not decode (a consumer never needs one; the planner quarantines such a partition for
+    compaction), replayed from the batch headers of the segments from `from_offset`'s on (a transaction that began
+    below an earlier last stable offset had its marker by then).
     """
     if not tier:
         return {}
     last = max(tier, key=lambda s: s.start_offset)
     if last.producer_snapshot_key is not None:
         key = last.producer_snapshot_key
-        entries = read_producer_snapshot(store.get(key), obj=store.object_uri(key))
-        return {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
+        try:
+            entries = read_producer_snapshot(store.get(key), obj=store.object_uri(key))
+        except CorruptInputError:
+            pass  # a consumer needs no snapshot: the log itself answers (compaction quarantines the partition)
+        else:
+            return {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
     return open_transactions(_tier_batches(store, [s for s in tier if s.end_offset >= from_offset]))
 
 

@@ -150,3 +150,13 @@ def test_open_transactions_come_from_the_producer_snapshot_as_from_a_replay(stor
             assert tier_open_transactions(store, tier[:n]) == replayed, (partition, n)
             opened += len(replayed)
     assert opened > 0, "no prefix ends inside a transaction: the comparison proves nothing"
+
+
+def test_a_damaged_producer_snapshot_falls_back_to_the_log(store: ObjectStore, tmp_path: Path) -> None:
+    """A consumer needs no snapshot: reading one that does not decode replays the log instead (compaction is what
+    quarantines the partition)."""
+    tier = [r for r in log_refs(store, "orders", 0) if not r.wal]
+    expected = tier_open_transactions(store, [dataclasses.replace(r, producer_snapshot_key=None) for r in tier])
+    key = tier[-1].producer_snapshot_key or ""
+    (tmp_path / "store" / key).write_bytes(b"\x00\x07" + bytes(30))  # an unknown snapshot version
+    assert tier_open_transactions(store, tier) == expected
