@@ -37,7 +37,6 @@ from compaction.errors import (
 from compaction.format.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK, Record, RecordBatch
 from compaction.format.control import ControlType, parse_control_record
 from compaction.format.indexes import AbortedTxn, offset_index_lookup, read_offset_index, read_txn_index
-from compaction.format.producer_snapshot import read_producer_snapshot
 from compaction.format.scan import scan_records
 from compaction.format.scan_kernels import (
     BATCH_ATTRIBUTES,
@@ -81,7 +80,6 @@ class SegmentRef:
     wal: bool = False
     start_position: int = 0
     end_position: int | None = None
-    producer_snapshot_key: str | None = None
 
 
 def segment_ref(segment: SegmentMetadata) -> SegmentRef:
@@ -90,8 +88,7 @@ def segment_ref(segment: SegmentMetadata) -> SegmentRef:
     if log_key is None:
         raise CorruptMetadataError(f"segment {segment.segment_id} has no .log object key")
     return SegmentRef(segment.start_offset, segment.end_offset, log_key, segment.object_key(ObjectSuffix.TXN_INDEX),
-                      segment.object_key(ObjectSuffix.OFFSET_INDEX),
-                      producer_snapshot_key=segment.object_key(ObjectSuffix.PRODUCER_SNAPSHOT))
+                      segment.object_key(ObjectSuffix.OFFSET_INDEX))
 
 
 def wal_ref(s: WalSlice) -> SegmentRef:
@@ -306,30 +303,7 @@ def unstable_transactions(store: ObjectStore, segments: Sequence[SegmentRef]) ->
     """Transactions with data in the log but no marker yet (read_committed stops at them)."""
     if any(seg.wal for seg in segments):
         return log_transactions(store, segments)[1]
-    return tier_open_transactions(store, segments)
-
-
-def tier_open_transactions(store: ObjectStore, tier: Sequence[SegmentRef], from_offset: int = 0) -> dict[int, int]:
-    """producerId -> first offset of its transaction still open at the end of the tier's segments.
-
-    From the last segment's producer snapshot when it has one (the producer state at its end, as Kafka's
-    RemoteLogManager uploads it, and carried by a compaction to the segment replacing it): one small GET. Else, or
-    when the snapshot does not decode (a consumer never needs one; the planner quarantines such a partition for
-    compaction), replayed from the batch headers of the segments from `from_offset`'s on (a transaction that began
-    below an earlier last stable offset had its marker by then).
-    """
-    if not tier:
-        return {}
-    last = max(tier, key=lambda s: s.start_offset)
-    if last.producer_snapshot_key is not None:
-        key = last.producer_snapshot_key
-        try:
-            entries = read_producer_snapshot(store.get(key), obj=store.object_uri(key))
-        except CorruptInputError:
-            pass  # a consumer needs no snapshot: the log itself answers (compaction quarantines the partition)
-        else:
-            return {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
-    return open_transactions(_tier_batches(store, [s for s in tier if s.end_offset >= from_offset]))
+    return open_transactions(_tier_batches(store, segments))
 
 
 def _tier_batches(store: ObjectStore, segments: Iterable[SegmentRef]) -> Iterator[BatchHeader]:
@@ -341,17 +315,18 @@ def _tier_batches(store: ObjectStore, segments: Iterable[SegmentRef]) -> Iterato
 def last_stable_offset(store: ObjectStore, segments: Sequence[SegmentRef], from_offset: int = 0) -> int:
     """The log's last stable offset: its end, or the first offset of a transaction still open there.
 
-    The transactions open at the end of the tier (`tier_open_transactions`), then the batch headers of the WAL
-    slices from `from_offset`'s on (an open transaction needs no records, nor their decoding). 0 for an empty log.
+    Reads batch headers only (an open transaction needs no records), of the tier segments and WAL slices from
+    `from_offset`'s on: a transaction that began below an earlier LSO had its marker by then. 0 for an empty log.
     """
-    ordered = sorted(segments, key=lambda s: s.start_offset)
-    end = max((seg.end_offset + 1 for seg in ordered), default=0)
-    open_txns = tier_open_transactions(store, [s for s in ordered if not s.wal], from_offset)
-    for seg in ordered:
-        if not seg.wal or seg.end_offset < from_offset:
+    end = 0
+    open_txns: dict[int, int] = {}
+    for seg in sorted(segments, key=lambda s: s.start_offset):
+        end = max(end, seg.end_offset + 1)
+        if seg.end_offset < from_offset:
             continue
-        data = slice_bytes(store, seg)
-        wal_headers(data, seg, store.object_uri(seg.log_key))
+        data = slice_bytes(store, seg) if seg.wal else store.get(seg.log_key)
+        if seg.wal:
+            wal_headers(data, seg, store.object_uri(seg.log_key))
         for h in iter_batch_headers(data, obj=store.object_uri(seg.log_key)):
             last = h.base_offset + h.last_offset_delta
             if last < seg.start_offset or not h.is_transactional:
@@ -379,7 +354,7 @@ def log_transactions(
     """
     tier = [s for s in segments if not s.wal]
     aborted = _indexed_aborts(store, tier)
-    open_txns = tier_open_transactions(store, tier)
+    open_txns = open_transactions(_tier_batches(store, tier))
     for seg in sorted((s for s in segments if s.wal), key=lambda s: s.start_offset):
         uri = store.object_uri(seg.log_key)
         data = slice_bytes(store, seg)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ from compaction.reader import (
     log_transactions,
     segment_batches,
     segment_records,
-    tier_open_transactions,
 )
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
@@ -136,27 +134,3 @@ def test_damage_is_the_same_error_naming_the_object_and_position(store: ObjectSt
             type(expected.value), expected.value.obj, expected.value.position)
         assert got.value.obj == store.object_uri(key)
 
-
-def test_open_transactions_come_from_the_producer_snapshot_as_from_a_replay(store: ObjectStore) -> None:
-    """Every prefix of the tier: the last segment's producer snapshot (one GET) names the same open transactions
-    as a replay of every batch header before it."""
-    opened = 0
-    for partition in (0, 1):
-        tier = [r for r in log_refs(store, "orders", partition) if not r.wal]
-        assert all(r.producer_snapshot_key for r in tier)
-        for n in range(1, len(tier) + 1):
-            replayed = tier_open_transactions(store, [dataclasses.replace(r, producer_snapshot_key=None)
-                                                      for r in tier[:n]])
-            assert tier_open_transactions(store, tier[:n]) == replayed, (partition, n)
-            opened += len(replayed)
-    assert opened > 0, "no prefix ends inside a transaction: the comparison proves nothing"
-
-
-def test_a_damaged_producer_snapshot_falls_back_to_the_log(store: ObjectStore, tmp_path: Path) -> None:
-    """A consumer needs no snapshot: reading one that does not decode replays the log instead (compaction is what
-    quarantines the partition)."""
-    tier = [r for r in log_refs(store, "orders", 0) if not r.wal]
-    expected = tier_open_transactions(store, [dataclasses.replace(r, producer_snapshot_key=None) for r in tier])
-    key = tier[-1].producer_snapshot_key or ""
-    (tmp_path / "store" / key).write_bytes(b"\x00\x07" + bytes(30))  # an unknown snapshot version
-    assert tier_open_transactions(store, tier) == expected
