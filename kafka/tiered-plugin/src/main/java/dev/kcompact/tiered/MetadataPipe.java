@@ -102,6 +102,11 @@ final class MetadataPipe implements AutoCloseable {
     }
 
     private String gone() {
+        try {  // its pipe closes just before it exits: give the exit a moment, to name its code
+            process.waitFor(2, java.util.concurrent.TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
         return process.isAlive() ? "the metadata process closed its pipe"
                 : "the metadata process exited with " + process.exitValue() + " (its stderr is the broker's)";
     }
