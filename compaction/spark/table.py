@@ -35,10 +35,8 @@ from compaction.spark.ranking import best, rank_columns
 from compaction.spark.read import RECORD_STRUCT, read_partition
 from compaction.storage.base import ObjectStore
 from compaction.topic_table.plan import PartitionSpan
-from compaction.topic_table.target import PARTITION_COLUMN, VERSION_COLUMN, DataFile, Location
+from compaction.topic_table.target import FILE_BYTES, PARTITION_COLUMN, VERSION_COLUMN, DataFile, Location
 
-FILE_BYTES = 128 * 1024 * 1024
-"""A written file is closed once it holds about this many bytes of Arrow data (Parquet makes it smaller)."""
 DATA_COLUMNS = ("value", "offset", "timestamp", "headers")
 _FILE_ROW = StructType([
     StructField("path", StringType(), False),

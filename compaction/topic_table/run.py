@@ -21,7 +21,7 @@ from compaction.metadata import MetadataSnapshot
 from compaction.reader import last_stable_offset, log_refs
 from compaction.storage.base import ObjectStore
 from compaction.topic_table.plan import PartitionSource, TablePlan, plan_table
-from compaction.topic_table.target import Applied, DataFile, Location, TableState, TopicTable
+from compaction.topic_table.target import FILE_BYTES, Applied, DataFile, Location, TableState, TopicTable
 from compaction.topic_table.upkeep import Upkeep, keep_healthy
 from compaction.wal.view import store_log
 
@@ -152,7 +152,7 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
         rows = rows.where(~rows[data.PARTITION_COLUMN].isin(sorted(updated))).unionByName(
             data.merged(old, fresh.where(part.isin(sorted(updated))), columns))
     input_bytes = sum(s.segment_bytes for s in plan.spans) + sum(f.size for f in kept)
-    tasks = max(1, -(-input_bytes // data.FILE_BYTES))
+    tasks = max(1, -(-input_bytes // FILE_BYTES))
     written = data.write_files(rows, location, run.table.schema, tasks)
     fresh.unpersist()
     report.seconds["write"] = time.monotonic() - started

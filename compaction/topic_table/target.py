@@ -33,6 +33,9 @@ from compaction.metadata.upkeep import vacuum
 from compaction.storage.base import ObjectStore, StoreSpec
 
 PARTITION_COLUMN = "partition"
+FILE_BYTES = 128 * 1024 * 1024
+"""The size the table's files are cut at: a run closes a file once it holds about this many bytes of Arrow data
+(Parquet makes it smaller), and the upkeep's OPTIMIZE bin-packs to it (Delta's default OPTIMIZE target)."""
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string(), False), pa.field("value", pa.binary())]))
 VERSION_COLUMN = "version"
 

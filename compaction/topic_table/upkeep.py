@@ -24,10 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compaction.topic_table.target import DataFile, TopicTable
+from compaction.topic_table.target import FILE_BYTES, DataFile, TopicTable
 
-FILE_BYTES = 128 * 1024 * 1024
-"""The size a run's and an OPTIMIZE's files are cut at (the Delta default target for OPTIMIZE)."""
 SMALL_FILE_BYTES = 1024 * 1024
 SMALL_FILES = 8
 
@@ -81,4 +79,4 @@ def keep_healthy(table: TopicTable, partitions: Sequence[int], now_ms: int) -> U
     return Upkeep(tuple(gone), len(dropped), tuple(busy), compacted, len(vacuumed))
 
 
-__all__ = ["FILE_BYTES", "SMALL_FILES", "SMALL_FILE_BYTES", "Upkeep", "crowded", "keep_healthy"]
+__all__ = ["SMALL_FILES", "SMALL_FILE_BYTES", "Upkeep", "crowded", "keep_healthy"]
