@@ -195,6 +195,28 @@ def tier(logs: Iterable[ScenarioLog], logdir: Path, store: ObjectStore, now_ms: 
         tier_partition(LocalPartition(log.topic, log.partition, directory), store, table, now_ms, "scenario")
 
 
+
+def transactions_across_tier_and_wal(store: ObjectStore, logdir: Path, now_ms: int) -> ScenarioLog:
+    """orders-0 with transactions that begin in the tier and end in its WAL tail: producer 7 aborts, 8 commits,
+    9 stays open; the first roll is tiered, the markers arrive in the active segment, uploaded as a WAL object."""
+    from compaction.wal.upload import upload_logdir
+
+    log = ScenarioLog("orders", now_ms - 5000)
+    aborted, committed, still_open = log.producer(7), log.producer(8), log.producer(9)
+    log.record(1, b"plain")
+    aborted([10, 11])
+    committed([20])
+    log.roll()
+    log.record(2, b"plain-2")
+    aborted([12])
+    log.abort(7)
+    committed([21])
+    log.commit(8)
+    still_open([30])
+    tier([log], logdir, store, now_ms)
+    upload_logdir(logdir, store, now_ms)
+    return log
+
 @dataclass(frozen=True)
 class Pass:
     """A committed pass, and every offset-strategy partition whose consumer view it changed (before, after)."""

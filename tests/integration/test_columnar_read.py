@@ -25,7 +25,7 @@ from compaction.reader import (
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 from compaction.wal.upload import upload_logdir
-from tests.scenario_log import ScenarioLog, tier
+from tests.scenario_log import transactions_across_tier_and_wal
 from tests.tiered_logdir import generated_logdir
 
 NOW = 1_800_000_000_000
@@ -85,20 +85,7 @@ def test_every_segment_and_wal_slice_reads_the_same(store: ObjectStore) -> None:
 
 def test_transactions_spanning_the_tier_and_the_wal(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "store"))
-    log = ScenarioLog("orders", NOW - 5000)
-    aborted, committed, still_open = log.producer(7), log.producer(8), log.producer(9)
-    log.record(1, b"plain")
-    aborted([10, 11])
-    committed([20])
-    log.roll()
-    log.record(2, b"plain-2")
-    aborted([12])
-    log.abort(7)
-    committed([21])
-    log.commit(8)
-    still_open([30])
-    tier([log], tmp_path / "logdir", store, NOW)
-    upload_logdir(tmp_path / "logdir", store, NOW)
+    transactions_across_tier_and_wal(store, tmp_path / "logdir", NOW)
     assert assert_same_reads(store, "orders", 0, [0, 2]) > 0
 
 

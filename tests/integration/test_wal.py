@@ -29,7 +29,7 @@ from compaction.wal import table as wal_table_module
 from compaction.wal.model import objects_to_arrow
 from compaction.wal.table import WalTable
 from compaction.wal.upload import upload_logdir
-from tests.scenario_log import ScenarioLog, tier
+from tests.scenario_log import ScenarioLog, tier, transactions_across_tier_and_wal
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -133,20 +133,7 @@ def test_a_rerun_uploads_nothing_and_new_data_only_what_is_new(store: ObjectStor
 def test_read_crosses_from_the_tier_into_the_wal_with_transactions_spanning_both(
     store: ObjectStore, tmp_path: Path
 ) -> None:
-    log = ScenarioLog("orders", NOW - 5000)
-    aborted, committed, still_open = log.producer(7), log.producer(8), log.producer(9)
-    log.record(1, b"plain")
-    aborted([10, 11])
-    committed([20])
-    log.roll()  # everything above is tiered; the markers come in the active segment, i.e. in the WAL
-    log.record(2, b"plain-2")
-    aborted([12])
-    log.abort(7)
-    committed([21])
-    log.commit(8)
-    still_open([30])
-    tier([log], tmp_path / "logdir", store, NOW)
-    upload_logdir(tmp_path / "logdir", store, NOW)
+    log = transactions_across_tier_and_wal(store, tmp_path / "logdir", NOW)
     assert table_in_store(store).live_segments("orders", 0), "nothing was tiered"
     refs = log_refs(store, "orders", 0)
     assert [r.wal for r in refs] == [False, True]
