@@ -15,6 +15,7 @@ the offsets compaction removed from a remote segment since KAFKA-15388.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import subprocess
@@ -38,6 +39,8 @@ from tests.kafka_runtime import KafkaBroker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+run_commit = importlib.import_module("compaction.run.commit")
 
 TOPIC = "tiered"
 KEYS = 37
@@ -274,7 +277,9 @@ def _compact_while_the_broker_tiers(tier: Tier, writer: Writer, spark: SparkSess
     producing = threading.Thread(target=keep_producing, name="producer")
     producing.start()
     try:
-        tier.report = compaction.compact(spark, str(tier.store), str(config)).to_dict()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(run_commit, "commit_change_set", _after_a_broker_commit(tier, run_commit.commit_change_set))
+            tier.report = compaction.compact(spark, str(tier.store), str(config)).to_dict()
     finally:
         stop.set()
         producing.join(60)
@@ -287,6 +292,23 @@ def _compact_while_the_broker_tiers(tier: Tier, writer: Writer, spark: SparkSess
         tier.mid_read = (tier.mid_read[0], poll_until(tier.mid_reader, tier.view(committed=True)[-1][0]))
     finally:
         tier.mid_reader.close()
+
+
+def _after_a_broker_commit(tier: Tier, commit: Callable[..., Any]) -> Callable[..., Any]:
+    """`commit` that first waits until the broker has committed to the table since the change set was planned: on a
+    quiet machine the run can plan, rewrite and commit between two of the broker's tiering commits, and the race this
+    module is about (`compaction.metadata.rebase`) would then not happen."""
+
+    def broker_committed_since(version: int) -> bool:
+        history = DeltaTable(str(tier.store / "_kcompact_metadata")).history()
+        return any(h["version"] > version and h.get("kcompact.writer") == "broker-1" for h in history)
+
+    def committing(table: Any, change_set: Any, now_ms: int) -> Any:
+        wait_for(f"a broker commit after table version {change_set.base_version}",
+                 lambda: broker_committed_since(change_set.base_version), tier.broker)
+        return commit(table, change_set, now_ms)
+
+    return committing
 
 
 def test_the_compaction_committed_while_the_broker_tiered(tier: Tier) -> None:
