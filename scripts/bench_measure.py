@@ -177,6 +177,83 @@ def compaction_of_copy(pristine: Path, *options: str, runs: int = RUNS) -> tuple
     return median, wall
 
 
+KCOMPACT = Path(sys.executable).parent / "kcompact"
+"""The console script users run (`pip install`'s entry point in the project's venv)."""
+
+
+def cli_processes(pristine: Path, settings: dict[str, str], runs: int = RUNS) -> dict[str, Any]:
+    """`kcompact compact` as users run it on a schedule: `runs` fresh processes, each on a fresh copy of `pristine`
+    (page cache warm), with kcompact's own session defaults. The first process is its own figure (nothing of a
+    previous run in it but the page cache), then the median of all of them; bytes read from the run's report."""
+    config = pristine.parent / "cli-config.yaml"
+    config.write_text("defaults:\n" + "".join(f"  {k}: {v}\n" for k, v in {"cleanup.policy": "compact",
+                                                                            **settings}.items()))
+    seconds, bytes_read = [], []
+    for _ in range(runs):
+        warm(pristine)
+        store = copy_store(pristine, "cli")
+        report = pristine.parent / "cli-report.json"
+        cmd = [str(KCOMPACT), "compact", "--store", str(store), "--config", str(config), "--now", str(NOW_MS),
+               "--report-json", str(report)]
+        print("running:", " ".join(cmd), file=sys.stderr)
+        started = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        seconds.append(time.perf_counter() - started)
+        doc = json.loads(report.read_text())
+        if doc.get("failed") or not all(p["committed"] for p in doc["partitions"]):
+            raise SystemExit(f"`kcompact compact` of {store} failed: {doc.get('failed')}")
+        bytes_read.append(doc["bytes_read"])
+        shutil.rmtree(store, ignore_errors=True)
+    median = sorted(seconds)[len(seconds) // 2]
+    return {"command": " ".join(["kcompact", *cmd[1:]]).replace(str(pristine.parent), "$W"), "seconds": seconds,
+            "first_seconds": seconds[0], "median_seconds": median, "bytes_read": bytes_read[0],
+            "first_mb_s": bytes_read[0] / seconds[0] / 1e6, "mb_s": bytes_read[0] / median / 1e6}
+
+
+SPARK_ALONE = ("from pyspark.sql import SparkSession; s = SparkSession.builder.master('local[2]').getOrCreate(); "
+               "s.range(1).count(); s.stop()")
+"""Spark's own start: a session, one trivial job, stop: what any Spark application pays before its work."""
+
+
+def spark_alone(runs: int = RUNS) -> list[float]:
+    """The whole-process seconds of `SPARK_ALONE`, `runs` times."""
+    seconds = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", SPARK_ALONE], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+SMALL_SCALE = 1 / 128
+"""P0's share of P2's uncompressed workload: ~10 MB of segments, all dirty (a small scheduled run)."""
+
+
+def bench_small(scale: float = 1.0) -> list[dict[str, Any]]:
+    """P0 (issue 27 b): a small run, ~10 MB all dirty, as fresh `kcompact compact` processes vs Spark's own start
+    (`spark_alone`), alternated so both see the same machine; on two shapes (P2's generator, 8 partitions, and
+    P2K's kafka-python writer, 2 partitions)."""
+    bulk_args = e2e_args(SMALL_SCALE * scale, "none")
+    kp_logdir, kp_args, _seconds = kafka_workload(SMALL_SCALE * scale)
+    shapes = [("kcompact generate --bulk " + " ".join(bulk_args), bulk(f"small-{bulk_args[3]}", *bulk_args)),
+              ("python scripts/kafka_workload.py " + " ".join(kp_args), kp_logdir)]
+    out = []
+    for workload, logdir in shapes:
+        pristine = tiered(logdir, logdir.name)
+        cli: list[dict[str, Any]] = []
+        alone: list[float] = []
+        for _ in range(RUNS):  # alternated: this machine's speed drifts within minutes
+            alone += spark_alone(1)
+            cli.append(cli_processes(pristine, {"min.cleanable.dirty.ratio": "0.01"}, runs=1))
+        seconds = [c["seconds"][0] for c in cli]
+        out.append({"workload": workload, "command": cli[0]["command"], "input_bytes": log_bytes(logdir),
+                    "bytes_read": cli[0]["bytes_read"], "seconds": seconds,
+                    "median_seconds": sorted(seconds)[len(seconds) // 2], "spark_seconds": alone,
+                    "spark_median_seconds": sorted(alone)[len(alone) // 2]})
+    return out
+
+
 def throughput(run: dict[str, Any], wall: float, raw_mb_s: float) -> dict[str, Any]:
     """The P2 figures of a run: MB/s without session start-up, for the whole process, and as a share of raw."""
     mb_s = run["bytes_read"] / wall / 1e6
@@ -192,6 +269,7 @@ def bench_e2e(codec: str, scale: float = 1.0, profile: bool = False, partitions:
     name = f"e2e-{codec}-{args[3]}" if partitions == 8 else f"hot{partitions}-{codec}-{args[3]}"
     logdir = bulk(name, *args)
     pristine = tiered(logdir, name)
+    cli = cli_processes(pristine, {"min.cleanable.dirty.ratio": "0.01"})  # first: its first process is the first run
     run, wall = compaction_of_copy(pristine, "--min-dirty-ratio", "0.01")
     raw = raw_crc_mb_s(rolled_logs(logdir))
     map_profile = None
@@ -202,15 +280,16 @@ def bench_e2e(codec: str, scale: float = 1.0, profile: bool = False, partitions:
         map_profile = json.loads(done.stdout.strip().splitlines()[-1])["map_profile"]
     return {"workload": " ".join(args), "command": "kcompact generate --bulk " + " ".join(args), "codec": codec,
             "scale": scale, "input_bytes": log_bytes(logdir), "map_profile": map_profile, **run,
-            **throughput(run, wall, raw)}
+            **throughput(run, wall, raw), "cli": cli}
 
 
 def bench_kafka_shape(scale: float) -> dict[str, Any]:
     """P2K: the second P2 shape, written by kafka-python, compacted with only cleanup.policy set."""
     logdir, args, seconds = kafka_workload(scale)
     pristine = tiered(logdir, logdir.name)
+    cli = cli_processes(pristine, {})
     run, wall = compaction_of_copy(pristine)
-    return {"workload": " ".join(args), "command": "python scripts/kafka_workload.py " + " ".join(args),
+    return {"cli": cli, "workload": " ".join(args), "command": "python scripts/kafka_workload.py " + " ".join(args),
             "generation_seconds": seconds, "input_bytes": log_bytes(logdir),
             "rebuilt_indexes": json.loads((pristine / ".complete").read_text()).get("rebuilt_indexes"), **run,
             **throughput(run, wall, raw_crc_mb_s(rolled_logs(logdir)))}

@@ -118,14 +118,27 @@ def _split(r: dict[str, Any]) -> str:
             f"rewrite tasks {sum(p['rewrite_tasks'] for p in r['per_partition'])} for {r['partitions']} partitions")
 
 
+def _cli(r: dict[str, Any]) -> tuple[str, str]:
+    """The fresh `kcompact compact` processes' MB/s, median (first), and the median's share of raw read + CRC-32C."""
+    c = r.get("cli")
+    if not c:
+        return "not measured", "—"
+    return (f"**{c['mb_s']:.1f}** ({c['first_mb_s']:.1f})", f"**{100 * c['mb_s'] / r['raw_mb_s']:.1f}%**")
+
+
 def _rate_table(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    lines = ["| run | input (tiered) | records in → out | output | wall | MB/s | whole process | raw read + CRC "
-             "(1 core) | share of raw | fetch ratio |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | input (tiered) | records in → out | output | fresh `kcompact compact`: MB/s median (first) "
+             "| its share of raw | in session: wall | MB/s | share of raw | raw read + CRC (1 core) | fetch ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, r in runs:
+        cli_rate, cli_share = _cli(r)
         lines.append(f"| {label} | {_gib(r['bytes_read'])} | {r['records_read']:,} → {r['records_written']:,} | "
-                     f"{_mb(r['bytes_written'])} | {r['wall_seconds']:.1f} s | **{r['mb_s']:.1f}** | "
-                     f"{r['process_mb_s']:.1f} MB/s | {r['raw_mb_s']:,.0f} MB/s | **{100 * r['raw_share']:.1f}%** | "
+                     f"{_mb(r['bytes_written'])} | {cli_rate} | {cli_share} | {r['wall_seconds']:.1f} s | "
+                     f"{r['mb_s']:.1f} | {100 * r['raw_share']:.1f}% | {r['raw_mb_s']:,.0f} MB/s | "
                      f"{_ratio(r.get('fetch_ratio'))} |")
+    lines += ["", "Fresh `kcompact compact` processes: " + "; ".join(
+        f"{label} {' / '.join(f'{x:.1f}' for x in r['cli']['seconds'])} s (in the order run)"
+        for label, r in runs if r.get("cli"))] if any(r.get("cli") for _l, r in runs) else []
     return lines
 
 
@@ -146,9 +159,16 @@ def _fixed_cost(saved: dict[str, Any]) -> float | None:
     return fit(saved["P5"]["points"])[0] if "P5" in saved else None
 
 
+WHOLE_PROCESS = ("The headline is what users run: `kcompact compact --store S --config C` as a fresh process "
+                 "(interpreter, JVM, Python workers, kernels loaded, the run, exit), on a fresh hard-linked copy of "
+                 "the store each time, page cache warm; three processes, their median MB/s with the first process's "
+                 "in brackets (it is the first run of the workload in this `make bench`). ")
+
+
 def _p2(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
     lines = [f"Workload: `kcompact generate --bulk {runs[0]['workload'].replace(' --codecs none', ' --codecs C')}`, "
-             "tiered into a local store; one run of `plan → stage → commit` in local[2] (`scripts/bench_run.py`, "
+             "tiered into a local store. " + WHOLE_PROCESS + "In session beside it: "
+             "one run of `plan → stage → commit` in local[2] (`scripts/bench_run.py`, "
              "config: cleanup.policy compact, min.cleanable.dirty.ratio 0.01, nothing else); MB/s = segment bytes "
              "read by the run / its wall time (plan + stage + commit). Session start-up (JVM, Python workers, numba "
              "kernels loaded in them) is measured apart, as a long-lived executor has paid it already; the whole "
@@ -186,9 +206,11 @@ def _p2k(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
              f"{r.get('rebuilt_indexes')} offset/time indexes (the writer leaves them out, as Kafka rebuilds them on "
              "load); the writer puts an empty producer snapshot at every roll, as a broker does (without one, "
              "planning replays the whole tier to find the producer state). Runs with only cleanup.policy "
-             "compact set (every other option at its default), as a new user would; the median of three.", ""]
+             "compact set (every other option at its default), as a new user would; the median of three. "
+             + WHOLE_PROCESS, ""]
     lines += _rate_table([("kafka-python, 2 partitions", r)])
-    lines += ["", f"- {_split(r)}", "", "Target ≥ 80 MB/s and ≥ 5% of raw read + CRC-32C (goal c)."]
+    lines += ["", f"- {_split(r)}", "", "Target ≥ 80 MB/s and ≥ 5% of raw read + CRC-32C in session (goal c); "
+              "≥ 3.5% of raw as fresh `kcompact compact` processes (issue 27 c)."]
     if r["mb_s"] < 80 or r["raw_share"] < 0.05:
         lines.append(f"- **What limits it**: {_time_limit(r, _fixed_cost(saved))}")
     return lines
@@ -373,7 +395,29 @@ def _fetch(saved: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _p0(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
+    lines = ["A small scheduled run: ~10 MB of segments, all dirty, compacted by fresh `kcompact compact` processes "
+             "(config: cleanup.policy compact, min.cleanable.dirty.ratio 0.01), alternated with Spark's own start: "
+             f"`python -c \"{SPARK_ALONE}\"` (a session in local[2], one trivial job, stop). Three of each, page "
+             "cache warm. Target: the run within Spark's own start + 3 s (issue 27 b).", "",
+             "| workload | input | `kcompact compact` (each process) | Spark alone (each) | medians: excess |",
+             "|---|---|---|---|---|"]
+    for r in runs:
+        lines.append(f"| `{r['workload']}` | {_mb(r['bytes_read'])} | "
+                     f"{' / '.join(f'{x:.1f}' for x in r['seconds'])} s | "
+                     f"{' / '.join(f'{x:.1f}' for x in r['spark_seconds'])} s | "
+                     f"**{r['median_seconds'] - r['spark_median_seconds']:+.1f} s** |")
+    lines.append(note("P0 analysis"))
+    return lines
+
+
+SPARK_ALONE = ("from pyspark.sql import SparkSession; s = SparkSession.builder.master('local[2]').getOrCreate(); "
+               "s.range(1).count(); s.stop()")
+"""As bench_measure.SPARK_ALONE (this module renders without importing the measuring one)."""
+
+
 SECTIONS: dict[str, tuple[str, Callable[[Any, dict[str, Any]], list[str]]]] = {
+    "P0": ("P0 — a small run vs Spark's own start (issue 27 b)", _p0),
     "P1": ("P1 — segment scan vs raw read + CRC-32C (one core)", lambda r, _s: _p1(r)),
     "P2": ("P2 — end to end, ≥ 1 GiB, local[2] (goal c, first shape)", _p2),
     "P2K": ("P2K — end to end on a kafka-python workload: 2 partitions, 64 MiB segments, random keys (goal c)",
@@ -465,6 +509,15 @@ def summary(r: dict[str, Any]) -> list[str]:
         rows.append(("b. P4 skipping at the defaults, 1% keys", "fetched ≤ dirty + overlap + 2% clean",
                      f"{_mb(p4['fetched_bytes'])} vs {_mb(p4['bound_bytes'])}",
                      p4["fetched_bytes"] <= p4["bound_bytes"]))
+    for label, x in runs:
+        if x.get("cli") and (label.startswith("P2") or label.startswith("P6")):
+            share = x["cli"]["mb_s"] / x["raw_mb_s"]
+            rows.append((f"whole process, {label}", "fresh `kcompact compact`" + (" ≥ 3.5% of raw" if label.startswith(
+                "P2K") else ""), f"{x['cli']['mb_s']:.0f} MB/s = {100 * share:.1f}% (first process "
+                f"{x['cli']['first_mb_s']:.0f})", share >= 0.035 if label.startswith("P2K") else True))
+    if "P0" in r:
+        excess = max(x["median_seconds"] - x["spark_median_seconds"] for x in r["P0"])
+        rows.append(("P0 ~10 MB run vs Spark's own start", "≤ + 3 s", f"+{excess:.1f} s (worse shape)", excess <= 3))
     if "P2" in r:
         rates = ", ".join(f"{x['codec']} {x['mb_s']:.0f} MB/s = {100 * x['raw_share']:.1f}% (process "
                           f"{x['process_mb_s']:.0f})" for x in r["P2"])
