@@ -45,14 +45,10 @@ from compaction.reader import SegmentRef, aborted_ranges, segment_ref
 from compaction.spark.ranking import best
 from compaction.storage.base import ObjectStore, StoreSpec
 from compaction.strategies.winner import AbortedRange
-from compaction.verify import (
-    KeyProblem,
-    TombstoneEvidence,
-    VerifyReport,
-    VerifySpan,
-    judge_latest,
-    judge_uncleaned,
-)
+from compaction.verify.compare import KeyProblem, judge_latest, judge_uncleaned
+from compaction.verify.report import VerifyReport
+from compaction.verify.span import VerifySpan
+from compaction.verify.view import TombstoneEvidence
 
 BEFORE, AFTER = 0, 1
 _ROW_BATCH = 65_536
