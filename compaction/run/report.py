@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from compaction.counters import Counters
 from compaction.errors import ExitCode
 from compaction.planner import PartitionPlan
 from compaction.run.commit import PartitionOutcome
@@ -43,17 +44,13 @@ def fetch_ratio(fetched: int, needed: int) -> float | None:
 
 
 @dataclass(frozen=True)
-class RequestCounts:
+class RequestCounts(Counters):
     """Store requests and the bytes they moved."""
 
     gets: int = 0
     puts: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
-
-    def __add__(self, other: RequestCounts) -> RequestCounts:
-        return RequestCounts(self.gets + other.gets, self.puts + other.puts, self.bytes_read + other.bytes_read,
-                             self.bytes_written + other.bytes_written)
 
 
 @dataclass(frozen=True)
