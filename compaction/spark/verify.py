@@ -218,7 +218,7 @@ def _raise_errors(span: VerifySpan, reports: Mapping[str, Any]) -> None:
 
 
 def _unstable(summaries: Mapping[tuple[int, int], Any]) -> Column:
-    """Rows of transactions still open in their view (`reader.segment_records`' unstable_from): a
+    """Rows of transactions still open in their view (`reader.ConsumerRead.unstable_from`): a
     transaction open at `before` stays hidden at `after` too."""
     from compaction.verify.columnar import open_transactions_after
 
