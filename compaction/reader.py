@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -62,6 +62,22 @@ class Isolation(StrEnum):
             return cls(text)
         except ValueError:
             raise ConfigError(f"isolation must be read_uncommitted or read_committed, not {text!r}") from None
+
+
+@dataclass(frozen=True)
+class ConsumerRead:
+    """How a consumer reads the pieces of a log: from `from_offset`, at `isolation`; read_committed skips the
+    transactions `aborted` (producerId -> [(firstOffset, lastOffset)]) and those still open (`unstable_from`:
+    producerId -> first offset), both found once for the whole log (`log_transactions`)."""
+
+    from_offset: int = 0
+    isolation: Isolation = Isolation.READ_UNCOMMITTED
+    aborted: Mapping[int, Sequence[tuple[int, int]]] = field(default_factory=dict)
+    unstable_from: Mapping[int, int] = field(default_factory=dict)
+
+
+FROM_START = ConsumerRead()
+"""A read_uncommitted consumer from offset 0."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +146,7 @@ def _indexed_aborts(store: ObjectStore, segments: Sequence[SegmentRef]) -> dict[
     return ranges
 
 
-def _is_aborted(batch: RecordBatch, aborted: dict[int, list[tuple[int, int]]]) -> bool:
+def _is_aborted(batch: RecordBatch, aborted: Mapping[int, Sequence[tuple[int, int]]]) -> bool:
     return batch.is_transactional and any(
         first <= batch.base_offset <= last for first, last in aborted.get(batch.producer_id, ())
     )
@@ -149,31 +165,23 @@ def open_transactions(batches: Iterable[RecordBatch | BatchHeader]) -> dict[int,
     return open_txns
 
 
-def segment_records(
-    store: ObjectStore,
-    seg: SegmentRef,
-    *,
-    from_offset: int = 0,
-    isolation: Isolation = Isolation.READ_UNCOMMITTED,
-    aborted: dict[int, list[tuple[int, int]]] | None = None,
-    unstable_from: dict[int, int] | None = None,
-) -> Iterator[Record]:
+def segment_records(store: ObjectStore, seg: SegmentRef, read: ConsumerRead = FROM_START) -> Iterator[Record]:
     """The records of one segment a consumer would receive (see the module docstring).
 
     Reading from an offset inside the segment fetches only the bytes from the offset index's entry for it on
     (a ranged GET, as a broker serves a fetch); errors still name the position in the whole object.
     """
-    uri, data, position, low = _fetched(store, seg, from_offset)
+    uri, data, position, low = _fetched(store, seg, read.from_offset)
     try:
         for _pos, batch in iter_batches(data, obj=uri):
             if batch.base_offset > seg.end_offset:
                 break
             if batch.is_control or batch.last_offset < low:
                 continue
-            if isolation is Isolation.READ_COMMITTED and batch.is_transactional:
-                if _is_aborted(batch, aborted or {}):
+            if read.isolation is Isolation.READ_COMMITTED and batch.is_transactional:
+                if _is_aborted(batch, read.aborted):
                     continue
-                first_open = (unstable_from or {}).get(batch.producer_id)
+                first_open = read.unstable_from.get(batch.producer_id)
                 if first_open is not None and batch.base_offset >= first_open:
                     continue
             yield from (r for r in batch.records if low <= r.offset <= seg.end_offset)
@@ -191,33 +199,25 @@ def _fetched(store: ObjectStore, seg: SegmentRef, from_offset: int) -> tuple[str
     return uri, data, position, max(from_offset, seg.start_offset) if seg.wal else from_offset
 
 
-def segment_batches(
-    store: ObjectStore,
-    seg: SegmentRef,
-    *,
-    from_offset: int = 0,
-    isolation: Isolation = Isolation.READ_UNCOMMITTED,
-    aborted: dict[int, list[tuple[int, int]]] | None = None,
-    unstable_from: dict[int, int] | None = None,
-) -> Iterator[pa.RecordBatch]:
+def segment_batches(store: ObjectStore, seg: SegmentRef, read: ConsumerRead = FROM_START) -> Iterator[pa.RecordBatch]:
     """`segment_records` as Arrow batches (`format.scan.CONSUMER_SCHEMA`), decoded by the scan's kernels: the same
     records, fetched and checked the same way, with no Python per record."""
-    uri, data, position, low = _fetched(store, seg, from_offset)
+    uri, data, position, low = _fetched(store, seg, read.from_offset)
     try:
         scan = scan_records(data, obj=uri)
     except CorruptInputError as exc:  # positions in the fetched tail -> positions in the object
         raise exc.located(uri, position) from None
     fields = scan.fields
     keep = (fields[:, BATCH_ATTRIBUTES] & CONTROL_FLAG_MASK) == 0
-    if isolation is Isolation.READ_COMMITTED:
-        keep &= ~_uncommitted(fields, aborted or {}, unstable_from or {})
+    if read.isolation is Isolation.READ_COMMITTED:
+        keep &= ~_uncommitted(fields, read.aborted, read.unstable_from)
     offsets = scan.ranges[RECORD_OFFSET]
     take = np.flatnonzero(keep[scan.ranges[RECORD_BATCH]] & (offsets >= low) & (offsets <= seg.end_offset))
     yield from scan.consumer_batches(take)
 
 
-def _uncommitted(fields: np.ndarray, aborted: dict[int, list[tuple[int, int]]], unstable_from: dict[int, int]
-                 ) -> np.ndarray:
+def _uncommitted(fields: np.ndarray, aborted: Mapping[int, Sequence[tuple[int, int]]],
+                 unstable_from: Mapping[int, int]) -> np.ndarray:
     """Which batches a read_committed consumer skips: transactional batches of an aborted transaction (the
     `AbortedTxn` ranges holding their base offset) or of one still open (`unstable_from` on)."""
     skip = np.zeros(fields.shape[0], bool)
@@ -384,8 +384,9 @@ def consumer_records(
     isolation: Isolation = Isolation.READ_UNCOMMITTED,
 ) -> Iterator[Record]:
     """Every record a consumer starting at `from_offset` would receive, in offset order."""
-    for seg, read in _consumer_reads(store, segments, from_offset, isolation):
-        yield from segment_records(store, seg, **read)
+    read = consumer_read(store, segments, from_offset, isolation)
+    for seg in _consumer_pieces(segments, from_offset):
+        yield from segment_records(store, seg, read)
 
 
 def consumer_batches(
@@ -396,22 +397,23 @@ def consumer_batches(
     isolation: Isolation = Isolation.READ_UNCOMMITTED,
 ) -> Iterator[pa.RecordBatch]:
     """`consumer_records` as Arrow batches (`segment_batches`), in offset order."""
-    for seg, read in _consumer_reads(store, segments, from_offset, isolation):
-        yield from segment_batches(store, seg, **read)
+    read = consumer_read(store, segments, from_offset, isolation)
+    for seg in _consumer_pieces(segments, from_offset):
+        yield from segment_batches(store, seg, read)
 
 
-def _consumer_reads(store: ObjectStore, segments: Sequence[SegmentRef], from_offset: int, isolation: Isolation
-                    ) -> Iterator[tuple[SegmentRef, dict[str, Any]]]:
-    """The pieces of the log a consumer from `from_offset` reads, in offset order, each with the arguments of its
-    read (read_committed's aborted and open transactions found once, over the whole log)."""
-    aborted: dict[int, list[tuple[int, int]]] = {}
-    unstable: dict[int, int] = {}
+def consumer_read(store: ObjectStore, segments: Sequence[SegmentRef], from_offset: int, isolation: Isolation
+                  ) -> ConsumerRead:
+    """How a consumer from `from_offset` reads the log of `segments`: for read_committed, with the log's aborted
+    and still-open transactions (`log_transactions`), found once for all its pieces."""
     if isolation is Isolation.READ_COMMITTED:
-        aborted, unstable = log_transactions(store, segments)
-    read = {"from_offset": from_offset, "isolation": isolation, "aborted": aborted, "unstable_from": unstable}
-    for seg in sorted(segments, key=lambda s: s.start_offset):
-        if seg.end_offset >= from_offset:
-            yield seg, read
+        return ConsumerRead(from_offset, isolation, *log_transactions(store, segments))
+    return ConsumerRead(from_offset, isolation)
+
+
+def _consumer_pieces(segments: Sequence[SegmentRef], from_offset: int) -> list[SegmentRef]:
+    """The pieces of the log a consumer from `from_offset` reads, in offset order."""
+    return [seg for seg in sorted(segments, key=lambda s: s.start_offset) if seg.end_offset >= from_offset]
 
 
 def row_json(row: Mapping[str, Any]) -> dict[str, Any]:

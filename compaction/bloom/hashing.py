@@ -41,17 +41,10 @@ def _rotl(x: Any, r: int) -> Any:
 
 
 @kernel(nogil=True, inline="always")
-def _read64(buf: np.ndarray, p: int) -> Any:
+def _read_le(buf: np.ndarray, p: int, width: int) -> Any:
+    """The unsigned little-endian integer of `width` bytes at `buf[p]`, as uint64."""
     v = np.uint64(0)
-    for i in range(7, -1, -1):
-        v = (v << np.uint64(8)) | np.uint64(buf[p + i])
-    return v
-
-
-@kernel(nogil=True, inline="always")
-def _read32(buf: np.ndarray, p: int) -> Any:
-    v = np.uint64(0)
-    for i in range(3, -1, -1):
+    for i in range(width - 1, -1, -1):
         v = (v << np.uint64(8)) | np.uint64(buf[p + i])
     return v
 
@@ -79,10 +72,10 @@ def _xxh64(buf: np.ndarray, start: int, end: int) -> Any:
         v3 = np.uint64(0)
         v4 = np.uint64(0) - _P1
         while p + 32 <= end:
-            v1 = _round(v1, _read64(buf, p))
-            v2 = _round(v2, _read64(buf, p + 8))
-            v3 = _round(v3, _read64(buf, p + 16))
-            v4 = _round(v4, _read64(buf, p + 24))
+            v1 = _round(v1, _read_le(buf, p, 8))
+            v2 = _round(v2, _read_le(buf, p + 8, 8))
+            v3 = _round(v3, _read_le(buf, p + 16, 8))
+            v4 = _round(v4, _read_le(buf, p + 24, 8))
             p += 32
         h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
         h = _merge(h, v1)
@@ -93,11 +86,11 @@ def _xxh64(buf: np.ndarray, start: int, end: int) -> Any:
         h = _P5
     h = h + np.uint64(length)
     while p + 8 <= end:
-        h = h ^ _round(np.uint64(0), _read64(buf, p))
+        h = h ^ _round(np.uint64(0), _read_le(buf, p, 8))
         h = _rotl(h, 27) * _P1 + _P4
         p += 8
     if p + 4 <= end:
-        h = h ^ (_read32(buf, p) * _P1)
+        h = h ^ (_read_le(buf, p, 4) * _P1)
         h = _rotl(h, 23) * _P2 + _P3
         p += 4
     while p < end:

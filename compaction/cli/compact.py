@@ -115,7 +115,8 @@ def _commit_each(staged: StagedRun, progress: Progress) -> list[PartitionOutcome
 
 def run_compact(args: argparse.Namespace) -> int:
     from compaction.progress import Progress
-    from compaction.run.report import plan_report, render_text, run_report
+    from compaction.run.report import plan_report, run_report
+    from compaction.run.report_text import render_text
     from compaction.run.stage import stage
 
     progress = Progress(sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,15 +111,25 @@ def run_upload(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def _upload_line(p: dict[str, Any]) -> str:
+def _partition_line(p: dict[str, Any], failed: str, done: Callable[[dict[str, Any]], str]) -> str:
+    """`topic-partition: ...` of a partition's JSON report: its error when it has one (its status `failed`), else
+    what `done` says of it."""
     where = f"{p['topic']}-{p['partition']}"
     if p["error"]:
-        return f"{where}: {p['status'].upper()} ({p['error_type']}): {p['error']}"
+        return f"{where}: {failed} ({p['error_type']}): {p['error']}"
+    return f"{where}: {done(p)}"
+
+
+def _upload_line(p: dict[str, Any]) -> str:
+    return _partition_line(p, p["status"].upper(), _uploaded)
+
+
+def _uploaded(p: dict[str, Any]) -> str:
     if p["status"] == "up_to_date":
-        return f"{where}: up to date"
+        return "up to date"
     diverged = f" (diverged from the store at {p['diverged_at']})" if p["diverged_at"] is not None else ""
     tail = f", {p['incomplete_tail_bytes']} bytes of a batch in progress left" if p["incomplete_tail_bytes"] else ""
-    return f"{where}: offsets {p['from_offset']}..{p['end_offset'] - 1}, {p['batches']} batches{diverged}{tail}"
+    return f"offsets {p['from_offset']}..{p['end_offset'] - 1}, {p['batches']} batches{diverged}{tail}"
 
 
 def run_roll(args: argparse.Namespace) -> int:
@@ -147,14 +158,15 @@ def run_roll(args: argparse.Namespace) -> int:
 
 
 def _roll_line(p: dict[str, Any]) -> str:
-    where = f"{p['topic']}-{p['partition']}"
-    if p["error"]:
-        return f"{where}: FAILED ({p['error_type']}): {p['error']}"
+    return _partition_line(p, "FAILED", _rolled)
+
+
+def _rolled(p: dict[str, Any]) -> str:
     segs = p["segments"]
     rolled = f"{len(segs)} segments, offsets {segs[0]['start_offset']}..{segs[-1]['end_offset']}" if segs else \
         "nothing to roll"
     tail = f"open tail {p['open_tail_batches']} batches ({p['open_tail_bytes']} bytes) stays in the WAL"
-    return f"{where}: {rolled}; {tail}"
+    return f"{rolled}; {tail}"
 
 
 def run_list(args: argparse.Namespace) -> int:

@@ -116,6 +116,10 @@ class BatchAttributes:
         return TimestampType((self.attributes & TIMESTAMP_TYPE_MASK) >> 3)
 
     @property
+    def is_log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_MASK)
+
+    @property
     def is_transactional(self) -> bool:
         return bool(self.attributes & TRANSACTIONAL_FLAG_MASK)
 

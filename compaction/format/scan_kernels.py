@@ -59,6 +59,17 @@ def _be(buf: np.ndarray, pos: int, n: int) -> Any:
     return v
 
 
+@kernel(nogil=True, inline="always")
+def _nullable_bytes(buf: np.ndarray, pos: int, end: int) -> tuple[Any, int, int]:
+    """A varint length and the bytes it announces at `pos` (a record's key or value, a header's value; a negative
+    length is null, no bytes) -> (length, position of the bytes, position after them). The last is -1 when the
+    varint is malformed or the bytes run past `end`."""
+    length, pos = varint_at(buf, pos, end, 5)
+    if pos < 0 or pos + max(length, 0) > end:
+        return length, pos, -1
+    return length, pos, pos + max(length, 0)
+
+
 @kernel(nogil=True)
 def walk_batches(buf: np.ndarray) -> tuple[np.ndarray, int, int]:
     """Header fields of every batch; returns (fields[n, 13], status, error position). status 0 = ok."""
@@ -138,18 +149,12 @@ def decode_record_ranges(
             off_delta, pos = varint_at(buf, pos, rec_end, 5)
             if pos < 0:
                 return 1, b, rec_start
-            klen, pos = varint_at(buf, pos, rec_end, 5)
-            if pos < 0 or pos + max(klen, 0) > rec_end:
+            klen, kpos, pos = _nullable_bytes(buf, pos, rec_end)
+            if pos < 0:
                 return 1, b, rec_start
-            kpos = pos
-            if klen > 0:
-                pos += klen
-            vlen, pos = varint_at(buf, pos, rec_end, 5)
-            if pos < 0 or pos + max(vlen, 0) > rec_end:
+            vlen, vpos, pos = _nullable_bytes(buf, pos, rec_end)
+            if pos < 0:
                 return 1, b, rec_start
-            vpos = pos
-            if vlen > 0:
-                pos += vlen
             nh, pos = varint_at(buf, pos, rec_end, 5)
             if pos < 0 or nh < 0 or nh > rec_end - pos:
                 return 1, b, rec_start
@@ -166,14 +171,12 @@ def decode_record_ranges(
                             match = False
                             break
                 pos += hkl
-                hvl, pos = varint_at(buf, pos, rec_end, 5)
-                if pos < 0 or pos + max(hvl, 0) > rec_end:
+                hvl, hvpos, pos = _nullable_bytes(buf, pos, rec_end)
+                if pos < 0:
                     return 1, b, rec_start
                 if match:
-                    hpos = pos
+                    hpos = hvpos
                     hlen = hvl
-                if hvl > 0:
-                    pos += hvl
             if pos != body_start + length:
                 return 1, b, rec_start
             ints[0, r] = base_offsets[b] + off_delta

@@ -25,7 +25,6 @@ from compaction.format.batch import (
     LOG_OVERHEAD,
     MIN_BATCH_SIZE_FIELD,
     RECORD_BATCH_OVERHEAD,
-    TIMESTAMP_TYPE_MASK,
     BatchAttributes,
     RecordBatch,
     check_magic,
@@ -67,10 +66,6 @@ class BatchHeader(BatchAttributes):
     producer_epoch: int
     base_sequence: int
     records_count: int
-
-    @property
-    def is_log_append_time(self) -> bool:
-        return bool(self.attributes & TIMESTAMP_TYPE_MASK)
 
 
 def iter_batch_headers(

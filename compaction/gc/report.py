@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
+
+from compaction.counters import Counters
 
 _MiB = 1024 * 1024
 _SHOWN_UNKNOWN = 5
 
 
 @dataclass(frozen=True)
-class GcCounts:
+class GcCounts(Counters):
     """gc's counters. `objects_deleted` and `bytes_freed` cover segment objects and orphans alike,
     counting only objects the listing saw (a rerun after a crash does not count them twice)."""
 
@@ -21,9 +23,6 @@ class GcCounts:
     segments_waiting: int = 0
     orphans_waiting: int = 0
     shared_keys_kept: int = 0
-
-    def __add__(self, other: GcCounts) -> GcCounts:
-        return GcCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
     @property
     def is_empty(self) -> bool:

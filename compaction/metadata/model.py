@@ -222,16 +222,23 @@ METADATA_SCHEMA = pa.schema(
 )
 
 
+def _common_columns(kind: RowKind, r: SegmentMetadata | PartitionState) -> dict[str, Any]:
+    """The columns rows of both kinds have: whose partition it is, who wrote it, and the cleaner offsets."""
+    return {
+        "row_kind": kind.value,
+        "topic": r.topic,
+        "partition": r.partition,
+        "topic_id": r.topic_id,
+        "writer": r.writer,
+        "run_id": r.run_id,
+        "fencing_epoch": r.fencing_epoch,
+        "cleaner_offsets": [{"epoch": c.epoch, "offset": c.offset} for c in r.cleaner_offsets],
+    }
+
+
 def _segment_row(s: SegmentMetadata) -> dict[str, Any]:
     return {
-        "row_kind": RowKind.SEGMENT.value,
-        "topic": s.topic,
-        "partition": s.partition,
-        "topic_id": s.topic_id,
-        "writer": s.writer,
-        "run_id": s.run_id,
-        "fencing_epoch": s.fencing_epoch,
-        "cleaner_offsets": [{"epoch": c.epoch, "offset": c.offset} for c in s.cleaner_offsets],
+        **_common_columns(RowKind.SEGMENT, s),
         "segment_id": s.segment_id,
         "start_offset": s.start_offset,
         "end_offset": s.end_offset,
@@ -248,14 +255,7 @@ def _segment_row(s: SegmentMetadata) -> dict[str, Any]:
 
 def _partition_row(p: PartitionState) -> dict[str, Any]:
     return {
-        "row_kind": RowKind.PARTITION.value,
-        "topic": p.topic,
-        "partition": p.partition,
-        "topic_id": p.topic_id,
-        "writer": p.writer,
-        "run_id": p.run_id,
-        "fencing_epoch": p.fencing_epoch,
-        "cleaner_offsets": [{"epoch": c.epoch, "offset": c.offset} for c in p.cleaner_offsets],
+        **_common_columns(RowKind.PARTITION, p),
         "commit_seq": p.commit_seq,
         "leader_epochs": [{"epoch": e.epoch, "start_offset": e.start_offset} for e in p.leader_epochs],
         "updated_ms": p.updated_ms,
@@ -276,13 +276,24 @@ def _epoch_entries(items: list[Mapping[str, int]] | None) -> tuple[EpochEntry, .
     return tuple(EpochEntry(i["epoch"], i["start_offset"]) for i in items or ())
 
 
+def _common_fields(r: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of `_common_columns`, read back from a row."""
+    return {
+        "topic": r["topic"],
+        "partition": r["partition"],
+        "topic_id": r["topic_id"],
+        "writer": r["writer"],
+        "run_id": r["run_id"],
+        "fencing_epoch": r["fencing_epoch"],
+        "cleaner_offsets": _cleaner_offsets(r["cleaner_offsets"]),
+    }
+
+
 def segment_from_row(r: Mapping[str, Any]) -> SegmentMetadata:
     """The `SegmentMetadata` of one segment row (a dict as `pa.Table.to_pylist` returns it)."""
     return SegmentMetadata(
+        **_common_fields(r),
         segment_id=r["segment_id"],
-        topic=r["topic"],
-        topic_id=r["topic_id"],
-        partition=r["partition"],
         start_offset=r["start_offset"],
         end_offset=r["end_offset"],
         max_timestamp_ms=r["max_timestamp_ms"],
@@ -290,27 +301,17 @@ def segment_from_row(r: Mapping[str, Any]) -> SegmentMetadata:
         segment_leader_epochs=_epoch_entries(r["segment_leader_epochs"]),
         segment_size_bytes=r["segment_size_bytes"],
         state=SegmentState(r["state"]),
-        cleaner_offsets=_cleaner_offsets(r["cleaner_offsets"]),
         object_keys=tuple(ObjectKey(ObjectSuffix(o["suffix"]), o["key"]) for o in r["object_keys"] or ()),
-        writer=r["writer"],
-        fencing_epoch=r["fencing_epoch"],
         record_count=r["record_count"],
         first_batch_max_timestamp_ms=r["first_batch_max_timestamp_ms"],
-        run_id=r["run_id"],
     )
 
 
 def partition_from_row(r: Mapping[str, Any]) -> PartitionState:
     """The `PartitionState` of one partition row."""
     return PartitionState(
-        topic=r["topic"],
-        topic_id=r["topic_id"],
-        partition=r["partition"],
-        fencing_epoch=r["fencing_epoch"],
+        **_common_fields(r),
         commit_seq=r["commit_seq"],
-        cleaner_offsets=_cleaner_offsets(r["cleaner_offsets"]),
         leader_epochs=_epoch_entries(r["leader_epochs"]),
         updated_ms=r["updated_ms"],
-        writer=r["writer"],
-        run_id=r["run_id"],
     )

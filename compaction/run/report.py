@@ -1,28 +1,26 @@
-"""The run report: Kafka's cleaner summary per partition (`LogCleaner.recordStats`), and the same facts as JSON.
+"""The run report: per partition what was read, written and committed, the run's totals and failures, as JSON too.
 
-`RunReport` is the one value every output is rendered from: the text summary here, the HTML page
-(`compaction.run.report_html`) and the Prometheus file (`compaction.run.metrics`) read it typed; `to_dict()` is the
-JSON report (`--json`, `--report-json`, what `compaction.compact` callers serialize). A run with nothing to do has a
-report too (`plan_report`), with the plan's gauges and no partitions, so monitoring sees every run.
-`phase_seconds` (plan, stage, commit) is measured by the caller, which owns the clock.
+`RunReport` is the one value every output is rendered from: the text summary (`compaction.run.report_text`, Kafka's
+`LogCleaner.recordStats` per partition), the HTML page (`compaction.run.report_html`) and the Prometheus file
+(`compaction.run.metrics`) read it typed; `to_dict()` is the JSON report (`--json`, `--report-json`, what
+`compaction.compact` callers serialize). A run with nothing to do has a report too (`plan_report`), with the plan's
+gauges and no partitions, so monitoring sees every run. `phase_seconds` (plan, stage, commit) is measured by the
+caller, which owns the clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from compaction.counters import Counters
 from compaction.errors import ExitCode
 from compaction.planner import PartitionPlan
 from compaction.run.commit import PartitionOutcome
 from compaction.run.plan import RunPlan
 from compaction.run.stage import StagedPartition, StagedRun
 from compaction.run.stats import PartitionStats
-
-
-def _mb(n: float) -> float:
-    return n / (1024 * 1024)
 
 
 def _rate(part: int, whole: int) -> float | None:
@@ -43,17 +41,13 @@ def fetch_ratio(fetched: int, needed: int) -> float | None:
 
 
 @dataclass(frozen=True)
-class RequestCounts:
+class RequestCounts(Counters):
     """Store requests and the bytes they moved."""
 
     gets: int = 0
     puts: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
-
-    def __add__(self, other: RequestCounts) -> RequestCounts:
-        return RequestCounts(self.gets + other.gets, self.puts + other.puts, self.bytes_read + other.bytes_read,
-                             self.bytes_written + other.bytes_written)
 
 
 @dataclass(frozen=True)
@@ -372,65 +366,6 @@ def _report(run: RunPlan, parts: tuple[PartitionReport, ...], failed: tuple[Part
     )
 
 
-def kafka_summary(part: PartitionReport) -> Iterator[str]:
-    """The lines Kafka's `recordStats` prints, for one partition."""
-    read, written = part.bytes_read, part.bytes_written
-    total = max(part.total_seconds, 1e-9)
-    idx = min(part.map_seconds, total)
-    clean = max(total - idx, 1e-9)
-    msgs_read, msgs_written = part.records_read, part.records_written
-    lo, hi = part.dirty_section or (0, 0)
-    yield f"\tkcompact cleaned log {part.topic}-{part.partition} (dirty section = [{lo}, {hi}])"
-    yield f"\t{_mb(read):,.1f} MB of log processed in {total:,.1f} seconds ({_mb(read) / total:,.1f} MB/sec)."
-    yield (f"\tIndexed {_mb(read):,.1f} MB in {idx:.1f} seconds ({_mb(read) / max(idx, 1e-9):,.1f} Mb/sec, "
-           f"{100 * idx / total:.1f}% of total time)")
-    yield "\tBuffer utilization: 0.0% (no key buffer: every key is mapped in one pass)"
-    yield (f"\tCleaned {_mb(read):,.1f} MB in {clean:.1f} seconds ({_mb(read) / clean:,.1f} Mb/sec, "
-           f"{100 * clean / total:.1f}% of total time)")
-    yield f"\tStart size: {_mb(read):,.1f} MB ({msgs_read:,d} messages)"
-    yield f"\tEnd size: {_mb(written):,.1f} MB ({msgs_written:,d} messages)"
-    yield (f"\t{100 * (1 - written / read) if read else 0.0:.1f}% size reduction "
-           f"({100 * (1 - msgs_written / msgs_read) if msgs_read else 0.0:.1f}% fewer messages)")
-    if part.stats.rewrite.invalid_records:
-        yield f"\tFound {part.stats.rewrite.invalid_records} invalid messages during compaction."
-    if part.error:
-        yield f"\tNOT COMMITTED: {part.error}"
-    sizing = part.bloom_sizing
-    if sizing and sizing.too_coarse:
-        yield (f"\tBloom filters at bloom.filter.fpp={sizing.filter_fpp:g} cannot skip much with "
-               f"{sizing.dirty_keys:,d} dirty keys: a clean segment without any of them is read with probability "
-               f"{100 * sizing.expected_false_read_rate:.0f}%. For <= {100 * TARGET_FALSE_READ_RATE:.0f}%, set "
-               f"bloom.filter.fpp <= {sizing.suggested_fpp:g} (applies to filters written from then on).")
-
-
-def _ratio(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}"
-
-
-def render_text(report: RunReport) -> Iterator[str]:
-    """The text report: Kafka's summary per partition, then the run's totals and failures."""
-    for part in report.partitions:
-        yield from kafka_summary(part)
-        yield ""
-    split = report.time_split_seconds
-    yield (f"run {report.run_id}: {report.committed} partitions compacted, {len(report.failed)} failed; "
-           f"{_mb(report.bytes_read):,.1f} MB read, {_mb(report.bytes_written):,.1f} MB written; "
-           f"max compaction delay {report.max_compaction_delay_secs} s; "
-           f"time: map {split.map:.1f} s, rewrite + upload {split.rewrite:.1f} s")
-    r = report.requests
-    yield (f"filters kept {report.segments_skipped} clean segments unread "
-           f"({_mb(report.bytes_not_downloaded):,.1f} MB not downloaded); store requests: {r.gets} GET "
-           f"({_mb(r.bytes_read):,.1f} MB), {r.puts} PUT ({_mb(r.bytes_written):,.1f} MB); "
-           f"fetch ratio {_ratio(report.fetch_ratio)} (fetched / needed; 1.00 = every byte fetched once)")
-    tasks = report.task_seconds
-    if any(tasks.values()):
-        yield "executor task time: " + ", ".join(f"{k} {v:.1f} s" for k, v in tasks.items())
-    if report.phase_seconds:
-        yield "phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in report.phase_seconds.items())
-    for f in report.failed:
-        yield f"  {f.topic}-{f.partition}: {f.error_type}: {f.error}"
-
-
 __all__ = [
     "TARGET_FALSE_READ_RATE",
     "BloomSizing",
@@ -442,9 +377,7 @@ __all__ = [
     "TimeSplit",
     "bloom_sizing",
     "fetch_ratio",
-    "kafka_summary",
     "partition_report",
     "plan_report",
-    "render_text",
     "run_report",
 ]

@@ -22,13 +22,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from compaction.reader import (
-    Isolation,
-    SegmentRef,
-    log_refs,
-    log_transactions,
-    segment_batches,
-)
+from compaction.reader import ConsumerRead, Isolation, SegmentRef, consumer_read, log_refs, segment_batches
 from compaction.spark.local import local_frame
 from compaction.storage.base import ObjectStore, StoreSpec
 
@@ -59,19 +53,12 @@ _DESCRIPTOR = StructType(
 )
 
 
-def _decoder(
-    spec: StoreSpec,
-    from_offset: int,
-    isolation: Isolation,
-    aborted: dict[int, list[tuple[int, int]]],
-    unstable: dict[int, int],
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _decoder(spec: StoreSpec, read: ConsumerRead) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store = spec.open()
         for descriptors in batches:
             for d in descriptors.to_pylist():
-                yield from segment_batches(store, SegmentRef(**d), from_offset=from_offset, isolation=isolation,
-                                           aborted=aborted, unstable_from=unstable)
+                yield from segment_batches(store, SegmentRef(**d), read)
 
     return decode
 
@@ -92,14 +79,10 @@ def read_partition(
     live segments at metadata table `version` (default: the latest), then the WAL tail (`compaction.wal`), one
     task per segment or WAL slice. Idempotent; reads only.
     """
-    level = Isolation.parse(isolation)
     refs = [r for r in log_refs(store, topic, partition, version) if r.end_offset >= from_offset]
-    aborted: dict[int, list[tuple[int, int]]] = {}
-    unstable: dict[int, int] = {}
-    if level is Isolation.READ_COMMITTED:
-        aborted, unstable = log_transactions(store, refs)
+    read = consumer_read(store, refs, from_offset, Isolation.parse(isolation))
     rows = [(r.start_offset, r.end_offset, r.log_key, r.txn_index_key, r.offset_index_key, r.wal, r.start_position,
              r.end_position) for r in refs]
     descriptors = local_frame(spark, rows, _DESCRIPTOR).repartition(max(1, len(rows)), "start_offset")
-    decoded = descriptors.mapInArrow(_decoder(store.spec, from_offset, level, aborted, unstable), RECORD_STRUCT)
+    decoded = descriptors.mapInArrow(_decoder(store.spec, read), RECORD_STRUCT)
     return decoded.orderBy("offset")

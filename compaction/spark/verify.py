@@ -45,14 +45,10 @@ from compaction.reader import SegmentRef, aborted_ranges, segment_ref
 from compaction.spark.ranking import best
 from compaction.storage.base import ObjectStore, StoreSpec
 from compaction.strategies.winner import AbortedRange
-from compaction.verify import (
-    KeyProblem,
-    TombstoneEvidence,
-    VerifyReport,
-    VerifySpan,
-    judge_latest,
-    judge_uncleaned,
-)
+from compaction.verify.compare import KeyProblem, judge_latest, judge_uncleaned
+from compaction.verify.report import VerifyReport
+from compaction.verify.span import VerifySpan
+from compaction.verify.view import TombstoneEvidence
 
 BEFORE, AFTER = 0, 1
 _ROW_BATCH = 65_536
@@ -222,7 +218,7 @@ def _raise_errors(span: VerifySpan, reports: Mapping[str, Any]) -> None:
 
 
 def _unstable(summaries: Mapping[tuple[int, int], Any]) -> Column:
-    """Rows of transactions still open in their view (`reader.segment_records`' unstable_from): a
+    """Rows of transactions still open in their view (`reader.ConsumerRead.unstable_from`): a
     transaction open at `before` stays hidden at `after` too."""
     from compaction.verify.columnar import open_transactions_after
 

@@ -25,10 +25,11 @@ import threading
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from compaction.counters import Counters
 from compaction.errors import ConfigError, KcompactError, ObjectExistsError
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ class ObjectInfo:
 
 
 @dataclass
-class StoreStats:
+class StoreStats(Counters):
     """Requests a store instance has issued and the bytes it moved, for reports.
 
     `gets` counts GET-class requests (GET and HEAD), `puts` PUT-class ones (each multipart part counts).
@@ -70,14 +71,6 @@ class StoreStats:
     lists: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
-
-    def __add__(self, other: StoreStats) -> StoreStats:
-        """The sum of two counters, e.g. to total the stats of several executors."""
-        return StoreStats(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
-
-    def __sub__(self, other: StoreStats) -> StoreStats:
-        """What was issued since `other` (an earlier copy of the same counters)."""
-        return StoreStats(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from compaction.format.batch import Record
 from compaction.format.segment import iter_batches
 from compaction.metadata import ObjectSuffix, PartitionSnapshot, SegmentMetadata, SegmentState
 from compaction.reader import (
+    ConsumerRead,
     Isolation,
     SegmentRef,
     aborted_ranges,
@@ -83,7 +84,7 @@ def read_view(
         unstable[pid] = min(first, unstable.get(pid, first))
     latest: Winners[bytes, Record] = Winners()
     tail: list[Record] = []
-    for record in _records(store, refs, below, aborted, unstable):
+    for record in _records(store, refs, below, ConsumerRead(0, Isolation.READ_COMMITTED, aborted, unstable)):
         if record.offset >= tail_from:
             tail.append(record)
         if record.key is not None:
@@ -91,11 +92,9 @@ def read_view(
     return PartitionView(snapshot.version, below, snapshot.lineage.current, latest.items(), tuple(tail), unstable)
 
 
-def _records(store: ObjectStore, refs: list[SegmentRef], below: int, aborted: dict[int, list[tuple[int, int]]],
-             unstable: dict[int, int]) -> Iterator[Record]:
+def _records(store: ObjectStore, refs: list[SegmentRef], below: int, read: ConsumerRead) -> Iterator[Record]:
     for ref in sorted(refs, key=lambda r: r.start_offset):
-        for record in segment_records(store, ref, isolation=Isolation.READ_COMMITTED, aborted=aborted,
-                                      unstable_from=unstable):
+        for record in segment_records(store, ref, read):
             if record.offset >= below:
                 return
             yield record

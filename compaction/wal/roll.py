@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.errors import CorruptInputError, KcompactError
+from compaction.format.batch import INT32_MAX
 from compaction.format.checkpoints import EpochEntry, encode_leader_epoch_checkpoint, epochs_in_range
 from compaction.format.indexes import build_indexes
 from compaction.format.producer_snapshot import (
@@ -59,8 +60,6 @@ from compaction.wal.view import StoreLog, store_log, tier_epochs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-INT_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -99,7 +98,7 @@ def cut(batches: Sequence[_Batch], rules: RollRules, now_ms: int) -> tuple[list[
         if cur and (
             size + h.size > rules.segment_bytes
             or (rolling_ts >= 0 and h.max_timestamp - rolling_ts > rules.max_segment_ms)
-            or b.last_offset - cur[0].header.base_offset > INT_MAX
+            or b.last_offset - cur[0].header.base_offset > INT32_MAX
         ):
             rolled.append(cur)
             cur, size = [], 0

@@ -15,6 +15,7 @@ from compaction.format import scan
 from compaction.generate import TopicSpec, WorkloadSpec
 from compaction.metadata import ObjectSuffix, table_in_store
 from compaction.reader import (
+    ConsumerRead,
     Isolation,
     SegmentRef,
     log_refs,
@@ -50,11 +51,11 @@ def store(generated: Path, tmp_path: Path) -> ObjectStore:
 
 def reference(store: ObjectStore, ref: SegmentRef, **read: Any) -> list[tuple[Any, ...]]:
     return [(r.offset, r.timestamp, r.key, r.value, [(h.key, h.value) for h in r.headers])
-            for r in segment_records(store, ref, **read)]
+            for r in segment_records(store, ref, ConsumerRead(**read))]
 
 
 def columnar(store: ObjectStore, ref: SegmentRef, **read: Any) -> list[tuple[Any, ...]]:
-    batches = list(segment_batches(store, ref, **read))
+    batches = list(segment_batches(store, ref, ConsumerRead(**read)))
     assert all(b.schema == scan.CONSUMER_SCHEMA for b in batches)
     return [(r["offset"], r["timestamp"], r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]])
             for r in pa.Table.from_batches(batches, scan.CONSUMER_SCHEMA).to_pylist()]
@@ -100,7 +101,7 @@ def test_large_reads_come_in_several_batches(store: ObjectStore, monkeypatch: py
 
 def test_an_empty_read_is_one_empty_batch(store: ObjectStore) -> None:
     ref = next(r for r in log_refs(store, "orders", 0) if not r.wal)
-    batches = list(segment_batches(store, ref, from_offset=ref.end_offset + 1))
+    batches = list(segment_batches(store, ref, ConsumerRead(from_offset=ref.end_offset + 1)))
     assert [b.num_rows for b in batches] == [0]
 
 

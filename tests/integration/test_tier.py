@@ -20,7 +20,7 @@ from compaction.format.producer_snapshot import ProducerStateEntry, producer_sta
 from compaction.format.segment import iter_batches
 from compaction.generate import TopicSpec, WorkloadSpec
 from compaction.metadata import METADATA_SCHEMA, ObjectSuffix, SegmentState, table_in_store
-from compaction.reader import Isolation, consumer_records, segment_records, segment_ref
+from compaction.reader import ConsumerRead, Isolation, consumer_records, segment_records, segment_ref
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 from tests.tiered_logdir import generated_logdir
@@ -83,7 +83,7 @@ def test_reading_from_an_offset_fetches_only_the_segment_tail(logdir: Path, stor
     middle = (seg.start_offset + seg.end_offset) // 2
     whole = [(r.offset, r.value) for r in segment_records(store, ref) if r.offset >= middle]
     before = store.stats.bytes_read
-    tail = [(r.offset, r.value) for r in segment_records(store, ref, from_offset=middle)]
+    tail = [(r.offset, r.value) for r in segment_records(store, ref, ConsumerRead(from_offset=middle))]
     fetched = store.stats.bytes_read - before
     index_size = store.size(ref.offset_index_key or "")
     assert tail == whole and tail[0][0] == middle
@@ -94,7 +94,7 @@ def test_reading_from_an_offset_fetches_only_the_segment_tail(logdir: Path, stor
     store.delete(ref.log_key)
     store.put(ref.log_key, bytes(data))
     with pytest.raises(CorruptInputError, match=rf"byte {last + 17}\b"):
-        list(segment_records(store, ref, from_offset=middle))
+        list(segment_records(store, ref, ConsumerRead(from_offset=middle)))
 
 
 def test_read_committed_drops_aborted_and_open_transactions(logdir: Path, local_store: ObjectStore) -> None:

@@ -14,12 +14,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "compaction"
 
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"compaction.verify", "compaction.spark.verify"}): (
-        "verify_partition(spark=...) hands over to the Spark path, which reuses verify's reference functions; "
-        "issue 26 item 7, left to the rework of compaction/spark/ and compaction/verify/"
-    ),
-}
+KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 """Circles not broken yet, each with why it is still there."""
 
 

@@ -26,6 +26,12 @@ def unpack_entries(
     return list(entry.iter_unpack(memoryview(data)[:used]))
 
 
+def entry_error(name: str, index: int, entry_size: int, problem: str) -> CorruptIndexError:
+    """The CorruptIndexError of entry `index` of the index `name`: `entry {index} {problem}`, at the entry's byte
+    position."""
+    return CorruptIndexError(f"entry {index} {problem}", obj=name, position=index * entry_size)
+
+
 def raise_ragged(size: int, entry_size: int, name: str, what: str) -> None:
     """Raise CorruptIndexError for an image whose size is not a whole number of entries."""
     raise CorruptIndexError(

@@ -12,8 +12,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from compaction.errors import CorruptIndexError
-from compaction.format.indexes.entries import Buffer, unpack_entries
+from compaction.format.indexes.entries import Buffer, entry_error, unpack_entries
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 OFFSET_ENTRY_SIZE = _OFFSET_ENTRY.size  # 8
@@ -36,26 +35,15 @@ def read_offset_index(data: Buffer, base_offset: int, obj: str | None = None) ->
     name = obj or "<offset index>"
     entries: list[OffsetIndexEntry] = []
     for i, (rel, pos) in enumerate(unpack_entries(data, _OFFSET_ENTRY, name, "offset index")):
-        at = i * OFFSET_ENTRY_SIZE
         if rel < 0 or pos < 0:
-            raise CorruptIndexError(
-                f"entry {i} has relative offset {rel} and position {pos}; both must be >= 0",
-                obj=name,
-                position=at,
-            )
+            raise entry_error(name, i, OFFSET_ENTRY_SIZE,
+                              f"has relative offset {rel} and position {pos}; both must be >= 0")
         if entries and rel <= entries[-1].relative_offset:
-            raise CorruptIndexError(
-                f"entry {i} has offset {base_offset + rel}, expected above the previous entry's "
-                f"{base_offset + entries[-1].relative_offset}",
-                obj=name,
-                position=at,
-            )
+            raise entry_error(name, i, OFFSET_ENTRY_SIZE, f"has offset {base_offset + rel}, expected above the "
+                              f"previous entry's {base_offset + entries[-1].relative_offset}")
         if entries and pos < entries[-1].position:
-            raise CorruptIndexError(
-                f"entry {i} has position {pos}, below the previous entry's {entries[-1].position}",
-                obj=name,
-                position=at,
-            )
+            raise entry_error(name, i, OFFSET_ENTRY_SIZE,
+                              f"has position {pos}, below the previous entry's {entries[-1].position}")
         entries.append(OffsetIndexEntry(rel, pos))
     return entries
 

@@ -11,9 +11,8 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from compaction.errors import CorruptIndexError
 from compaction.format.batch import NO_TIMESTAMP
-from compaction.format.indexes.entries import Buffer, unpack_entries
+from compaction.format.indexes.entries import Buffer, entry_error, unpack_entries
 
 _TIME_ENTRY = struct.Struct(">qi")
 TIME_ENTRY_SIZE = _TIME_ENTRY.size  # 12
@@ -36,22 +35,14 @@ def read_time_index(data: Buffer, base_offset: int, obj: str | None = None) -> l
     name = obj or "<time index>"
     entries: list[TimeIndexEntry] = []
     for i, (ts, rel) in enumerate(unpack_entries(data, _TIME_ENTRY, name, "time index", keep=1)):
-        at = i * TIME_ENTRY_SIZE
         if rel < 0:
-            raise CorruptIndexError(f"entry {i} has negative relative offset {rel}", obj=name, position=at)
+            raise entry_error(name, i, TIME_ENTRY_SIZE, f"has negative relative offset {rel}")
         if entries and ts < entries[-1].timestamp:
-            raise CorruptIndexError(
-                f"entry {i} has timestamp {ts}, below the previous entry's {entries[-1].timestamp}",
-                obj=name,
-                position=at,
-            )
+            raise entry_error(name, i, TIME_ENTRY_SIZE,
+                              f"has timestamp {ts}, below the previous entry's {entries[-1].timestamp}")
         if entries and rel < entries[-1].relative_offset:
-            raise CorruptIndexError(
-                f"entry {i} has offset {base_offset + rel}, below the previous entry's "
-                f"{base_offset + entries[-1].relative_offset}",
-                obj=name,
-                position=at,
-            )
+            raise entry_error(name, i, TIME_ENTRY_SIZE, f"has offset {base_offset + rel}, below the previous "
+                              f"entry's {base_offset + entries[-1].relative_offset}")
         entries.append(TimeIndexEntry(ts, rel))
     return entries
 

@@ -10,8 +10,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from compaction.errors import CorruptIndexError
-from compaction.format.indexes.entries import Buffer, raise_ragged
+from compaction.format.indexes.entries import Buffer, entry_error, raise_ragged
 
 ABORTED_TXN_CURRENT_VERSION = 0
 _ABORTED_TXN = struct.Struct(">hqqqq")
@@ -42,32 +41,19 @@ def read_txn_index(data: Buffer, obj: str | None = None, base_offset: int | None
         raise_ragged(len(data), ABORTED_TXN_SIZE, name, "transaction index")
     entries: list[AbortedTxn] = []
     for i, (_v, pid, first, last, lso) in enumerate(_ABORTED_TXN.iter_unpack(data)):
-        at = i * ABORTED_TXN_SIZE
-        version = struct.unpack_from(">b", data, at)[0]
+        version = struct.unpack_from(">b", data, i * ABORTED_TXN_SIZE)[0]
         if version > ABORTED_TXN_CURRENT_VERSION:
-            raise CorruptIndexError(
-                f"entry {i} has version {version}, expected {ABORTED_TXN_CURRENT_VERSION}",
-                obj=name,
-                position=at,
-            )
+            raise entry_error(name, i, ABORTED_TXN_SIZE,
+                              f"has version {version}, expected {ABORTED_TXN_CURRENT_VERSION}")
         if first > last:
-            raise CorruptIndexError(
-                f"entry {i} (producer {pid}) has firstOffset {first} above its lastOffset {last}",
-                obj=name,
-                position=at,
-            )
+            raise entry_error(name, i, ABORTED_TXN_SIZE,
+                              f"(producer {pid}) has firstOffset {first} above its lastOffset {last}")
         if entries and last <= entries[-1].last_offset:
-            raise CorruptIndexError(
-                f"entry {i} has lastOffset {last}, not above the previous entry's {entries[-1].last_offset}",
-                obj=name,
-                position=at,
-            )
+            raise entry_error(name, i, ABORTED_TXN_SIZE,
+                              f"has lastOffset {last}, not above the previous entry's {entries[-1].last_offset}")
         if base_offset is not None and last < base_offset:
-            raise CorruptIndexError(
-                f"entry {i} has lastOffset {last}, below the segment's base offset {base_offset}",
-                obj=name,
-                position=at,
-            )
+            raise entry_error(name, i, ABORTED_TXN_SIZE,
+                              f"has lastOffset {last}, below the segment's base offset {base_offset}")
         entries.append(AbortedTxn(version, pid, first, last, lso))
     return entries
 

@@ -7,7 +7,7 @@ from itertools import accumulate
 
 from compaction.errors import CorruptIndexError
 from compaction.format.batch import NO_TIMESTAMP
-from compaction.format.indexes.entries import Buffer
+from compaction.format.indexes.entries import Buffer, entry_error
 from compaction.format.indexes.offset_index import OFFSET_ENTRY_SIZE, OffsetIndexEntry, read_offset_index
 from compaction.format.indexes.time_index import TIME_ENTRY_SIZE, TimeIndexEntry, read_time_index
 from compaction.format.segment import BatchHeader, iter_batch_headers
@@ -58,21 +58,14 @@ def _verify_offset_index(
         offset = base_offset + e.relative_offset
         slot = bisect_right(starts, e.position) - 1
         if slot < 0 or starts[slot] != e.position:
-            raise CorruptIndexError(
-                f"entry {i} (offset {offset}) points at byte {e.position}, which is not the start of a batch",
-                obj=name,
-                position=i * OFFSET_ENTRY_SIZE,
-            )
+            raise entry_error(name, i, OFFSET_ENTRY_SIZE,
+                              f"(offset {offset}) points at byte {e.position}, which is not the start of a batch")
         # The chunk this entry indexes ends before the next entry's position.
         chunk_end = bisect_left(starts, entries[i + 1].position) if i + 1 < len(entries) else len(starts)
         highest = last_so_far[chunk_end - 1]
         if not headers[slot].base_offset <= offset <= highest:
-            raise CorruptIndexError(
-                f"entry {i} maps offset {offset} to byte {e.position}, whose batches hold offsets "
-                f"[{headers[slot].base_offset}, {highest}]",
-                obj=name,
-                position=i * OFFSET_ENTRY_SIZE,
-            )
+            raise entry_error(name, i, OFFSET_ENTRY_SIZE, f"maps offset {offset} to byte {e.position}, whose batches "
+                              f"hold offsets [{headers[slot].base_offset}, {highest}]")
 
 
 def _verify_time_index(
@@ -85,18 +78,10 @@ def _verify_time_index(
         offset = base_offset + e.relative_offset
         slot = bisect_right(bases, offset) - 1
         if offset > log_last or slot < 0:
-            raise CorruptIndexError(
-                f"entry {i} points at offset {offset}, outside the log's offsets",
-                obj=name,
-                position=i * TIME_ENTRY_SIZE,
-            )
+            raise entry_error(name, i, TIME_ENTRY_SIZE, f"points at offset {offset}, outside the log's offsets")
         if e.timestamp != prefix_max[slot]:
-            raise CorruptIndexError(
-                f"entry {i} says {e.timestamp} is the max timestamp up to offset {offset}, the log says "
-                f"{prefix_max[slot]}",
-                obj=name,
-                position=i * TIME_ENTRY_SIZE,
-            )
+            raise entry_error(name, i, TIME_ENTRY_SIZE, f"says {e.timestamp} is the max timestamp up to offset "
+                              f"{offset}, the log says {prefix_max[slot]}")
     segment_max = prefix_max[-1] if prefix_max else NO_TIMESTAMP
     if segment_max > NO_TIMESTAMP and (not entries or entries[-1].timestamp != segment_max):
         found = entries[-1].timestamp if entries else "no entry"
