@@ -9,7 +9,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN))/python
 export SPARK_LOCAL_IP := 127.0.0.1
 export NUMBA_CACHE_DIR := $(abspath .numba-cache)
 
-.PHONY: venv test test-fast lint demo bench bench-wal soak clean java airflow-test kafka delta-readers-test
+.PHONY: venv cds test test-fast lint demo bench bench-wal soak clean java airflow-test kafka delta-readers-test
 
 # The venv, and the numba kernels compiled into compaction/**/__pycache__ for this CPU and a generic one
 # (compaction/kernels/build.py, ~1 min), so that no run compiles them.
@@ -23,11 +23,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m compaction.kernels.build
 	@touch $(STAMP)
 
+# The Spark driver JVM's class-data-sharing archive (compaction/spark/cds.py: ~1-2 min once, ~160 MB under
+# ~/.cache/kcompact), so that a fresh kcompact process starts its JVM from mapped classes. Cached per java + pyspark.
+cds: venv java
+	$(BIN)/python -m compaction.spark.cds_build
+
 java:
 	@command -v javac >/dev/null || { echo "installing a JDK (apt)"; apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless; }
 	@command -v mvn >/dev/null || { echo "installing Maven (apt)"; apt-get update -qq && apt-get install -y -qq maven; }
 
-test: venv java kafka
+test: venv java cds kafka
 	$(BIN)/python -m pytest -q tests
 
 # Everything but the tests marked `spark` (tests/conftest.py marks every user of the Spark fixture) or `kafka`
@@ -45,12 +50,12 @@ lint: venv
 	$(BIN)/ruff check compaction tests jobs scripts examples
 	$(BIN)/mypy
 
-demo: venv java
+demo: venv java cds
 	bash scripts/demo.sh
 
 # Issue 13's goals a-f into BENCHMARKS.md (workloads cached under bench-data/). BENCH_ARGS="--only P2K,P6"
 # refreshes some sections; BENCH_ARGS=--quick checks the harness on ~1/64 sizes into bench-data/quick/.
-bench: venv java
+bench: venv java cds
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
 # The WAL's figures (issue 15): upload, read and roll on two >= 1 GiB shapes, into BENCHMARKS.md's "W" section.

@@ -181,7 +181,8 @@ KCOMPACT = Path(sys.executable).parent / "kcompact"
 """The console script users run (`pip install`'s entry point in the project's venv)."""
 
 
-def cli_processes(pristine: Path, settings: dict[str, str], runs: int = RUNS) -> dict[str, Any]:
+def cli_processes(pristine: Path, settings: dict[str, str], runs: int = RUNS,
+                  env: dict[str, str] | None = None) -> dict[str, Any]:
     """`kcompact compact` as users run it on a schedule: `runs` fresh processes, each on a fresh copy of `pristine`
     (page cache warm), with kcompact's own session defaults. The first process is its own figure (nothing of a
     previous run in it but the page cache), then the median of all of them; bytes read from the run's report."""
@@ -197,7 +198,7 @@ def cli_processes(pristine: Path, settings: dict[str, str], runs: int = RUNS) ->
                "--report-json", str(report)]
         print("running:", " ".join(cmd), file=sys.stderr)
         started = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env={**os.environ, **(env or {})})
         seconds.append(time.perf_counter() - started)
         doc = json.loads(report.read_text())
         if doc.get("failed") or not all(p["committed"] for p in doc["partitions"]):
@@ -242,14 +243,19 @@ def bench_small(scale: float = 1.0) -> list[dict[str, Any]]:
     for workload, logdir in shapes:
         pristine = tiered(logdir, logdir.name)
         cli: list[dict[str, Any]] = []
+        plain: list[dict[str, Any]] = []
         alone: list[float] = []
+        settings = {"min.cleanable.dirty.ratio": "0.01"}
         for _ in range(RUNS):  # alternated: this machine's speed drifts within minutes
             alone += spark_alone(1)
-            cli.append(cli_processes(pristine, {"min.cleanable.dirty.ratio": "0.01"}, runs=1))
+            cli.append(cli_processes(pristine, settings, runs=1))
+            plain.append(cli_processes(pristine, settings, runs=1, env={"KCOMPACT_CDS": "0"}))
         seconds = [c["seconds"][0] for c in cli]
+        without = [c["seconds"][0] for c in plain]
         out.append({"workload": workload, "command": cli[0]["command"], "input_bytes": log_bytes(logdir),
                     "bytes_read": cli[0]["bytes_read"], "seconds": seconds,
-                    "median_seconds": sorted(seconds)[len(seconds) // 2], "spark_seconds": alone,
+                    "median_seconds": sorted(seconds)[len(seconds) // 2], "no_cds_seconds": without,
+                    "no_cds_median_seconds": sorted(without)[len(without) // 2], "spark_seconds": alone,
                     "spark_median_seconds": sorted(alone)[len(alone) // 2]})
     return out
 

@@ -398,15 +398,19 @@ def _fetch(saved: dict[str, Any]) -> list[str]:
 def _p0(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
     lines = ["A small scheduled run: ~10 MB of segments, all dirty, compacted by fresh `kcompact compact` processes "
              "(config: cleanup.policy compact, min.cleanable.dirty.ratio 0.01), alternated with Spark's own start: "
-             f"`python -c \"{SPARK_ALONE}\"` (a session in local[2], one trivial job, stop). Three of each, page "
-             "cache warm. Target: the run within Spark's own start + 3 s (issue 27 b).", "",
-             "| workload | input | `kcompact compact` (each process) | Spark alone (each) | medians: excess |",
-             "|---|---|---|---|---|"]
+             f"`python -c \"{SPARK_ALONE}\"` (a session in local[2], one trivial job, stop), and with the driver "
+             "JVM's class-data-sharing archive turned off (`KCOMPACT_CDS=0`; `make venv`'s `make cds` writes the "
+             "archive, compaction/spark/cds.py). Three of each, page cache warm. Target: the run within Spark's own "
+             "start + 3 s (issue 27 b).", "",
+             "| workload | input | `kcompact compact` (each process) | without the archive | Spark alone (each) "
+             "| medians: excess over Spark | without the archive |", "|---|---|---|---|---|---|---|"]
     for r in runs:
         lines.append(f"| `{r['workload']}` | {_mb(r['bytes_read'])} | "
                      f"{' / '.join(f'{x:.1f}' for x in r['seconds'])} s | "
+                     f"{' / '.join(f'{x:.1f}' for x in r['no_cds_seconds'])} s | "
                      f"{' / '.join(f'{x:.1f}' for x in r['spark_seconds'])} s | "
-                     f"**{r['median_seconds'] - r['spark_median_seconds']:+.1f} s** |")
+                     f"**{r['median_seconds'] - r['spark_median_seconds']:+.1f} s** | "
+                     f"{r['no_cds_median_seconds'] - r['spark_median_seconds']:+.1f} s |")
     lines.append(note("P0 analysis"))
     return lines
 

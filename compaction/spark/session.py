@@ -18,6 +18,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from compaction.spark import cds
+
 REQUIRED: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
@@ -73,6 +75,10 @@ def build_session(
     settings = {**(REQUIRED if under_submit else LOCAL_DEFAULTS), **(conf or {})}
     if not under_submit and log4j2_config is not None and log4j2_config.is_file():
         settings[DRIVER_JAVA_OPTIONS] = with_log4j2_config(settings.get(DRIVER_JAVA_OPTIONS, ""), log4j2_config)
+    if not under_submit and SparkSession.getActiveSession() is None:
+        options = cds.session_options(settings.get(DRIVER_JAVA_OPTIONS, ""))
+        if options:
+            settings[DRIVER_JAVA_OPTIONS] = options
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -36,3 +36,53 @@ def test_a_built_session_logs_no_banner_and_no_warnings() -> None:
     assert not any("Setting default log level" in line for line in lines), done.stderr
     assert not any(" WARN " in line or " INFO " in line for line in lines), done.stderr
     assert [line for line in lines if line != INCUBATOR_WARNING] == [], done.stderr
+
+
+CDS_SCRIPT = """
+import sys
+from compaction.spark.session import build_session
+spark = build_session()
+pid = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getPid()
+with open(f"/proc/{pid}/maps") as maps:
+    mapped = sys.argv[1] in maps.read()
+print(spark.range(10).count(), mapped)
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+def test_a_built_session_starts_its_jvm_from_the_class_data_sharing_archive() -> None:
+    """The archive `make cds` writes (written here if missing) is mapped by the JVM a session launches, and not
+    with KCOMPACT_CDS=0; the session works either way and says nothing about it on stderr."""
+    from compaction.spark import cds
+    from compaction.spark.cds_build import build
+
+    archive = build()
+    assert archive is not None and archive.is_file()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY") and k not in (
+        "SPARK_MASTER", cds.ENABLED)}
+    for setting, mapped in ((None, "True"), ("0", "False")):
+        run_env = env if setting is None else {**env, cds.ENABLED: setting}
+        done = subprocess.run([sys.executable, "-c", CDS_SCRIPT, str(archive)], cwd=REPO, env=run_env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["10", mapped], (setting, done.stdout, done.stderr)
+        assert [line for line in done.stderr.splitlines() if line.strip() and line != INCUBATOR_WARNING] == []
+
+
+def test_the_archive_options_are_added_only_when_nothing_decides_otherwise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from compaction.spark import cds
+
+    monkeypatch.setenv("KCOMPACT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(cds.ENABLED, raising=False)
+    assert cds.session_options("-Dx=1") == "-Dx=1"  # no archive yet
+    archive = cds.archive_path()
+    assert archive is not None and archive.parent == tmp_path
+    archive.write_bytes(b"an archive")
+    assert cds.session_options("-Dx=1") == f"-Dx=1 -XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
+    assert cds.session_options("") == f"-XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
+    for decided in ("-Xshare:off", "-XX:SharedArchiveFile=/elsewhere.jsa", "-XX:ArchiveClassesAtExit=/new.jsa"):
+        assert cds.session_options(decided) == decided
+    monkeypatch.setenv(cds.ENABLED, "0")
+    assert cds.session_options("-Dx=1") == "-Dx=1"
