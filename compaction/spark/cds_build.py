@@ -78,7 +78,11 @@ def main() -> int:
         _train(args.write)
         sys.stdout.flush()
         os._exit(0)  # deltalake may abort the interpreter at exit (see compaction.cli)
-    path = build(force=args.force)
+    try:
+        path = build(force=args.force)
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:  # an optimization: never what stops a setup
+        print(f"kcompact: no class-data-sharing archive ({e}); Spark sessions start without it", file=sys.stderr)
+        return 0
     print(path if path is not None else "no archive: no java found, or KCOMPACT_CDS=0")
     return 0
 
