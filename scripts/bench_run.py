@@ -147,7 +147,7 @@ def profile_map(spark: Any, store_dir: Path) -> dict[str, Any]:
     table = table_in_store(store)
     works = [partition_work(run, p, table.partition_snapshot(p.topic, p.partition).topic_id or "", 2**50, None)
              for p in run.plan.eligible]
-    scans = [s for w in works for s in w.scans()]
+    scans = [s for w in works for s in w.scans]
     settings = ScanSettings.of(run.store, [w.task for w in works])
     tracker = spark.sparkContext.accumulator({}, ScanTracker())
     rows = scan_rows(spark, settings, scans, {w.tp: i for i, w in enumerate(works)}, tracker)
