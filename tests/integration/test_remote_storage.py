@@ -22,17 +22,30 @@ KEY = "orders-MWJ6FHTfRYy67jzwZdeqSQ/3/00000000000000000100-tqimKeZwStOEOwRzT3L5
 
 
 def _ask(store: ObjectStore, *requests: dict[str, Any], threads: int = 4) -> dict[int, dict[str, Any]]:
-    out = io.StringIO()
+    out = io.BytesIO()
     lines = "".join(json.dumps({"id": i, **r}) + "\n" for i, r in enumerate(requests, 1))
     serve(store, io.StringIO(lines), out, threads)
-    answers = [json.loads(line) for line in out.getvalue().splitlines()]
+    answers = _answers(out.getvalue())
     assert sorted(a["id"] for a in answers) == list(range(1, len(requests) + 1))
     return {a["id"]: a for a in sorted(answers, key=lambda a: a["id"])}
 
 
+def _answers(written: bytes) -> list[dict[str, Any]]:
+    """Each answer line, with `data` the bytes that follow a `get`'s."""
+    answers, stream = [], io.BytesIO(written)
+    while line := stream.readline():
+        answer = json.loads(line)
+        result = answer.get("result")
+        if isinstance(result, dict) and "length" in result:
+            answer["data"] = stream.read(result["length"])
+            assert len(answer["data"]) == result["length"]
+        answers.append(answer)
+    return answers
+
+
 def _data(answer: dict[str, Any]) -> bytes:
     assert answer["ok"], answer
-    return base64.b64decode(answer["result"]["data"])
+    return bytes(answer["data"])
 
 
 def test_objects_are_written_read_by_range_and_deleted(store: ObjectStore, tmp_path: Path) -> None:
@@ -76,9 +89,10 @@ def test_the_process_opens_an_s3_store_at_its_endpoint_and_ends_with_its_stdin(m
                 {"id": 2, "op": "get", "key": KEY, "start": 5, "end": None}]
     done = subprocess.run([sys.executable, "-m", "compaction.remote_storage", "--store", store,
                            "--endpoint-url", moto_endpoint, "--threads", "1"],
-                          input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, text=True,
+                          input="".join(json.dumps(r) + "\n" for r in requests).encode(), capture_output=True,
                           env=env, timeout=60, check=True)
-    ready, put, get = (json.loads(line) for line in done.stdout.splitlines())
+    ready, put, get = _answers(done.stdout)
     assert ready == {"id": None, "ok": True, "result": {"ready": store}}
     assert put == {"id": 1, "ok": True, "result": None}
+    assert get["result"] == {"length": 10}
     assert _data(get) == b"the broker"

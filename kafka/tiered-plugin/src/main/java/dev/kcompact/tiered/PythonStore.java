@@ -3,11 +3,11 @@ package dev.kcompact.tiered;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import java.io.BufferedReader;
+import java.io.BufferedInputStream;
 import java.io.BufferedWriter;
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
-import java.io.InputStreamReader;
 import java.io.InterruptedIOException;
 import java.io.OutputStreamWriter;
 import java.nio.ByteBuffer;
@@ -29,10 +29,12 @@ import java.util.concurrent.atomic.AtomicLong;
  * kcompact's store reached through kcompact's Python side ({@code python -m compaction.remote_storage}): for
  * {@code s3://bucket/prefix}, the objects are written and read by the same client, retries, create-only conditional
  * PUTs and multipart uploads as {@code kcompact compact} uses, and the plugin needs no S3 client of its own.
+ * (AWS SDK for Java v2's S3 client, 2.57.8, resolves to 46 jars and 15 MB, and would be a second S3 client, with its
+ * own retry, conditional-create and multipart code, to keep in step with kcompact's.)
  *
  * <p>One process per store, JSON lines on its stdin and stdout. Requests carry an id that the answer repeats, and
  * several are in flight at once (the process serves them from a thread pool), so a long upload does not hold up a
- * consumer's fetch. A copy passes the broker's local file paths; a read asks for {@code chunkBytes} at a time, so a
+ * consumer's fetch. A read's bytes follow its answer line as they are. A copy passes the broker's local file paths; a read asks for {@code chunkBytes} at a time, so a
  * fetch that reads the first megabyte of a segment's tail does not download the whole tail. If the process dies
  * (killed, out of memory) every call in flight fails with an {@link IOException} naming its exit, and the next call
  * starts a new one.
@@ -45,6 +47,10 @@ final class PythonStore implements SegmentStore {
     }
 
     private static final ObjectMapper JSON = new ObjectMapper();
+
+    /** An answer line, and the bytes that followed it (a {@code get}'s; empty for every other answer). */
+    private record Answer(JsonNode json, byte[] payload) {
+    }
 
     private final String store;
     private final Settings settings;
@@ -92,16 +98,15 @@ final class PythonStore implements SegmentStore {
     }
 
     private byte[] get(String key, long start, long end) throws IOException {
-        JsonNode result = call(request("get", key).put("start", start).put("end", end));
-        return Base64.getDecoder().decode(result.get("data").asText());
+        return call(request("get", key).put("start", start).put("end", end)).payload();
     }
 
-    /** Sends {@code request} and waits for its answer's result; a kcompact error becomes the matching exception. */
-    private JsonNode call(ObjectNode request) throws IOException {
+    /** Sends {@code request} and waits for its answer; a kcompact error becomes the matching exception. */
+    private Answer call(ObjectNode request) throws IOException {
         long id = ids.incrementAndGet();
         request.put("id", id);
-        CompletableFuture<JsonNode> answer = live().send(id, JSON.writeValueAsString(request));
-        JsonNode done;
+        CompletableFuture<Answer> answer = live().send(id, JSON.writeValueAsString(request));
+        Answer done;
         try {
             done = answer.get();
         } catch (InterruptedException e) {
@@ -110,11 +115,11 @@ final class PythonStore implements SegmentStore {
         } catch (ExecutionException e) {
             throw e.getCause() instanceof IOException io ? io : new IOException(e.getCause());
         }
-        if (done.path("ok").asBoolean()) {
-            return done.get("result");
+        if (done.json().path("ok").asBoolean()) {
+            return done;
         }
-        String type = done.path("type").asText();
-        String error = done.path("error").asText();
+        String type = done.json().path("type").asText();
+        String error = done.json().path("error").asText();
         switch (type) {
             case "MissingObjectError": throw new NoSuchFileException(error);
             case "ObjectExistsError": throw new FileAlreadyExistsException(error);
@@ -144,8 +149,8 @@ final class PythonStore implements SegmentStore {
     private final class Worker {
         private final Process process;
         private final BufferedWriter requests;
-        private final BufferedReader answers;
-        private final Map<Long, CompletableFuture<JsonNode>> waiting = new ConcurrentHashMap<>();
+        private final BufferedInputStream answers;
+        private final Map<Long, CompletableFuture<Answer>> waiting = new ConcurrentHashMap<>();
         private volatile boolean failed;
 
         Worker() throws IOException {
@@ -156,20 +161,20 @@ final class PythonStore implements SegmentStore {
             }
             process = new ProcessBuilder(command).redirectError(ProcessBuilder.Redirect.INHERIT).start();
             requests = new BufferedWriter(new OutputStreamWriter(process.getOutputStream(), StandardCharsets.UTF_8));
-            answers = new BufferedReader(new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8));
-            String ready = answers.readLine();
+            answers = new BufferedInputStream(process.getInputStream(), 1 << 16);
+            byte[] ready = readLine();
             if (ready == null || !JSON.readTree(ready).path("ok").asBoolean()) {
                 stop();
                 throw new IOException("kcompact's store process for " + store + " did not start: "
-                        + (ready == null ? gone() : ready));
+                        + (ready == null ? gone() : new String(ready, StandardCharsets.UTF_8)));
             }
             Thread reader = new Thread(this::readAnswers, "kcompact-store-answers");
             reader.setDaemon(true);
             reader.start();
         }
 
-        CompletableFuture<JsonNode> send(long id, String line) throws IOException {
-            CompletableFuture<JsonNode> answer = new CompletableFuture<>();
+        CompletableFuture<Answer> send(long id, String line) throws IOException {
+            CompletableFuture<Answer> answer = new CompletableFuture<>();
             waiting.put(id, answer);
             try {
                 synchronized (requests) {
@@ -188,13 +193,30 @@ final class PythonStore implements SegmentStore {
             return answer;
         }
 
+        /** One answer line without its newline; null at the end of the stream. */
+        private byte[] readLine() throws IOException {
+            ByteArrayOutputStream line = new ByteArrayOutputStream(256);
+            for (int b = answers.read(); b != '\n'; b = answers.read()) {
+                if (b < 0) {
+                    return null;
+                }
+                line.write(b);
+            }
+            return line.toByteArray();
+        }
+
         private void readAnswers() {
             try {
-                for (String line = answers.readLine(); line != null; line = answers.readLine()) {
-                    JsonNode answer = JSON.readTree(line);
-                    CompletableFuture<JsonNode> call = waiting.remove(answer.path("id").asLong());
+                for (byte[] line = readLine(); line != null; line = readLine()) {
+                    JsonNode json = JSON.readTree(line);
+                    JsonNode length = json.path("result").path("length");
+                    byte[] payload = length.isIntegralNumber() ? answers.readNBytes(length.asInt()) : new byte[0];
+                    if (payload.length < length.asInt()) {
+                        break;  // the process died in the middle of the bytes
+                    }
+                    CompletableFuture<Answer> call = waiting.remove(json.path("id").asLong());
                     if (call != null) {
-                        call.complete(answer);
+                        call.complete(new Answer(json, payload));
                     }
                 }
             } catch (IOException e) {
