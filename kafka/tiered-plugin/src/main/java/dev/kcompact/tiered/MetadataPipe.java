@@ -9,8 +9,6 @@ import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.OutputStreamWriter;
 import java.nio.charset.StandardCharsets;
-import java.util.ArrayList;
-import java.util.List;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 
 /**
@@ -26,8 +24,9 @@ final class MetadataPipe implements AutoCloseable {
 
     private static final ObjectMapper JSON = new ObjectMapper();
 
+    private final String python;
     private final String store;
-    private final List<String> command;
+    private final String endpointUrl;
     private Process process;
     private BufferedWriter requests;
     private BufferedReader answers;
@@ -37,18 +36,14 @@ final class MetadataPipe implements AutoCloseable {
 
     /** Starts the process for {@code store} ({@code endpointUrl}: an S3 endpoint other than boto3's own, or null). */
     MetadataPipe(String python, String store, String endpointUrl) throws IOException, RemoteStorageException {
+        this.python = python;
         this.store = store;
-        List<String> command = new ArrayList<>(List.of(python, "-m", "compaction.remote_log_metadata",
-                "--store", store));
-        if (endpointUrl != null) {
-            command.addAll(List.of("--endpoint-url", endpointUrl));
-        }
-        this.command = List.copyOf(command);
+        this.endpointUrl = endpointUrl;
         start();
     }
 
     private void start() throws IOException, RemoteStorageException {
-        process = new ProcessBuilder(command).redirectError(ProcessBuilder.Redirect.INHERIT).start();
+        process = PythonModule.start(python, "compaction.remote_log_metadata", store, endpointUrl);
         requests = new BufferedWriter(new OutputStreamWriter(process.getOutputStream(), StandardCharsets.UTF_8));
         answers = new BufferedReader(new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8));
         broken = false;
@@ -135,13 +130,7 @@ final class MetadataPipe implements AutoCloseable {
     }
 
     private String gone() {
-        try {  // its pipe closes just before it exits: give the exit a moment, to name its code
-            process.waitFor(2, java.util.concurrent.TimeUnit.SECONDS);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
-        return process.isAlive() ? "the metadata process closed its pipe"
-                : "the metadata process exited with " + process.exitValue() + " (its stderr is the broker's)";
+        return "the metadata process " + PythonModule.gone(process);
     }
 
     private String where(String op) {

@@ -15,9 +15,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
-import java.util.ArrayList;
 import java.util.Base64;
-import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
@@ -154,12 +152,8 @@ final class PythonStore implements SegmentStore {
         private volatile boolean failed;
 
         Worker() throws IOException {
-            List<String> command = new ArrayList<>(List.of(settings.python(), "-m", "compaction.remote_storage",
-                    "--store", store, "--threads", Integer.toString(settings.threads())));
-            if (settings.endpointUrl() != null) {
-                command.addAll(List.of("--endpoint-url", settings.endpointUrl()));
-            }
-            process = new ProcessBuilder(command).redirectError(ProcessBuilder.Redirect.INHERIT).start();
+            process = PythonModule.start(settings.python(), "compaction.remote_storage", store, settings.endpointUrl(),
+                    "--threads", Integer.toString(settings.threads()));
             requests = new BufferedWriter(new OutputStreamWriter(process.getOutputStream(), StandardCharsets.UTF_8));
             answers = new BufferedInputStream(process.getInputStream(), 1 << 16);
             byte[] ready = readLine();
@@ -230,13 +224,7 @@ final class PythonStore implements SegmentStore {
         }
 
         private String gone() {
-            try {  // its pipe closes just before it exits: give the exit a moment, to name its code
-                process.waitFor(2, TimeUnit.SECONDS);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
-            return process.isAlive() ? "the process closed its pipe"
-                    : "the process exited with " + process.exitValue() + " (its stderr is the broker's)";
+            return "the process " + PythonModule.gone(process);
         }
 
         /** Closes its stdin (it finishes what it serves and exits) and kills it if it has not after a while. */
