@@ -65,11 +65,11 @@ class Tier:
         uri, options = self.store.delta_uri("_kcompact_metadata"), self.store.delta_storage_options()
         return DeltaTable(uri, storage_options=options).history()
 
-    def cli(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """`kcompact ARGS --store STORE` (and the store's endpoint), which must succeed."""
         endpoint = ["--endpoint-url", self.store.spec.endpoint_url] if self.store.spec.endpoint_url else []
         return subprocess.run([sys.executable, "-m", "compaction.cli", *args, "--store", self.store.uri, *endpoint],
-                              capture_output=True, text=True, check=True, env=env)
+                              capture_output=True, text=True, check=True)
 
     def view(self, *, committed: bool) -> list[Record]:
         """What Kafka's cleaner leaves below `cleaned` (each key's last record there that no abort removed, tombstones
