@@ -17,9 +17,9 @@ Requests (`op` and its fields; every answer is a line `{"id": N, "ok": true, "re
 - `put_file`: create `key` from the local file `path` (the broker's segment file, read in place);
 - `put`: create `key` holding `data` (base64: the leader-epoch checkpoint Kafka passes as bytes);
 - `get`: the bytes `[start, end)` of `key` (`end` null: to the end), cut short at the object's end: the answer's
-  result is `{"length": N}` and the N bytes follow its line as they are (base64 inside the JSON line read at
-  45 MB/s in the plugin, raw bytes after it at several hundred). The plugin asks for chunks, so a fetch that reads a
-  little of a segment downloads a little;
+  result is `{"length": N}` and the N bytes follow its line as they are, so that neither side encodes or parses
+  megabytes of base64 (README's plugin section has the figures). The plugin asks for chunks, so a fetch that reads
+  a little of a segment downloads a little;
 - `delete`: remove `key`; idempotent.
 
 A missing object answers `MissingObjectError`, an existing one on create `ObjectExistsError`.
