@@ -8,8 +8,8 @@ RemoteLogMetadataManager keeps the rows in the metadata table on the same S3 pre
 then check, in file order: the objects are kcompact's layout and `kcompact segments` lists the broker's segments; a
 consumer reads the tier back from offset 0; a compaction killed between its uploads and its commit, while the broker
 keeps tiering, changes nothing the broker serves; the rerun (`compaction.compact`, what `kcompact compact` runs, in
-this session's Spark: a second Spark JVM for the CLI cost ~25 s here) commits and a consumer gets the compacted view;
-`kcompact gc` clears what the killed run left.
+this session's Spark: a second Spark JVM for the CLI cost ~30 s more here) commits and a consumer gets the compacted
+view; `kcompact gc` clears what the killed run left.
 """
 
 from __future__ import annotations
