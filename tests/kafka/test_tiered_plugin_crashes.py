@@ -9,8 +9,9 @@ forever, so each test stops the broker, or the process, at a known step:
 - the broker is killed (SIGKILL, its process group) after the objects were written, before COPY_SEGMENT_FINISHED,
   and restarted: it tiers the segment again under a new id, consumers get every record, and the abandoned
   COPY_SEGMENT_STARTED row and its objects stay until `kcompact gc` retires them after the grace;
-- the metadata process is killed while the broker's `add` waits for it: that call fails (RemoteStorageException),
-  the next starts a new process, and the broker tiers on with nothing lost.
+- the metadata process is killed while the broker's `add` waits for it, before or after its commit: that call fails
+  (RemoteStorageException), the next starts a new process, and the broker tiers on with nothing lost; a row the
+  killed add committed is never live, and `kcompact gc` retires it after the grace (it has no objects).
 
 One broker on a local store serves the module (the S3 path is `test_tiered_plugin_s3.py`'s); the tests run in file
 order.
@@ -49,9 +50,8 @@ GRACE_MS = 1000
 
 @dataclass
 class CrashTier(Tier):
-    """The module's broker, its producer, and the directory where a test arms the metadata process's crash point."""
+    """The module's broker, and the directory where a test arms the metadata process's crash point."""
 
-    writer: Writer | None = None
     crash_dir: Path = Path()
 
     def arm(self, point: str) -> None:
@@ -89,9 +89,9 @@ def crash_tier(kafka_runtime: str, tmp_path_factory: pytest.TempPathFactory) -> 
     tier = CrashTier(broker, store, [], crash_dir=crash_dir)
     try:
         create_tiered_topic(broker)
-        tier.writer = writer = Writer(tier)
+        tier.writer = Writer(tier)
         wait_for("the broker tiered 2 segments and deleted them locally",
-                 lambda: local_log_start(broker) > 0 and len(tier.live()) >= 2, broker, step=writer.updates)
+                 lambda: local_log_start(broker) > 0 and len(tier.live()) >= 2, broker, step=tier.writer.updates)
         yield tier
     finally:
         tier.writer = None  # its producers go before the broker does
@@ -126,21 +126,36 @@ def test_a_broker_killed_before_copy_segment_finished_tiers_again_and_gc_retires
     assert read_all(tier.broker, len(tier.uncompacted())) == tier.uncompacted()
 
 
-def test_a_metadata_process_killed_mid_call_fails_that_call_and_the_broker_tiers_on(crash_tier: CrashTier) -> None:
+@pytest.mark.parametrize("point", ["add", "after add"])
+def test_a_metadata_process_killed_mid_call_fails_that_call_and_the_broker_tiers_on(crash_tier: CrashTier,
+                                                                                  point: str) -> None:
     tier = crash_tier
-    tier.arm("add")
+    log_before = tier.broker.server_log.read_text(errors="replace")
+    tier.arm(point)
     held = tier.reached()
     (process,) = [pid for pid in _children(tier.broker) if b"metadata_crash_point" in _cmdline(pid)]
     os.kill(process, signal.SIGKILL)
 
-    failure = "(add, last table version read "
-    wait_for("the broker's add failed", lambda: failure in tier.broker.server_log.read_text(errors="replace"),
-             tier.broker)
-    assert f"the metadata process exited with {128 + signal.SIGKILL}" in tier.broker.server_log.read_text()
+    def log() -> str:
+        return tier.broker.server_log.read_text(errors="replace")[len(log_before):]
+
+    wait_for("the broker's add failed", lambda: "(add, last table version read " in log(), tier.broker)
+    assert f"the metadata process exited with {128 + signal.SIGKILL}" in log()
     tier.settled()
-    assert tier.segment(held["segment_id"]) is None, "the add never committed"
     started = [pid for pid in _children(tier.broker) if b"metadata_crash_point" in _cmdline(pid)]
     assert started and process not in started, "a new metadata process serves the broker"
+    assert read_all(tier.broker, len(tier.uncompacted())) == tier.uncompacted()
+    row = tier.segment(held["segment_id"])
+    if point == "add":
+        assert row is None, "the add never committed"
+        return
+    assert row is not None and row.state is SegmentState.COPY_SEGMENT_STARTED, "committed, never answered"
+    assert held["segment_id"] not in {s.segment_id for s in tier.live()}
+    assert not any(tier.store.exists(o.key) for o in row.object_keys), "the broker never copied it"
+    time.sleep(max(0.0, (row.event_timestamp_ms + GRACE_MS + 200) / 1000 - time.time()))
+    tier.cli("gc", "--grace-ms", str(GRACE_MS), "--json")
+    retired = tier.segment(held["segment_id"])
+    assert retired is not None and retired.state is SegmentState.DELETE_SEGMENT_FINISHED
     assert read_all(tier.broker, len(tier.uncompacted())) == tier.uncompacted()
 
 

@@ -56,9 +56,8 @@ CONFIG = f"topics:\n  {TOPIC}:\n    cleanup.policy: compact\n    min.cleanable.d
 
 @dataclass
 class S3Tier(Tier):
-    """The module's broker on S3, with its producer and kcompact's config for the topic."""
+    """The module's broker on S3, and kcompact's config for the topic."""
 
-    writer: Writer | None = None
     config: str = ""
 
 
@@ -83,9 +82,9 @@ def s3_tier(kafka_runtime: str, tmp_path_factory: pytest.TempPathFactory, moto_e
         tier = S3Tier(broker, store, [], config=str(workdir / "kcompact.yaml"))
         try:
             create_tiered_topic(broker)
-            tier.writer = writer = Writer(tier)
+            tier.writer = Writer(tier)
             wait_for("the broker tiered 3 segments to S3 and deleted them locally",
-                     lambda: local_log_start(broker) > 0 and len(tier.live()) >= 3, broker, step=writer.round)
+                     lambda: local_log_start(broker) > 0 and len(tier.live()) >= 3, broker, step=tier.writer.round)
             (workdir / "kcompact.yaml").write_text(CONFIG)
             yield tier
         finally:

@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from deltalake import DeltaTable
 
 from compaction.errors import MetadataTableNotFoundError
-from compaction.metadata import PartitionSnapshot, SegmentMetadata, table_in_store
+from compaction.metadata import METADATA_TABLE_NAME, PartitionSnapshot, SegmentMetadata, table_in_store
 from compaction.storage import ObjectStore
 from tests.kafka_runtime import KafkaBroker
 
@@ -50,6 +50,7 @@ class Tier:
     report: dict[str, Any] = field(default_factory=dict)
     mid_read: tuple[list[Record], list[Record]] = ([], [])  # a consumer's records before and after the swap
     mid_reader: Consumer | None = None
+    writer: Writer | None = None  # its producers must go before the broker does
 
     def live(self) -> tuple[SegmentMetadata, ...]:
         try:
@@ -62,7 +63,7 @@ class Tier:
 
     def history(self) -> list[dict[str, Any]]:
         """The metadata table's commits, newest first, with kcompact's commit info (writer, run id)."""
-        uri, options = self.store.delta_uri("_kcompact_metadata"), self.store.delta_storage_options()
+        uri, options = self.store.delta_uri(METADATA_TABLE_NAME), self.store.delta_storage_options()
         return DeltaTable(uri, storage_options=options).history()
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
