@@ -1,7 +1,8 @@
 """The metadata table as a Kafka broker's RemoteLogMetadataManager sees it, served over a pipe.
 
 The tiered plugin (`kafka/tiered-plugin`, `KcompactRemoteLogMetadataManager`) starts
-`python -m compaction.remote_log_metadata --store STORE` and speaks JSON lines with it on stdin/stdout: one
+`python -m compaction.remote_log_metadata --store STORE [--endpoint-url URL]` (a directory or `s3://bucket/prefix`)
+and speaks JSON lines with it on stdin/stdout: one
 request per line, one answer per line, in order. The table is read and written here, through the same
 delta-rs commit path every other kcompact writer uses (`compaction.metadata.commit`), so the broker's rows
 are kcompact's rows by construction, conditional commits and fencing included. The broker owns the process's
@@ -182,10 +183,11 @@ def serve(table: MetadataTable, requests: IO[str], answers: IO[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True, help="the store holding _kcompact_metadata")
+    parser.add_argument("--endpoint-url", default=None, help="S3 endpoint (default: AWS_ENDPOINT_URL or AWS's)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    table = table_in_store(open_store(args.store), create=True)
+    table = table_in_store(open_store(args.store, endpoint_url=args.endpoint_url), create=True)
     sys.stdout.write(json.dumps({"ok": True, "result": {"ready": table.version()}}) + "\n")
     sys.stdout.flush()
     serve(table, sys.stdin, sys.stdout)

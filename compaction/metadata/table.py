@@ -112,6 +112,10 @@ class MetadataTable(DeltaTableRef):
                 partition_by=list(PARTITION_COLUMNS),
                 name=TABLE_NAME,
                 description="kcompact remote log segment metadata (KIP-405 RLMM)",
+                # a read loads the last checkpoint and every commit after it: delta-rs's default of 100 made
+                # each read of a busy table on S3 fetch up to 100 commit files (the broker's metadata process
+                # reads it twice per tiered segment)
+                configuration={"delta.checkpointInterval": "10"},
                 storage_options=dict(storage_options) if storage_options else None,
             )
         return cls.open(table_uri, storage_options, diagnose)

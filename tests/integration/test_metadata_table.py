@@ -195,6 +195,18 @@ def test_pyarrow_dataset_over_file_uris_reads_the_same_rows(local_table: Metadat
     assert len(via_delta) == 5
 
 
+def test_the_table_checkpoints_every_10_versions(local_table: MetadataTable) -> None:
+    """A read loads the last checkpoint and the commits after it: without one every 10 versions, each read of the
+    broker's metadata process on S3 fetched every commit since the last (delta-rs's default interval is 100), and
+    one tiered segment (two commits, each reading the table) took 4.4 s at version 80 on moto instead of ~1 s."""
+    table = local_table
+    for start in range(0, 600, 100):
+        tier(table, (start, start + 99))
+    assert table.version() >= 10
+    log = Path(table.table_uri.removeprefix("file://")) / "_delta_log"
+    assert (log / "00000000000000000009.checkpoint.parquet").is_file(), sorted(p.name for p in log.iterdir())
+
+
 def test_open_refuses_missing_and_foreign_tables(tmp_path: Path) -> None:
     with pytest.raises(MetadataTableNotFoundError):
         MetadataTable.open(str(tmp_path / "nothing"))

@@ -18,202 +18,38 @@ from __future__ import annotations
 import importlib
 import itertools
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from deltalake import DeltaTable
+from confluent_kafka import Consumer, TopicPartition
 
 import compaction
-from compaction.metadata import SegmentMetadata, SegmentState, table_in_store
+from compaction.metadata import SegmentState
 from compaction.storage import open_store
+from tests.kafka.tiered import (
+    TOPIC,
+    Tier,
+    Writer,
+    consumer,
+    create_tiered_topic,
+    local_log_start,
+    plugin_overrides,
+    poll,
+    poll_until,
+    read_all,
+    tier_settled,
+    wait_for,
+)
 from tests.kafka_runtime import KafkaBroker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 run_commit = importlib.import_module("compaction.run.commit")
-
-TOPIC = "tiered"
-KEYS = 37
-DEADLINE_S = 90.0
-Record = tuple[int, bytes | None, bytes | None]
-"""What a consumer got: offset, key, value."""
-
-
-@dataclass(frozen=True)
-class Produced:
-    offset: int
-    key: bytes
-    value: bytes | None
-    timestamp_ms: int
-    aborted: bool = False
-
-
-@dataclass
-class Tier:
-    """The module's broker and store, everything produced to the topic, and what was observed around the swap."""
-
-    broker: KafkaBroker
-    store: Path
-    produced: list[Produced]
-    cleaned: int = 0
-    report: dict[str, Any] = field(default_factory=dict)
-    mid_read: tuple[list[Record], list[Record]] = ([], [])  # a consumer's records before and after the swap
-    mid_reader: Consumer | None = None
-
-    def live(self) -> tuple[SegmentMetadata, ...]:
-        if not (self.store / "_kcompact_metadata").is_dir():
-            return ()
-        return table_in_store(open_store(str(self.store))).live_segments(TOPIC, 0)
-
-    def view(self, *, committed: bool) -> list[Record]:
-        """What Kafka's cleaner leaves below `cleaned` (each key's last record there that no abort removed, tombstones
-        included: their delete horizon is a day away), and from `cleaned` on every record, an aborted one only for
-        a read_uncommitted consumer."""
-        last = {r.key: r.offset for r in self.produced if r.offset < self.cleaned and not r.aborted}
-        return [(r.offset, r.key, r.value) for r in self.produced
-                if (last.get(r.key) == r.offset if r.offset < self.cleaned else not (committed and r.aborted))]
-
-    def uncompacted(self) -> list[Record]:
-        return [(r.offset, r.key, r.value) for r in self.produced if not r.aborted]
-
-
-def wait_for(what: str, condition: Callable[[], bool], broker: KafkaBroker, step: Callable[[], None] | None = None
-             ) -> None:
-    """Poll `condition` (running `step` before each look) until it holds; fail naming `what` after the deadline."""
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        if step is not None:
-            step()
-        if condition():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"not within {DEADLINE_S} s: {what}\n{broker._tail(40)}")
-
-
-class Writer:
-    """Produces to the topic and records each record's offset and timestamp from its delivery report. Every record
-    gets its own timestamp (the clock, or one more than the last), so offsetsForTimes has one answer per record."""
-
-    def __init__(self, tier: Tier) -> None:
-        self.tier = tier
-        bootstrap = tier.broker.bootstrap
-        self.plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
-        self.txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "kcompact-test", "linger.ms": 5})
-        self.txn.init_transactions(30)
-        self.count = 0
-        self.clock = 0
-
-    def _send(self, producer: Producer, n: int, aborted: bool = False, tombstone_every: int = 0) -> None:
-        got: list[Produced] = []
-
-        def delivered(err: object, msg: Message) -> None:
-            assert err is None, err
-            got.append(Produced(msg.offset(), msg.key(), msg.value(), msg.timestamp()[1], aborted))  # type: ignore[arg-type]
-
-        for _ in range(n):
-            self.count += 1
-            tombstone = tombstone_every and self.count % tombstone_every == 0
-            self.clock = max(int(time.time() * 1000), self.clock + 1)
-            producer.produce(TOPIC, key=b"k%d" % (self.count % KEYS), value=None if tombstone else b"v%d" % self.count,
-                             timestamp=self.clock, on_delivery=delivered)
-        assert producer.flush(30) == 0
-        self.tier.produced.extend(sorted(got, key=lambda r: r.offset))
-
-    def updates(self, n: int = 50) -> None:
-        self._send(self.plain, n, tombstone_every=9)
-
-    def transaction(self, n: int, *, commit: bool) -> None:
-        self.txn.begin_transaction()
-        self._send(self.txn, n, aborted=not commit)
-        if commit:
-            self.txn.commit_transaction(30)
-        else:
-            self.txn.abort_transaction(30)
-
-    def round(self) -> None:
-        self.updates()
-        self.transaction(10, commit=True)
-        self.transaction(10, commit=False)
-
-
-def create_tiered_topic(broker: KafkaBroker) -> None:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    config = {
-        "remote.storage.enable": "true",
-        "cleanup.policy": "delete",
-        "retention.ms": "-1",
-        "retention.bytes": "-1",
-        "local.retention.ms": "1000",
-        "local.retention.bytes": "1",
-        "segment.ms": "1000",
-    }
-    for f in admin.create_topics([NewTopic(TOPIC, 1, 1, config=config)]).values():
-        f.result(30)
-
-
-def local_log_start(broker: KafkaBroker) -> int:
-    bases = [int(p.stem) for p in broker.partition_dir(TOPIC, 0).glob("*.log")]
-    return min(bases, default=0)
-
-
-def tier_settled(tier: Tier) -> bool:
-    """The broker is done: local retention rolls a non-empty active segment once it is due
-    (UnifiedLog.deleteOldSegments), so the active segment is empty and every offset below it is tiered."""
-    active = max(tier.broker.partition_dir(TOPIC, 0).glob("*.log"), key=lambda p: int(p.stem))
-    live = tier.live()
-    return active.stat().st_size == 0 and bool(live) and live[-1].end_offset + 1 == int(active.stem)
-
-
-def consumer(broker: KafkaBroker, isolation: str = "read_committed", config: dict[str, Any] | None = None
-             ) -> Consumer:
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "reader", "enable.auto.commit": False,
-                  "isolation.level": isolation, **(config or {})})
-    c.assign([TopicPartition(TOPIC, 0, 0)])
-    return c
-
-
-def poll(c: Consumer, count: int) -> list[Record]:
-    """The next `count` records (fewer only at the deadline); any error fails."""
-    got: list[Record] = []
-    deadline = time.monotonic() + DEADLINE_S
-    while len(got) < count and time.monotonic() < deadline:
-        msg = c.poll(1.0)
-        if msg is None:
-            continue
-        offset = msg.offset()
-        assert msg.error() is None and offset is not None, msg.error()
-        got.append((offset, msg.key(), msg.value()))
-    return got
-
-
-def poll_until(c: Consumer, last_offset: int) -> list[Record]:
-    """Records up to and including `last_offset` (fewer only at the deadline); any error fails."""
-    got: list[Record] = []
-    while not got or got[-1][0] < last_offset:
-        more = poll(c, 1)
-        if not more:
-            break
-        got += more
-    return got
-
-
-def read_all(broker: KafkaBroker, count: int, isolation: str = "read_committed") -> list[Record]:
-    c = consumer(broker, isolation)
-    try:
-        return poll(c, count)
-    finally:
-        c.close()
-
 
 def offsets_for_times(broker: KafkaBroker, timestamps: list[int]) -> dict[int, int]:
     """The broker's ListOffsets answer for each timestamp, one request each (a request names a partition once)."""
@@ -227,16 +63,8 @@ def offsets_for_times(broker: KafkaBroker, timestamps: list[int]) -> dict[int, i
 @pytest.fixture(scope="module")
 def tier(kafka_runtime: str, tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> Iterator[Tier]:
     workdir = tmp_path_factory.mktemp("tiered")
-    store = workdir / "store"
-    broker = KafkaBroker(workdir / "kafka", jars=["tiered-plugin"], overrides={
-        "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": "dev.kcompact.tiered.KcompactRemoteStorageManager",
-        "remote.log.metadata.manager.class.name": "dev.kcompact.tiered.KcompactRemoteLogMetadataManager",
-        "rsm.config.kcompact.store": str(store),
-        "rlmm.config.kcompact.store": str(store),
-        "rlmm.config.kcompact.python": sys.executable,
-        "remote.log.manager.task.interval.ms": "500",
-    })
+    store = open_store(str(workdir / "store"))
+    broker = KafkaBroker(workdir / "kafka", jars=["tiered-plugin"], overrides=plugin_overrides(store))
     broker.start()
     tier = Tier(broker, store, [])
     create_tiered_topic(broker)
@@ -279,11 +107,11 @@ def _compact_while_the_broker_tiers(tier: Tier, writer: Writer, spark: SparkSess
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(run_commit, "commit_change_set", _after_a_broker_commit(tier, run_commit.commit_change_set))
-            tier.report = compaction.compact(spark, str(tier.store), str(config)).to_dict()
+            tier.report = compaction.compact(spark, tier.store, str(config)).to_dict()
     finally:
         stop.set()
         producing.join(60)
-    tier.cleaned = table_in_store(open_store(str(tier.store))).partition_snapshot(TOPIC, 0).lineage.current
+    tier.cleaned = tier.partition().lineage.current
     assert tier.cleaned > 0, json.dumps(tier.report["partitions"] or tier.report["failed"], default=str)[:3000]
     wait_for("the broker tiered everything and its active segment is empty", lambda: tier_settled(tier), tier.broker)
     assert tier.mid_reader is not None
@@ -300,8 +128,7 @@ def _after_a_broker_commit(tier: Tier, commit: Callable[..., Any]) -> Callable[.
     module is about (`compaction.metadata.rebase`) would then not happen."""
 
     def broker_committed_since(version: int) -> bool:
-        history = DeltaTable(str(tier.store / "_kcompact_metadata")).history()
-        return any(h["version"] > version and h.get("kcompact.writer") == "broker-1" for h in history)
+        return any(h["version"] > version and h.get("kcompact.writer") == "broker-1" for h in tier.history())
 
     def committing(table: Any, change_set: Any, now_ms: int) -> Any:
         wait_for(f"a broker commit after table version {change_set.base_version}",
@@ -317,14 +144,12 @@ def test_the_compaction_committed_while_the_broker_tiered(tier: Tier) -> None:
     (partition,) = tier.report["partitions"]
     assert partition["committed"], tier.report["failed"]
     planned, landed = tier.report["metadata_version_planned"], partition["metadata_version"]
-    history = DeltaTable(str(tier.store / "_kcompact_metadata")).history()
-    between = [h for h in history if planned < h["version"] < landed]
+    between = [h for h in tier.history() if planned < h["version"] < landed]
     brokers = [h for h in between if h.get("kcompact.writer") == "broker-1"]
     assert brokers, (planned, landed)
     # the rest is the run's own (it takes its fencing epoch in a commit of its own)
     assert {h.get("kcompact.run_id") for h in between if h not in brokers} <= {tier.report["run_id"]}
-    snapshot = table_in_store(open_store(str(tier.store))).partition_snapshot(TOPIC, 0)
-    assert any(s.writer != "broker-1" for s in snapshot.live_segments), "kcompact committed no segment"
+    assert any(s.writer != "broker-1" for s in tier.partition().live_segments), "kcompact committed no segment"
 
 
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
@@ -378,8 +203,7 @@ def test_the_broker_tiers_on_above_the_compacted_region_with_no_gap_or_overlap(t
     assert compacted and compacted[-1].end_offset + 1 == tier.cleaned
     above = [s for s in live if s.start_offset >= tier.cleaned]
     assert above and all(s.writer == "broker-1" for s in above)
-    listed = subprocess.run([sys.executable, "-m", "compaction.cli", "segments", "--store", str(tier.store),
-                             "--topic", TOPIC, "--partition", "0"], capture_output=True, text=True, check=True)
+    listed = tier.cli("segments", "--topic", TOPIC, "--partition", "0")
     assert f"{len(live)} live segments" in listed.stdout
 
 
@@ -389,15 +213,13 @@ def test_gc_after_the_grace_never_breaks_a_reader(tier: Tier) -> None:
     reader = consumer(tier.broker)
     try:
         got = poll(reader, len(expected) // 2)
-        replaced = [s for s in table_in_store(open_store(str(tier.store))).partition_snapshot(TOPIC, 0).segments
-                    if s.state is SegmentState.DELETE_SEGMENT_STARTED]
+        replaced = [s for s in tier.partition().segments if s.state is SegmentState.DELETE_SEGMENT_STARTED]
         assert replaced
         grace_ms = 5000  # waited out: on a quiet machine the fixture ends within a grace of the compaction's commit
         time.sleep(max(0.0, (max(s.event_timestamp_ms for s in replaced) + grace_ms + 200) / 1000 - time.time()))
-        gc = subprocess.run([sys.executable, "-m", "compaction.cli", "gc", "--store", str(tier.store),
-                             "--grace-ms", str(grace_ms), "--json"], capture_output=True, text=True, check=True)
+        gc = tier.cli("gc", "--grace-ms", str(grace_ms), "--json")
         assert json.loads(gc.stdout)["totals"]["segments_finished"] == len(replaced), gc.stdout
-        assert not any((tier.store / o.key).exists() for s in replaced for o in s.object_keys)
+        assert not any(tier.store.exists(o.key) for s in replaced for o in s.object_keys)
         got += poll(reader, len(expected) - len(got))
     finally:
         reader.close()

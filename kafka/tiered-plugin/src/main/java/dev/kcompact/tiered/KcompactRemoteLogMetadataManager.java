@@ -47,14 +47,17 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * being deleted (deleting a compaction's replaced segments after the grace period is {@code kcompact gc}'s job).
  *
  * <p>Configuration (under {@code remote.log.metadata.manager.impl.prefix}, {@code rlmm.config.}):
- * {@code kcompact.store} the store's directory, {@code kcompact.python} the Python with kcompact installed,
- * {@code kcompact.metadata.cache.ms} how long a partition's listing is reused.
+ * {@code kcompact.store} the store's directory or {@code s3://bucket/prefix}, {@code kcompact.python} the Python with
+ * kcompact installed, {@code kcompact.endpoint.url} an S3 endpoint other than AWS's (else boto3's own resolution;
+ * credentials from the broker's environment), {@code kcompact.metadata.cache.ms} how long a partition's listing is
+ * reused.
  */
 public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadataManager {
 
     public static final String STORE_CONFIG = "kcompact.store";
     public static final String PYTHON_CONFIG = "kcompact.python";
     public static final String CACHE_MS_CONFIG = "kcompact.metadata.cache.ms";
+    public static final String ENDPOINT_CONFIG = "kcompact.endpoint.url";
 
     private MetadataPipe pipe;
     private int brokerId = -1;
@@ -69,7 +72,8 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
     public void configure(Map<String, ?> configs) {
         Object store = configs.get(STORE_CONFIG);
         if (store == null) {
-            throw new IllegalArgumentException("rlmm.config." + STORE_CONFIG + " is required: kcompact's store directory");
+            throw new IllegalArgumentException("rlmm.config." + STORE_CONFIG
+                    + " is required: kcompact's store directory or s3://bucket/prefix");
         }
         Object python = configs.get(PYTHON_CONFIG);
         Object broker = configs.get("broker.id");
@@ -81,7 +85,9 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
             cacheNanos = TimeUnit.MILLISECONDS.toNanos(Long.parseLong(cacheMs.toString()));
         }
         try {
-            pipe = new MetadataPipe(python == null ? "python3" : python.toString(), store.toString());
+            Object endpoint = configs.get(ENDPOINT_CONFIG);
+            pipe = new MetadataPipe(python == null ? "python3" : python.toString(), store.toString(),
+                    endpoint == null ? null : endpoint.toString());
         } catch (IOException | RemoteStorageException e) {
             throw new IllegalStateException("starting kcompact's metadata process for " + store + " failed: " + e, e);
         }

@@ -3,7 +3,7 @@ package dev.kcompact.tiered;
 import dev.kcompact.tiered.SegmentObjectKeys.Suffix;
 import java.io.IOException;
 import java.io.InputStream;
-import java.nio.file.Path;
+import java.nio.file.NoSuchFileException;
 import java.util.Map;
 import java.util.Optional;
 import org.apache.kafka.server.log.remote.storage.LogSegmentData;
@@ -16,27 +16,52 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageManager;
 /**
  * KIP-405's {@link RemoteStorageManager} writing a segment's files into kcompact's store, the way
  * {@code kcompact tier} does (one object per file, {@link SegmentObjectKeys}), so that kcompact compacts what the
- * broker tiers and the broker serves what kcompact compacted. A local directory store for now.
+ * broker tiers and the broker serves what kcompact compacted. The store is a local directory
+ * ({@link LocalDirectoryStore}) or {@code s3://bucket/prefix}, reached through kcompact's own S3 store in a Python
+ * process ({@link PythonStore} says why).
  *
  * <p>Configuration (under the broker's {@code remote.log.storage.manager.impl.prefix}, {@code rsm.config.}):
- * {@code kcompact.store} the store's directory. A segment without a transaction index (Kafka passes none when it is
- * empty) has no {@code .txnindex} object; {@link #fetchIndex} then throws {@link RemoteResourceNotFoundException},
- * which is what {@code RemoteLogManager} expects of a missing optional index.
+ * {@code kcompact.store} the store's directory or URI; for an {@code s3://} store also {@code kcompact.python} the
+ * Python with kcompact installed, {@code kcompact.endpoint.url} an S3 endpoint other than AWS's (else boto3's own
+ * resolution: {@code AWS_ENDPOINT_URL}, config files), {@code kcompact.fetch.chunk.bytes} how much a read fetches
+ * at a time (default 4 MiB) and {@code kcompact.store.threads} how many requests the process serves at once
+ * (default 8). Credentials come from the broker's environment as boto3 resolves them.
+ *
+ * <p>A segment without a transaction index (Kafka passes none when it is empty) has no {@code .txnindex} object;
+ * {@link #fetchIndex} then throws {@link RemoteResourceNotFoundException}, which is what {@code RemoteLogManager}
+ * expects of a missing optional index. Every failure is a {@link RemoteStorageException} naming the object.
  */
 public final class KcompactRemoteStorageManager implements RemoteStorageManager {
 
     public static final String STORE_CONFIG = "kcompact.store";
+    public static final String PYTHON_CONFIG = "kcompact.python";
+    public static final String ENDPOINT_CONFIG = "kcompact.endpoint.url";
+    public static final String CHUNK_BYTES_CONFIG = "kcompact.fetch.chunk.bytes";
+    public static final String THREADS_CONFIG = "kcompact.store.threads";
 
     private final SegmentObjectKeys keys = new SegmentObjectKeys("");
-    private LocalDirectoryStore store;
+    private SegmentStore store;
 
     @Override
     public void configure(Map<String, ?> configs) {
-        Object dir = configs.get(STORE_CONFIG);
-        if (dir == null) {
-            throw new IllegalArgumentException("rsm.config." + STORE_CONFIG + " is required: kcompact's store directory");
+        Object uri = configs.get(STORE_CONFIG);
+        if (uri == null) {
+            throw new IllegalArgumentException("rsm.config." + STORE_CONFIG
+                    + " is required: kcompact's store directory or s3://bucket/prefix");
         }
-        store = new LocalDirectoryStore(Path.of(dir.toString()));
+        PythonStore.Settings python = new PythonStore.Settings(text(configs, PYTHON_CONFIG, "python3"),
+                text(configs, ENDPOINT_CONFIG, null), Integer.parseInt(text(configs, CHUNK_BYTES_CONFIG, "4194304")),
+                Integer.parseInt(text(configs, THREADS_CONFIG, "8")));
+        try {
+            store = SegmentStore.open(uri.toString(), python);
+        } catch (IOException e) {
+            throw new IllegalStateException("opening kcompact's store " + uri + " failed: " + e, e);
+        }
+    }
+
+    private static String text(Map<String, ?> configs, String name, String otherwise) {
+        Object value = configs.get(name);
+        return value == null ? otherwise : value.toString();
     }
 
     @Override
@@ -58,8 +83,8 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager 
             key = keys.key(segment, Suffix.LEADER_EPOCH_CHECKPOINT);
             store.putBytes(key, data.leaderEpochIndex());
         } catch (IOException e) {
-            throw new RemoteStorageException("copying " + segment.remoteLogSegmentId() + " to " + store.root() + "/"
-                    + key + " failed: " + e, e);
+            throw new RemoteStorageException("copying " + segment.remoteLogSegmentId() + " to " + store.uri(key)
+                    + " failed: " + e, e);
         }
         return Optional.empty();
     }
@@ -89,11 +114,10 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager 
         }
         try {
             return store.open(key, start, end);
+        } catch (NoSuchFileException e) {
+            throw new RemoteResourceNotFoundException("no object " + store.uri(key));
         } catch (IOException e) {
-            if (LocalDirectoryStore.isMissing(e)) {
-                throw new RemoteResourceNotFoundException("no object " + store.root() + "/" + key);
-            }
-            throw new RemoteStorageException("reading " + store.root() + "/" + key + " failed: " + e, e);
+            throw new RemoteStorageException("reading " + store.uri(key) + " failed: " + e, e);
         }
     }
 
@@ -105,12 +129,15 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager 
             try {
                 store.delete(key);
             } catch (IOException e) {
-                throw new RemoteStorageException("deleting " + store.root() + "/" + key + " failed: " + e, e);
+                throw new RemoteStorageException("deleting " + store.uri(key) + " failed: " + e, e);
             }
         }
     }
 
     @Override
     public void close() {
+        if (store != null) {
+            store.close();
+        }
     }
 }

@@ -5,9 +5,7 @@ import java.io.InputStream;
 import java.nio.ByteBuffer;
 import java.nio.channels.Channels;
 import java.nio.channels.FileChannel;
-import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.Files;
-import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.UUID;
@@ -18,7 +16,7 @@ import java.util.UUID;
  * with a hard link, which fails if the name exists, so a reader never sees a partial object and two writers of one
  * key cannot both win. Temporary names start with {@code .kcompact-tmp-}, which kcompact never lists.
  */
-public final class LocalDirectoryStore {
+public final class LocalDirectoryStore implements SegmentStore {
 
     private static final String TEMP_PREFIX = ".kcompact-tmp-";
 
@@ -37,9 +35,10 @@ public final class LocalDirectoryStore {
     }
 
     /** Creates {@code key} with the bytes of {@code source}; FileAlreadyExistsException if it exists. */
-    public long putFile(String key, Path source) throws IOException {
+    @Override
+    public void putFile(String key, Path source) throws IOException {
         try (FileChannel in = FileChannel.open(source, StandardOpenOption.READ)) {
-            return create(key, out -> {
+            create(key, out -> {
                 long size = in.size();
                 long done = 0;
                 while (done < size) {
@@ -51,9 +50,10 @@ public final class LocalDirectoryStore {
     }
 
     /** Creates {@code key} with the remaining bytes of {@code data} (not consumed). */
-    public long putBytes(String key, ByteBuffer data) throws IOException {
+    @Override
+    public void putBytes(String key, ByteBuffer data) throws IOException {
         ByteBuffer copy = data.duplicate();
-        return create(key, out -> {
+        create(key, out -> {
             long n = copy.remaining();
             while (copy.hasRemaining()) {
                 out.write(copy);
@@ -84,6 +84,7 @@ public final class LocalDirectoryStore {
     }
 
     /** The bytes of {@code key} from {@code start} (inclusive) to {@code end} (exclusive, clamped to the size). */
+    @Override
     public InputStream open(String key, long start, long end) throws IOException {
         FileChannel channel = FileChannel.open(path(key), StandardOpenOption.READ);
         try {
@@ -97,22 +98,19 @@ public final class LocalDirectoryStore {
         }
     }
 
-    public boolean exists(String key) {
-        return Files.isRegularFile(path(key));
-    }
-
     /** Deletes {@code key}; idempotent. */
+    @Override
     public void delete(String key) throws IOException {
         Files.deleteIfExists(path(key));
     }
 
-    /** Whether an exception means the object is missing (not a failure of the store). */
-    public static boolean isMissing(IOException e) {
-        return e instanceof NoSuchFileException;
+    @Override
+    public String uri(String key) {
+        return path(key).toString();
     }
 
-    public static boolean isExisting(IOException e) {
-        return e instanceof FileAlreadyExistsException;
+    @Override
+    public void close() {
     }
 
     private static final class BoundedInputStream extends InputStream {

@@ -9,13 +9,13 @@ import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.OutputStreamWriter;
 import java.nio.charset.StandardCharsets;
-import java.util.List;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 
 /**
  * The Python process that reads and writes kcompact's metadata table for the broker
  * ({@code python -m compaction.remote_log_metadata}): one JSON request per line on its stdin, one answer per line
- * on its stdout, in order. Requests are serialized; the process ends when the pipe closes.
+ * on its stdout, in order. Requests are serialized; the process ends when the pipe closes. If it dies (killed, out of
+ * memory) the call in flight fails and the next call starts a new one.
  *
  * <p>Every failure is a {@link RemoteStorageException} naming the table, the request and a table version: the one
  * the process read when it refused the request, or else the last one an answer named (-1 before any).
@@ -24,22 +24,45 @@ final class MetadataPipe implements AutoCloseable {
 
     private static final ObjectMapper JSON = new ObjectMapper();
 
+    private final String python;
     private final String store;
-    private final Process process;
-    private final BufferedWriter requests;
-    private final BufferedReader answers;
+    private final String endpointUrl;
+    private Process process;
+    private BufferedWriter requests;
+    private BufferedReader answers;
+    private boolean broken;
     private boolean closed;
     private long lastVersion = -1;
 
-    MetadataPipe(String python, String store) throws IOException, RemoteStorageException {
+    /** Starts the process for {@code store} ({@code endpointUrl}: an S3 endpoint other than boto3's own, or null). */
+    MetadataPipe(String python, String store, String endpointUrl) throws IOException, RemoteStorageException {
+        this.python = python;
         this.store = store;
-        ProcessBuilder builder = new ProcessBuilder(List.of(python, "-m", "compaction.remote_log_metadata",
-                "--store", store));
-        builder.redirectError(ProcessBuilder.Redirect.INHERIT);
-        process = builder.start();
+        this.endpointUrl = endpointUrl;
+        start();
+    }
+
+    private void start() throws IOException, RemoteStorageException {
+        process = PythonModule.start(python, "compaction.remote_log_metadata", store, endpointUrl);
         requests = new BufferedWriter(new OutputStreamWriter(process.getOutputStream(), StandardCharsets.UTF_8));
         answers = new BufferedReader(new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8));
+        broken = false;
         readAnswer("start");
+    }
+
+    /** A process that died or whose pipe broke (the call in flight failed with it) is replaced by a new one: the
+     * table is the state, the process holds none a new one would miss. */
+    private void restartIfGone(String op) throws RemoteStorageException {
+        if (!broken && process.isAlive()) {
+            return;
+        }
+        process.destroyForcibly();
+        try {
+            start();
+        } catch (IOException e) {
+            broken = true;
+            throw new RemoteStorageException(where(op) + ": restarting the metadata process failed (" + e + ")", e);
+        }
     }
 
     ObjectNode request(String op) {
@@ -52,11 +75,13 @@ final class MetadataPipe implements AutoCloseable {
         if (closed) {
             throw new RemoteStorageException(where(op) + ": the metadata manager is closed (the broker is stopping)");
         }
+        restartIfGone(op);
         try {
             requests.write(JSON.writeValueAsString(request));
             requests.newLine();
             requests.flush();
         } catch (IOException e) {
+            broken = true;
             throw new RemoteStorageException(where(op) + ": " + gone() + " (" + e + ")", e);
         }
         return readAnswer(op);
@@ -67,15 +92,18 @@ final class MetadataPipe implements AutoCloseable {
         try {
             line = answers.readLine();
         } catch (IOException e) {
+            broken = true;
             throw new RemoteStorageException(where(op) + ": reading the answer failed (" + e + ")", e);
         }
         if (line == null) {
+            broken = true;
             throw new RemoteStorageException(where(op) + ": " + gone());
         }
         JsonNode answer;
         try {
             answer = JSON.readTree(line);
         } catch (IOException e) {
+            broken = true;
             throw new RemoteStorageException(where(op) + ": not an answer: " + line, e);
         }
         if (!answer.path("ok").asBoolean()) {
@@ -102,13 +130,7 @@ final class MetadataPipe implements AutoCloseable {
     }
 
     private String gone() {
-        try {  // its pipe closes just before it exits: give the exit a moment, to name its code
-            process.waitFor(2, java.util.concurrent.TimeUnit.SECONDS);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
-        return process.isAlive() ? "the metadata process closed its pipe"
-                : "the metadata process exited with " + process.exitValue() + " (its stderr is the broker's)";
+        return "the metadata process " + PythonModule.gone(process);
     }
 
     private String where(String op) {

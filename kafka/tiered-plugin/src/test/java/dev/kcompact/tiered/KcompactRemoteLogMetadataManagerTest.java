@@ -127,4 +127,18 @@ class KcompactRemoteLogMetadataManagerTest {
                 () -> rlmm.remoteLogSegmentMetadata(TP, 0, 150));
         assertTrue(e.getMessage().contains("(segments, table version 7): TransientStoreError"), e.getMessage());
     }
+
+    @Test
+    void aMetadataProcessThatDiesMidCallFailsThatCallAndTheNextStartsANewOne() throws Exception {
+        Path ops = tmp.resolve("ops");
+        Path died = tmp.resolve("died-once");
+        configure("if [ ! -e " + died + " ]; then touch " + died + "; " + READY + "read line; exit 9; fi\n"
+                + logging(ops), "0");
+        RemoteStorageException e = assertThrows(RemoteStorageException.class,
+                () -> rlmm.highestOffsetForEpoch(TP, 0));
+        assertTrue(e.getMessage().contains("(segments, last table version read 7): the metadata process exited with 9"),
+                e.getMessage());
+        assertEquals(Optional.of(199L), rlmm.highestOffsetForEpoch(TP, 0));
+        assertEquals(List.of("segments"), Files.readAllLines(ops));
+    }
 }

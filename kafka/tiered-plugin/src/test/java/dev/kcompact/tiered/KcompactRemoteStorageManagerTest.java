@@ -117,4 +117,17 @@ class KcompactRemoteStorageManagerTest {
         assertArrayEquals(new String[0], Arrays.stream(object("log").getParent().toFile().list())
                 .filter(n -> !n.startsWith(".kcompact-tmp-")).toArray(String[]::new));
     }
+
+    @Test
+    void anS3StoreWhoseProcessCannotStartFailsTheConfigurationNamingTheStore() throws Exception {
+        Path python = tmp.resolve("python");
+        Files.writeString(python, "#!/bin/sh\necho 'no kcompact here' >&2\nexit 3\n");
+        Files.setPosixFilePermissions(python, java.nio.file.attribute.PosixFilePermissions.fromString("rwx------"));
+        KcompactRemoteStorageManager s3 = new KcompactRemoteStorageManager();
+        IllegalStateException e = assertThrows(IllegalStateException.class, () -> s3.configure(Map.of(
+                KcompactRemoteStorageManager.STORE_CONFIG, "s3://bucket/prefix",
+                KcompactRemoteStorageManager.PYTHON_CONFIG, python.toString())));
+        assertTrue(e.getMessage().startsWith("opening kcompact's store s3://bucket/prefix failed: "), e.getMessage());
+        assertTrue(e.getMessage().contains("did not start: the process exited with 3"), e.getMessage());
+    }
 }
