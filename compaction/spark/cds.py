@@ -26,7 +26,10 @@ from pathlib import Path
 ENABLED = "KCOMPACT_CDS"
 """0 in the environment: sessions start without the archive, and `build` writes none."""
 
-USE_OPTIONS = "-XX:SharedArchiveFile={path} -Xlog:cds=off -Xlog:cds+dynamic=off"
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+"""The JVM's class-data-sharing messages off: an unusable archive, classes it cannot archive (signed jars)."""
+
+USE_OPTIONS = "-XX:SharedArchiveFile={path} " + QUIET
 """The driver JVM's options to start from the archive: an unusable one is skipped without a word."""
 
 WRITE_OPTION = "-XX:ArchiveClassesAtExit="

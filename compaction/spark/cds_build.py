@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from compaction.spark.cds import ENABLED, WRITE_OPTION, archive_path
+from compaction.spark.cds import ENABLED, QUIET, WRITE_OPTION, archive_path
 
 
 def build(force: bool = False) -> Path | None:
@@ -57,9 +57,8 @@ def _train(archive: Path) -> None:
         tier_logdir(work / "log", store, table_in_store(store, create=True), now_ms)
         config = work / "kcompact.yaml"
         config.write_text("defaults:\n  cleanup.policy: compact\n  min.cleanable.dirty.ratio: 0.01\n")
-        quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # the classes it cannot archive (signed jars, old formats)
         spark = build_session(app_name="kcompact-cds",
-                              conf={"spark.driver.extraJavaOptions": f"{WRITE_OPTION}{archive} {quiet}"})
+                              conf={"spark.driver.extraJavaOptions": f"{WRITE_OPTION}{archive} {QUIET}"})
         compaction.compact(spark, str(work / "store"), str(config), now_ms=now_ms)
         compaction.read_partition(spark, str(work / "store"), "cds", 0).count()
         spark.stop()
