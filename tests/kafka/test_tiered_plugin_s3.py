@@ -162,11 +162,19 @@ def test_the_rerun_commits_and_a_consumer_gets_the_compacted_view(s3_tier: S3Tie
 
 def test_kcompact_gc_clears_what_the_killed_run_left(s3_tier: S3Tier) -> None:
     orphans = _orphans(s3_tier)
-    replaced = [s for s in s3_tier.partition().segments if s.state is SegmentState.DELETE_SEGMENT_STARTED]
+    before = s3_tier.partition()
+    replaced = [s for s in before.segments if s.state is SegmentState.DELETE_SEGMENT_STARTED]
+    abandoned = [s for s in before.segments if s.state is SegmentState.COPY_SEGMENT_STARTED]
     assert orphans and replaced
     gc = s3_tier.cli("gc", "--grace-ms", "0", "--orphan-grace-ms", "0", "--json")
     totals = json.loads(gc.stdout)["totals"]
-    assert totals["segments_finished"] == len(replaced), gc.stdout
+    rows = "\n".join(f"{s.segment_id} {s.state.name} {s.start_offset}-{s.end_offset} {s.writer}"
+                     for s in before.segments)
+    assert (totals["segments_finished"], totals["segments_retired"]) == (len(replaced) + len(abandoned),
+                                                                         len(abandoned)), f"{gc.stdout}\n{rows}"
+    after = s3_tier.partition().segments
+    assert not [s for s in after if s.state in (SegmentState.DELETE_SEGMENT_STARTED,
+                                                 SegmentState.COPY_SEGMENT_STARTED)], after
     assert _orphans(s3_tier) == set()
     assert not any(s3_tier.store.exists(k) for k in orphans)
     expected = s3_tier.view(committed=True)
