@@ -8,7 +8,10 @@ Every message says what, where (object key and byte position) and, where it help
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any, Protocol
 
 
 class ExitCode(IntEnum):
@@ -26,6 +29,40 @@ class KcompactError(Exception):
     """Root of every error kcompact raises on purpose."""
 
     exit_code: ExitCode = ExitCode.INTERNAL
+
+    def outcome_fields(self) -> dict[str, Any]:
+        """What a per-partition outcome records of this error (`Failure`'s fields, its JSON)."""
+        return {"error": str(self), "error_type": type(self).__name__, "exit_code": int(self.exit_code)}
+
+
+class HasExitCode(Protocol):
+    @property
+    def exit_code(self) -> int: ...
+
+
+def worst_exit_code(outcomes: Iterable[HasExitCode]) -> int:
+    """The process's exit code for per-partition outcomes: the highest (0 when there are none)."""
+    return max((o.exit_code for o in outcomes), default=0)
+
+
+@dataclass(kw_only=True)
+class Failure:
+    """A per-partition outcome's failure, one shape for every command's report: the message, the error's class name
+    and its exit code (the worst one decides the process's). All empty when the partition succeeded."""
+
+    error: str | None = None
+    error_type: str | None = None
+    exit_code: int = 0
+
+    def fail(self, exc: KcompactError) -> None:
+        self.error, self.error_type, self.exit_code = str(exc), type(exc).__name__, int(exc.exit_code)
+
+    def to_dict(self) -> dict[str, object]:
+        """Every field, the failure's last (a subclass's own fields lead its JSON)."""
+        out = dict(vars(self))
+        for name in ("error", "error_type", "exit_code"):
+            out[name] = out.pop(name)
+        return out
 
 
 class ConfigError(KcompactError):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compaction.cli import options
-from compaction.errors import ExitCode
+from compaction.errors import ExitCode, worst_exit_code
 
 if TYPE_CHECKING:
     from compaction.progress import Progress
@@ -146,4 +146,4 @@ def run_compact(args: argparse.Namespace) -> int:
     report = run_report(staged, outcomes, phases)
     _write_outputs(args, report)
     options.print_result(args.json, report.to_dict(), render_text(report))
-    return max((o.exit_code for o in outcomes), default=0)
+    return worst_exit_code(outcomes)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compaction.cli import options
+from compaction.errors import worst_exit_code
 
 if TYPE_CHECKING:
     from compaction.tier import PartitionTierResult
@@ -53,4 +54,4 @@ def run_tier(args: argparse.Namespace) -> int:
         [f"tiered {copied} segments of {len(results)} partitions into {store.uri} "
          f"({sum(r.bytes_copied for r in results) / 2**20:.1f} MiB; {store.stats.puts} PUTs)"],
     )
-    return max((r.exit_code for r in results), default=0)
+    return worst_exit_code(results)

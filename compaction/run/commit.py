@@ -38,7 +38,7 @@ class PartitionOutcome:
     @classmethod
     def failed(cls, topic: str, partition: int, error: KcompactError) -> PartitionOutcome:
         """Nothing landed for the partition: `error` says why, its exit code what to do."""
-        return cls(topic, partition, False, None, str(error), type(error).__name__, int(error.exit_code))
+        return cls(topic, partition, False, None, **error.outcome_fields())
 
     def to_dict(self) -> dict[str, object]:
         """The JSON form (an entry of the run report's `failed`)."""

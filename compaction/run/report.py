@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from compaction.counters import Counters
-from compaction.errors import ExitCode
+from compaction.errors import ExitCode, worst_exit_code
 from compaction.planner import PartitionPlan
 from compaction.run.commit import PartitionOutcome
 from compaction.run.plan import RunPlan
@@ -304,7 +304,7 @@ class RunReport:
     @property
     def exit_code(self) -> int:
         """The worst failure's exit code, 0 when none failed."""
-        return max((f.exit_code for f in self.failed), default=0)
+        return worst_exit_code(self.failed)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report."""

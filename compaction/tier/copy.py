@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from compaction.errors import KcompactError
+from compaction.errors import Failure, KcompactError
 from compaction.format.producer_snapshot import (
     ProducerStateEntry,
     encode_producer_snapshot,
@@ -49,7 +49,7 @@ from compaction.tier.logdir import LocalPartition, PreparedSegment, partitions, 
 
 
 @dataclass
-class PartitionTierResult:
+class PartitionTierResult(Failure):
     """What one partition's tiering did (or why it failed)."""
 
     topic: str
@@ -60,12 +60,6 @@ class PartitionTierResult:
     rebuilt_indexes: int = 0
     built_snapshots: int = 0  # producer snapshots built by replay (the log dir had none for the segment)
     abandoned_attempts: int = 0
-    error: str | None = None
-    error_type: str | None = None
-    exit_code: int = 0
-
-    def to_dict(self) -> dict[str, object]:
-        return dict(vars(self))
 
 
 def default_writer() -> str:
@@ -201,8 +195,7 @@ def tier_logdir(
         try:
             res = tier_partition(part, store, table, now_ms, writer or default_writer())
         except KcompactError as exc:
-            res = PartitionTierResult(part.topic, part.partition, error=str(exc), error_type=type(exc).__name__,
-                                      exit_code=int(exc.exit_code))
+            res = PartitionTierResult(part.topic, part.partition, **exc.outcome_fields())
         results.append(res)
         if progress:
             progress(i, len(parts), res)

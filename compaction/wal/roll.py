@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from compaction.config import KcompactConfig, TopicConfig
-from compaction.errors import CorruptInputError, KcompactError
+from compaction.errors import CorruptInputError, Failure, KcompactError, worst_exit_code
 from compaction.format.batch import INT32_MAX
 from compaction.format.checkpoints import EpochEntry, encode_leader_epoch_checkpoint, epochs_in_range
 from compaction.format.indexes import build_indexes
@@ -129,7 +129,7 @@ class RollTask:
 
 
 @dataclass
-class RollOutcome:
+class RollOutcome(Failure):
     """What one partition's roll produced (or why it failed); returned by the executor."""
 
     topic: str
@@ -140,9 +140,6 @@ class RollOutcome:
     open_tail_bytes: int = 0
     open_tail_batches: int = 0
     wal_end: int | None = None
-    error: str | None = None
-    error_type: str | None = None
-    exit_code: int = 0
     gets: int = 0
     puts: int = 0
     committed_version: int | None = None
@@ -216,7 +213,7 @@ def roll_partition(spec: StoreSpec, task: RollTask) -> RollOutcome:
             _build(store, task, rolled, tail, batches, out)
     except KcompactError as exc:
         out.new_segments = []
-        out.error, out.error_type, out.exit_code = str(exc), type(exc).__name__, int(exc.exit_code)
+        out.fail(exc)
     out.gets, out.puts = store.stats.gets, store.stats.puts
     out.seconds = time.monotonic() - started
     return out
@@ -275,7 +272,7 @@ class RollReport:
 
     @property
     def exit_code(self) -> int:
-        return max((p.exit_code for p in self.partitions), default=0)
+        return worst_exit_code(self.partitions)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -339,8 +336,7 @@ def roll(
                 epochs[TopicPartition(t.topic, t.partition)] = acquire_fencing_epoch(
                     table, t.topic, t.partition, writer, now_ms, topic_id=t.topic_id)
             except KcompactError as exc:
-                failed.append(RollOutcome(t.topic, t.partition, error=str(exc), error_type=type(exc).__name__,
-                                          exit_code=int(exc.exit_code)))
+                failed.append(RollOutcome(t.topic, t.partition, **exc.outcome_fields()))
     view = store_log(store)  # after the epochs: what this run plans from is what its commits expect
     tasks = [t for t in roll_tasks(view, config, now_ms, topic=topic, partition=partition, dry_run=dry_run)
              if dry_run or TopicPartition(t.topic, t.partition) in epochs]
@@ -372,4 +368,4 @@ def _commit(table: MetadataTable, view: StoreLog, task: RollTask, out: RollOutco
                                         new_segments=tuple(out.new_segments), topic_id=task.topic_id)
         out.committed_version = commit(table, change, now_ms).version
     except KcompactError as exc:
-        out.error, out.error_type, out.exit_code = str(exc), type(exc).__name__, int(exc.exit_code)
+        out.fail(exc)

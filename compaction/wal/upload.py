@@ -32,7 +32,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from compaction.errors import CorruptInputError, FencedError, KcompactError, TruncatedSegmentError
+from compaction.errors import (
+    CorruptInputError,
+    Failure,
+    FencedError,
+    KcompactError,
+    TruncatedSegmentError,
+    worst_exit_code,
+)
 from compaction.format.checkpoints import EpochEntry
 from compaction.format.segment import LOG_SUFFIX, BatchHeader, iter_batch_headers, segment_path
 from compaction.metadata.model import SegmentState, new_kafka_uuid
@@ -50,7 +57,7 @@ PUT_THREADS = 4
 
 
 @dataclass
-class PartitionUpload:
+class PartitionUpload(Failure):
     """What one partition's upload did, or why it did nothing."""
 
     topic: str
@@ -62,12 +69,6 @@ class PartitionUpload:
     batches: int = 0
     bytes: int = 0
     incomplete_tail_bytes: int = 0
-    error: str | None = None
-    error_type: str | None = None
-    exit_code: int = 0
-
-    def to_dict(self) -> dict[str, object]:
-        return dict(vars(self))
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class UploadReport:
 
     @property
     def exit_code(self) -> int:
-        return max((p.exit_code for p in self.partitions), default=0)
+        return worst_exit_code(self.partitions)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -312,9 +313,9 @@ def upload_logdir(
             result, reader = plan_partition(part, view.partition(part.topic, part.partition))
             readers.append(reader)
         except KcompactError as exc:
-            result = PartitionUpload(part.topic, part.partition, status="fenced" if isinstance(exc, FencedError)
-                                     else "failed", error=str(exc), error_type=type(exc).__name__,
-                                     exit_code=int(exc.exit_code))
+            result = PartitionUpload(part.topic, part.partition,
+                                     status="fenced" if isinstance(exc, FencedError) else "failed",
+                                     **exc.outcome_fields())
         report.partitions.append(result)
     if dry_run:
         return report
@@ -342,7 +343,8 @@ def _fail_unfinished(report: UploadReport, exc: KcompactError) -> None:
             done[e.topic, e.partition] = max(done.get((e.topic, e.partition), -1), e.end_offset + 1)
     for p in report.partitions:
         if p.status == "uploaded" and done.get((p.topic, p.partition), -1) < (p.end_offset or 0):
-            p.status, p.error, p.error_type, p.exit_code = "failed", str(exc), type(exc).__name__, int(exc.exit_code)
+            p.status = "failed"
+            p.fail(exc)
 
 
 def _upload_group(
