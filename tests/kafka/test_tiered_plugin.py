@@ -8,9 +8,9 @@ segment to the store and then deletes it locally.
 One broker serves the whole module (CI time): the `tier` fixture produces updates, tombstones, committed and aborted
 transactions until the broker has tiered several segments and deleted them locally, reads them back through the
 broker, leaves a consumer paused a third of the way through the tier, and runs `kcompact compact` while a producer
-keeps the broker rolling and tiering. The tests then check, in file order (the last two change the broker:
-gc deletes the replaced segments, then the broker restarts), what consumers and the table show. Kafka fetches past
-the offsets compaction removed from a remote segment since KAFKA-15388.
+keeps the broker rolling and tiering. The tests then check, in file order (the last three change the broker:
+gc deletes the replaced segments, the broker restarts, the topic is deleted), what consumers and the table show.
+Kafka fetches past the offsets compaction removed from a remote segment since KAFKA-15388.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 import compaction
-from compaction.metadata import SegmentState
+from compaction.metadata import SegmentMetadata, SegmentState
 from compaction.storage import open_store
 from tests.kafka.tiered import (
     TOPIC,
@@ -231,3 +232,20 @@ def test_a_restarted_broker_serves_the_compacted_view(tier: Tier) -> None:
     tier.broker.restart()
     expected = tier.view(committed=True)
     assert read_all(tier.broker, len(expected)) == expected
+
+
+def test_deleting_the_topic_deletes_its_tier_through_the_plugin(tier: Tier) -> None:
+    """Kafka deletes a deleted topic's remote segments itself (RemoteLogManager.stopPartitions: every listed segment
+    to DELETE_SEGMENT_STARTED, its objects through the RemoteStorageManager, then DELETE_SEGMENT_FINISHED), the
+    broker's and kcompact's alike; Kafka 4.2.1 never calls putRemotePartitionDeleteMetadata."""
+    admin = AdminClient({"bootstrap.servers": tier.broker.bootstrap})
+    for f in admin.delete_topics([TOPIC]).values():
+        f.result(30)
+
+    def left() -> list[SegmentMetadata]:
+        return [s for s in tier.partition().segments if s.state is not SegmentState.DELETE_SEGMENT_FINISHED]
+
+    wait_for("every row of the deleted topic is DELETE_SEGMENT_FINISHED", lambda: not left(), tier.broker)
+    segments = tier.partition().segments
+    assert {s.writer for s in segments} >= {"broker-1"} and any(s.writer != "broker-1" for s in segments)
+    assert not [o.key for s in segments for o in s.object_keys if tier.store.exists(o.key)]

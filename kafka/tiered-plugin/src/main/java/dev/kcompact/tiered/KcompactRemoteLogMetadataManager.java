@@ -177,7 +177,9 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
 
     @Override
     public CompletableFuture<Void> putRemotePartitionDeleteMetadata(RemotePartitionDeleteMetadata metadata) {
-        // Deleting a topic's tier is not kcompact's yet: the rows stay, gc of a deleted topic is future work.
+        // Kafka 4.2.1's broker never calls this (only its ClassLoaderAwareRemoteLogMetadataManager delegates here): a
+        // deleted topic's segments go one by one, DELETE_SEGMENT_STARTED, deleteLogSegmentData, DELETE_SEGMENT_FINISHED
+        // (RemoteLogManager.stopPartitions), through this class's updateRemoteLogSegmentMetadata. Nothing to record.
         return CompletableFuture.completedFuture(null);
     }
 

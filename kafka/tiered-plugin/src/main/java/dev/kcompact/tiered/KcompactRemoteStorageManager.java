@@ -124,6 +124,7 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager 
     /** Deletes every file of the segment; idempotent (a file already gone is no error). */
     @Override
     public void deleteLogSegmentData(RemoteLogSegmentMetadata segment) throws RemoteStorageException {
+        // Every kind, kcompact's key filter too: the broker deletes the segments kcompact wrote when the topic goes.
         for (Suffix suffix : Suffix.values()) {
             String key = keys.key(segment, suffix);
             try {

@@ -11,14 +11,17 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageManager.IndexType
  */
 public final class SegmentObjectKeys {
 
-    /** The file kinds of one segment, with the suffixes {@code compaction.storage.layout.Suffix} names. */
+    /** The file kinds of one segment, with the suffixes {@code compaction.storage.layout.Suffix} names: Kafka's files
+     * and kcompact's key filter. */
     public enum Suffix {
         LOG("log"),
         OFFSET_INDEX("index"),
         TIME_INDEX("timeindex"),
         TXN_INDEX("txnindex"),
         PRODUCER_SNAPSHOT("snapshot"),
-        LEADER_EPOCH_CHECKPOINT("leader-epoch-checkpoint");
+        LEADER_EPOCH_CHECKPOINT("leader-epoch-checkpoint"),
+        /** kcompact's key filter of a segment it wrote (never one the broker copies); deleted with the segment. */
+        BLOOM("bloom");
 
         public final String text;
 

@@ -103,11 +103,12 @@ class KcompactRemoteStorageManagerTest {
     }
 
     @Test
-    void writesAreCreateOnlyAndDeletesIdempotent() throws Exception {
+    void writesAreCreateOnlyAndDeletesIdempotentAndTakeKcompactsFilterToo() throws Exception {
         rsm.copyLogSegmentData(segment, data(Optional.empty()));
         RemoteStorageException again = assertThrows(RemoteStorageException.class,
                 () -> rsm.copyLogSegmentData(segment, data(Optional.empty())));
         assertTrue(again.getMessage().contains(object("log").toString()), again.getMessage());
+        Files.writeString(object("bloom"), "kcompact's key filter of a compacted segment");
 
         rsm.deleteLogSegmentData(segment);
         rsm.deleteLogSegmentData(segment);
