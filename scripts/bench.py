@@ -16,8 +16,9 @@ The goals (a-f), each from one `make bench` run:
     per run. Target a <= 4 s (and the points within 15% of linear).
 (f) P7 verify at scale: `kcompact verify` of a >= 5 M-key partition on Spark, driver peak RSS; measured once
     `compaction.verify.verify_partition` takes `spark=`, else reported as not measured with its command.
-Also P1 (scan vs raw read + CRC-32C, one core), P3 (5 M / 20 M / 50 M keys, memory) and P0 (a ~10 MB run vs
-Spark's own start). Every end-to-end figure is also measured as users run it: fresh `kcompact compact`
+Also P1 (scan vs raw read + CRC-32C, one core), P3 (5 M / 20 M / 50 M keys, memory), P0 (a ~10 MB run vs
+Spark's own start) and P0c (a fresh clone's first run vs its second, and the kernels compiled for this CPU vs the
+generic ones; `bench_fresh.py`). Every end-to-end figure is also measured as users run it: fresh `kcompact compact`
 processes (`bench_measure.cli_processes`), the first one its own column; that whole-process figure is the
 headline, the in-session one (`bench_run.py`, session start-up excluded) beside it.
 
@@ -36,6 +37,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from bench_fresh import bench_fresh
 from bench_measure import (
     bench_cardinality,
     bench_e2e,
@@ -81,6 +83,8 @@ def main() -> int:
     p2_none = None
     if "P0" in wanted:
         save(results, "P0", bench_small(scale))
+    if "P0C" in wanted:
+        save(results, "P0C", bench_fresh(scale))
     if "P1" in wanted:
         save(results, "P1", bench_scan(scan_bytes))
     if "P2" in wanted:

@@ -182,10 +182,11 @@ KCOMPACT = Path(sys.executable).parent / "kcompact"
 
 
 def cli_processes(pristine: Path, settings: dict[str, str], runs: int = RUNS,
-                  env: dict[str, str] | None = None) -> dict[str, Any]:
+                  env: dict[str, str] | None = None, kcompact: Path = KCOMPACT) -> dict[str, Any]:
     """`kcompact compact` as users run it on a schedule: `runs` fresh processes, each on a fresh copy of `pristine`
     (page cache warm), with kcompact's own session defaults. The first process is its own figure (nothing of a
-    previous run in it but the page cache), then the median of all of them; bytes read from the run's report."""
+    previous run in it but the page cache), then the median of all of them; bytes read from the run's report.
+    `env` replaces the process's environment (default: this one's)."""
     config = pristine.parent / "cli-config.yaml"
     config.write_text("defaults:\n" + "".join(f"  {k}: {v}\n" for k, v in {"cleanup.policy": "compact",
                                                                             **settings}.items()))
@@ -194,11 +195,11 @@ def cli_processes(pristine: Path, settings: dict[str, str], runs: int = RUNS,
         warm(pristine)
         store = copy_store(pristine, "cli")
         report = pristine.parent / "cli-report.json"
-        cmd = [str(KCOMPACT), "compact", "--store", str(store), "--config", str(config), "--now", str(NOW_MS),
+        cmd = [str(kcompact), "compact", "--store", str(store), "--config", str(config), "--now", str(NOW_MS),
                "--report-json", str(report)]
         print("running:", " ".join(cmd), file=sys.stderr)
         started = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env or dict(os.environ))
         seconds.append(time.perf_counter() - started)
         doc = json.loads(report.read_text())
         if doc.get("failed") or not all(p["committed"] for p in doc["partitions"]):
@@ -249,7 +250,7 @@ def bench_small(scale: float = 1.0) -> list[dict[str, Any]]:
         for _ in range(RUNS):  # alternated: this machine's speed drifts within minutes
             alone += spark_alone(1)
             cli.append(cli_processes(pristine, settings, runs=1))
-            plain.append(cli_processes(pristine, settings, runs=1, env={"KCOMPACT_CDS": "0"}))
+            plain.append(cli_processes(pristine, settings, runs=1, env={**os.environ, "KCOMPACT_CDS": "0"}))
         seconds = [c["seconds"][0] for c in cli]
         without = [c["seconds"][0] for c in plain]
         out.append({"workload": workload, "command": cli[0]["command"], "input_bytes": log_bytes(logdir),
