@@ -385,7 +385,7 @@ def consumer_records(
 ) -> Iterator[Record]:
     """Every record a consumer starting at `from_offset` would receive, in offset order."""
     read = consumer_read(store, segments, from_offset, isolation)
-    for seg in _consumer_pieces(segments, from_offset):
+    for seg in consumer_pieces(segments, from_offset):
         yield from segment_records(store, seg, read)
 
 
@@ -398,7 +398,7 @@ def consumer_batches(
 ) -> Iterator[pa.RecordBatch]:
     """`consumer_records` as Arrow batches (`segment_batches`), in offset order."""
     read = consumer_read(store, segments, from_offset, isolation)
-    for seg in _consumer_pieces(segments, from_offset):
+    for seg in consumer_pieces(segments, from_offset):
         yield from segment_batches(store, seg, read)
 
 
@@ -411,7 +411,7 @@ def consumer_read(store: ObjectStore, segments: Sequence[SegmentRef], from_offse
     return ConsumerRead(from_offset, isolation)
 
 
-def _consumer_pieces(segments: Sequence[SegmentRef], from_offset: int) -> list[SegmentRef]:
+def consumer_pieces(segments: Sequence[SegmentRef], from_offset: int) -> list[SegmentRef]:
     """The pieces of the log a consumer from `from_offset` reads, in offset order."""
     return [seg for seg in sorted(segments, key=lambda s: s.start_offset) if seg.end_offset >= from_offset]
 
