@@ -7,8 +7,8 @@ those of `kcompact read`'s record-by-record path (`reader.segment_records`), tes
 
 The offset order is kept by construction, not by a sort: the DataFrame's partition i is the log's i-th piece
 (`spark.range` with one id per partition, no shuffle), and a piece's records come out in offset order. A global
-`orderBy("offset")` would cost a sampling job over the whole read and a shuffle of every value; measured, it
-doubled the time of anything that materializes the rows (scripts/bench_notes.md, P8 analysis).
+`orderBy("offset")` would cost a sampling job over the whole read and a shuffle of every value: measured, more
+than the whole read without it, for anything that materializes the rows (scripts/bench_notes.md, P8 analysis).
 """
 
 from __future__ import annotations
