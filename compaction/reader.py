@@ -37,10 +37,11 @@ from compaction.errors import (
 from compaction.format.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK, Record, RecordBatch
 from compaction.format.control import ControlType, parse_control_record
 from compaction.format.indexes import AbortedTxn, offset_index_lookup, read_offset_index, read_txn_index
-from compaction.format.scan import scan_records
+from compaction.format.scan import batch_fields, scan_records
 from compaction.format.scan_kernels import (
     BATCH_ATTRIBUTES,
     BATCH_BASE_OFFSET,
+    BATCH_LAST_OFFSET_DELTA,
     BATCH_PRODUCER_ID,
     RECORD_BATCH,
     RECORD_OFFSET,
@@ -303,13 +304,35 @@ def unstable_transactions(store: ObjectStore, segments: Sequence[SegmentRef]) ->
     """Transactions with data in the log but no marker yet (read_committed stops at them)."""
     if any(seg.wal for seg in segments):
         return log_transactions(store, segments)[1]
-    return open_transactions(_tier_batches(store, segments))
+    return _tier_open_transactions(store, segments)
 
 
-def _tier_batches(store: ObjectStore, segments: Iterable[SegmentRef]) -> Iterator[BatchHeader]:
-    """The batch headers of the tier: which transactions are open needs no records (nor their decoding)."""
+def _tier_open_transactions(store: ObjectStore, segments: Iterable[SegmentRef]) -> dict[int, int]:
+    """`open_transactions` over the tier's batch headers: which transactions are open needs no records, and the
+    headers are walked by the scan's kernel (`batch_fields`), so only transactional batches reach Python."""
+    open_txns: dict[int, int] = {}
     for seg in segments:
-        yield from iter_batch_headers(store.get(seg.log_key), obj=store.object_uri(seg.log_key))
+        for base, _last, producer, control in _transactional_batches(store, seg):
+            if control:
+                open_txns.pop(producer, None)
+            else:
+                open_txns.setdefault(producer, base)
+    return open_txns
+
+
+def _transactional_batches(store: ObjectStore, seg: SegmentRef) -> list[tuple[int, int, int, bool]]:
+    """(base offset, last offset, producer id, is control) of every transactional batch of a piece, in file
+    order: a tier segment's walked by the kernel, a WAL slice's checked as every WAL read checks it."""
+    uri = store.object_uri(seg.log_key)
+    if seg.wal:
+        data = slice_bytes(store, seg)
+        wal_headers(data, seg, uri)
+        return [(h.base_offset, h.base_offset + h.last_offset_delta, h.producer_id, h.is_control)
+                for h in iter_batch_headers(data, obj=uri) if h.is_transactional]
+    fields = batch_fields(store.get(seg.log_key), obj=uri)
+    txn = fields[(fields[:, BATCH_ATTRIBUTES] & TRANSACTIONAL_FLAG_MASK) != 0]
+    return [(base, base + delta, producer, bool(attributes & CONTROL_FLAG_MASK)) for base, delta, producer, attributes
+            in txn[:, [BATCH_BASE_OFFSET, BATCH_LAST_OFFSET_DELTA, BATCH_PRODUCER_ID, BATCH_ATTRIBUTES]].tolist()]
 
 
 def last_stable_offset(store: ObjectStore, segments: Sequence[SegmentRef], from_offset: int = 0) -> int:
@@ -324,19 +347,15 @@ def last_stable_offset(store: ObjectStore, segments: Sequence[SegmentRef], from_
         end = max(end, seg.end_offset + 1)
         if seg.end_offset < from_offset:
             continue
-        data = slice_bytes(store, seg) if seg.wal else store.get(seg.log_key)
-        if seg.wal:
-            wal_headers(data, seg, store.object_uri(seg.log_key))
-        for h in iter_batch_headers(data, obj=store.object_uri(seg.log_key)):
-            last = h.base_offset + h.last_offset_delta
-            if last < seg.start_offset or not h.is_transactional:
+        for base, last, producer, control in _transactional_batches(store, seg):
+            if last < seg.start_offset:
                 continue
-            if h.base_offset > seg.end_offset:
+            if base > seg.end_offset:
                 break
-            if h.is_control:
-                open_txns.pop(h.producer_id, None)
+            if control:
+                open_txns.pop(producer, None)
             else:
-                open_txns.setdefault(h.producer_id, h.base_offset)
+                open_txns.setdefault(producer, base)
     return min([end, *open_txns.values()])
 
 
@@ -354,7 +373,7 @@ def log_transactions(
     """
     tier = [s for s in segments if not s.wal]
     aborted = _indexed_aborts(store, tier)
-    open_txns = open_transactions(_tier_batches(store, tier))
+    open_txns = _tier_open_transactions(store, tier)
     for seg in sorted((s for s in segments if s.wal), key=lambda s: s.start_offset):
         uri = store.object_uri(seg.log_key)
         data = slice_bytes(store, seg)
@@ -385,7 +404,7 @@ def consumer_records(
 ) -> Iterator[Record]:
     """Every record a consumer starting at `from_offset` would receive, in offset order."""
     read = consumer_read(store, segments, from_offset, isolation)
-    for seg in _consumer_pieces(segments, from_offset):
+    for seg in consumer_pieces(segments, from_offset):
         yield from segment_records(store, seg, read)
 
 
@@ -398,7 +417,7 @@ def consumer_batches(
 ) -> Iterator[pa.RecordBatch]:
     """`consumer_records` as Arrow batches (`segment_batches`), in offset order."""
     read = consumer_read(store, segments, from_offset, isolation)
-    for seg in _consumer_pieces(segments, from_offset):
+    for seg in consumer_pieces(segments, from_offset):
         yield from segment_batches(store, seg, read)
 
 
@@ -411,7 +430,7 @@ def consumer_read(store: ObjectStore, segments: Sequence[SegmentRef], from_offse
     return ConsumerRead(from_offset, isolation)
 
 
-def _consumer_pieces(segments: Sequence[SegmentRef], from_offset: int) -> list[SegmentRef]:
+def consumer_pieces(segments: Sequence[SegmentRef], from_offset: int) -> list[SegmentRef]:
     """The pieces of the log a consumer from `from_offset` reads, in offset order."""
     return [seg for seg in sorted(segments, key=lambda s: s.start_offset) if seg.end_offset >= from_offset]
 

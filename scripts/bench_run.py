@@ -97,7 +97,8 @@ class MemorySampler(threading.Thread):
 
 def warm_up(spark: Any, cores: int) -> None:
     """Start every Python worker and load the numba kernels in it (what a long-lived executor already has):
-    one tiny segment scanned, ranked, filtered and rewritten per task. Loading means compiling them when the
+    one tiny segment scanned, ranked, filtered, rewritten and decoded for a consumer (`read_partition`'s path)
+    per task. Loading means compiling them when the
     checkout's numba cache is cold (a fresh clone or worktree): without the rewrite's and the filter's kernels
     here, the first measured run compiled them (P2's uncompressed run, the first of `make bench`, lost 2-3 s)."""
 
@@ -107,7 +108,7 @@ def warm_up(spark: Any, cores: int) -> None:
         from compaction.bloom.segment import segment_filter
         from compaction.config import CompactionStrategy
         from compaction.format.batch import Record, build_batch, encode_batch
-        from compaction.format.scan import scan_segment
+        from compaction.format.scan import scan_records, scan_segment
         from compaction.rewrite.group import SegmentInput, rewrite_group
         from compaction.strategies.winner import segment_best
 
@@ -118,6 +119,7 @@ def warm_up(spark: Any, cores: int) -> None:
         segment_filter(scanned, 0.01)
         rewrite_group([SegmentInput(segment, 0, "warm-up")], np.array([1], np.int64), upper_bound_offset=2,
                       now_ms=0, delete_retention_ms=0)
+        list(scan_records(segment).consumer_batches(np.arange(2)))
         yield from batches
 
     spark.range(0, cores, numPartitions=cores).mapInArrow(scan_tiny, "id long").collect()

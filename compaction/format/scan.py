@@ -129,6 +129,13 @@ def scan_ranges(data: bytes | bytearray | memoryview, *, obj: str = "<segment>")
     return ranges, fields
 
 
+def batch_fields(data: bytes | bytearray | memoryview, *, obj: str = "<segment>") -> np.ndarray:
+    """Every batch's header fields (`scan_kernels.BATCH_*` columns), walked by the kernel: no record decoded, no
+    CRC checked (as `iter_batch_headers` by default), and no Python object per batch, for readers that need the
+    headers only (which transactions are open). Errors as `scan_segment`."""
+    return _walk(_readonly(data), obj)
+
+
 def _decoded(data: bytes | bytearray | memoryview, obj: str, header_key: str | None, verify_crc: bool
              ) -> tuple[np.ndarray, _Sections, np.ndarray]:
     """Every batch's header fields (CRCs checked when `verify_crc`), where each records section lies (compressed
@@ -429,6 +436,6 @@ def _reference_error(data: memoryview, obj: str, batch_position: int | None) -> 
 
 
 __all__ = [
-    "CONSUMER_SCHEMA", "LOG_OVERHEAD", "RECORD_SCHEMA", "RecordScan", "SegmentScan", "scan_ranges", "scan_records",
-    "scan_segment",
+    "CONSUMER_SCHEMA", "LOG_OVERHEAD", "RECORD_SCHEMA", "RecordScan", "SegmentScan", "batch_fields", "scan_ranges",
+    "scan_records", "scan_segment",
 ]

@@ -1,29 +1,40 @@
-"""`read_partition`: a partition's consumer view as a DataFrame, one Spark task per live segment.
+"""`read_partition`: a partition's consumer view as a DataFrame, one Spark task per live segment or WAL slice.
 
 The driver reads only metadata (and, for read_committed, the transaction indexes and open transactions);
-executors open the store themselves from its picklable `StoreSpec` and decode their segment into Arrow columns
+executors open the store themselves from its picklable `StoreSpec` and decode their piece into Arrow columns
 with the compaction scan's kernels (`compaction.reader.segment_batches`): no Python per record. Its records are
 those of `kcompact read`'s record-by-record path (`reader.segment_records`), tested against each other.
+
+The offset order is kept by construction, not by a sort: the DataFrame's partition i is the log's i-th piece
+(`spark.range` with one id per partition, no shuffle), and a piece's records come out in offset order. A global
+`orderBy("offset")` would cost a sampling job over the whole read and a shuffle of every value: measured, more
+than the whole read without it, for anything that materializes the rows (scripts/bench_notes.md, P8 analysis).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
-    BooleanType,
     LongType,
     StringType,
     StructField,
     StructType,
 )
 
-from compaction.reader import ConsumerRead, Isolation, SegmentRef, consumer_read, log_refs, segment_batches
-from compaction.spark.local import local_frame
+from compaction.reader import (
+    ConsumerRead,
+    Isolation,
+    SegmentRef,
+    consumer_pieces,
+    consumer_read,
+    log_refs,
+    segment_batches,
+)
 from compaction.storage.base import ObjectStore, StoreSpec
 
 RECORD_STRUCT = StructType(
@@ -39,26 +50,20 @@ RECORD_STRUCT = StructType(
         ),
     ]
 )
-_DESCRIPTOR = StructType(
-    [
-        StructField("start_offset", LongType(), False),
-        StructField("end_offset", LongType(), False),
-        StructField("log_key", StringType(), False),
-        StructField("txn_index_key", StringType(), True),
-        StructField("offset_index_key", StringType(), True),
-        StructField("wal", BooleanType(), False),
-        StructField("start_position", LongType(), False),
-        StructField("end_position", LongType(), True),
-    ]
-)
 
 
-def _decoder(spec: StoreSpec, read: ConsumerRead) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _decoder(spec: StoreSpec, read: ConsumerRead, pieces: Sequence[SegmentRef]
+             ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A task's decode: the pieces whose index its `id` column holds (one: its partition's), in order.
+
+    The pieces ride in the closure beside `read` (a few hundred bytes each) rather than as rows: rows would
+    need a shuffle to put one piece in each task, and that shuffle loses their order.
+    """
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store = spec.open()
-        for descriptors in batches:
-            for d in descriptors.to_pylist():
-                yield from segment_batches(store, SegmentRef(**d), read)
+        for ids in batches:
+            for i in ids.column(0).to_pylist():
+                yield from segment_batches(store, pieces[i], read)
 
     return decode
 
@@ -78,11 +83,14 @@ def read_partition(
     Columns: offset, timestamp, key (binary), value (binary), headers (array<struct<key, value>>). Reads the
     live segments at metadata table `version` (default: the latest), then the WAL tail (`compaction.wal`), one
     task per segment or WAL slice. Idempotent; reads only.
+
+    Offset order without a sort: partition i holds the i-th piece of the log, each in offset order, so what
+    keeps partitions in order (`collect`, `toLocalIterator`, `toPandas`, `limit`, filters and projections, a
+    write's files by part number) sees offset order. A shuffle (a join, a `repartition`, an aggregate) does
+    not keep it: sort by `offset` after one if the order matters.
     """
     refs = [r for r in log_refs(store, topic, partition, version) if r.end_offset >= from_offset]
     read = consumer_read(store, refs, from_offset, Isolation.parse(isolation))
-    rows = [(r.start_offset, r.end_offset, r.log_key, r.txn_index_key, r.offset_index_key, r.wal, r.start_position,
-             r.end_position) for r in refs]
-    descriptors = local_frame(spark, rows, _DESCRIPTOR).repartition(max(1, len(rows)), "start_offset")
-    decoded = descriptors.mapInArrow(_decoder(store.spec, read), RECORD_STRUCT)
-    return decoded.orderBy("offset")
+    pieces = consumer_pieces(refs, from_offset)
+    ids = spark.range(0, len(pieces), 1, max(1, len(pieces)))
+    return ids.mapInArrow(_decoder(store.spec, read, pieces), RECORD_STRUCT)

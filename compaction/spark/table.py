@@ -75,9 +75,7 @@ def winners(frames: Sequence[DataFrame], strategy: CompactionStrategy, header: s
     (null when the record has none) unless the strategy is offset.
 
     The winner is `compaction.spark.ranking.best` carrying the record: `max`, unlike `max_by`, does not depend on
-    row order, so Spark drops the offset sort that `read_partition` ends with (and the sampling pass over the data
-    that sort needs); aggregating each partition before the union keeps that sort directly under its aggregate,
-    where the optimizer sees it.
+    row order, so the order `read_partition`'s rows come in plays no part.
     """
     return reduce(DataFrame.unionByName, [_best(f, strategy, header) for f in frames])
 
