@@ -471,15 +471,29 @@ def _p9(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
                          + f" | {f'{compaction[len(compaction) // 2]:.0f} s' if compaction else '—'} |")
     lines += ["", "Compacted reads (first run of each shape): " + "; ".join(
         f"shape {s + 1}: {x['read_compacted']['records']:,} records read of {x['read']['records']:,} produced, "
-        f"{x['read_compacted'].get('listed_records') or 'n/a'} in the live segments' rows, "
+        f"{_count(x['read_compacted'].get('listed_records'))} in the live segments' rows, "
         f"{x['read_compacted']['segments']} segment(s) in place of {x['read']['segments']}"
         for s in range(len(r["shapes"])) for x in _p9_runs(r, s, "kcompact")[:1]) + ".",
               "", "Waits before the first copy (after `remote.storage.enable` was switched on), seconds per run: "
               + "; ".join(f"shape {s + 1} {m} " + " / ".join(f"{x['tiering']['before_first_copy_seconds']:.1f}"
                                                             for x in _p9_runs(r, s, m))
                           for s in range(len(r["shapes"])) for m in ("kcompact", "stock")) + ".",
-              "", note("P9 analysis")]
+              "", _p9_tails(r), "", note("P9 analysis")]
     return lines
+
+
+def _count(n: int | None) -> str:
+    return "n/a" if n is None else f"{n:,}"
+
+
+def _p9_tails(r: dict[str, Any]) -> str:
+    """How long after its last record a Python read got the end-of-partition event (not in its seconds)."""
+    tails = sorted(x[p]["eof_seconds"] - x[p]["seconds"] for x in r["runs"] for p in ("read_local", "read",
+                   "read_compacted") if p in x and "eof_seconds" in x[p])
+    if not tails:
+        return "The Python reads' time ran to the end-of-partition event (measured before it was kept apart)."
+    return (f"The Python reads' end-of-partition event came {tails[len(tails) // 2]:.2f} s after the last record "
+            f"(median; {tails[0]:.2f}-{tails[-1]:.2f} s over {len(tails)} reads), not counted in their time.")
 
 
 def _p9_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
