@@ -55,7 +55,8 @@ demo: venv java cds
 
 # Issue 13's goals a-f into BENCHMARKS.md (workloads cached under bench-data/). BENCH_ARGS="--only P2K,P6"
 # refreshes some sections; BENCH_ARGS=--quick checks the harness on ~1/64 sizes into bench-data/quick/.
-bench: venv java cds
+# P9 runs a Kafka broker with the tiered plugin: `make kafka`'s jars.
+bench: venv java cds kafka
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
 # The WAL's figures (issue 15): upload, read and roll on two >= 1 GiB shapes, into BENCHMARKS.md's "W" section.

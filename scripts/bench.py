@@ -17,10 +17,12 @@ The goals (a-f), each from one `make bench` run:
 (f) P7 verify at scale: `kcompact verify` of a >= 5 M-key partition on Spark, driver peak RSS; measured once
     `compaction.verify.verify_partition` takes `spark=`, else reported as not measured with its command.
 Also P1 (scan vs raw read + CRC-32C, one core), P3 (5 M / 20 M / 50 M keys, memory), P0 (a ~10 MB run vs
-Spark's own start) and P0c (a fresh clone's first run vs its second, and the kernels compiled for this CPU vs the
-generic ones; `bench_fresh.py`). Every end-to-end figure is also measured as users run it: fresh `kcompact compact`
-processes (`bench_measure.cli_processes`), the first one its own column; that whole-process figure is the
-headline, the in-session one (`bench_run.py`, session start-up excluded) beside it.
+Spark's own start), P0c (a fresh clone's first run vs its second, and the kernels compiled for this CPU vs the
+generic ones; `bench_fresh.py`) and P9 (issue 29 item 4: a Kafka broker tiering through kcompact's plugin and a
+consumer reading the tier through it, beside Kafka's stock topic-based metadata manager; `bench_broker.py`). Every
+end-to-end figure is also measured as users run it: fresh `kcompact compact` processes
+(`bench_measure.cli_processes`), the first one its own column; that whole-process figure is the headline, the
+in-session one (`bench_run.py`, session start-up excluded) beside it.
 
 Workloads are cached under bench-data/ (keyed by their options; `bench_workloads.py`); each compaction run is a
 fresh process (`scripts/bench_run.py`) on a hard-linked copy of a store tiered once (`bench_measure.py`). Figures
@@ -105,6 +107,10 @@ def main() -> int:
         save(results, "P7", bench_verify(verify_keys, scale))
     if "P8" in wanted:
         save(results, "P8", [bench_table(*shape, scale=scale) for shape in P8_SHAPES])
+    if "P9" in wanted:
+        from bench_broker import bench_broker  # a Kafka broker per run: needs `make kafka`'s jars and plugin
+
+        save(results, "P9", bench_broker(scale))
     out.parent.mkdir(parents=True, exist_ok=True)
     write_report(out, results)
     print(out.read_text())

@@ -440,6 +440,97 @@ def _p0c(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
     return lines
 
 
+P9_PARTS = (("read_local", "consumer, local log (before tiering)"), ("tiering", "tiering through the plugin"),
+            ("read", "consumer, the tier"), ("read_compacted", "consumer, the compacted tier"))
+
+
+def _p9_runs(r: dict[str, Any], shape: int, manager: str) -> list[dict[str, Any]]:
+    return [x for x in r["runs"] if x["shape"] == shape and x["manager"] == manager]
+
+
+def _p9_rates(got: list[dict[str, Any]]) -> str:
+    rates = sorted(g["mb_s"] for g in got)
+    each = " / ".join(f"{g['mb_s']:.1f}" for g in got)
+    return f"**{rates[len(rates) // 2]:.1f}** ({each})"
+
+
+def _p9_cell(runs: list[dict[str, Any]], part: str) -> str:
+    """The median MB/s in bold, then every run's (in the order run), the bytes and the median seconds; for a read,
+    Kafka's Java consumer's figures after the Python one's."""
+    got = [x[part] for x in runs if part in x]
+    if not got:
+        return "—"
+    size = got[0]["bytes"] if part == "tiering" else got[0]["tier_bytes"]
+    seconds = sorted(g["seconds"] for g in got)[len(got) // 2]
+    java = [x[part + "_java"] for x in runs if part + "_java" in x]
+    return (f"{_p9_rates(got)}; {_mb(size)} in {seconds:.1f} s"
+            + (f"<br>Java: {_p9_rates(java)}" if java else ""))
+
+
+def _p9_shape(r: dict[str, Any], s: int) -> str:
+    shape, runs = r["shapes"][s], _p9_runs(r, s, "kcompact")
+    produced = runs[0]["produced"] if runs else _p9_runs(r, s, "stock")[0]["produced"]
+    return (f"{produced['records']:,} records, {shape['key_bytes']}-byte keys and {shape['value_bytes']:,}-byte values "
+            f"over {shape['keys']:,} keys ({_mb(produced['payload_bytes'])} of keys and values)")
+
+
+def _p9_loads(r: dict[str, Any]) -> str:
+    loads = [x for run in r["runs"] for part, value in run.items()
+             if isinstance(value, dict) and "load" in value for x in value["load"]]
+    return f"{min(loads):.1f}-{max(loads):.1f}"
+
+
+def _p9(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
+    runs = len(_p9_runs(r, 0, "kcompact"))
+    lines = [note("P9 conditions").format(volume=_mb(r["volume_bytes"]), segment=r["segment_bytes"] // 2**20,
+                                          runs=runs, loads=_p9_loads(r), stock=r["stock_rlmm"]), "",
+             "| shape | metadata manager | " + " | ".join(label for _p, label in P9_PARTS)
+             + " | `kcompact compact` process |", "|---|---|---|---|---|---|---|"]
+    for s in range(len(r["shapes"])):
+        for manager in ("kcompact", "stock"):
+            mine = _p9_runs(r, s, manager)
+            compaction = sorted(x["compaction"]["seconds"] for x in mine if "compaction" in x)
+            lines.append(f"| {_p9_shape(r, s) if manager == 'kcompact' else ''} | {manager} | "
+                         + " | ".join(_p9_cell(mine, part) for part, _label in P9_PARTS)
+                         + f" | {f'{compaction[len(compaction) // 2]:.0f} s' if compaction else '—'} |")
+    lines += ["", "Compacted reads (first run of each shape): " + "; ".join(
+        f"shape {s + 1}: {x['read_compacted']['records']:,} records read of {x['read']['records']:,} produced, "
+        f"{_count(x['read_compacted'].get('listed_records'))} in the live segments' rows, "
+        f"{x['read_compacted']['segments']} segment(s) in place of {x['read']['segments']}"
+        for s in range(len(r["shapes"])) for x in _p9_runs(r, s, "kcompact")[:1]) + ".",
+              "", "Waits before the first copy (after `remote.storage.enable` was switched on), seconds per run: "
+              + "; ".join(f"shape {s + 1} {m} " + " / ".join(f"{x['tiering']['before_first_copy_seconds']:.1f}"
+                                                            for x in _p9_runs(r, s, m))
+                          for s in range(len(r["shapes"])) for m in ("kcompact", "stock")) + ".",
+              "", _p9_tails(r), "", note("P9 analysis")]
+    return lines
+
+
+def _count(n: int | None) -> str:
+    return "n/a" if n is None else f"{n:,}"
+
+
+def _p9_tails(r: dict[str, Any]) -> str:
+    """How long after its last record a Python read got the end-of-partition event (not in its seconds)."""
+    tails = sorted(x[p]["eof_seconds"] - x[p]["seconds"] for x in r["runs"] for p in ("read_local", "read",
+                   "read_compacted") if p in x and "eof_seconds" in x[p])
+    if not tails:
+        return "The Python reads' time ran to the end-of-partition event (measured before it was kept apart)."
+    return (f"The Python reads' end-of-partition event came {tails[len(tails) // 2]:.2f} s after the last record "
+            f"(median; {tails[0]:.2f}-{tails[-1]:.2f} s over {len(tails)} reads), not counted in their time.")
+
+
+def _p9_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    """Issue 29 item 4's row: both managers measured, the tiering and tier-read medians of the first shape."""
+    if "P9" not in r:
+        return []
+    m = {x["manager"]: x for x in r["P9"]["medians"] if x["shape"] == 0}
+    value = ", ".join(f"{k}: tiering {m[k]['tiering']['mb_s']:.0f} MB/s, tier read {m[k]['read']['mb_s']:.0f} MB/s"
+                      for k in ("kcompact", "stock") if m.get(k, {}).get("tiering"))
+    return [("P9 broker tiering and tier reads (shape 1)", "beside Kafka's stock metadata manager", value,
+             all(m.get(k, {}).get("read") for k in ("kcompact", "stock")))]
+
+
 SPARK_ALONE = ("from pyspark.sql import SparkSession; s = SparkSession.builder.master('local[2]').getOrCreate(); "
                "s.range(1).count(); s.stop()")
 """As bench_measure.SPARK_ALONE (this module renders without importing the measuring one)."""
@@ -459,6 +550,8 @@ SECTIONS: dict[str, tuple[str, Callable[[Any, dict[str, Any]], list[str]]]] = {
     "P7": ("P7 — verify at scale (goal f)", _p7),
     "P8": ("P8 — the topic as a Delta table: full rebuild ≥ 1 GiB and a 1% update, two shapes (`kcompact table`)",
            _p8),
+    "P9": ("P9 — a Kafka broker tiering through kcompact's plugin, and consumers reading the tier, beside Kafka's "
+           "stock metadata manager (issue 29 item 4)", _p9),
 }
 
 
@@ -586,6 +679,7 @@ def summary(r: dict[str, Any]) -> list[str]:
         rows.append(("P3 cardinality", "50 M keys in one run, flat driver memory",
                      f"{top3['dirty_keys'] / 1e6:.1f} M keys in {top3['wall_seconds']:.0f} s; driver MB {drivers}",
                      top3["dirty_keys"] >= 50_000_000 and flat))
+    rows += _p9_rows(r)
     lines = ["## Summary", "", "| figure | target | measured | met |", "|---|---|---|---|"]
     lines += [f"| {name} | {target} | {value} | {'yes' if ok else '**no**'} |" for name, target, value, ok in rows]
     if not rows:
