@@ -7,6 +7,7 @@ reports the same counts."""
 from __future__ import annotations
 
 import functools
+import uuid
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,9 @@ def _config(strategy: str, segment_bytes: int | None = None) -> KcompactConfig:
 
 def _run(spark: SparkSession, store: ObjectStore, strategy: str, segment_bytes: int | None = None
          ) -> tuple[dict, int]:
-    group = f"one-job-{id(store)}"
+    # unique for the session: the status tracker keeps earlier tests' jobs, and an id() can be reused after a store
+    # is freed, which counted an earlier run's jobs into this one's
+    group = f"one-job-{uuid.uuid4().hex}"
     spark.sparkContext.setJobGroup(group, "kcompact test")
     try:
         staged = stage(spark, plan(store, _config(strategy, segment_bytes), NOW))
