@@ -55,7 +55,8 @@ class Failure:
     exit_code: int = 0
 
     def fail(self, exc: KcompactError) -> None:
-        self.error, self.error_type, self.exit_code = str(exc), type(exc).__name__, int(exc.exit_code)
+        for name, value in exc.outcome_fields().items():
+            setattr(self, name, value)
 
     def to_dict(self) -> dict[str, object]:
         """Every field, the failure's last (a subclass's own fields lead its JSON)."""

@@ -22,7 +22,7 @@ import base64
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -153,7 +153,7 @@ def _is_aborted(batch: RecordBatch, aborted: Mapping[int, Sequence[tuple[int, in
     )
 
 
-def open_transactions(batches: Iterable[RecordBatch | BatchHeader]) -> dict[int, int]:
+def open_transactions(batches: Iterable[RecordBatch | BatchHeader | TxnBatch]) -> dict[int, int]:
     """producerId -> first offset of its transaction that has data but no marker, after `batches`."""
     open_txns: dict[int, int] = {}
     for batch in batches:
@@ -307,32 +307,46 @@ def unstable_transactions(store: ObjectStore, segments: Sequence[SegmentRef]) ->
     return _tier_open_transactions(store, segments)
 
 
+class TxnBatch(NamedTuple):
+    """What the open-transaction fold (`open_transactions`) needs of a transactional batch's header."""
+
+    base_offset: int
+    last_offset: int
+    producer_id: int
+    is_control: bool
+    is_transactional: bool = True
+
+
 def _tier_open_transactions(store: ObjectStore, segments: Iterable[SegmentRef]) -> dict[int, int]:
     """`open_transactions` over the tier's batch headers: which transactions are open needs no records, and the
     headers are walked by the scan's kernel (`batch_fields`), so only transactional batches reach Python."""
-    open_txns: dict[int, int] = {}
-    for seg in segments:
-        for base, _last, producer, control in _transactional_batches(store, seg):
-            if control:
-                open_txns.pop(producer, None)
-            else:
-                open_txns.setdefault(producer, base)
-    return open_txns
+    return open_transactions(b for seg in segments for b in _transactional_batches(store, seg))
 
 
-def _transactional_batches(store: ObjectStore, seg: SegmentRef) -> list[tuple[int, int, int, bool]]:
-    """(base offset, last offset, producer id, is control) of every transactional batch of a piece, in file
-    order: a tier segment's walked by the kernel, a WAL slice's checked as every WAL read checks it."""
+def _transactional_batches(store: ObjectStore, seg: SegmentRef) -> list[TxnBatch]:
+    """Every transactional batch of a piece, in file order: a tier segment's walked by the kernel, a WAL slice's
+    checked as every WAL read checks it."""
     uri = store.object_uri(seg.log_key)
     if seg.wal:
         data = slice_bytes(store, seg)
         wal_headers(data, seg, uri)
-        return [(h.base_offset, h.base_offset + h.last_offset_delta, h.producer_id, h.is_control)
+        return [TxnBatch(h.base_offset, h.base_offset + h.last_offset_delta, h.producer_id, h.is_control)
                 for h in iter_batch_headers(data, obj=uri) if h.is_transactional]
     fields = batch_fields(store.get(seg.log_key), obj=uri)
     txn = fields[(fields[:, BATCH_ATTRIBUTES] & TRANSACTIONAL_FLAG_MASK) != 0]
-    return [(base, base + delta, producer, bool(attributes & CONTROL_FLAG_MASK)) for base, delta, producer, attributes
-            in txn[:, [BATCH_BASE_OFFSET, BATCH_LAST_OFFSET_DELTA, BATCH_PRODUCER_ID, BATCH_ATTRIBUTES]].tolist()]
+    return [TxnBatch(base, base + delta, producer, bool(attributes & CONTROL_FLAG_MASK)) for base, delta, producer,
+            attributes in txn[:, [BATCH_BASE_OFFSET, BATCH_LAST_OFFSET_DELTA, BATCH_PRODUCER_ID,
+                                  BATCH_ATTRIBUTES]].tolist()]
+
+
+def _within(seg: SegmentRef, batches: Iterable[TxnBatch]) -> Iterator[TxnBatch]:
+    """The batches that overlap the piece's offsets (a WAL slice's object may hold more on either side)."""
+    for b in batches:
+        if b.last_offset < seg.start_offset:
+            continue
+        if b.base_offset > seg.end_offset:
+            break
+        yield b
 
 
 def last_stable_offset(store: ObjectStore, segments: Sequence[SegmentRef], from_offset: int = 0) -> int:
@@ -341,21 +355,10 @@ def last_stable_offset(store: ObjectStore, segments: Sequence[SegmentRef], from_
     Reads batch headers only (an open transaction needs no records), of the tier segments and WAL slices from
     `from_offset`'s on: a transaction that began below an earlier LSO had its marker by then. 0 for an empty log.
     """
-    end = 0
-    open_txns: dict[int, int] = {}
-    for seg in sorted(segments, key=lambda s: s.start_offset):
-        end = max(end, seg.end_offset + 1)
-        if seg.end_offset < from_offset:
-            continue
-        for base, last, producer, control in _transactional_batches(store, seg):
-            if last < seg.start_offset:
-                continue
-            if base > seg.end_offset:
-                break
-            if control:
-                open_txns.pop(producer, None)
-            else:
-                open_txns.setdefault(producer, base)
+    pieces = sorted(segments, key=lambda s: s.start_offset)
+    end = max((seg.end_offset + 1 for seg in pieces), default=0)
+    open_txns = open_transactions(b for seg in pieces if seg.end_offset >= from_offset
+                                  for b in _within(seg, _transactional_batches(store, seg)))
     return min([end, *open_txns.values()])
 
 

@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -43,7 +42,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from compaction.metadata import table_in_store
 from compaction.storage import ObjectStore, open_store
-from tests.kafka.tiered import plugin_overrides
+from tests.kafka.tiered import plugin_overrides, wait_for
 from tests.kafka_runtime import LOG4J, KafkaBroker, classpath, java
 
 TOPIC = "p9"
@@ -126,15 +125,6 @@ def set_remote_storage(broker: KafkaBroker) -> None:
     del admin
 
 
-def wait_for(what: str, condition: Callable[[], bool], broker: KafkaBroker) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"not within {DEADLINE_S} s: {what}\n{broker._tail(40)}")
-
-
 def log_segments(broker: KafkaBroker) -> dict[str, int]:
     """The partition's local .log files and their sizes, by base offset (20 digits)."""
     return {p.stem: p.stat().st_size for p in broker.partition_dir(TOPIC, 0).glob("*.log")}
@@ -167,12 +157,12 @@ def tier(broker: KafkaBroker) -> dict[str, Any]:
     load_before, switched = os.getloadavg()[0], time.time()
     set_remote_storage(broker)
     wait_for("every rolled segment copied", lambda: rolled.keys() <= {
-        b for b, e in copy_events(broker).items() if "Copied" in e}, broker)
+        b for b, e in copy_events(broker).items() if "Copied" in e}, broker, deadline_s=DEADLINE_S)
     load_after = os.getloadavg()[0]
     events = copy_events(broker)
     first = min(events[b]["Copying"] for b in rolled)
     last = max(events[b]["Copied"] for b in rolled)
-    wait_for("the broker deleted every local copy", lambda: settled(broker), broker)
+    wait_for("the broker deleted every local copy", lambda: settled(broker), broker, deadline_s=DEADLINE_S)
     return {"segments": len(rolled), "bytes": sum(rolled.values()), "seconds": last - first,
             "mb_s": sum(rolled.values()) / (last - first) / 1e6, "before_first_copy_seconds": first - switched,
             "tail_bytes": logs[active], "load": [load_before, load_after]}

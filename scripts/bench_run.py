@@ -98,9 +98,9 @@ class MemorySampler(threading.Thread):
 def warm_up(spark: Any, cores: int) -> None:
     """Start every Python worker and load the numba kernels in it (what a long-lived executor already has):
     one tiny segment scanned, ranked, filtered, rewritten and decoded for a consumer (`read_partition`'s path)
-    per task. Loading means compiling them when the
-    checkout's numba cache is cold (a fresh clone or worktree): without the rewrite's and the filter's kernels
-    here, the first measured run compiled them (P2's uncompressed run, the first of `make bench`, lost 2-3 s)."""
+    per task. Loading means compiling them when the checkout's numba cache is cold (a fresh clone or worktree):
+    without the rewrite's and the filter's kernels here, the first measured run compiled them (P2's uncompressed
+    run, the first of `make bench`, lost 2-3 s)."""
 
     def scan_tiny(batches: Any) -> Any:
         import numpy as np

@@ -84,17 +84,18 @@ class Tier:
         return [(r.offset, r.key, r.value) for r in self.produced if not r.aborted]
 
 
-def wait_for(what: str, condition: Callable[[], bool], broker: KafkaBroker, step: Callable[[], None] | None = None
-             ) -> None:
-    """Poll `condition` (running `step` before each look) until it holds; fail naming `what` after the deadline."""
-    deadline = time.monotonic() + DEADLINE_S
+def wait_for(what: str, condition: Callable[[], bool], broker: KafkaBroker, step: Callable[[], None] | None = None,
+             deadline_s: float = DEADLINE_S) -> None:
+    """Poll `condition` (running `step` before each look) until it holds; fail naming `what` and the broker log's
+    tail after `deadline_s`."""
+    deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         if step is not None:
             step()
         if condition():
             return
         time.sleep(0.3)
-    raise AssertionError(f"not within {DEADLINE_S} s: {what}\n{broker._tail(40)}")
+    raise AssertionError(f"not within {deadline_s} s: {what}\n{broker._tail(40)}")
 
 
 class Writer:
