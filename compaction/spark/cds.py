@@ -6,11 +6,14 @@ archive written by an earlier JVM instead: `make cds` runs `python -m compaction
 small generated topic in a JVM started with `-XX:ArchiveClassesAtExit`, and every session that
 `compaction.spark.session` launches afterwards starts with `-XX:SharedArchiveFile` (measured in BENCHMARKS.md, P0).
 
-An archive is only valid for the JVM and the class path that wrote it, so its file name is a hash of the java
-binary, its version and the jars of the pyspark install (`archive_path`); a JVM that finds the archive unusable
-anyway starts without it (`-Xshare:auto`, the default), with the warning silenced. Under spark-submit the JVM
-runs before Python does, and a cluster's executors start their own: there the archive is the deployment's choice
-(`spark.driver.extraJavaOptions` / `spark.executor.extraJavaOptions`).
+An archive is only valid for the JVM and the class path that wrote it (the JVM checks each jar's size and
+modification time), so its file name is a hash of the java binary, its version and the jars of the pyspark install
+with their sizes and modification times (`archive_path`): a reinstalled pyspark, even the same release at the same
+path, finds no archive until `make cds` writes its own (and deletes the one it replaces) instead of a stale one
+that the JVM would skip; a JVM that finds the archive unusable anyway starts without it (`-Xshare:auto`, the
+default), with the warning silenced. Under spark-submit the JVM runs before Python does, and a cluster's executors
+start their own: there the archive is the deployment's choice (`spark.driver.extraJavaOptions` /
+`spark.executor.extraJavaOptions`).
 
 Set KCOMPACT_CDS=0 to start sessions without it. The archive is ~160 MB under KCOMPACT_CACHE_DIR (default
 ~/.cache/kcompact).
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -49,18 +53,41 @@ def java_binary() -> Path | None:
 
 
 def archive_path() -> Path | None:
-    """Where the archive for this java and this pyspark install is (or would be); None without a java."""
+    """Where the archive for this java and this pyspark install is (or would be); None without a java.
+
+    Its name is `spark-driver-<version>-<install>-<jars>.jsa`: <install> hashes the java binary (path, time) and
+    where pyspark's jars are, <jars> their names, sizes and modification times, which the JVM checks."""
     import pyspark
 
     java = java_binary()
     if java is None:
         return None
     jars = Path(pyspark.__file__).parent / "jars"
+    files = sorted(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in jars.glob("*.jar"))
+    return cache_dir() / f"{_install_prefix(java, jars)}{_digest(files)}.jsa"
+
+
+def stale_archives(path: Path) -> list[Path]:
+    """The other archives of the install `path` is for (written for its jars before they were reinstalled), and
+    those named by kcompact's earlier scheme (`spark-driver-<version>-<hash>.jsa`, never looked up again)."""
+    prefix = path.name[:path.name.rindex("-") + 1]
+    mine = set(path.parent.glob(f"{prefix}*.jsa"))
+    earlier = {p for p in path.parent.glob("spark-driver-*.jsa")
+               if re.fullmatch(r"spark-driver-[^-]+-[0-9a-f]{16}\.jsa", p.name)}
+    return sorted((mine | earlier) - {path})
+
+
+def _install_prefix(java: Path, jars: Path) -> str:
+    import pyspark
+
+    return f"spark-driver-{pyspark.__version__}-{_digest([str(java), str(java.stat().st_mtime_ns), str(jars)])}-"
+
+
+def _digest(parts: list[str]) -> str:
     digest = hashlib.sha256()
-    for part in (str(java), str(java.stat().st_mtime_ns), pyspark.__version__, str(jars),
-                 *sorted(f"{p.name}:{p.stat().st_size}" for p in jars.glob("*.jar"))):
+    for part in parts:
         digest.update(part.encode() + b"\0")
-    return cache_dir() / f"spark-driver-{pyspark.__version__}-{digest.hexdigest()[:16]}.jsa"
+    return digest.hexdigest()[:16]
 
 
 def session_options(java_options: str) -> str:

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from compaction.spark.cds import ENABLED, QUIET, WRITE_OPTION, archive_path
+from compaction.spark.cds import ENABLED, QUIET, WRITE_OPTION, archive_path, stale_archives
 
 
 def build(force: bool = False) -> Path | None:
@@ -30,6 +30,8 @@ def build(force: bool = False) -> Path | None:
     if not partial.is_file() or partial.stat().st_size == 0:
         raise RuntimeError(f"the training JVM wrote no class-data-sharing archive at {partial}")
     partial.replace(path)
+    for stale in stale_archives(path):  # a JVM still mapping one keeps its pages
+        stale.unlink(missing_ok=True)
     print(f"Spark driver class-data-sharing archive: {path} ({path.stat().st_size / 2**20:.0f} MiB, "
           f"{time.perf_counter() - started:.0f} s)", file=sys.stderr)
     return path

@@ -86,3 +86,32 @@ def test_the_archive_options_are_added_only_when_nothing_decides_otherwise(
         assert cds.session_options(decided) == decided
     monkeypatch.setenv(cds.ENABLED, "0")
     assert cds.session_options("-Dx=1") == "-Dx=1"
+
+
+def test_a_reinstalled_pyspark_gets_an_archive_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The JVM refuses an archive whose class-path jars changed modification time, without a word: a pyspark
+    reinstalled at the same path with the same jars (a fresh CI checkout's venv, under a kept ~/.cache) must not
+    find the old archive under the same name."""
+    import pyspark
+
+    from compaction.spark import cds
+
+    monkeypatch.setenv("KCOMPACT_CACHE_DIR", str(tmp_path / "cache"))
+    jars = tmp_path / "pyspark" / "jars"
+    jars.mkdir(parents=True)
+    jar = jars / "spark-core.jar"
+    jar.write_bytes(b"classes")
+    monkeypatch.setattr(pyspark, "__file__", str(tmp_path / "pyspark" / "__init__.py"))
+    first = cds.archive_path()
+    assert first is not None and cds.archive_path() == first
+    os.utime(jar, ns=(jar.stat().st_atime_ns, jar.stat().st_mtime_ns + 1_000_000_000))
+    assert cds.archive_path() != first
+    second = cds.archive_path()
+    assert second is not None and cds.stale_archives(second) == []
+    first.parent.mkdir()
+    first.write_bytes(b"the archive of the jars before")
+    elsewhere = first.parent / "spark-driver-0.0.0-0123456789abcdef-0123456789abcdef.jsa"
+    elsewhere.write_bytes(b"another install's archive")
+    earlier_scheme = first.parent / "spark-driver-4.3.0-230becbfd04ae650.jsa"
+    earlier_scheme.write_bytes(b"an archive named before the jars' times were in its name")
+    assert cds.stale_archives(second) == sorted([first, earlier_scheme])
