@@ -19,7 +19,9 @@ the tier; a transaction that starts in the tier and ends in the WAL is aborted o
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -200,9 +202,13 @@ def _fetched(store: ObjectStore, seg: SegmentRef, from_offset: int) -> tuple[str
     return uri, data, position, max(from_offset, seg.start_offset) if seg.wal else from_offset
 
 
-def segment_batches(store: ObjectStore, seg: SegmentRef, read: ConsumerRead = FROM_START) -> Iterator[pa.RecordBatch]:
+def segment_batches(store: ObjectStore, seg: SegmentRef, read: ConsumerRead = FROM_START, *,
+                    keys: Callable[[pa.Array], np.ndarray] | None = None) -> Iterator[pa.RecordBatch]:
     """`segment_records` as Arrow batches (`format.scan.CONSUMER_SCHEMA`), decoded by the scan's kernels: the same
-    records, fetched and checked the same way, with no Python per record."""
+    records, fetched and checked the same way, with no Python per record.
+
+    `keys`: only the keyed records whose key it keeps (given the key column of the records read, it returns a mask
+    over them), decided before any value or header is built."""
     uri, data, position, low = _fetched(store, seg, read.from_offset)
     try:
         scan = scan_records(data, obj=uri)
@@ -214,6 +220,9 @@ def segment_batches(store: ObjectStore, seg: SegmentRef, read: ConsumerRead = FR
         keep &= ~_uncommitted(fields, read.aborted, read.unstable_from)
     offsets = scan.ranges[RECORD_OFFSET]
     take = np.flatnonzero(keep[scan.ranges[RECORD_BATCH]] & (offsets >= low) & (offsets <= seg.end_offset))
+    if keys is not None:
+        column = scan.keys(take)
+        take = take[np.asarray(column.is_valid(), bool) & np.asarray(keys(column), bool)]
     yield from scan.consumer_batches(take)
 
 
@@ -323,9 +332,36 @@ def _tier_open_transactions(store: ObjectStore, segments: Iterable[SegmentRef]) 
     return open_transactions(b for seg in segments for b in _transactional_batches(store, seg))
 
 
+_HEADER_MEMO: contextvars.ContextVar[dict[tuple[str, SegmentRef], list[TxnBatch]] | None] = contextvars.ContextVar(
+    "kcompact_transactional_batches", default=None)
+
+
+@contextlib.contextmanager
+def transactional_batches_read_once() -> Iterator[None]:
+    """Within the block, each piece's transactional batches are read from the store once, however many passes ask:
+    a table run finds the last stable offset in its plan, then the open and aborted transactions of its read,
+    over the same segments. Pieces are immutable objects under their keys (a rewrite gets a new key), and the
+    memo holds a few numbers per transactional batch, for the block only."""
+    token = _HEADER_MEMO.set({})
+    try:
+        yield
+    finally:
+        _HEADER_MEMO.reset(token)
+
+
 def _transactional_batches(store: ObjectStore, seg: SegmentRef) -> list[TxnBatch]:
     """Every transactional batch of a piece, in file order: a tier segment's walked by the kernel, a WAL slice's
     checked as every WAL read checks it."""
+    memo = _HEADER_MEMO.get()
+    if memo is None:
+        return _read_transactional_batches(store, seg)
+    found = memo.get((store.uri, seg))
+    if found is None:
+        found = memo[(store.uri, seg)] = _read_transactional_batches(store, seg)
+    return found
+
+
+def _read_transactional_batches(store: ObjectStore, seg: SegmentRef) -> list[TxnBatch]:
     uri = store.object_uri(seg.log_key)
     if seg.wal:
         data = slice_bytes(store, seg)

@@ -386,6 +386,11 @@ class RecordScan:
         for start, stop in itertools.pairwise(bounds):
             yield self._batch(kept[:, start:stop], lists[start:stop + 1], headers)
 
+    def keys(self, take: np.ndarray) -> pa.Array:
+        """The keys of records `take` (null for a keyless record), without building anything else."""
+        kept = self.ranges[:, take]
+        return self._bytes(kept[RECORD_BATCH], kept[RECORD_KEY_POS], kept[RECORD_KEY_LEN])
+
     def _batch(self, records: np.ndarray, lists: np.ndarray, headers: list[np.ndarray]) -> pa.RecordBatch:
         """`CONSUMER_SCHEMA` columns of `records` (columns of `ranges`), whose headers are `lists` of `headers`."""
         first, last = int(lists[0]), int(lists[-1])

@@ -68,6 +68,14 @@ def _decoder(spec: StoreSpec, read: ConsumerRead, pieces: Sequence[SegmentRef]
     return decode
 
 
+def partition_read(store: ObjectStore, topic: str, partition: int, from_offset: int, isolation: Isolation,
+                   version: int | None) -> tuple[ConsumerRead, list[SegmentRef]]:
+    """How a consumer from `from_offset` reads the partition's log at metadata `version` (the transactions it
+    skips, found by the driver), and the pieces it reads, in offset order (`segment_batches` decodes each)."""
+    refs = [r for r in log_refs(store, topic, partition, version) if r.end_offset >= from_offset]
+    return consumer_read(store, refs, from_offset, isolation), consumer_pieces(refs, from_offset)
+
+
 def read_partition(
     spark: SparkSession,
     store: ObjectStore,
@@ -89,8 +97,6 @@ def read_partition(
     write's files by part number) sees offset order. A shuffle (a join, a `repartition`, an aggregate) does
     not keep it: sort by `offset` after one if the order matters.
     """
-    refs = [r for r in log_refs(store, topic, partition, version) if r.end_offset >= from_offset]
-    read = consumer_read(store, refs, from_offset, Isolation.parse(isolation))
-    pieces = consumer_pieces(refs, from_offset)
+    read, pieces = partition_read(store, topic, partition, from_offset, Isolation.parse(isolation), version)
     ids = spark.range(0, len(pieces), 1, max(1, len(pieces)))
     return ids.mapInArrow(_decoder(store.spec, read, pieces), RECORD_STRUCT)

@@ -1,5 +1,14 @@
 """The table run's data path on Spark: new records → winners per key → merged with the table's rows → files.
 
+A partition to **rebuild** (its rows replaced by the winners over its whole log) takes the shuffle-free path,
+`rebuild_files`: a task per partition and key bucket (`rebuild_buckets`: one, or a few for a partition larger than
+`REBUILD_TASK_BYTES` or when a few large partitions would leave cores idle) decodes the partition's read_committed
+records with the scan's kernels, keeps those of its bucket's keys (XXH64 of the key, decided before values are
+built), folds each key's winner with the compaction's `KeyFold` (`compaction.topic_table.winners`) and writes the
+rows as Parquet in offset order. Nothing crosses a shuffle; each bucket decodes the whole partition, so past
+`MAX_REBUILD_BUCKETS` a partition takes the Spark path instead.
+
+An **update** (and a rebuild too large for a task) goes through Spark:
 1. **records**: each partition's consumer view (`read_partition`, read_committed) from the span's `read_from`,
    cut at its last stable offset; keyless records are not part of a compacted topic's state;
 2. **winners**: per (partition, key), the record of greatest rank (has_version, version, offset) (KIP-280's
@@ -7,8 +16,9 @@
 3. **touched files**: the table files (of updated partitions) holding one of those keys: a key-only read;
 4. **merge**: the touched files' rows, full outer join the winners by (partition, key): the winner replaces
    the row (or is inserted), a tombstone winner removes it, the other rows stay as they were;
-5. **write**: the rows of rebuilt partitions and the merged rows, as new Parquet files, written by executors
-   straight into the table's location; the driver commits them with the removal of the files they replace.
+5. **write**: the rows of rebuilt partitions and the merged rows, as new Parquet files sorted by key, written
+   by executors straight into the table's location; the driver commits them with the removal of the files they
+   replace.
 
 Executors open the table's store from its picklable spec; no Spark filesystem (s3a) is involved.
 """
@@ -23,19 +33,24 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from functools import reduce
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
+from compaction.bloom.hashing import key_hashes
 from compaction.config import CompactionStrategy
+from compaction.reader import ConsumerRead, Isolation, SegmentRef, segment_batches
 from compaction.spark.local import local_frame
 from compaction.spark.ranking import best, rank_columns
-from compaction.spark.read import RECORD_STRUCT, read_partition
-from compaction.storage.base import ObjectStore
+from compaction.spark.read import RECORD_STRUCT, partition_read, read_partition
+from compaction.storage.base import ObjectStore, StoreSpec
 from compaction.topic_table.plan import PartitionSpan
 from compaction.topic_table.target import FILE_BYTES, PARTITION_COLUMN, VERSION_COLUMN, DataFile, Location
+from compaction.topic_table.winners import table_rows_of
 
 DATA_COLUMNS = ("value", "offset", "timestamp", "headers")
 _FILE_ROW = StructType([
@@ -44,6 +59,8 @@ _FILE_ROW = StructType([
     StructField("size", LongType(), False),
     StructField("rows", LongType(), False),
 ])
+_FILE_SCHEMA = pa.schema([pa.field("path", pa.string(), False), pa.field("partition", pa.int32(), False),
+                          pa.field("size", pa.int64(), False), pa.field("rows", pa.int64(), False)])
 
 
 def row_schema(strategy: CompactionStrategy) -> StructType:
@@ -139,48 +156,64 @@ def merged(old: DataFrame, fresh: DataFrame, columns: Sequence[str]) -> DataFram
     return joined.select(PARTITION_COLUMN, "key", *picked).where(F.col("value").isNotNull())
 
 
+class _FileSink:
+    """Parquet files of the table written from one task: rows go to the open file of their partition, a file is
+    closed (and put into the store) once it holds `FILE_BYTES` of Arrow data or another partition's rows come."""
+
+    def __init__(self, location: Location, schema: pa.Schema, tmp: str) -> None:
+        self.location, self.tmp = location, tmp
+        self.stored = pa.schema([f for f in schema if f.name != PARTITION_COLUMN])
+        self.store = location.open()
+        self.written: list[dict[str, object]] = []
+        self._current: tuple[int, str, pq.ParquetWriter] | None = None
+        self._rows = self._held = 0
+
+    def add(self, table: pa.Table) -> None:
+        """Rows of the table's schema (`partition` included), in the order they are to be written."""
+        present = sorted(pc.unique(table[PARTITION_COLUMN]).to_pylist())
+        for partition in present:
+            rows = table.filter(pc.equal(table[PARTITION_COLUMN], partition)) if len(present) > 1 else table
+            step = max(1, rows.num_rows * FILE_BYTES // max(1, rows.nbytes))
+            for start in range(0, rows.num_rows, step):
+                self._write(partition, rows.slice(start, step))
+
+    def _write(self, partition: int, chunk: pa.Table) -> None:
+        if self._current is not None and (self._current[0] != partition or self._held >= FILE_BYTES):
+            self.close()
+        if self._current is None:
+            local = os.path.join(self.tmp, f"{uuid.uuid4()}.parquet")
+            self._current = (partition, local, pq.ParquetWriter(local, self.stored, compression="zstd"))
+        self._current[2].write_table(chunk.select(self.stored.names).cast(self.stored))
+        self._rows += chunk.num_rows
+        self._held += chunk.nbytes
+
+    def close(self) -> None:
+        if self._current is None:
+            return
+        partition, local, writer = self._current
+        writer.close()
+        path = f"{PARTITION_COLUMN}={partition}/part-{uuid.uuid4()}.c000.zstd.parquet"
+        self.store.put_file(self.location.file_key(path), local)
+        self.written.append({"path": path, "partition": partition, "size": os.path.getsize(local),
+                             "rows": self._rows})
+        with contextlib.suppress(OSError):
+            os.remove(local)
+        self._current, self._rows, self._held = None, 0, 0
+
+    def files(self) -> pa.RecordBatch:
+        """What was written, a row per file (`_FILE_ROW`)."""
+        self.close()
+        return pa.RecordBatch.from_pylist(self.written, schema=_FILE_SCHEMA)
+
+
 def _file_writer(location: Location, schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]],
                                                                         Iterator[pa.RecordBatch]]:
-    stored = pa.schema([f for f in schema if f.name != PARTITION_COLUMN])
-
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        store = location.open()
-        written: list[dict[str, object]] = []
         with tempfile.TemporaryDirectory(prefix="kcompact-table-") as tmp:
-            current: tuple[int, str, pq.ParquetWriter] | None = None
-            rows = held = 0
-
-            def close() -> None:
-                nonlocal current, rows, held
-                if current is None:
-                    return
-                partition, local, writer = current
-                writer.close()
-                path = f"{PARTITION_COLUMN}={partition}/part-{uuid.uuid4()}.c000.zstd.parquet"
-                store.put_file(location.file_key(path), local)
-                written.append({"path": path, "partition": partition, "size": os.path.getsize(local), "rows": rows})
-                with contextlib.suppress(OSError):
-                    os.remove(local)
-                current, rows, held = None, 0, 0
-
+            sink = _FileSink(location, schema, tmp)
             for batch in batches:
-                table = pa.Table.from_batches([batch])
-                parts = table[PARTITION_COLUMN].to_numpy()
-                for partition in sorted(set(parts.tolist())):
-                    chunk = table.filter(pa.compute.equal(table[PARTITION_COLUMN], partition)) \
-                        if len(set(parts.tolist())) > 1 else table
-                    if current is not None and (current[0] != partition or held >= FILE_BYTES):
-                        close()
-                    if current is None:
-                        local = os.path.join(tmp, f"{uuid.uuid4()}.parquet")
-                        current = (partition, local, pq.ParquetWriter(local, stored, compression="zstd"))
-                    current[2].write_table(chunk.select(stored.names).cast(stored))
-                    rows += chunk.num_rows
-                    held += chunk.nbytes
-            close()
-        yield pa.RecordBatch.from_pylist(written, schema=pa.schema([
-            pa.field("path", pa.string(), False), pa.field("partition", pa.int32(), False),
-            pa.field("size", pa.int64(), False), pa.field("rows", pa.int64(), False)]))
+                sink.add(pa.Table.from_batches([batch]))
+            yield sink.files()
 
     return write
 
@@ -192,9 +225,86 @@ def write_files(rows: DataFrame, location: Location, schema: pa.Schema, tasks: i
     return [r.asDict() for r in spread.mapInArrow(_file_writer(location, schema), _FILE_ROW).collect()]
 
 
+REBUILD_TASK_BYTES = 1 << 30
+"""The segment bytes of one partition a rebuild task holds at most: its records stay in the task's memory (as Arrow,
+about their decoded size) until its keys' winners are written, so a partition above it is split into key buckets."""
+REBUILD_SPREAD_BYTES = 64 << 20
+"""A partition of at least this many segment bytes is split into more buckets when the run has fewer partitions to
+rebuild than the cluster has cores (up to `REBUILD_SPREAD_BUCKETS`), so that one large partition uses them all."""
+REBUILD_SPREAD_BUCKETS = 4
+MAX_REBUILD_BUCKETS = 8
+"""Each bucket's task decodes the whole partition (and keeps its share of the keys): past this many, decoding it
+again costs more than a shuffle, and the partition is rebuilt through Spark's aggregate (`winners`) instead."""
+
+
+def rebuild_buckets(segment_bytes: int, partitions: int, parallelism: int) -> int | None:
+    """The key buckets (tasks) a partition's rebuild is split into; None when it is too large for the task path."""
+    need = -(-segment_bytes // REBUILD_TASK_BYTES)
+    spread = min(REBUILD_SPREAD_BUCKETS, parallelism // max(1, partitions)) \
+        if segment_bytes >= REBUILD_SPREAD_BYTES else 1
+    buckets = max(1, need, spread)
+    return buckets if buckets <= MAX_REBUILD_BUCKETS else None
+
+
+def _bucket(bucket: int, buckets: int) -> Callable[[pa.Array], np.ndarray]:
+    """The keys of bucket `bucket` of `buckets` (by XXH64, `compaction.bloom.hashing`); nulls are dropped anyway."""
+    def mine(keys: pa.Array) -> np.ndarray:
+        if buckets == 1:
+            return np.ones(len(keys), bool)
+        hashes = np.zeros(len(keys), np.uint64)
+        valid = np.asarray(keys.is_valid(), bool)
+        hashes[valid] = key_hashes(keys)
+        return hashes % np.uint64(buckets) == bucket
+
+    return mine
+
+
+def _rebuilder(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: CompactionStrategy,
+               header: str | None, tasks: Sequence[tuple[PartitionSpan, ConsumerRead, Sequence[SegmentRef], int, int]]
+               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A rebuild task (one of `tasks`: a span, its consumer read and pieces, the bucket and bucket count): decode
+    the partition's pieces, keep the keyed records below `to_offset` whose key hashes to the bucket, and write the
+    table's rows of those keys (`table_rows_of`) as files; yields what it wrote."""
+    def rebuild(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        store = spec.open()
+        with tempfile.TemporaryDirectory(prefix="kcompact-table-") as tmp:
+            sink = _FileSink(location, schema, tmp)
+            for ids in batches:
+                for i in ids.column(0).to_pylist():
+                    span, read, pieces, bucket, buckets = tasks[i]
+                    held = []
+                    for piece in pieces:
+                        for batch in segment_batches(store, piece, read, keys=_bucket(bucket, buckets)):
+                            records = pa.Table.from_batches([batch])
+                            if piece.end_offset >= span.to_offset:
+                                records = records.filter(pc.less(records["offset"], span.to_offset))
+                            held.append(records)
+                    sink.add(table_rows_of(held, span.partition, span.from_offset, strategy, header, schema))
+            yield sink.files()
+
+    return rebuild
+
+
+def rebuild_files(spark: SparkSession, store: ObjectStore, topic: str, spans: Sequence[tuple[PartitionSpan, int]],
+                  metadata_version: int, location: Location, schema: pa.Schema, strategy: CompactionStrategy,
+                  header: str | None) -> list[dict[str, object]]:
+    """Rebuild the rows of `spans` (each with its bucket count, `rebuild_buckets`) with no shuffle: a task per
+    (partition, bucket) decodes the partition's read_committed records, folds its keys' winners and writes them;
+    returns each file's path, partition, size and row count. Nothing is visible until committed."""
+    tasks = []
+    for span, buckets in spans:
+        read, pieces = partition_read(store, topic, span.partition, span.read_from, Isolation.READ_COMMITTED,
+                                      metadata_version)
+        tasks += [(span, read, pieces, bucket, buckets) for bucket in range(buckets)]
+    ids = spark.range(0, len(tasks), 1, max(1, len(tasks)))
+    rebuild = _rebuilder(store.spec, location, schema, strategy, header, tasks)
+    return [r.asDict() for r in ids.mapInArrow(rebuild, _FILE_ROW).collect()]
+
+
 def stats(rows: int) -> str:
     """The Delta `stats` of a written file (the row count; readers need no more)."""
     return json.dumps({"numRecords": rows})
 
 
-__all__ = ["merged", "row_schema", "stats", "table_rows", "topic_records", "touched_files", "winners", "write_files"]
+__all__ = ["merged", "rebuild_buckets", "rebuild_files", "row_schema", "stats", "table_rows", "topic_records",
+           "touched_files", "winners", "write_files"]

@@ -18,9 +18,9 @@ from deltalake.transaction import AddAction
 from compaction.config import CompactionStrategy, KcompactConfig
 from compaction.errors import ConfigError, ExitCode
 from compaction.metadata import MetadataSnapshot
-from compaction.reader import last_stable_offset, log_refs
+from compaction.reader import last_stable_offset, log_refs, transactional_batches_read_once
 from compaction.storage.base import ObjectStore
-from compaction.topic_table.plan import PartitionSource, TablePlan, plan_table
+from compaction.topic_table.plan import PartitionSource, PartitionSpan, TablePlan, plan_table
 from compaction.topic_table.target import FILE_BYTES, Applied, DataFile, Location, TableState, TopicTable
 from compaction.topic_table.upkeep import Upkeep, keep_healthy
 from compaction.wal.view import store_log
@@ -130,11 +130,52 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
     if not plan.spans:
         return report
     started = time.monotonic()
-    location, state = run.table.location, run.state
+    rebuilds = [s for s in plan.spans if s.rebuild]
+    parallelism = spark.sparkContext.defaultParallelism
+    buckets = {s.partition: data.rebuild_buckets(s.segment_bytes, len(rebuilds), parallelism) for s in rebuilds}
+    by_task = [(s, b) for s in rebuilds if (b := buckets[s.partition]) is not None]
+    written = data.rebuild_files(spark, store, plan.topic, by_task, plan.metadata_version, run.table.location,
+                                 run.table.schema, run.strategy, run.header) if by_task else []
+    if progress and by_task:
+        progress.phase(f"table: {len(by_task)} partitions rebuilt by {sum(b for _, b in by_task)} tasks, "
+                       f"{len(written)} files written")
+    others = [s for s in plan.spans if not s.rebuild or buckets[s.partition] is None]
+    touched: set[str] = set()
+    if others:
+        more, touched = _spark_files(spark, store, run, others, progress)
+        written += more
+    report.seconds["write"] = time.monotonic() - started
+    if progress:
+        progress.phase(f"table: {len(written)} files written ({sum(int(str(w['rows'])) for w in written)} rows)")
+    adds = [AddAction(str(w["path"]), int(str(w["size"])), {data.PARTITION_COLUMN: str(w["partition"])},
+                      plan.now_ms, True, data.stats(int(str(w["rows"])))) for w in written]
+    rebuilt = {s.partition for s in rebuilds}
+    removes: list[DataFile] = [f for f in run.state.files if f.path in touched or f.partition in rebuilt]
+    applied = {s.partition: Applied(s.to_offset, plan.now_ms) for s in plan.spans}
+    info = {"run_id": run.run_id, "metadata_version": plan.metadata_version,
+            "applied": {str(p): a.offset for p, a in applied.items()}, "rebuilt": sorted(rebuilt)}
+    committed = time.monotonic()
+    report.committed_version = run.table.commit(adds, removes, applied, plan.now_ms, info)
+    report.seconds["commit"] = time.monotonic() - committed
+    report.files_added, report.files_removed = len(adds), len(removes)
+    report.rows_written = sum(int(str(w["rows"])) for w in written)
+    report.bytes_written = sum(a.size for a in adds)
+    if progress:
+        progress.phase(f"table: committed version {report.committed_version}")
+    return report
+
+
+def _spark_files(spark: SparkSession, store: ObjectStore, run: TableRun, spans: list[PartitionSpan],
+                 progress: Progress | None) -> tuple[list[dict[str, object]], set[str]]:
+    """Write the files of `spans` through Spark: the winners by an aggregate, merged with the touched files' rows
+    for updates (`compaction.spark.table`); returns what was written and the files it replaces (by path)."""
+    from compaction.spark import table as data
+
+    plan, location, state = run.plan, run.table.location, run.state
     schema = data.row_schema(run.strategy)
-    rebuilt = {s.partition for s in plan.spans if s.rebuild}
-    updated = {s.partition for s in plan.spans if not s.rebuild}
-    fresh = data.winners(data.topic_records(spark, store, plan.topic, plan.spans, plan.metadata_version),
+    rebuilt = {s.partition for s in spans if s.rebuild}
+    updated = {s.partition for s in spans if not s.rebuild}
+    fresh = data.winners(data.topic_records(spark, store, plan.topic, spans, plan.metadata_version),
                          run.strategy, run.header)
     candidates = state.files_of(updated)
     if candidates:
@@ -151,28 +192,11 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
         old = data.table_rows(spark, location, kept, schema)
         rows = rows.where(~rows[data.PARTITION_COLUMN].isin(sorted(updated))).unionByName(
             data.merged(old, fresh.where(part.isin(sorted(updated))), columns))
-    input_bytes = sum(s.segment_bytes for s in plan.spans) + sum(f.size for f in kept)
+    input_bytes = sum(s.segment_bytes for s in spans) + sum(f.size for f in kept)
     tasks = max(1, -(-input_bytes // FILE_BYTES))
     written = data.write_files(rows, location, run.table.schema, tasks)
     fresh.unpersist()
-    report.seconds["write"] = time.monotonic() - started
-    if progress:
-        progress.phase(f"table: {len(written)} files written ({sum(int(str(w['rows'])) for w in written)} rows)")
-    adds = [AddAction(str(w["path"]), int(str(w["size"])), {data.PARTITION_COLUMN: str(w["partition"])},
-                      plan.now_ms, True, data.stats(int(str(w["rows"])))) for w in written]
-    removes: list[DataFile] = [f for f in state.files if f.path in touched or f.partition in rebuilt]
-    applied = {s.partition: Applied(s.to_offset, plan.now_ms) for s in plan.spans}
-    info = {"run_id": run.run_id, "metadata_version": plan.metadata_version,
-            "applied": {str(p): a.offset for p, a in applied.items()}, "rebuilt": sorted(rebuilt)}
-    committed = time.monotonic()
-    report.committed_version = run.table.commit(adds, removes, applied, plan.now_ms, info)
-    report.seconds["commit"] = time.monotonic() - committed
-    report.files_added, report.files_removed = len(adds), len(removes)
-    report.rows_written = sum(int(str(w["rows"])) for w in written)
-    report.bytes_written = sum(a.size for a in adds)
-    if progress:
-        progress.phase(f"table: committed version {report.committed_version}")
-    return report
+    return written, touched
 
 
 ALL_TOUCHED_KEYS_PER_FILE = 20
@@ -209,11 +233,13 @@ def update_table(spark: SparkSession, store: ObjectStore, config: KcompactConfig
     `CommitConflictError`).
     """
     started = time.monotonic()
-    run = plan_run(store, config, topic, location, now_ms, rebuild=rebuild, dry_run=dry_run)
-    if progress:
-        progress.phase(f"table plan: {len(run.plan.spans)} partitions to apply, {len(run.plan.up_to_date)} up to "
-                       f"date (metadata version {run.plan.metadata_version}, table version {run.state.version})")
-    report = TableReport(run, dry_run=True) if dry_run else execute(spark, store, run, progress)
+    with transactional_batches_read_once():  # the plan's stable offsets, then the read's transactions
+        run = plan_run(store, config, topic, location, now_ms, rebuild=rebuild, dry_run=dry_run)
+        if progress:
+            progress.phase(f"table plan: {len(run.plan.spans)} partitions to apply, {len(run.plan.up_to_date)} up "
+                           f"to date (metadata version {run.plan.metadata_version}, table version "
+                           f"{run.state.version})")
+        report = TableReport(run, dry_run=True) if dry_run else execute(spark, store, run, progress)
     if not dry_run:
         upkept = time.monotonic()
         report.upkeep = keep_healthy(run.table, [s.partition for s in run.plan.spans] + list(run.plan.up_to_date),

@@ -18,10 +18,12 @@ from compaction.reader import (
     ConsumerRead,
     Isolation,
     SegmentRef,
+    last_stable_offset,
     log_refs,
     log_transactions,
     segment_batches,
     segment_records,
+    transactional_batches_read_once,
 )
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
@@ -99,6 +101,19 @@ def test_large_reads_come_in_several_batches(store: ObjectStore, monkeypatch: py
     assert columnar(store, ref) == whole
 
 
+def test_a_key_predicate_keeps_the_keyed_records_it_selects(store: ObjectStore) -> None:
+    """`segment_batches(keys=...)`: the records of the whole read whose key is not null and selected, in order."""
+    def even(keys: pa.Array) -> Any:
+        return [k is not None and k[-1] % 2 == 0 for k in keys.to_pylist()]
+
+    for ref in log_refs(store, "orders", 0):
+        whole = columnar(store, ref)
+        batches = list(segment_batches(store, ref, keys=even))
+        rows = pa.Table.from_batches(batches, scan.CONSUMER_SCHEMA).to_pylist()
+        assert [r["offset"] for r in rows] == [r[0] for r in whole if r[2] is not None and r[2][-1] % 2 == 0]
+        assert len(rows) < len(whole)
+
+
 def test_an_empty_read_is_one_empty_batch(store: ObjectStore) -> None:
     ref = next(r for r in log_refs(store, "orders", 0) if not r.wal)
     batches = list(segment_batches(store, ref, ConsumerRead(from_offset=ref.end_offset + 1)))
@@ -122,3 +137,23 @@ def test_damage_is_the_same_error_naming_the_object_and_position(store: ObjectSt
             type(expected.value), expected.value.obj, expected.value.position)
         assert got.value.obj == store.object_uri(key)
 
+
+
+def test_a_run_reads_each_segments_transactional_batches_once(store: ObjectStore) -> None:
+    """Inside `transactional_batches_read_once`, the plan's last stable offset and the read's open and aborted
+    transactions read each tier segment once between them; outside it, each pass reads it again."""
+    refs = [r for r in log_refs(store, "orders", 1) if not r.wal]
+
+    def passes() -> tuple[int, tuple[Any, ...]]:
+        before = store.stats.bytes_read
+        found = (last_stable_offset(store, refs), log_transactions(store, refs))
+        return store.stats.bytes_read - before, found
+
+    twice, expected = passes()
+    with transactional_batches_read_once():
+        once, found = passes()
+        again, _ = passes()
+    assert found == expected
+    segments = sum(len(store.get(r.log_key)) for r in refs)
+    assert twice >= 2 * segments and once < twice - segments + 1 and again < segments
+    assert passes()[0] == twice

@@ -12,6 +12,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
@@ -97,6 +98,31 @@ def test_the_table_holds_the_latest_committed_value_per_key(spark: SparkSession,
     rebuilt = table_uri(tmp_path, "rebuilt")
     run_table(spark, topic, kind, rebuilt)
     assert table_rows(rebuilt) == table_rows(uri)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind", sorted(STRATEGIES))
+def test_a_rebuild_by_tasks_in_key_buckets_or_by_spark_writes_the_same_table(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """A rebuild runs as a task per partition and key bucket (one bucket, three) or, for a partition too large for
+    that, through Spark's aggregate: each writes the plainly computed table, transactions left open included."""
+    from compaction.spark import table as data
+
+    topic = Topic(tmp_path, seed=20 + sorted(STRATEGIES).index(kind))
+    for step in range(3):
+        topic.append(leave_open=step == 1)
+    clean(spark, topic.store, config_for(kind), topic.now + 1, [TOPIC])
+    expected = topic.expected(kind)
+    assert expected
+    for name, buckets in (("one", 1), ("three", 3), ("spark", None)):
+        monkeypatch.setattr(data, "rebuild_buckets", lambda *_, b=buckets: b)
+        uri = table_uri(tmp_path, name)
+        report = run_table(spark, topic, kind, uri)
+        assert {s.reason for s in report.run.plan.spans} == {Reason.NEW}
+        assert table_rows(uri) == expected, name
+        files = pa.table(DeltaTable(uri).get_add_actions(flatten=True)).to_pydict()
+        if buckets is not None:  # a file per (partition, bucket) holding a key
+            assert len(files["path"]) <= 2 * buckets
 
 
 @pytest.mark.spark
