@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +158,18 @@ def test_a_run_reads_each_segments_transactional_batches_once(store: ObjectStore
     segments = sum(len(store.get(r.log_key)) for r in refs)
     assert twice >= 2 * segments and once < twice - segments + 1 and again < segments
     assert passes()[0] == twice
+
+
+def test_the_last_stable_offset_ignores_a_wal_objects_batches_past_its_slice(tmp_path: Path) -> None:
+    """A WAL slice may end before its object does: a marker past the slice's end has not happened yet for the log
+    that slice ends, so the transaction it closes is still open there."""
+    store = open_store(str(tmp_path / "store"))
+    log = transactions_across_tier_and_wal(store, tmp_path / "logdir", NOW)
+    refs = log_refs(store, "orders", 0)
+    marker = next(b for b in log.batches if b.is_control and b.producer_id == 8)
+    first = min(b.base_offset for b in log.batches if b.producer_id == 8)
+    assert last_stable_offset(store, refs) > marker.base_offset  # whole: 8 committed
+    cut = [replace(r, end_offset=marker.base_offset - 1) if r.wal and r.end_offset >= marker.base_offset else r
+           for r in refs if r.start_offset < marker.base_offset]
+    assert any(r.wal for r in cut)
+    assert last_stable_offset(store, cut) == first
