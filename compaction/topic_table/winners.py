@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from compaction.config import CompactionStrategy
 from compaction.strategies.keyfold import KeyFold
-from compaction.strategies.winner import header_versions
+from compaction.strategies.winner import ranks
 from compaction.topic_table.target import PARTITION_COLUMN, VERSION_COLUMN
 
 
@@ -47,13 +47,12 @@ def last_header_values(headers: pa.Array | pa.ChunkedArray, name: str) -> pa.Arr
 
 def record_ranks(records: pa.Table, strategy: CompactionStrategy, header: str | None
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(has_version int8, version int64) of consumer records under `strategy`."""
-    n = records.num_rows
-    if strategy is CompactionStrategy.OFFSET:
-        return np.zeros(n, np.int8), np.zeros(n, np.int64)
-    if strategy is CompactionStrategy.TIMESTAMP:
-        return np.ones(n, np.int8), records["timestamp"].to_numpy().astype(np.int64)
-    return header_versions(last_header_values(records["headers"], header or ""))
+    """(has_version int8, version int64) of consumer records under `strategy`: the compaction's ranks
+    (`compaction.strategies.winner.ranks`), fed the last `header` value of each record's headers."""
+    if strategy is CompactionStrategy.HEADER:
+        records = records.append_column("header_value", last_header_values(records["headers"], header or ""))
+    rank = ranks(records, strategy)
+    return rank.has_version, rank.version
 
 
 def table_rows_of(records: Sequence[pa.Table], partition: int, from_offset: int, strategy: CompactionStrategy,
