@@ -50,8 +50,9 @@ from compaction.format.scan_kernels import (
 )
 from compaction.format.segment import BatchHeader, iter_batch_headers, iter_batches
 from compaction.metadata import ObjectSuffix, SegmentMetadata
+from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.storage.base import ObjectStore
-from compaction.wal.log import WalSlice
+from compaction.wal.log import PartitionLog, WalSlice
 from compaction.wal.view import partition_log
 
 
@@ -121,9 +122,13 @@ def log_refs(store: ObjectStore, topic: str, partition: int, version: int | None
 
     With `version`, the WAL continues from that version's tier end as far as the WAL still holds the data.
     """
-    p, log = partition_log(store, topic, partition, metadata_version=version)
-    tier = [segment_ref(s) for s in p.live_segments] if p is not None else []
-    return tier + [wal_ref(s) for s in log.slices]
+    return refs_of(*partition_log(store, topic, partition, metadata_version=version))
+
+
+def refs_of(tier: PartitionSnapshot | None, log: PartitionLog) -> list[SegmentRef]:
+    """A partition's whole log as pieces: its live segments in `tier`, then the slices of its resolved `log`."""
+    segments = [segment_ref(s) for s in tier.live_segments] if tier is not None else []
+    return segments + [wal_ref(s) for s in log.slices]
 
 
 def aborted_ranges(store: ObjectStore, segments: Sequence[SegmentRef]) -> dict[int, list[tuple[int, int]]]:

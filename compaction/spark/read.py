@@ -68,12 +68,20 @@ def _decoder(spec: StoreSpec, read: ConsumerRead, pieces: Sequence[SegmentRef]
     return decode
 
 
-def partition_read(store: ObjectStore, topic: str, partition: int, from_offset: int, isolation: Isolation,
-                   version: int | None) -> tuple[ConsumerRead, list[SegmentRef]]:
-    """How a consumer from `from_offset` reads the partition's log at metadata `version` (the transactions it
-    skips, found by the driver), and the pieces it reads, in offset order (`segment_batches` decodes each)."""
-    refs = [r for r in log_refs(store, topic, partition, version) if r.end_offset >= from_offset]
+def partition_read(store: ObjectStore, refs: Sequence[SegmentRef], from_offset: int, isolation: Isolation
+                   ) -> tuple[ConsumerRead, list[SegmentRef]]:
+    """How a consumer from `from_offset` reads the log of `refs` (`reader.log_refs`): the transactions it skips,
+    found by the driver, and the pieces it reads, in offset order (`segment_batches` decodes each)."""
+    refs = [r for r in refs if r.end_offset >= from_offset]
     return consumer_read(store, refs, from_offset, isolation), consumer_pieces(refs, from_offset)
+
+
+def read_refs(spark: SparkSession, store: ObjectStore, refs: Sequence[SegmentRef], from_offset: int,
+              isolation: Isolation) -> DataFrame:
+    """`read_partition` of a log already resolved into pieces (a run that read the metadata once)."""
+    read, pieces = partition_read(store, refs, from_offset, isolation)
+    ids = spark.range(0, len(pieces), 1, max(1, len(pieces)))
+    return ids.mapInArrow(_decoder(store.spec, read, pieces), RECORD_STRUCT)
 
 
 def read_partition(
@@ -97,6 +105,5 @@ def read_partition(
     write's files by part number) sees offset order. A shuffle (a join, a `repartition`, an aggregate) does
     not keep it: sort by `offset` after one if the order matters.
     """
-    read, pieces = partition_read(store, topic, partition, from_offset, Isolation.parse(isolation), version)
-    ids = spark.range(0, len(pieces), 1, max(1, len(pieces)))
-    return ids.mapInArrow(_decoder(store.spec, read, pieces), RECORD_STRUCT)
+    return read_refs(spark, store, log_refs(store, topic, partition, version), from_offset,
+                     Isolation.parse(isolation))

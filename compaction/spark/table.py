@@ -9,7 +9,7 @@ rows as Parquet in offset order. Nothing crosses a shuffle; each bucket decodes 
 `MAX_REBUILD_BUCKETS` a partition takes the Spark path instead.
 
 An **update** (and a rebuild too large for a task) goes through Spark:
-1. **records**: each partition's consumer view (`read_partition`, read_committed) from the span's `read_from`,
+1. **records**: each partition's consumer view (`read_refs`, read_committed) from the span's `read_from`,
    cut at its last stable offset; keyless records are not part of a compacted topic's state;
 2. **winners**: per (partition, key), the record of greatest rank (has_version, version, offset) (KIP-280's
    rule of `compaction.strategies.ranking`), kept only for keys with a record in [from_offset, to_offset);
@@ -30,7 +30,7 @@ import json
 import os
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import reduce
 
 import numpy as np
@@ -46,7 +46,7 @@ from compaction.config import CompactionStrategy
 from compaction.reader import ConsumerRead, Isolation, SegmentRef, segment_batches
 from compaction.spark.local import local_frame
 from compaction.spark.ranking import best, rank_columns
-from compaction.spark.read import RECORD_STRUCT, partition_read, read_partition
+from compaction.spark.read import RECORD_STRUCT, partition_read, read_refs
 from compaction.storage.base import ObjectStore, StoreSpec
 from compaction.topic_table.plan import PartitionSpan
 from compaction.topic_table.target import FILE_BYTES, PARTITION_COLUMN, VERSION_COLUMN, DataFile, Location
@@ -74,13 +74,13 @@ def row_schema(strategy: CompactionStrategy) -> StructType:
     return StructType(fields)
 
 
-def topic_records(spark: SparkSession, store: ObjectStore, topic: str, spans: Sequence[PartitionSpan],
-                  metadata_version: int) -> list[DataFrame]:
-    """Per span, (partition, key, value, offset, timestamp, headers, fresh); `fresh`: at or above from_offset."""
+def topic_records(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Sequence[SegmentRef]],
+                  spans: Sequence[PartitionSpan]) -> list[DataFrame]:
+    """Per span, (partition, key, value, offset, timestamp, headers, fresh) of the partition's log `refs`;
+    `fresh`: at or above from_offset."""
     frames = []
     for span in spans:
-        view = read_partition(spark, store, topic, span.partition, from_offset=span.read_from,
-                              isolation="read_committed", version=metadata_version)
+        view = read_refs(spark, store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED)
         frames.append(view.where((F.col("offset") < span.to_offset) & F.col("key").isNotNull()).select(
             F.lit(span.partition).cast("int").alias(PARTITION_COLUMN), "key", "value", "offset", "timestamp",
             "headers", (F.col("offset") >= span.from_offset).alias("fresh")))
@@ -178,7 +178,8 @@ class _FileSink:
                 self._write(partition, rows.slice(start, step))
 
     def _write(self, partition: int, chunk: pa.Table) -> None:
-        if self._current is not None and (self._current[0] != partition or self._held >= FILE_BYTES):
+        if self._current is not None and (self._current[0] != partition
+                                          or (self._held and self._held + chunk.nbytes > FILE_BYTES)):
             self.close()
         if self._current is None:
             local = os.path.join(self.tmp, f"{uuid.uuid4()}.parquet")
@@ -285,16 +286,16 @@ def _rebuilder(spec: StoreSpec, location: Location, schema: pa.Schema, strategy:
     return rebuild
 
 
-def rebuild_files(spark: SparkSession, store: ObjectStore, topic: str, spans: Sequence[tuple[PartitionSpan, int]],
-                  metadata_version: int, location: Location, schema: pa.Schema, strategy: CompactionStrategy,
-                  header: str | None) -> list[dict[str, object]]:
-    """Rebuild the rows of `spans` (each with its bucket count, `rebuild_buckets`) with no shuffle: a task per
-    (partition, bucket) decodes the partition's read_committed records, folds its keys' winners and writes them;
-    returns each file's path, partition, size and row count. Nothing is visible until committed."""
+def rebuild_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Sequence[SegmentRef]],
+                  spans: Sequence[tuple[PartitionSpan, int]], location: Location, schema: pa.Schema,
+                  strategy: CompactionStrategy, header: str | None) -> list[dict[str, object]]:
+    """Rebuild the rows of `spans` (each with its bucket count, `rebuild_buckets`) from their partitions' log
+    `refs` with no shuffle: a task per (partition, bucket) decodes the partition's read_committed records, folds
+    its keys' winners and writes them; returns each file's path, partition, size and row count. Nothing is
+    visible until committed."""
     tasks = []
     for span, buckets in spans:
-        read, pieces = partition_read(store, topic, span.partition, span.read_from, Isolation.READ_COMMITTED,
-                                      metadata_version)
+        read, pieces = partition_read(store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED)
         tasks += [(span, read, pieces, bucket, buckets) for bucket in range(buckets)]
     ids = spark.range(0, len(tasks), 1, max(1, len(tasks)))
     rebuild = _rebuilder(store.spec, location, schema, strategy, header, tasks)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,12 +19,13 @@ from deltalake.transaction import AddAction
 from compaction.config import CompactionStrategy, KcompactConfig
 from compaction.errors import ConfigError, ExitCode
 from compaction.metadata import MetadataSnapshot
-from compaction.reader import last_stable_offset, log_refs, transactional_batches_read_once
+from compaction.metadata.model import TopicPartition
+from compaction.reader import SegmentRef, last_stable_offset, refs_of, transactional_batches_read_once
 from compaction.storage.base import ObjectStore
 from compaction.topic_table.plan import PartitionSource, PartitionSpan, TablePlan, plan_table
 from compaction.topic_table.target import FILE_BYTES, Applied, DataFile, Location, TableState, TopicTable
 from compaction.topic_table.upkeep import Upkeep, keep_healthy
-from compaction.wal.view import store_log
+from compaction.wal.view import StoreLog, store_log
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -40,13 +42,15 @@ class TableRun:
     state: TableState
     strategy: CompactionStrategy
     header: str | None
+    refs: Mapping[int, tuple[SegmentRef, ...]]
+    """Each partition's log as the plan read it (metadata, then WAL table, once): what the run reads."""
     run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
 
-def stable_offset(store: ObjectStore, topic: str, partition: int, from_offset: int, version: int) -> int:
-    """The partition's last stable offset over its whole log (the tier at metadata `version`, then the WAL tail):
-    its end, or the first offset of a transaction still open there (`compaction.reader.last_stable_offset`)."""
-    return last_stable_offset(store, log_refs(store, topic, partition, version), from_offset)
+def _partition_refs(view: StoreLog, topic: str, partition: int) -> tuple[SegmentRef, ...]:
+    snapshot = view.snapshot
+    tier = snapshot.partitions.get(TopicPartition(topic, partition)) if snapshot is not None else None
+    return tuple(refs_of(tier, view.partition(topic, partition)))
 
 
 def plan_run(store: ObjectStore, config: KcompactConfig, topic: str, location: Location, now_ms: int, *,
@@ -67,14 +71,15 @@ def plan_run(store: ObjectStore, config: KcompactConfig, topic: str, location: L
     numbers = [p.partition for p in partitions]
     state = table.open(numbers, create=True) if not dry_run or table.exists() else TableState(-1, {}, ())
     sources = []
+    refs = {p.partition: _partition_refs(view, topic, p.partition) for p in partitions}
     for p in partitions:
         applied = state.applied.get(p.partition)
         start = 0 if rebuild or applied is None else applied.offset
         sources.append(PartitionSource(p.partition, p.live_segments, p.lineage.current,
-                                       stable_offset(store, topic, p.partition, start, snapshot.version)))
+                                       last_stable_offset(store, refs[p.partition], start)))
     plan = plan_table(topic, snapshot.version, state.version, now_ms, sources, state.applied, strategy,
                       topic_config.delete_retention_ms, rebuild=rebuild)
-    return TableRun(plan, table, state, strategy, header)
+    return TableRun(plan, table, state, strategy, header, refs)
 
 
 @dataclass
@@ -134,7 +139,7 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
     parallelism = spark.sparkContext.defaultParallelism
     buckets = {s.partition: data.rebuild_buckets(s.segment_bytes, len(rebuilds), parallelism) for s in rebuilds}
     by_task = [(s, b) for s in rebuilds if (b := buckets[s.partition]) is not None]
-    written = data.rebuild_files(spark, store, plan.topic, by_task, plan.metadata_version, run.table.location,
+    written = data.rebuild_files(spark, store, run.refs, by_task, run.table.location,
                                  run.table.schema, run.strategy, run.header) if by_task else []
     if progress and by_task:
         progress.phase(f"table: {len(by_task)} partitions rebuilt by {sum(b for _, b in by_task)} tasks, "
@@ -171,11 +176,11 @@ def _spark_files(spark: SparkSession, store: ObjectStore, run: TableRun, spans: 
     for updates (`compaction.spark.table`); returns what was written and the files it replaces (by path)."""
     from compaction.spark import table as data
 
-    plan, location, state = run.plan, run.table.location, run.state
+    location, state = run.table.location, run.state
     schema = data.row_schema(run.strategy)
     rebuilt = {s.partition for s in spans if s.rebuild}
     updated = {s.partition for s in spans if not s.rebuild}
-    fresh = data.winners(data.topic_records(spark, store, plan.topic, spans, plan.metadata_version),
+    fresh = data.winners(data.topic_records(spark, store, run.refs, spans),
                          run.strategy, run.header)
     candidates = state.files_of(updated)
     if candidates:
@@ -251,4 +256,4 @@ def update_table(spark: SparkSession, store: ObjectStore, config: KcompactConfig
     return report
 
 
-__all__ = ["TableReport", "TableRun", "execute", "plan_run", "stable_offset", "update_table"]
+__all__ = ["TableReport", "TableRun", "execute", "plan_run", "update_table"]
