@@ -206,9 +206,10 @@ def _spark_files(spark: SparkSession, store: ObjectStore, run: TableRun, spans: 
 
 ALL_TOUCHED_KEYS_PER_FILE = 20
 """A partition with at least this many changed keys per file counts all its files as touched and skips the key-only
-read: files are written after a hash partitioning by key, so with changed keys spread over the key space a file
-holds none of the k changed keys of its partition (F files) with probability about exp(-k / F) (2e-9 here). Were
-the keys clustered, some files would be rewritten needlessly, never wrongly: the merge reads every file it rewrites."""
+read: with the changed keys spread over the partition's keys (the Spark path's files are hash-partitioned by key, a
+rebuild's hold a key bucket's records in offset order), a file holds none of the k changed keys of its partition
+(F files) with probability about exp(-k / F) (2e-9 here). Were the changed keys clustered, some files would be
+rewritten needlessly, never wrongly: the merge reads every file it rewrites."""
 
 
 def _touched_files(spark: SparkSession, run: TableRun, candidates: list[DataFile], fresh: DataFrame) -> set[str]:
