@@ -273,9 +273,10 @@ def _rebuilder(spec: StoreSpec, location: Location, schema: pa.Schema, strategy:
             for ids in batches:
                 for i in ids.column(0).to_pylist():
                     span, read, pieces, bucket, buckets = tasks[i]
+                    mine = _bucket(bucket, buckets)
                     held = []
                     for piece in pieces:
-                        for batch in segment_batches(store, piece, read, keys=_bucket(bucket, buckets)):
+                        for batch in segment_batches(store, piece, read, keys=mine):
                             records = pa.Table.from_batches([batch])
                             if piece.end_offset >= span.to_offset:
                                 records = records.filter(pc.less(records["offset"], span.to_offset))

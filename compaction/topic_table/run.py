@@ -19,13 +19,12 @@ from deltalake.transaction import AddAction
 from compaction.config import CompactionStrategy, KcompactConfig
 from compaction.errors import ConfigError, ExitCode
 from compaction.metadata import MetadataSnapshot
-from compaction.metadata.model import TopicPartition
 from compaction.reader import SegmentRef, last_stable_offset, refs_of, transactional_batches_read_once
 from compaction.storage.base import ObjectStore
 from compaction.topic_table.plan import PartitionSource, PartitionSpan, TablePlan, plan_table
 from compaction.topic_table.target import FILE_BYTES, Applied, DataFile, Location, TableState, TopicTable
 from compaction.topic_table.upkeep import Upkeep, keep_healthy
-from compaction.wal.view import StoreLog, store_log
+from compaction.wal.view import store_log
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -47,12 +46,6 @@ class TableRun:
     run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
 
-def _partition_refs(view: StoreLog, topic: str, partition: int) -> tuple[SegmentRef, ...]:
-    snapshot = view.snapshot
-    tier = snapshot.partitions.get(TopicPartition(topic, partition)) if snapshot is not None else None
-    return tuple(refs_of(tier, view.partition(topic, partition)))
-
-
 def plan_run(store: ObjectStore, config: KcompactConfig, topic: str, location: Location, now_ms: int, *,
              rebuild: bool = False, dry_run: bool = False) -> TableRun:
     """Read the metadata and the table once and plan the run; creates the (empty) table unless `dry_run`.
@@ -71,7 +64,7 @@ def plan_run(store: ObjectStore, config: KcompactConfig, topic: str, location: L
     numbers = [p.partition for p in partitions]
     state = table.open(numbers, create=True) if not dry_run or table.exists() else TableState(-1, {}, ())
     sources = []
-    refs = {p.partition: _partition_refs(view, topic, p.partition) for p in partitions}
+    refs = {p.partition: tuple(refs_of(p, view.partition(topic, p.partition))) for p in partitions}
     for p in partitions:
         applied = state.applied.get(p.partition)
         start = 0 if rebuild or applied is None else applied.offset

@@ -59,9 +59,9 @@ def table_rows_of(records: Sequence[pa.Table], partition: int, from_offset: int,
                   header: str | None, schema: pa.Schema) -> pa.Table:
     """The table's rows (`schema`, `compaction.topic_table.target.table_schema`) of one partition's keyed,
     committed consumer `records` (every record of each key they hold, below the partition's stable offset)."""
-    data = pa.concat_tables(records) if records else schema.empty_table().drop_columns([PARTITION_COLUMN])
-    if data.num_rows == 0:
+    if not any(r.num_rows for r in records):
         return schema.empty_table()
+    data = pa.concat_tables(records)
     has_version, version = record_ranks(data, strategy, header)
     offsets = data["offset"].to_numpy()
     fold = KeyFold(data.num_rows)
