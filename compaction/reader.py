@@ -197,7 +197,7 @@ def segment_records(store: ObjectStore, seg: SegmentRef, read: ConsumerRead = FR
         raise exc.located(uri, position) from None
 
 
-def _fetched(store: ObjectStore, seg: SegmentRef, from_offset: int) -> tuple[str, bytes, int, int]:
+def _fetched(store: ObjectStore, seg: SegmentRef, from_offset: int) -> tuple[str, bytes | memoryview, int, int]:
     """(object URI, bytes, their position in the object, the first offset to return) of a read of `seg` from
     `from_offset`: a WAL slice's bytes checked for what a CRC misses (`wal_headers`)."""
     uri = store.object_uri(seg.log_key)
@@ -302,16 +302,16 @@ def slice_bytes(store: ObjectStore, seg: SegmentRef) -> bytes:
     return data
 
 
-def _segment_tail(store: ObjectStore, seg: SegmentRef, from_offset: int) -> tuple[bytes, int]:
+def _segment_tail(store: ObjectStore, seg: SegmentRef, from_offset: int) -> tuple[bytes | memoryview, int]:
     """(bytes, their position in the object): from the batch of `from_offset`'s offset index entry on."""
     if seg.wal:
         return slice_bytes(store, seg), seg.start_position
     if from_offset <= seg.start_offset or seg.offset_index_key is None:
-        return store.get(seg.log_key), 0
+        return store.view(seg.log_key), 0
     index = store.get(seg.offset_index_key)
     entries = read_offset_index(index, seg.start_offset, obj=store.object_uri(seg.offset_index_key))
     _offset, position = offset_index_lookup(entries, seg.start_offset, from_offset)
-    return store.get(seg.log_key, position), position
+    return store.view(seg.log_key, position), position
 
 
 def unstable_transactions(store: ObjectStore, segments: Sequence[SegmentRef]) -> dict[int, int]:
@@ -373,7 +373,7 @@ def _read_transactional_batches(store: ObjectStore, seg: SegmentRef) -> list[Txn
         wal_headers(data, seg, uri)
         return [TxnBatch(h.base_offset, h.base_offset + h.last_offset_delta, h.producer_id, h.is_control)
                 for h in iter_batch_headers(data, obj=uri) if h.is_transactional]
-    fields = batch_fields(store.get(seg.log_key), obj=uri)
+    fields = batch_fields(store.view(seg.log_key), obj=uri)
     txn = fields[(fields[:, BATCH_ATTRIBUTES] & TRANSACTIONAL_FLAG_MASK) != 0]
     return [TxnBatch(base, base + delta, producer, bool(attributes & CONTROL_FLAG_MASK)) for base, delta, producer,
             attributes in txn[:, [BATCH_BASE_OFFSET, BATCH_LAST_OFFSET_DELTA, BATCH_PRODUCER_ID,

@@ -5,7 +5,7 @@ order, a version header that may be missing or malformed), transactions that com
 transaction left open across a tiering. `expected_rows` decides from the log's own batches, not from the
 reader, what a read_committed consumer of the tiered offsets below the last stable offset ends up with per key
 under a strategy (`tests.latest_view.Strategy.rank`), tombstone winners dropped. `table_rows` reads the Delta
-table with delta-rs into pyarrow, as a user would.
+table with delta-rs into pyarrow, as a user would; `duckdb_rows` with DuckDB's delta extension.
 """
 
 from __future__ import annotations
@@ -140,4 +140,21 @@ def table_rows(uri: str, storage_options: dict[str, str] | None = None) -> set[R
     return rows
 
 
-__all__ = ["VERSION_HEADER", "RandomProducer", "Row", "expected_rows", "table_rows"]
+def duckdb_rows(uri: str) -> set[Row]:
+    """The table as DuckDB reads it with its `delta` extension (delta-kernel-rs; installed from PyPI as
+    `duckdb-extension-delta`, since DuckDB's own `INSTALL delta` downloads from a host this machine cannot reach)."""
+    import duckdb
+    from duckdb_extensions import import_extension
+
+    with duckdb.connect() as con:
+        import_extension("delta", con=con)
+        con.sql("LOAD delta")
+        path = uri.replace("'", "''")
+        data = con.sql(f"SELECT * FROM delta_scan('{path}')").to_arrow_table().to_pylist()
+    rows = {(d["partition"], d["key"], d["value"], d["offset"], d["timestamp"],
+             tuple((h["key"], h["value"]) for h in d["headers"]), d.get("version")) for d in data}
+    assert len(rows) == len(data), "a key has two rows"
+    return rows
+
+
+__all__ = ["VERSION_HEADER", "RandomProducer", "Row", "duckdb_rows", "expected_rows", "table_rows"]

@@ -287,7 +287,7 @@ class _ScanTask:
         before, started = replace(store.stats), time.monotonic()
         report = PartitionScan()
         try:
-            data = cache.fetch(store, d.log_key, d.segment_id) if cache is not None else store.get(d.log_key)
+            data = cache.fetch(store, d.log_key, d.segment_id) if cache is not None else store.view(d.log_key)
             report.scanned[d.segment_id] = len(data)
             if cache is not None:
                 report.cached[d.segment_id] = len(data)

@@ -27,12 +27,20 @@ REQUIRED: dict[str, str] = {
 }
 """What kcompact's data path relies on (Arrow transfers, UTC, reused Python workers), set in every session."""
 
+WORKER_MALLOC = "spark.executorEnv.GLIBC_TUNABLES"
+HUGE_PAGES = "glibc.malloc.hugetlb=1"
+"""The Python workers' malloc asks for transparent huge pages (where the kernel gives them on request, its default
+`madvise` mode): a task's large buffers (a segment's decoded values, Parquet pages) are then faulted in 2 MiB at a
+time instead of 4 KiB, which on a VM costs far less per byte (BENCHMARKS.md P8 has the difference). Where huge
+pages are off (`never`), it changes nothing."""
+
 LOCAL_DEFAULTS: dict[str, str] = {
     **REQUIRED,
     "spark.sql.shuffle.partitions": "8",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "2g",
+    WORKER_MALLOC: HUGE_PAGES,
 }
 """A session this module launches itself (local mode, notebooks): sized for one machine. Under spark-submit only
 `REQUIRED` applies, so the sizing and UI of `--conf` / `--properties-file` (conf/spark-defaults.conf) stand."""

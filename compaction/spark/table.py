@@ -287,6 +287,23 @@ def _rebuilder(spec: StoreSpec, location: Location, schema: pa.Schema, strategy:
     return rebuild
 
 
+def load_rebuild_task() -> None:
+    """What a rebuild task runs, on a tiny segment: the consumer decode with a key bucket and the fold of each
+    strategy, so that the modules are imported and the kernels loaded (`compaction.spark.workers`, which runs this
+    in each Python worker while the driver plans)."""
+    from compaction.format.batch import Record, build_batch, encode_batch
+    from compaction.format.scan import scan_records
+    from compaction.topic_table.target import table_schema
+
+    segment = encode_batch(build_batch([Record(0, 0, b"k", b"v", ()), Record(1, 0, b"j", None, ())]))
+    scan = scan_records(segment, obj="<worker start>")
+    take = np.arange(2)
+    _bucket(0, 2)(scan.keys(take))
+    records = [pa.Table.from_batches(list(scan.consumer_batches(take)))]
+    for strategy in CompactionStrategy:
+        table_rows_of(records, 0, 0, strategy, "version", table_schema(strategy))
+
+
 def rebuild_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Sequence[SegmentRef]],
                   spans: Sequence[tuple[PartitionSpan, int]], location: Location, schema: pa.Schema,
                   strategy: CompactionStrategy, header: str | None) -> list[dict[str, object]]:
@@ -308,5 +325,5 @@ def stats(rows: int) -> str:
     return json.dumps({"numRecords": rows})
 
 
-__all__ = ["merged", "rebuild_buckets", "rebuild_files", "row_schema", "stats", "table_rows", "topic_records",
-           "touched_files", "winners", "write_files"]
+__all__ = ["load_rebuild_task", "merged", "rebuild_buckets", "rebuild_files", "row_schema", "stats", "table_rows",
+           "topic_records", "touched_files", "winners", "write_files"]

@@ -109,7 +109,7 @@ def _viewer(
             for d in descriptors.to_pylist():
                 side, key = d["side"], d["log_key"]
                 try:
-                    rows, summary = view_rows(store.get(key), obj=store.object_uri(key),
+                    rows, summary = view_rows(store.view(key), obj=store.object_uri(key),
                                               strategy=CompactionStrategy(strategy), header=header,
                                               aborted=aborted[side], below=below)
                 except KcompactError as exc:  # raised again on the driver, typed, after the job
@@ -133,7 +133,7 @@ def _tombstone_reader(spec: StoreSpec, reports: Accumulator
             for d in descriptors.to_pylist():
                 key = d["log_key"]
                 try:
-                    tombs = carried_tombstones(store.get(key), obj=store.object_uri(key))
+                    tombs = carried_tombstones(store.view(key), obj=store.object_uri(key))
                 except MissingObjectError:
                     continue  # gc deleted it: it proves nothing, as in the reference path
                 except KcompactError as exc:

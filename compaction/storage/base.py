@@ -281,6 +281,16 @@ class ObjectStore(ABC):
             ValueError: `start < 0` or `end < start`.
         """
 
+    def view(self, key: str, start: int = 0) -> bytes | memoryview:
+        """The bytes of object `key` from `start` to its end, read-only, for a reader that keeps them no longer
+        than it needs them: `get`'s bytes here; a local store maps the file instead of copying it.
+
+        Raises:
+            MissingObjectError: `key` does not exist.
+            ValueError: `start < 0`.
+        """
+        return self.get(key, start)
+
     @abstractmethod
     def get_to_file(self, key: str, path: str | PathLike[str]) -> int:
         """Download object `key` to the local file `path` (replaced atomically); returns the byte count.

@@ -70,6 +70,27 @@ def test_ranged_get_behaves_like_a_slice(store: ObjectStore, start: int, end: in
     assert store.get("seg.log", start, end) == PAYLOAD[start:end]
 
 
+@pytest.mark.parametrize("start", [0, 1, 4000, len(PAYLOAD) - 1, len(PAYLOAD), len(PAYLOAD) + 7])
+def test_a_view_holds_the_bytes_get_returns(store: ObjectStore, start: int) -> None:
+    store.put("seg.log", PAYLOAD)
+    store.put("empty", b"")
+    store.stats = StoreStats()
+    assert bytes(store.view("seg.log", start)) == PAYLOAD[start:]
+    assert bytes(store.view("empty")) == b""
+    assert store.stats.gets == 2 and store.stats.bytes_read == len(PAYLOAD[start:])
+    with pytest.raises(ValueError, match="invalid byte range"):
+        store.view("seg.log", -1)
+
+
+def test_a_view_outlives_the_deletion_of_its_object(store: ObjectStore) -> None:
+    """gc deletes replaced objects while a reader may still hold them (a local store's view maps the file)."""
+    store.put("seg.log", PAYLOAD)
+    held = store.view("seg.log", 5)
+    store.delete("seg.log")
+    assert not store.exists("seg.log")
+    assert bytes(held) == PAYLOAD[5:]
+
+
 def test_ranged_get_past_the_end_is_empty(store: ObjectStore) -> None:
     store.put("seg.log", PAYLOAD)
     store.put("empty", b"")
@@ -134,8 +155,9 @@ def test_concurrent_creates_of_one_key_have_one_winner(store: ObjectStore) -> No
         lambda s, k, p: s.get(k, 4, 4),
         lambda s, k, p: s.size(k),
         lambda s, k, p: s.get_to_file(k, p),
+        lambda s, k, p: s.view(k),
     ],
-    ids=["get", "ranged-get", "empty-range", "size", "get_to_file"],
+    ids=["get", "ranged-get", "empty-range", "size", "get_to_file", "view"],
 )
 def test_missing_object_raises_naming_its_uri(
     store: ObjectStore, tmp_path: Path, read: Callable[[ObjectStore, str, Path], object]
