@@ -156,6 +156,12 @@ def merged(old: DataFrame, fresh: DataFrame, columns: Sequence[str]) -> DataFram
     return joined.select(PARTITION_COLUMN, "key", *picked).where(F.col("value").isNotNull())
 
 
+DICTIONARY_COLUMNS = ["headers.list.element.key"]
+"""The Parquet columns dictionary-encoded: header names repeat; a compacted topic's keys never do within a partition,
+and its values seldom, where a dictionary only costs time before Parquet falls back from it (zstd takes what
+repeats; BENCHMARKS.md P8)."""
+
+
 class _FileSink:
     """Parquet files of the table written from one task: rows go to the open file of their partition, a file is
     closed (and put into the store) once it holds `FILE_BYTES` of Arrow data or another partition's rows come."""
@@ -183,7 +189,8 @@ class _FileSink:
             self.close()
         if self._current is None:
             local = os.path.join(self.tmp, f"{uuid.uuid4()}.parquet")
-            self._current = (partition, local, pq.ParquetWriter(local, self.stored, compression="zstd"))
+            self._current = (partition, local, pq.ParquetWriter(local, self.stored, compression="zstd",
+                                                                use_dictionary=DICTIONARY_COLUMNS))
         self._current[2].write_table(chunk.select(self.stored.names).cast(self.stored))
         self._rows += chunk.num_rows
         self._held += chunk.nbytes
