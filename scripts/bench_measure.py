@@ -493,6 +493,11 @@ def _read_partition_seconds(store: Path, topic: str, from_offset: int, *, warm: 
     return float(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
 
 
+P8_REBUILDS = 3
+"""Fresh `kcompact table` processes per shape rebuilding the table; the median one is the figure (one fresh process
+varies by about 15% on the 2-core machine)."""
+
+
 def bench_table(partitions: int, keys_per_partition: int, value_bytes: int, segment_bytes: int,
                 scale: float = 1.0) -> dict[str, Any]:
     """P8: a full rebuild of the table from a base where every key appears once (>= 1.1 GB), then an update after
@@ -520,8 +525,15 @@ def bench_table(partitions: int, keys_per_partition: int, value_bytes: int, segm
                          "read more than the 1%")
     store_dir = copy_store(pristine, "table-run")
     table = store_dir.parent / "table"
-    shutil.rmtree(table, ignore_errors=True)
-    rebuild = _table_run(store_dir, topic, table, NOW_MS)
+    rebuilds = []
+    for _ in range(P8_REBUILDS):  # a rebuild reads the store and writes a new table: each on an empty one
+        shutil.rmtree(table, ignore_errors=True)
+        rebuilds.append(_table_run(store_dir, topic, table, NOW_MS))
+    walls = [r["seconds"]["total"] for r in rebuilds]
+    rebuild = {**sorted(rebuilds, key=lambda r: r["seconds"]["total"])[len(rebuilds) // 2], "walls": walls,
+               "process_walls": [r["process_seconds"] for r in rebuilds]}  # the median run, the last one's table
+    if rebuild is not rebuilds[-1]:
+        rebuild["files_added"], rebuild["bytes_written"] = rebuilds[-1]["files_added"], rebuilds[-1]["bytes_written"]
     store = open_store(str(store_dir))
     tier_logdir(rolled(full), store, table_in_store(store), NOW_MS - 86_400_000)
     update = _table_run(store_dir, topic, table, NOW_MS + 1)

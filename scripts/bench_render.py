@@ -46,7 +46,8 @@ def _p8(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
     lines = ["Each shape: `kcompact table` rebuilds the table from a base where every key appears once, then 1% "
              "of the keys are rewritten (new segments, tiered) and a second run updates it. "
              "MB/s = segment bytes the run read / its wall time (plan + Spark + commit, session start-up excluded; "
-             "the whole process in brackets); rows/s = records read (rebuild) or table rows rewritten (update) / "
+             "the whole process in brackets; a rebuild is the median of three fresh processes, each run's walls "
+             "below the table); rows/s = records read (rebuild) or table rows rewritten (update) / "
              "wall time. " + note("P8 conditions"), "",
              "| shape | keys | run | segment bytes read | wall s (process) | MB/s | rows/s "
              "| table files written (bytes) |",
@@ -59,6 +60,9 @@ def _p8(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
                          f"{_mb(x['segment_bytes_read'])} | {x['seconds']['total']:.1f} ({x['process_seconds']:.1f}) "
                          f"| {_table_rate(x):.2f} | {_rows_handled(r, label) / x['seconds']['total']:,.0f} "
                          f"| {x['files_added']} ({_mb(x['bytes_written'])}) |")
+    lines += [""] + [f"- rebuild walls, {r['partitions']} partition(s): " + " / ".join(
+        f"{w:.1f} ({pw:.1f})" for w, pw in zip(r["rebuild"]["walls"], r["rebuild"]["process_walls"], strict=True))
+        + " s" for r in runs if "walls" in r["rebuild"]]
     lines += ["", "The input path alone, `read_partition(..., isolation='read_committed').count()` "
               "(`compaction.spark.read`: the executors decode each segment columnar with the scan's numba kernels, "
               "`compaction.format.scan.scan_records`, and hand Arrow batches to Spark; the driver walks the "
