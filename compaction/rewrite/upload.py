@@ -1,6 +1,6 @@
 """Executor side of a rewrite: chunk by chunk, take the inputs, rewrite, upload under fresh ids.
 
-The task values (`compaction.run.tasks`) are small, frozen and picklable: the driver builds them from the plan
+The task values (`compaction.tasks`) are small, frozen and picklable: the driver builds them from the plan
 and ships them; the task opens the store from its spec. Every output object gets a new segment id, so nothing an
 earlier (or concurrent) attempt wrote is ever overwritten; what is uploaded becomes live only when the driver
 commits the metadata.
@@ -47,9 +47,9 @@ from compaction.bloom.segment import FilterPart, filter_part, joined_filter
 from compaction.errors import ConfigError
 from compaction.rewrite.cache import SegmentCache
 from compaction.rewrite.group import SegmentInput, TransactionState, rewrite_group
-from compaction.run.tasks import GroupTask, PartitionTask
 from compaction.storage.base import ObjectStore, StoreStats
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
+from compaction.tasks import GroupTask, PartitionTask
 
 __all__ = ["ChunkResult", "DiskBudgetError", "PartitionRewrite", "check_budget", "rewrite_groups"]
 

@@ -5,7 +5,8 @@
 - `stage.py`: takes ownership of each eligible partition (a new fencing epoch), runs the Spark data path
   (`compaction.spark.pipeline`) and uploads every output under a fresh id. Nothing is visible yet.
 - `commit.py`: lands each partition's swap in one metadata commit and returns the outcomes.
-- `tasks.py`: the small picklable values shipped to executors. `producers.py`: producer state from the tier.
+- `producers.py`: producer state from the tier. The small picklable values shipped to executors are
+  `compaction.tasks`, below run/, spark/ and rewrite/, which all read them.
 - `stats.py` (a partition's counters), `report.py` (the typed `RunReport`, its text and JSON), `report_html.py`
   and `metrics.py` (the same report as an HTML page and a Prometheus file).
 

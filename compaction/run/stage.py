@@ -35,7 +35,7 @@ from compaction.rewrite.upload import ChunkResult
 from compaction.run.plan import RunPlan
 from compaction.run.producers import active_producers
 from compaction.run.stats import PartitionStats, partition_stats
-from compaction.run.tasks import PartitionTask, PartitionWork, group_task
+from compaction.tasks import PartitionTask, PartitionWork, group_task
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from compaction.bloom.skipping import Verdict
 from compaction.rewrite.stats import RewriteStats
-from compaction.run.tasks import PartitionWork
+from compaction.tasks import PartitionWork
 
 if TYPE_CHECKING:
     from compaction.spark.pipeline import PartitionStage

@@ -47,13 +47,13 @@ from compaction.errors import KcompactError
 from compaction.metadata.model import ObjectSuffix, SegmentMetadata, TopicPartition
 from compaction.rewrite.cache import SegmentCache, cache_fits
 from compaction.rewrite.upload import ChunkResult, check_budget
-from compaction.run.tasks import PartitionTask, PartitionWork, SegmentScanTask
 from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, WinnerRows, run_rewrites
 from compaction.spark.scan import PartitionScan, RowLayout, ScanSettings, ScanTracker, scan_rows
 from compaction.spark.skipping import FilterProbe, ProbeOutcome, ProbeResult, probe_filters
 from compaction.spark.winners import CHUNK_SLOT, Chunk, best_per_key, chunk_winners, slot_keys
 from compaction.storage.base import StoreSpec, StoreStats
 from compaction.strategies.transactions import TransactionState, TxnEvent, states_at
+from compaction.tasks import PartitionTask, PartitionWork, SegmentScanTask
 
 
 @dataclass

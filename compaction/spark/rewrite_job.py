@@ -23,10 +23,10 @@ from compaction.errors import KcompactError
 from compaction.format.scan import binary_buffers
 from compaction.rewrite.cache import SegmentCache
 from compaction.rewrite.upload import PartitionRewrite, rewrite_groups
-from compaction.run.tasks import GroupTask, PartitionTask
 from compaction.spark.winners import CHUNK_SLOT, PACKED
 from compaction.storage.base import StoreSpec, StoreStats
 from compaction.strategies.transactions import TransactionState, TxnEvent, states_at
+from compaction.tasks import GroupTask, PartitionTask
 
 _WINNERS = pa.schema([pa.field(CHUNK_SLOT, pa.int64()), pa.field("tp", pa.int32()), pa.field("offset", pa.int64())])
 _OUTCOMES = pa.schema([pa.field("outcome", pa.binary(), False)])

@@ -43,10 +43,10 @@ from pyspark.sql.types import (
 from compaction.config import CompactionStrategy
 from compaction.errors import KcompactError
 from compaction.metadata.model import TopicPartition
-from compaction.run.tasks import PartitionTask, SegmentScanTask
 from compaction.storage.base import ObjectStore, StoreSpec, StoreStats
 from compaction.strategies.transactions import TxnEvent
 from compaction.strategies.winner import AbortedRange, SegmentBest
+from compaction.tasks import PartitionTask, SegmentScanTask
 
 if TYPE_CHECKING:
     from compaction.format.scan import SegmentScan

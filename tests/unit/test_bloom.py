@@ -48,9 +48,9 @@ from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.planner.grouping import estimated_index_sizes, group_segments_by_size
 from compaction.rewrite.upload import DiskBudgetError, rewrite_groups
 from compaction.run.report import TARGET_FALSE_READ_RATE, bloom_sizing
-from compaction.run.tasks import GroupTask, InputSegment, PartitionTask, PartitionWork
 from compaction.storage import open_store
 from compaction.storage.layout import Suffix, segment_object_key
+from compaction.tasks import GroupTask, InputSegment, PartitionTask, PartitionWork
 from tests import factories
 
 NOW = 1_800_000_000_000

@@ -116,3 +116,29 @@ def test_no_private_name_imported_from_another_module() -> None:
 ])
 def test_circles_finds_what_it_should(graph: dict[str, set[str]], expected: list[frozenset[str]]) -> None:
     assert circles(graph) == expected
+
+
+RUN_LAYERS = ("run", "spark", "rewrite")
+"""A compaction run goes down these packages: the driver's run (`run.stage.stage`), the Spark data path, the
+executors' rewrite, and on into what they share below them (`compaction.tasks`, format, strategies, storage...)."""
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    return RUN_LAYERS.index(parts[1]) if len(parts) > 2 and parts[1] in RUN_LAYERS else len(RUN_LAYERS)
+
+
+def test_a_runs_call_path_never_climbs_back_up_its_layers() -> None:
+    """No module a run reaches from `run.stage` imports one of a layer above its own (the spark layer reading the
+    run's task values back from run/ was four such imports)."""
+    graph = dependencies()
+    reached: set[str] = set()
+    todo = ["compaction.run.stage"]
+    while todo:
+        module = todo.pop()
+        if module not in reached:
+            reached.add(module)
+            todo += sorted(graph.get(module, ()))
+    assert "compaction.rewrite.upload" in reached and "compaction.spark.scan" in reached
+    climbs = sorted((m, d) for m in reached for d in graph.get(m, ()) if layer(d) < layer(m))
+    assert climbs == []

@@ -15,7 +15,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compaction.config import CompactionStrategy
-from compaction.run.tasks import GroupTask, SegmentScanTask
 from compaction.spark.rewrite_job import UnitOutcome, _portable, split_winners
 from compaction.spark.scan import (
     SCAN_TASK_BYTES,
@@ -28,6 +27,7 @@ from compaction.spark.scan import (
 )
 from compaction.spark.winners import slot_keys, spark_hash_long
 from compaction.strategies.winner import SegmentBest
+from compaction.tasks import GroupTask, SegmentScanTask
 
 
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2 * SCAN_TASK_BYTES), st.integers(0, SCAN_TASK_RECORDS)),
