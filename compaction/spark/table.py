@@ -8,7 +8,11 @@ built), folds each key's winner with the compaction's `KeyFold` (`compaction.top
 rows as Parquet in offset order. Nothing crosses a shuffle; each bucket decodes the whole partition, so past
 `MAX_REBUILD_BUCKETS` a partition takes the Spark path instead.
 
-An **update** (and a rebuild too large for a task) goes through Spark:
+An **update** of a partition whose table files and new segments fit `UPDATE_TASK_BYTES` is one task too
+(`update_files`): it decodes the new records, folds the winners of the keys they change (`table_changes_of`),
+rewrites the partition's table files that hold a changed key without those keys' rows, and writes the winners.
+
+A larger update (and a rebuild too large for the task path) goes through Spark:
 1. **records**: each partition's consumer view (`read_refs`, read_committed) from the span's `read_from`,
    cut at its last stable offset; keyless records are not part of a compacted topic's state;
 2. **winners**: per (partition, key), the record of greatest rank (has_version, version, offset) (KIP-280's
@@ -39,7 +43,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
 from compaction.bloom.hashing import key_hashes
 from compaction.config import CompactionStrategy
@@ -50,7 +54,7 @@ from compaction.spark.read import RECORD_STRUCT, partition_read, read_refs
 from compaction.storage.base import ObjectStore, StoreSpec
 from compaction.topic_table.plan import PartitionSpan
 from compaction.topic_table.target import FILE_BYTES, PARTITION_COLUMN, VERSION_COLUMN, DataFile, Location
-from compaction.topic_table.winners import table_rows_of
+from compaction.topic_table.winners import table_changes_of, table_rows_of
 
 DATA_COLUMNS = ("value", "offset", "timestamp", "headers")
 _FILE_ROW = StructType([
@@ -280,18 +284,86 @@ def _rebuilder(spec: StoreSpec, location: Location, schema: pa.Schema, strategy:
             for ids in batches:
                 for i in ids.column(0).to_pylist():
                     span, read, pieces, bucket, buckets = tasks[i]
-                    mine = _bucket(bucket, buckets)
-                    held = []
-                    for piece in pieces:
-                        for batch in segment_batches(store, piece, read, keys=mine):
-                            records = pa.Table.from_batches([batch])
-                            if piece.end_offset >= span.to_offset:
-                                records = records.filter(pc.less(records["offset"], span.to_offset))
-                            held.append(records)
+                    held = _held_records(store, span, read, pieces, _bucket(bucket, buckets))
                     sink.add(table_rows_of(held, span.partition, span.from_offset, strategy, header, schema))
             yield sink.files()
 
     return rebuild
+
+
+def _held_records(store: ObjectStore, span: PartitionSpan, read: ConsumerRead, pieces: Sequence[SegmentRef],
+                  keys: Callable[[pa.Array], np.ndarray] | None) -> list[pa.Table]:
+    """The keyed committed records of `pieces` below the span's `to_offset` (of the keys `keys` keeps)."""
+    held = []
+    for piece in pieces:
+        for batch in segment_batches(store, piece, read, keys=keys):
+            records = pa.Table.from_batches([batch])
+            if piece.end_offset >= span.to_offset:
+                records = records.filter(pc.less(records["offset"], span.to_offset))
+            held.append(records)
+    return held
+
+
+UPDATE_TASK_BYTES = REBUILD_TASK_BYTES
+"""The most an update task of one partition holds: the new records it decodes plus the table files it reads (their
+size on disk; a larger partition's update goes through Spark's aggregate and join)."""
+
+_UPDATE_SCHEMA = pa.schema([*_FILE_SCHEMA, pa.field("replaced", pa.bool_(), False)])
+_UPDATE_ROW = StructType([*_FILE_ROW.fields, StructField("replaced", BooleanType(), False)])
+
+
+def update_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Sequence[SegmentRef]],
+                 spans: Sequence[PartitionSpan], files: Mapping[int, Sequence[DataFile]], location: Location,
+                 schema: pa.Schema, strategy: CompactionStrategy, header: str | None
+                 ) -> tuple[list[dict[str, object]], set[str]]:
+    """Apply the updates `spans` with no shuffle: a task per partition decodes its new records (from `read_from`),
+    folds the winners of the keys they change (`table_changes_of`), reads the key column of each of the partition's
+    table `files`, rewrites those holding a changed key without those keys' rows, and writes the winners. Returns
+    what was written (as `rebuild_files`) and the paths of the files it replaces. Nothing is visible until
+    committed."""
+    tasks = []
+    for span in spans:
+        read, pieces = partition_read(store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED)
+        tasks.append((span, read, pieces, tuple(files.get(span.partition, ()))))
+    ids = spark.range(0, len(tasks), 1, max(1, len(tasks)))
+    done = [r.asDict() for r in ids.mapInArrow(_updater(store.spec, location, schema, strategy, header, tasks),
+                                               _UPDATE_ROW).collect()]
+    written = [{k: v for k, v in r.items() if k != "replaced"} for r in done if not r["replaced"]]
+    return written, {str(r["path"]) for r in done if r["replaced"]}
+
+
+def _updater(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: CompactionStrategy,
+             header: str | None, tasks: Sequence[tuple[PartitionSpan, ConsumerRead, Sequence[SegmentRef],
+                                                       Sequence[DataFile]]]
+             ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """An update task (one of `tasks`: a span, its consumer read and pieces, the partition's table files)."""
+    def update(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        store, tables = spec.open(), location.open()
+        replaced: list[dict[str, object]] = []
+        with tempfile.TemporaryDirectory(prefix="kcompact-table-") as tmp:
+            sink = _FileSink(location, schema, tmp)
+            for ids in batches:
+                for i in ids.column(0).to_pylist():
+                    span, read, pieces, old = tasks[i]
+                    held = _held_records(store, span, read, pieces, None)
+                    rows, changed = table_changes_of(held, span.partition, span.from_offset, strategy, header, schema)
+                    for f in old:
+                        data = pa.BufferReader(tables.get(location.file_key(f.path)))
+                        gone = pc.is_in(pq.read_table(data, columns=["key"])["key"], value_set=changed)
+                        if not pc.any(gone).as_py():
+                            continue
+                        kept = pq.read_table(data).filter(pc.invert(gone))
+                        partition = pa.array(np.full(kept.num_rows, span.partition, np.int32))
+                        sink.add(kept.append_column(PARTITION_COLUMN, partition))
+                        replaced.append({"path": f.path, "partition": f.partition, "size": f.size, "rows": 0,
+                                         "replaced": True})
+                    sink.add(rows)
+            written = sink.files()
+        yield pa.RecordBatch.from_arrays([*written.columns, pa.array([False] * written.num_rows)],
+                                         schema=_UPDATE_SCHEMA)
+        yield pa.RecordBatch.from_pylist(replaced, schema=_UPDATE_SCHEMA)
+
+    return update
 
 
 def load_rebuild_task() -> None:
@@ -333,4 +405,4 @@ def stats(rows: int) -> str:
 
 
 __all__ = ["load_rebuild_task", "merged", "rebuild_buckets", "rebuild_files", "row_schema", "stats", "table_rows",
-           "topic_records", "touched_files", "winners", "write_files"]
+           "topic_records", "touched_files", "update_files", "winners", "write_files"]

@@ -137,11 +137,24 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
     if progress and by_task:
         progress.phase(f"table: {len(by_task)} partitions rebuilt by {sum(b for _, b in by_task)} tasks, "
                        f"{len(written)} files written")
-    others = [s for s in plan.spans if not s.rebuild or buckets[s.partition] is None]
+    files = {p: run.state.files_of({p}) for p in {s.partition for s in plan.spans if not s.rebuild}}
+    updates = [s for s in plan.spans if not s.rebuild
+               and s.segment_bytes + sum(f.size for f in files[s.partition]) <= data.UPDATE_TASK_BYTES]
     touched: set[str] = set()
-    if others:
-        more, touched = _spark_files(spark, store, run, others, progress)
+    if updates:
+        more, touched = data.update_files(spark, store, run.refs, updates, files, run.table.location,
+                                          run.table.schema, run.strategy, run.header)
         written += more
+        if progress:
+            progress.phase(f"table: {len(updates)} partitions updated by {len(updates)} tasks, {len(touched)} files "
+                           "holding a changed key rewritten")
+    by_update = {s.partition for s in updates}
+    others = [s for s in plan.spans if (not s.rebuild and s.partition not in by_update)
+              or (s.rebuild and buckets[s.partition] is None)]
+    if others:
+        more, also = _spark_files(spark, store, run, others, progress)
+        written += more
+        touched |= also
     report.seconds["write"] = time.monotonic() - started
     if progress:
         progress.phase(f"table: {len(written)} files written ({sum(int(str(w['rows'])) for w in written)} rows)")

@@ -59,14 +59,22 @@ def table_rows_of(records: Sequence[pa.Table], partition: int, from_offset: int,
                   header: str | None, schema: pa.Schema) -> pa.Table:
     """The table's rows (`schema`, `compaction.topic_table.target.table_schema`) of one partition's keyed,
     committed consumer `records` (every record of each key they hold, below the partition's stable offset)."""
+    return table_changes_of(records, partition, from_offset, strategy, header, schema)[0]
+
+
+def table_changes_of(records: Sequence[pa.Table], partition: int, from_offset: int, strategy: CompactionStrategy,
+                     header: str | None, schema: pa.Schema) -> tuple[pa.Table, pa.Array]:
+    """`table_rows_of`, and the keys whose rows they change: every key with a record at or above `from_offset`,
+    those whose winner is a tombstone included (an update removes their rows and adds none)."""
     if not any(r.num_rows for r in records):
-        return schema.empty_table()
+        return schema.empty_table(), pa.array([], pa.binary())
     data = pa.concat_tables(records)
     has_version, version = record_ranks(data, strategy, header)
     offsets = data["offset"].to_numpy()
     fold = KeyFold(data.num_rows)
     fold.add(data["key"].combine_chunks(), has_version, version, offsets, offsets >= from_offset)
-    _, _, _, best, fresh = fold.result()
+    keys, _, _, best, fresh = fold.result()
+    changed = keys.filter(pa.array(fresh))
     winner = np.zeros(data.num_rows, bool)
     winner[_positions(offsets, best[fresh])] = True
     winner &= np.asarray(data["value"].is_valid(), bool)  # a tombstone winner: no row
@@ -78,7 +86,7 @@ def table_rows_of(records: Sequence[pa.Table], partition: int, from_offset: int,
         has = has_version[kept].astype(bool)
         columns[VERSION_COLUMN] = pa.array(version[kept], pa.int64(), mask=~has)
     out = pa.table([columns[f.name] for f in schema], schema=pa.schema([pa.field(f.name, f.type) for f in schema]))
-    return out.cast(schema)
+    return out.cast(schema), changed
 
 
 def _filtered(data: pa.Table, keep: np.ndarray) -> pa.Table:
@@ -100,4 +108,4 @@ def _positions(offsets: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return ascending[np.searchsorted(offsets[ascending], wanted)]
 
 
-__all__ = ["last_header_values", "record_ranks", "table_rows_of"]
+__all__ = ["last_header_values", "record_ranks", "table_changes_of", "table_rows_of"]

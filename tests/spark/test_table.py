@@ -127,6 +127,33 @@ def test_a_rebuild_by_tasks_in_key_buckets_or_by_spark_writes_the_same_table(
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("kind", sorted(STRATEGIES))
+def test_an_update_by_tasks_or_by_spark_writes_the_same_table(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """An update runs as a task per partition (the partition's new records and table files in one task) or, for a
+    partition too large for that, through Spark's aggregate and join: each writes the plainly computed table, keeps
+    the files holding no changed key and replaces those holding one."""
+    from compaction.spark import table as data
+
+    topic = Topic(tmp_path, seed=40 + sorted(STRATEGIES).index(kind))
+    topic.append(batches=12)
+    tables = {name: table_uri(tmp_path, name) for name in ("tasks", "spark")}
+    for uri in tables.values():
+        run_table(spark, topic, kind, uri)
+    topic.append(batches=2, leave_open=True)
+    expected = topic.expected(kind)
+    for name, limit in (("tasks", data.UPDATE_TASK_BYTES), ("spark", -1)):
+        monkeypatch.setattr(data, "UPDATE_TASK_BYTES", limit)
+        before = set(pa.table(DeltaTable(tables[name]).get_add_actions(flatten=True)).to_pydict()["path"])
+        report = run_table(spark, topic, kind, tables[name])
+        assert {s.reason for s in report.run.plan.spans} == {Reason.UPDATE}
+        assert table_rows(tables[name]) == expected, name
+        assert duckdb_rows(tables[name]) == expected, name
+        after = set(pa.table(DeltaTable(tables[name]).get_add_actions(flatten=True)).to_pydict()["path"])
+        assert report.files_removed == len(before - after) and report.files_added == len(after - before)
+
+
+@pytest.mark.spark
 def test_a_crash_before_or_at_the_commit_converges(spark: SparkSession, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # every changed partition counts as touching all its files (the shortcut a large update takes)
