@@ -530,10 +530,10 @@ def bench_table(partitions: int, keys_per_partition: int, value_bytes: int, segm
         shutil.rmtree(table, ignore_errors=True)
         rebuilds.append(_table_run(store_dir, topic, table, NOW_MS))
     walls = [r["seconds"]["total"] for r in rebuilds]
-    rebuild = {**sorted(rebuilds, key=lambda r: r["seconds"]["total"])[len(rebuilds) // 2], "walls": walls,
-               "process_walls": [r["process_seconds"] for r in rebuilds]}  # the median run, the last one's table
-    if rebuild is not rebuilds[-1]:
-        rebuild["files_added"], rebuild["bytes_written"] = rebuilds[-1]["files_added"], rebuilds[-1]["bytes_written"]
+    median = sorted(rebuilds, key=lambda r: r["seconds"]["total"])[len(rebuilds) // 2]
+    last = rebuilds[-1]  # its table is the one the update then runs on
+    rebuild = {**median, "walls": walls, "process_walls": [r["process_seconds"] for r in rebuilds],
+               "files_added": last["files_added"], "bytes_written": last["bytes_written"]}
     store = open_store(str(store_dir))
     tier_logdir(rolled(full), store, table_in_store(store), NOW_MS - 86_400_000)
     update = _table_run(store_dir, topic, table, NOW_MS + 1)

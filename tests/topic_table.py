@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 from deltalake import DeltaTable
 
@@ -133,7 +134,11 @@ def expected_rows(producers: list[RandomProducer], strategy: Strategy) -> set[Ro
 
 def table_rows(uri: str, storage_options: dict[str, str] | None = None) -> set[Row]:
     """The table as delta-rs hands it to pyarrow; fails on a key that has two rows in one partition."""
-    data = DeltaTable(uri, storage_options=storage_options).to_pyarrow_table().to_pylist()
+    return _rows(DeltaTable(uri, storage_options=storage_options).to_pyarrow_table().to_pylist())
+
+
+def _rows(data: list[dict[str, Any]]) -> set[Row]:
+    """The table's rows as `Row`s; fails on a key that has two rows in one partition."""
     rows = {(d["partition"], d["key"], d["value"], d["offset"], d["timestamp"],
              tuple((h["key"], h["value"]) for h in d["headers"]), d.get("version")) for d in data}
     assert len(rows) == len(data) == len({(d["partition"], d["key"]) for d in data}), "a key has two rows"
@@ -151,10 +156,7 @@ def duckdb_rows(uri: str) -> set[Row]:
         con.sql("LOAD delta")
         path = uri.replace("'", "''")
         data = con.sql(f"SELECT * FROM delta_scan('{path}')").to_arrow_table().to_pylist()
-    rows = {(d["partition"], d["key"], d["value"], d["offset"], d["timestamp"],
-             tuple((h["key"], h["value"]) for h in d["headers"]), d.get("version")) for d in data}
-    assert len(rows) == len(data), "a key has two rows"
-    return rows
+    return _rows(data)
 
 
 __all__ = ["VERSION_HEADER", "RandomProducer", "Row", "duckdb_rows", "expected_rows", "table_rows"]
