@@ -5,7 +5,7 @@ order, a version header that may be missing or malformed), transactions that com
 transaction left open across a tiering. `expected_rows` decides from the log's own batches, not from the
 reader, what a read_committed consumer of the tiered offsets below the last stable offset ends up with per key
 under a strategy (`tests.latest_view.Strategy.rank`), tombstone winners dropped. `table_rows` reads the Delta
-table with delta-rs into pyarrow, as a user would; `duckdb_rows` with DuckDB's delta extension.
+table with delta-rs into pyarrow, as a user would (`DeltaTable.scan`); `duckdb_rows` with DuckDB's delta extension.
 """
 
 from __future__ import annotations
@@ -133,8 +133,11 @@ def expected_rows(producers: list[RandomProducer], strategy: Strategy) -> set[Ro
 
 
 def table_rows(uri: str, storage_options: dict[str, str] | None = None) -> set[Row]:
-    """The table as delta-rs hands it to pyarrow; fails on a key that has two rows in one partition."""
-    return _rows(DeltaTable(uri, storage_options=storage_options).to_pyarrow_table().to_pylist())
+    """The table as delta-rs's own reader hands it to pyarrow (`DeltaTable.scan`, which applies deletion vectors);
+    fails on a key that has two rows in one partition."""
+    import pyarrow as pa
+
+    return _rows(pa.table(DeltaTable(uri, storage_options=storage_options).scan()).to_pylist())
 
 
 def _rows(data: list[dict[str, Any]]) -> set[Row]:

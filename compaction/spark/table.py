@@ -9,15 +9,18 @@ rows as Parquet in offset order. Nothing crosses a shuffle; each bucket decodes 
 `MAX_REBUILD_BUCKETS` a partition takes the Spark path instead.
 
 An **update** of a partition whose table files and new segments fit `UPDATE_TASK_BYTES` is one task too
-(`update_files`): it decodes the new records, folds the winners of the keys they change (`table_changes_of`),
-rewrites the partition's table files that hold a changed key without those keys' rows, and writes the winners.
+(`update_files`): it decodes the new records, folds the winners of the keys they change (`table_changes_of`), marks
+the rows of those keys in the partition's table files deleted (a deletion vector per file, all of the task's in one
+DV file, `compaction.topic_table.deletion_vectors`; a file past `PURGE_SHARE` deleted is rewritten without them
+instead), and writes the winners as a new file.
 
-A larger update (and a rebuild too large for the task path) goes through Spark:
+A larger update (and a rebuild too large for the task path) goes through Spark, and rewrites the files it touches:
 1. **records**: each partition's consumer view (`read_refs`, read_committed) from the span's `read_from`,
    cut at its last stable offset; keyless records are not part of a compacted topic's state;
 2. **winners**: per (partition, key), the record of greatest rank (has_version, version, offset) (KIP-280's
    rule of `compaction.strategies.ranking`), kept only for keys with a record in [from_offset, to_offset);
-3. **touched files**: the table files (of updated partitions) holding one of those keys: a key-only read;
+3. **touched files**: the table files (of updated partitions) holding one of those keys: a key-only read of their
+   live rows (deletion vectors applied, as in every read of a table file here);
 4. **merge**: the touched files' rows, full outer join the winners by (partition, key): the winner replaces
    the row (or is inserted), a tombstone winner removes it, the other rows stay as they were;
 5. **write**: the rows of rebuilt partitions and the merged rows, as new Parquet files sorted by key, written
@@ -35,6 +38,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import reduce
 
 import numpy as np
@@ -43,7 +47,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, BooleanType, IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from compaction.bloom.hashing import key_hashes
 from compaction.config import CompactionStrategy
@@ -52,6 +56,7 @@ from compaction.spark.local import local_frame
 from compaction.spark.ranking import best, rank_columns
 from compaction.spark.read import RECORD_STRUCT, partition_read, read_refs
 from compaction.storage.base import ObjectStore, StoreSpec
+from compaction.topic_table.deletion_vectors import DeletionVector, VectorFile, read_vector
 from compaction.topic_table.plan import PartitionSpan
 from compaction.topic_table.target import FILE_BYTES, PARTITION_COLUMN, VERSION_COLUMN, DataFile, Location
 from compaction.topic_table.winners import table_changes_of, table_rows_of
@@ -114,13 +119,38 @@ def _best(records: DataFrame, strategy: CompactionStrategy, header: str | None) 
     return ranked.where("fresh").select(PARTITION_COLUMN, "key", *(F.col(f"w.{c}") for c in DATA_COLUMNS), *extra)
 
 
+def deleted_rows(store: ObjectStore, location: Location, vector: DeletionVector | None,
+                 files: dict[str, bytes | memoryview] | None = None) -> np.ndarray:
+    """The row positions a table file's deletion `vector` deletes (none if None), read from its DV file (kept in
+    `files` by name, when given, for the next vector of the same file)."""
+    if vector is None:
+        return np.zeros(0, np.uint64)
+    key = location.file_key(vector.file_name)
+    cache = {} if files is None else files
+    if vector.file_name not in cache:
+        cache[vector.file_name] = store.view(key)
+    return read_vector(cache[vector.file_name], vector, obj=store.object_uri(key))
+
+
+def _live(data: pa.Table, deleted: np.ndarray) -> pa.Table:
+    """`data` without the rows at `deleted`."""
+    if not len(deleted):
+        return data
+    keep = np.ones(data.num_rows, bool)
+    keep[deleted.astype(np.int64)] = False
+    return data.filter(keep)
+
+
 def _file_reader(location: Location, columns: Sequence[str] | None) -> Callable[
         [Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store = location.open()
+        vectors: dict[str, bytes | memoryview] = {}
         for descriptors in batches:
             for d in descriptors.to_pylist():
                 data = pq.read_table(pa.BufferReader(store.get(location.file_key(d["path"]))), columns=columns)
+                vector = None if d["vector"] is None else DeletionVector.from_json(json.loads(d["vector"]))
+                data = _live(data, deleted_rows(store, location, vector, vectors))
                 data = data.append_column(PARTITION_COLUMN, pa.array([d[PARTITION_COLUMN]] * data.num_rows,
                                                                       pa.int32()))
                 data = data.append_column("_file", pa.array([d["path"]] * data.num_rows, pa.string()))
@@ -131,14 +161,16 @@ def _file_reader(location: Location, columns: Sequence[str] | None) -> Callable[
 
 def table_rows(spark: SparkSession, location: Location, files: Sequence[DataFile], schema: StructType,
                columns: Sequence[str] | None = None) -> DataFrame:
-    """The rows of `files` (only `columns`, all if None) with their `partition` and `_file`, read by executors."""
+    """The live rows of `files` (their deletion vectors applied; only `columns`, all if None) with their `partition`
+    and `_file`, read by executors."""
     fields = [f for f in schema.fields if columns is None or f.name in columns or f.name == "key"]
     fields = [f for f in fields if f.name != PARTITION_COLUMN]
     out = StructType([*fields, StructField(PARTITION_COLUMN, IntegerType(), False),
                       StructField("_file", StringType(), False)])
     wanted = None if columns is None else [f.name for f in fields]
-    rows = [(f.path, f.partition) for f in files]
-    descriptors = local_frame(spark, rows, "path string, partition int").repartition(max(1, len(rows)))
+    rows = [(f.path, f.partition, None if f.vector is None else json.dumps(f.vector.to_json())) for f in files]
+    descriptors = local_frame(spark, rows, "path string, partition int, vector string").repartition(
+        max(1, len(rows)))
     return descriptors.mapInArrow(_file_reader(location, wanted), out)
 
 
@@ -307,39 +339,57 @@ def _held_records(store: ObjectStore, span: PartitionSpan, read: ConsumerRead, p
 UPDATE_TASK_BYTES = REBUILD_TASK_BYTES
 """The most an update task of one partition holds: the new records it decodes plus the table files it reads (their
 size on disk; a larger partition's update goes through Spark's aggregate and join)."""
+PURGE_SHARE = 0.2
+"""An update marks the rows of a file's changed keys deleted (a deletion vector) until more than this share of the
+file's rows would be deleted: then it rewrites the file without them instead (Delta's purge). A reader reads a
+file's deleted rows for nothing, so at a fifth deleted a read costs at most a quarter more than a clean file's; a
+table updated at 1% of its keys a run rewrites each file about once in twenty runs (BENCHMARKS.md P8)."""
 
-_UPDATE_SCHEMA = pa.schema([*_FILE_SCHEMA, pa.field("replaced", pa.bool_(), False)])
-_UPDATE_ROW = StructType([*_FILE_ROW.fields, StructField("replaced", BooleanType(), False)])
+_UPDATE_SCHEMA = pa.schema([*_FILE_SCHEMA, pa.field("kind", pa.string(), False), pa.field("vector", pa.string())])
+_UPDATE_ROW = StructType([*_FILE_ROW.fields, StructField("kind", StringType(), False),
+                          StructField("vector", StringType(), True)])
+
+
+@dataclass(frozen=True)
+class Updated:
+    """What the update tasks did: the files they wrote (as `rebuild_files` returns them), the paths of the files they
+    rewrote (to be removed) and the files whose changed keys' rows they marked deleted, each with its new vector."""
+
+    written: list[dict[str, object]]
+    replaced: set[str]
+    marked: dict[str, DeletionVector]
 
 
 def update_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Sequence[SegmentRef]],
                  spans: Sequence[PartitionSpan], files: Mapping[int, Sequence[DataFile]], location: Location,
-                 schema: pa.Schema, strategy: CompactionStrategy, header: str | None
-                 ) -> tuple[list[dict[str, object]], set[str]]:
+                 schema: pa.Schema, strategy: CompactionStrategy, header: str | None, *, vectors: bool) -> Updated:
     """Apply the updates `spans` with no shuffle: a task per partition decodes its new records (from `read_from`),
     folds the winners of the keys they change (`table_changes_of`), reads the key column of each of the partition's
-    table `files`, rewrites those holding a changed key without those keys' rows, and writes the winners. Returns
-    what was written (as `rebuild_files`) and the paths of the files it replaces. Nothing is visible until
+    table `files`, marks the rows of changed keys deleted in a deletion vector (with `vectors`, up to
+    `PURGE_SHARE` of a file) or rewrites the file without them, and writes the winners. Nothing is visible until
     committed."""
     tasks = []
     for span in spans:
         read, pieces = partition_read(store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED)
         tasks.append((span, read, pieces, tuple(files.get(span.partition, ()))))
     ids = spark.range(0, len(tasks), 1, max(1, len(tasks)))
-    done = [r.asDict() for r in ids.mapInArrow(_updater(store.spec, location, schema, strategy, header, tasks),
-                                               _UPDATE_ROW).collect()]
-    written = [{k: v for k, v in r.items() if k != "replaced"} for r in done if not r["replaced"]]
-    return written, {str(r["path"]) for r in done if r["replaced"]}
+    update = _updater(store.spec, location, schema, strategy, header, tasks, PURGE_SHARE if vectors else 0.0)
+    done = [r.asDict() for r in ids.mapInArrow(update, _UPDATE_ROW).collect()]
+    written = [{k: v for k, v in r.items() if k not in ("kind", "vector")} for r in done if r["kind"] == "written"]
+    return Updated(written, {str(r["path"]) for r in done if r["kind"] == "replaced"},
+                   {str(r["path"]): DeletionVector.from_json(json.loads(r["vector"]))
+                    for r in done if r["kind"] == "marked"})
 
 
 def _updater(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: CompactionStrategy,
              header: str | None, tasks: Sequence[tuple[PartitionSpan, ConsumerRead, Sequence[SegmentRef],
-                                                       Sequence[DataFile]]]
+                                                       Sequence[DataFile]]], purge_share: float
              ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """An update task (one of `tasks`: a span, its consumer read and pieces, the partition's table files)."""
     def update(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store, tables = spec.open(), location.open()
-        replaced: list[dict[str, object]] = []
+        done: list[dict[str, object]] = []
+        vectors, dv_files = VectorFile(), dict[str, bytes | memoryview]()
         with tempfile.TemporaryDirectory(prefix="kcompact-table-") as tmp:
             sink = _FileSink(location, schema, tmp)
             for ids in batches:
@@ -348,20 +398,31 @@ def _updater(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: C
                     held = _held_records(store, span, read, pieces, None)
                     rows, changed = table_changes_of(held, span.partition, span.from_offset, strategy, header, schema)
                     for f in old:
-                        data = pa.BufferReader(tables.get(location.file_key(f.path)))
-                        gone = pc.is_in(pq.read_table(data, columns=["key"])["key"], value_set=changed)
-                        if not pc.any(gone).as_py():
+                        data = pa.BufferReader(tables.view(location.file_key(f.path)))
+                        gone = np.asarray(pc.is_in(pq.read_table(data, columns=["key"])["key"], value_set=changed),
+                                          bool)
+                        deleted = deleted_rows(tables, location, f.vector, dv_files)
+                        gone[deleted.astype(np.int64)] = False
+                        if not gone.any():
                             continue
-                        kept = pq.read_table(data).filter(pc.invert(gone))
-                        partition = pa.array(np.full(kept.num_rows, span.partition, np.int32))
-                        sink.add(kept.append_column(PARTITION_COLUMN, partition))
-                        replaced.append({"path": f.path, "partition": f.partition, "size": f.size, "rows": 0,
-                                         "replaced": True})
+                        positions = np.union1d(deleted, np.flatnonzero(gone).astype(np.uint64))
+                        entry: dict[str, object] = {"path": f.path, "partition": f.partition, "size": f.size,
+                                                    "rows": len(gone)}
+                        if len(positions) <= purge_share * len(gone):
+                            done.append({**entry, "kind": "marked",
+                                         "vector": json.dumps(vectors.add(positions).to_json())})
+                            continue
+                        kept = _live(pq.read_table(data), positions)
+                        sink.add(kept.append_column(PARTITION_COLUMN,
+                                                    pa.array(np.full(kept.num_rows, span.partition, np.int32))))
+                        done.append({**entry, "kind": "replaced", "vector": None})
                     sink.add(rows)
             written = sink.files()
-        yield pa.RecordBatch.from_arrays([*written.columns, pa.array([False] * written.num_rows)],
-                                         schema=_UPDATE_SCHEMA)
-        yield pa.RecordBatch.from_pylist(replaced, schema=_UPDATE_SCHEMA)
+        if len(vectors):
+            tables.put(location.file_key(vectors.name), vectors.data())
+        yield pa.RecordBatch.from_arrays([*written.columns, pa.array(["written"] * written.num_rows),
+                                          pa.nulls(written.num_rows, pa.string())], schema=_UPDATE_SCHEMA)
+        yield pa.RecordBatch.from_pylist(done, schema=_UPDATE_SCHEMA)
 
     return update
 
@@ -399,10 +460,6 @@ def rebuild_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Se
     return [r.asDict() for r in ids.mapInArrow(rebuild, _FILE_ROW).collect()]
 
 
-def stats(rows: int) -> str:
-    """The Delta `stats` of a written file (the row count; readers need no more)."""
-    return json.dumps({"numRecords": rows})
-
-
-__all__ = ["load_rebuild_task", "merged", "rebuild_buckets", "rebuild_files", "row_schema", "stats", "table_rows",
+__all__ = ["PURGE_SHARE", "Updated", "deleted_rows", "load_rebuild_task", "merged", "rebuild_buckets",
+           "rebuild_files", "row_schema", "table_rows",
            "topic_records", "touched_files", "update_files", "winners", "write_files"]

@@ -14,13 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from deltalake.transaction import AddAction
-
 from compaction.config import CompactionStrategy, KcompactConfig
 from compaction.errors import ConfigError, ExitCode
 from compaction.metadata import MetadataSnapshot
 from compaction.reader import SegmentRef, last_stable_offset, refs_of, transactional_batches_read_once
 from compaction.storage.base import ObjectStore
+from compaction.topic_table.deletion_vectors import DeletionVector
 from compaction.topic_table.plan import PartitionSource, PartitionSpan, TablePlan, plan_table
 from compaction.topic_table.target import FILE_BYTES, Applied, DataFile, Location, TableState, TopicTable
 from compaction.topic_table.upkeep import Upkeep, keep_healthy
@@ -72,6 +71,12 @@ def plan_run(store: ObjectStore, config: KcompactConfig, topic: str, location: L
                                        last_stable_offset(store, refs[p.partition], start)))
     plan = plan_table(topic, snapshot.version, state.version, now_ms, sources, state.applied, strategy,
                       topic_config.delete_retention_ms, rebuild=rebuild)
+    if not dry_run and not table.deletion_vectors() and state.files_of({s.partition for s in plan.spans
+                                                                         if not s.rebuild}):
+        table.enable_deletion_vectors()  # an update of existing rows: marked deleted, not rewritten
+        state = table.open(numbers, create=False)
+        plan = plan_table(topic, snapshot.version, state.version, now_ms, sources, state.applied, strategy,
+                          topic_config.delete_retention_ms, rebuild=rebuild)
     return TableRun(plan, table, state, strategy, header, refs)
 
 
@@ -83,6 +88,9 @@ class TableReport:
     committed_version: int | None = None
     files_added: int = 0
     files_removed: int = 0
+    files_marked: int = 0
+    rows_marked: int = 0
+    vector_bytes: int = 0
     rows_written: int = 0
     bytes_written: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
@@ -97,6 +105,8 @@ class TableReport:
         return {"table": self.run.table.uri, "run_id": self.run.run_id, "dry_run": self.dry_run,
                 "plan": self.run.plan.to_dict(), "committed_version": self.committed_version,
                 "files_added": self.files_added, "files_removed": self.files_removed,
+                "files_marked": self.files_marked, "rows_marked": self.rows_marked,
+                "vector_bytes": self.vector_bytes,
                 "rows_written": self.rows_written, "bytes_written": self.bytes_written,
                 "segment_bytes_read": sum(s.segment_bytes for s in self.run.plan.spans),
                 "upkeep": None if self.upkeep is None else self.upkeep.to_dict(),
@@ -110,7 +120,9 @@ class TableReport:
             lines.append("nothing to apply: the table is up to date")
         else:
             lines.append(f"committed table version {self.committed_version}: {self.files_added} files added "
-                         f"({self.rows_written} rows, {self.bytes_written} bytes), {self.files_removed} removed")
+                         f"({self.rows_written} rows, {self.bytes_written} bytes), {self.files_removed} removed, "
+                         f"{self.files_marked} marked ({self.rows_marked} rows deleted by deletion vectors of "
+                         f"{self.vector_bytes} bytes)")
         return lines if self.upkeep is None else [*lines, self.upkeep.summary()]
 
 
@@ -141,13 +153,15 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
     updates = [s for s in plan.spans if not s.rebuild
                and s.segment_bytes + sum(f.size for f in files[s.partition]) <= data.UPDATE_TASK_BYTES]
     touched: set[str] = set()
+    marked: dict[str, DeletionVector] = {}
     if updates:
-        more, touched = data.update_files(spark, store, run.refs, updates, files, run.table.location,
-                                          run.table.schema, run.strategy, run.header)
-        written += more
+        updated = data.update_files(spark, store, run.refs, updates, files, run.table.location, run.table.schema,
+                                    run.strategy, run.header, vectors=run.table.deletion_vectors())
+        written += updated.written
+        touched, marked = updated.replaced, updated.marked
         if progress:
-            progress.phase(f"table: {len(updates)} partitions updated by {len(updates)} tasks, {len(touched)} files "
-                           "holding a changed key rewritten")
+            progress.phase(f"table: {len(updates)} partitions updated by {len(updates)} tasks: {len(marked)} files "
+                           f"holding a changed key marked by deletion vectors, {len(touched)} rewritten")
     by_update = {s.partition for s in updates}
     others = [s for s in plan.spans if (not s.rebuild and s.partition not in by_update)
               or (s.rebuild and buckets[s.partition] is None)]
@@ -158,16 +172,23 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
     report.seconds["write"] = time.monotonic() - started
     if progress:
         progress.phase(f"table: {len(written)} files written ({sum(int(str(w['rows'])) for w in written)} rows)")
-    adds = [AddAction(str(w["path"]), int(str(w["size"])), {data.PARTITION_COLUMN: str(w["partition"])},
-                      plan.now_ms, True, data.stats(int(str(w["rows"])))) for w in written]
+    adds = [DataFile(str(w["path"]), int(str(w["partition"])), int(str(w["size"])), int(str(w["rows"])))
+            for w in written]
     rebuilt = {s.partition for s in rebuilds}
     removes: list[DataFile] = [f for f in run.state.files if f.path in touched or f.partition in rebuilt]
+    marks = [(f, marked[f.path]) for f in run.state.files if f.path in marked]
     applied = {s.partition: Applied(s.to_offset, plan.now_ms) for s in plan.spans}
     info = {"run_id": run.run_id, "metadata_version": plan.metadata_version,
             "applied": {str(p): a.offset for p, a in applied.items()}, "rebuilt": sorted(rebuilt)}
     committed = time.monotonic()
-    report.committed_version = run.table.commit(adds, removes, applied, plan.now_ms, info)
+    report.committed_version = run.table.commit(adds, removes, applied, plan.now_ms, info, marks)
     report.seconds["commit"] = time.monotonic() - committed
+    report.files_marked = len(marks)
+    report.rows_marked = sum(v.cardinality - (f.vector.cardinality if f.vector else 0) for f, v in marks)
+    ends: dict[str, int] = {}
+    for _, v in marks:
+        ends[v.path_or_inline] = max(ends.get(v.path_or_inline, 0), v.offset + 8 + v.size)
+    report.vector_bytes = sum(ends.values())
     report.files_added, report.files_removed = len(adds), len(removes)
     report.rows_written = sum(int(str(w["rows"])) for w in written)
     report.bytes_written = sum(a.size for a in adds)

@@ -1,16 +1,21 @@
 """The Delta table a topic is kept in: its schema, where its files go, what it has applied, and its commit.
 
-The table is plain Delta (reader 1 / writer 2, no table features), partitioned by `partition`, so delta-rs,
-pyarrow, DuckDB and delta-spark all read it. Its name is the topic and its description records the strategy
-it was built under; a table of another topic or strategy is refused rather than silently mixed.
+The table is created plain Delta (reader 1 / writer 2, no table features), partitioned by `partition`. The first
+run that updates a partition already in the table turns on the `deletionVectors` feature (reader 3 / writer 7, and
+`delta.enableDeletionVectors`): an update marks the rows of the keys it changes as deleted instead of rewriting
+their files (`deletion_vectors`). delta-spark, delta-rs's `DeltaTable.scan` and DuckDB read it; delta-rs's
+`to_pyarrow_table`, which reads no deletion vectors, refuses it. Its name is the topic and its description records
+the strategy it was built under; a table of another topic or strategy is refused rather than silently mixed.
 
 **What has been applied** lives in the table itself: every run that applies offsets of a partition commits,
 in the same Delta commit as its data files, an application transaction (Delta's `txn` action) with app id
 `kcompact-table/<topic>/<partition>` and `version` = the first offset not yet applied, and one with app id
-`.../clock` whose version is the run's clock (delta-rs reads a transaction's version only). Delta's conflict
-check fails a commit whose app ids another commit updated since its read version, so two runs that read the
-same state can never both apply it: the second gets `CommitConflictError` (exit 4) and a rerun starts from
-what the first applied.
+`.../clock` whose version is the run's clock (delta-rs reads a transaction's version only). kcompact writes
+its commits itself (`delta_log.write_commit`: delta-rs's Python API carries no deletion vectors), with Delta's
+conflict rule for them: a commit fails when a commit since its read version recorded one of its app ids, removed
+one of the files it removes or marks, or changed the table's metadata or protocol. So two runs that read the same
+state can never both apply it: the second gets `CommitConflictError` (exit 4) and a rerun starts from what the
+first applied.
 """
 
 from __future__ import annotations
@@ -18,19 +23,21 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
-from deltalake import DeltaTable
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
-from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+from deltalake import DeltaTable, TableFeatures
+from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from compaction.config import CompactionStrategy
-from compaction.errors import CommitConflictError, ConfigError
+from compaction.errors import ConfigError
 from compaction.metadata.table import reading
 from compaction.metadata.upkeep import vacuum
 from compaction.storage.base import ObjectStore, StoreSpec
+from compaction.topic_table.deletion_vectors import DeletionVector
+from compaction.topic_table.delta_log import Action, log_files, write_commit
 
 PARTITION_COLUMN = "partition"
 FILE_BYTES = 128 * 1024 * 1024
@@ -73,13 +80,40 @@ class Applied:
     updated_ms: int
 
 
+DELETION_VECTORS = "deletionVectors"
+CHECKPOINT_INTERVAL = 100
+"""A checkpoint every this many versions unless the table's `delta.checkpointInterval` says otherwise (Delta's
+default, which delta-rs's own commits follow)."""
+
+
 @dataclass(frozen=True)
 class DataFile:
-    """One live data file of the table (a path relative to the table, as the Delta log has it)."""
+    """One live data file of the table (a path relative to the table, as the Delta log has it): its size, its
+    physical row count and its deletion vector (the rows deleted from it, None: none)."""
 
     path: str
     partition: int
     size: int
+    rows: int = 0
+    vector: DeletionVector | None = None
+
+    def remove(self, now_ms: int, data_change: bool = True) -> Action:
+        """The `remove` action of this file (with its vector: Delta identifies a file by path and vector)."""
+        action: dict[str, object] = {"path": self.path, "deletionTimestamp": now_ms, "dataChange": data_change,
+                                     "extendedFileMetadata": True,
+                                     "partitionValues": {PARTITION_COLUMN: str(self.partition)}, "size": self.size}
+        if self.vector is not None:
+            action["deletionVector"] = self.vector.to_json()
+        return {"remove": action}
+
+    def add(self, now_ms: int, data_change: bool = True) -> Action:
+        """The `add` action of this file, its stats the physical row count (Delta's `numRecords`)."""
+        action: dict[str, object] = {"path": self.path, "partitionValues": {PARTITION_COLUMN: str(self.partition)},
+                                     "size": self.size, "modificationTime": now_ms, "dataChange": data_change,
+                                     "stats": json.dumps({"numRecords": self.rows})}
+        if self.vector is not None:
+            action["deletionVector"] = self.vector.to_json()
+        return {"add": action}
 
 
 @dataclass(frozen=True)
@@ -189,9 +223,30 @@ class TopicTable:
         if [(f.name, f.type) for f in found] != [(f.name, f.type) for f in self.schema]:
             raise ConfigError(f"table {self.uri}: expected columns {self.schema}, found {found}")
 
+    def deletion_vectors(self) -> bool:
+        """Whether the table (as `open` read it) has the `deletionVectors` feature."""
+        return self._table is not None and DELETION_VECTORS in (self._table.protocol().reader_features or [])
+
+    def enable_deletion_vectors(self) -> None:
+        """Turn on the `deletionVectors` feature (a protocol upgrade to reader 3 / writer 7, a commit of its own)
+        and `delta.enableDeletionVectors`, unless the table has it; `open` again afterwards."""
+        table = self._delta_table()
+        if DELETION_VECTORS not in (table.protocol().reader_features or []):
+            with contextlib.suppress(DeltaError):  # a concurrent run upgraded it first: checked below
+                table.alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
+            table = self._delta_table()
+        if table.metadata().configuration.get("delta.enableDeletionVectors") != "true":
+            with contextlib.suppress(DeltaError):
+                table.alter.set_table_properties({"delta.enableDeletionVectors": "true"})
+        if DELETION_VECTORS not in (self._delta_table().protocol().reader_features or []):
+            raise ConfigError(f"table {self.uri}: could not turn on the deletionVectors feature")
+
     def _state(self, table: DeltaTable, partitions: Sequence[int]) -> TableState:
         actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
-        files = tuple(DataFile(a["path"], int(a[f"partition.{PARTITION_COLUMN}"]), a["size_bytes"]) for a in actions)
+        vectors = log_files(self._store, self.location.name, table.version()).live \
+            if DELETION_VECTORS in (table.protocol().reader_features or []) else {}
+        files = tuple(DataFile(a["path"], int(a[f"partition.{PARTITION_COLUMN}"]), a["size_bytes"],
+                               int(a["num_records"] or 0), vectors.get(unquote(a["path"]))) for a in actions)
         applied: dict[int, Applied] = {}
         for partition in partitions:
             txn = _transaction(table, self.topic, partition)
@@ -199,32 +254,37 @@ class TopicTable:
                 applied[partition] = txn
         return TableState(table.version(), applied, files)
 
-    def commit(self, adds: Sequence[AddAction], removes: Sequence[DataFile], applied: Mapping[int, Applied],
-               now_ms: int, info: Mapping[str, object]) -> int:
-        """Add and remove files and record `applied`, in one Delta commit on top of the version `open` read.
+    def commit(self, adds: Sequence[DataFile], removes: Sequence[DataFile], applied: Mapping[int, Applied],
+               now_ms: int, info: Mapping[str, object], marked: Sequence[tuple[DataFile, DeletionVector]] = ()
+               ) -> int:
+        """Add and remove files, mark rows deleted (`marked`: a file and its new deletion vector, which holds its
+        old one's rows too) and record `applied`, in one Delta commit on top of the version `open` read.
 
         Returns the new table version. Raises `CommitConflictError` (nothing committed, rerun safe) if a
-        concurrent commit applied offsets of the same partitions or removed the same files.
+        concurrent commit applied offsets of the same partitions, removed or marked the same files, or changed
+        the table's metadata or protocol.
         """
         if self._table is None:
             raise RuntimeError("TopicTable.commit before open")
-        actions: list[AddAction | RemoveAction] = [*adds]
-        actions += [RemoveAction(f.path, True, now_ms, f.size, {PARTITION_COLUMN: str(f.partition)}) for f in removes]
-        txns = [t for p, a in sorted(applied.items())
-                for t in (Transaction(app_id(self.topic, p), a.offset, a.updated_ms),
-                          Transaction(clock_app_id(self.topic, p), a.updated_ms, a.updated_ms))]
-        properties = CommitProperties(custom_metadata={"kcompact": json.dumps(dict(info), sort_keys=True)},
-                                      app_transactions=txns)
-        read_version = self._table.version()
-        try:
-            self._table.create_write_transaction(actions, "append", self.schema, partition_by=[PARTITION_COLUMN],
-                                                 commit_properties=properties)
-        except CommitFailedError as exc:
-            raise CommitConflictError(
-                f"table {self.uri}: expected no commit touching partitions {sorted(applied)} after version "
-                f"{read_version}, found one ({exc}); nothing was committed, rerun"
-            ) from exc
-        return self._delta_table().version()
+        actions: list[Action] = [{"commitInfo": {
+            "timestamp": now_ms, "operation": "WRITE", "operationParameters": {"mode": "Append"},
+            "engineInfo": "kcompact", "kcompact": json.dumps(dict(info), sort_keys=True)}}]
+        for p, a in sorted(applied.items()):
+            actions.append({"txn": {"appId": app_id(self.topic, p), "version": a.offset, "lastUpdated": a.updated_ms}})
+            actions.append({"txn": {"appId": clock_app_id(self.topic, p), "version": a.updated_ms,
+                                    "lastUpdated": a.updated_ms}})
+        actions += [f.add(now_ms) for f in adds]
+        actions += [f.remove(now_ms) for f in removes]
+        for f, vector in marked:
+            actions += [f.remove(now_ms), replace(f, vector=vector).add(now_ms)]
+        ids = {app_id(self.topic, p) for p in applied} | {clock_app_id(self.topic, p) for p in applied}
+        paths = {f.path for f in removes} | {f.path for f, _ in marked}
+        version = write_commit(self._store, self.location.name, self._table.version(), actions,
+                               lambda found: _conflict(found, ids, paths))
+        interval = int(self._table.metadata().configuration.get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
+        if version % interval == 0:
+            self._delta_table().create_checkpoint()
+        return version
 
     def optimize(self, partition: int, target_size: int) -> dict[str, Any]:
         """Bin-pack one partition's files into files of about `target_size` (Delta's OPTIMIZE: a rewrite with
@@ -233,9 +293,59 @@ class TopicTable:
         return table.optimize.compact(partition_filters=[(PARTITION_COLUMN, "=", str(partition))],
                                       target_size=target_size)
 
-    def vacuum(self) -> list[str]:
-        """Delete the data files removed longer ago than the table's retention (`metadata.upkeep.vacuum`)."""
-        return vacuum(self._delta_table(), self.uri, lambda path: self._store.exists(self.location.file_key(path)))
+    def vacuum(self, now_ms: int) -> list[str]:
+        """Delete the data files removed longer ago than the table's retention (`metadata.upkeep.vacuum`), and the
+        deletion vector files older than it that no live file and no file removed within it names (delta-rs's
+        vacuum leaves those). Returns the paths deleted, relative to the table."""
+        table = self._delta_table()
+        gone = vacuum(table, self.uri, lambda path: self._store.exists(self.location.file_key(path)))
+        if DELETION_VECTORS not in (table.protocol().reader_features or []):
+            return gone
+        horizon = now_ms - retention_ms(table.metadata().configuration)
+        log = log_files(self._store, self.location.name, table.version(), since_ms=horizon)
+        named = {dv.file_name for dv in (*log.live.values(), *log.recently_removed) if dv is not None}
+        for info in self._store.list(f"{self.location.name}/deletion_vector_"):
+            path = info.key[len(self.location.name) + 1:]
+            if path not in named and info.mtime_ms < horizon:
+                self._store.delete(info.key)
+                gone.append(path)
+        return gone
+
+RETENTION_MS = 7 * 24 * 3600 * 1000
+"""Delta's default `delta.deletedFileRetentionDuration`, one week."""
+_UNIT_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
+            "week": 604_800_000}
+
+
+def retention_ms(configuration: Mapping[str, str]) -> int:
+    """The table's `delta.deletedFileRetentionDuration` (`interval <n> <unit>`, as Delta writes it) in ms; Delta's
+    default when the table sets none.
+
+    Raises:
+        ConfigError: the property is set but is no such interval.
+    """
+    value = configuration.get("delta.deletedFileRetentionDuration")
+    if value is None:
+        return RETENTION_MS
+    words = value.lower().split()
+    if len(words) == 3 and words[0] == "interval" and words[1].isdigit() and words[2].rstrip("s") in _UNIT_MS:
+        return int(words[1]) * _UNIT_MS[words[2].rstrip("s")]
+    raise ConfigError(f"delta.deletedFileRetentionDuration {value!r}: expected 'interval <n> <unit>' (e.g. "
+                      "'interval 7 days')")
+
+
+def _conflict(actions: Sequence[Action], app_ids: set[str], paths: set[str]) -> str | None:
+    """What in a concurrent commit's `actions` conflicts with a commit recording `app_ids` and removing or marking
+    the files at `paths` (Delta's rule for these actions), None when nothing does."""
+    for action in actions:
+        if isinstance(txn := action.get("txn"), dict) and txn.get("appId") in app_ids:
+            return f"applied {txn['appId']}"
+        if isinstance(remove := action.get("remove"), dict) and unquote(str(remove.get("path"))) in paths:
+            return f"removed {remove['path']}"
+        if "metaData" in action or "protocol" in action:
+            return "changed the table's metadata or protocol"
+    return None
+
 
 def _transaction(table: DeltaTable, topic: str, partition: int) -> Applied | None:
     offset = table.transaction_version(app_id(topic, partition))

@@ -75,7 +75,7 @@ def keep_healthy(table: TopicTable, partitions: Sequence[int], now_ms: int) -> U
     for partition in busy:
         metrics = table.optimize(partition, FILE_BYTES)
         compacted += int(metrics.get("numFilesRemoved", 0))
-    vacuumed = table.vacuum()
+    vacuumed = table.vacuum(now_ms)
     return Upkeep(tuple(gone), len(dropped), tuple(busy), compacted, len(vacuumed))
 
 

@@ -78,7 +78,14 @@ def run_table(spark: SparkSession, topic: Topic, kind: str, uri: str, **options:
 
 @pytest.mark.spark
 @pytest.mark.parametrize("kind", sorted(STRATEGIES))
-def test_the_table_holds_the_latest_committed_value_per_key(spark: SparkSession, tmp_path: Path, kind: str) -> None:
+def test_the_table_holds_the_latest_committed_value_per_key(spark: SparkSession, tmp_path: Path, kind: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from compaction.spark import table as data
+
+    # updates mark every file holding a changed key (offset), rewrite a file past 80% deleted, or always rewrite
+    share = {"offset": 1.0, "timestamp": 0.8, "header": 0.0}[kind]
+    monkeypatch.setattr(data, "PURGE_SHARE", share)
+    marked = 0
     topic = Topic(tmp_path, seed=sorted(STRATEGIES).index(kind))
     uri = table_uri(tmp_path)
     config = config_for(kind)
@@ -95,7 +102,9 @@ def test_the_table_holds_the_latest_committed_value_per_key(spark: SparkSession,
             assert duckdb_rows(uri) == table_rows(uri), f"step {step}: DuckDB reads other rows"
             if step > 1:  # after the first run only updates, never a rebuild
                 assert all(s.reason is Reason.UPDATE for s in report.run.plan.spans), report.run.plan.render_text()
+            marked += report.files_marked
     assert report.committed_version is None  # the last run found nothing new
+    assert marked > 0 if share == 1.0 else marked == 0 if share == 0.0 else True, marked
     rebuilt = table_uri(tmp_path, "rebuilt")
     run_table(spark, topic, kind, rebuilt)
     assert table_rows(rebuilt) == table_rows(uri)
@@ -131,19 +140,28 @@ def test_a_rebuild_by_tasks_in_key_buckets_or_by_spark_writes_the_same_table(
 def test_an_update_by_tasks_or_by_spark_writes_the_same_table(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     """An update runs as a task per partition (the partition's new records and table files in one task) or, for a
-    partition too large for that, through Spark's aggregate and join: each writes the plainly computed table, keeps
-    the files holding no changed key and replaces those holding one."""
+    partition too large for that, through Spark's aggregate and join: each writes the plainly computed table and
+    keeps the files holding no changed key. A task marks the changed keys' rows deleted (a deletion vector) in the
+    files holding them, or rewrites a file past `PURGE_SHARE`; Spark rewrites them, reading the marked ones' live
+    rows."""
     from compaction.spark import table as data
 
     topic = Topic(tmp_path, seed=40 + sorted(STRATEGIES).index(kind))
     topic.append(batches=12)
-    tables = {name: table_uri(tmp_path, name) for name in ("tasks", "spark")}
+    tables = {name: table_uri(tmp_path, name) for name in ("tasks", "marks", "spark")}
     for uri in tables.values():
         run_table(spark, topic, kind, uri)
+    topic.append(batches=2)
+    monkeypatch.setattr(data, "PURGE_SHARE", 1.0)
+    first = run_table(spark, topic, kind, tables["spark"])  # the Spark path's update below reads marked files
+    assert first.files_marked and not first.files_removed and first.vector_bytes
+    assert table_rows(tables["spark"]) == duckdb_rows(tables["spark"]) == topic.expected(kind)
     topic.append(batches=2, leave_open=True)
     expected = topic.expected(kind)
-    for name, limit in (("tasks", data.UPDATE_TASK_BYTES), ("spark", -1)):
+    for name, limit, share in (("tasks", data.UPDATE_TASK_BYTES, 0.2), ("marks", data.UPDATE_TASK_BYTES, 1.0),
+                               ("spark", -1, 1.0)):
         monkeypatch.setattr(data, "UPDATE_TASK_BYTES", limit)
+        monkeypatch.setattr(data, "PURGE_SHARE", share)
         before = set(pa.table(DeltaTable(tables[name]).get_add_actions(flatten=True)).to_pydict()["path"])
         report = run_table(spark, topic, kind, tables[name])
         assert {s.reason for s in report.run.plan.spans} == {Reason.UPDATE}
@@ -151,6 +169,10 @@ def test_an_update_by_tasks_or_by_spark_writes_the_same_table(
         assert duckdb_rows(tables[name]) == expected, name
         after = set(pa.table(DeltaTable(tables[name]).get_add_actions(flatten=True)).to_pydict()["path"])
         assert report.files_removed == len(before - after) and report.files_added == len(after - before)
+        if name == "marks":
+            assert report.files_marked and not report.files_removed, name
+        if name == "spark":
+            assert report.files_removed and not report.files_marked, name
 
 
 @pytest.mark.spark
