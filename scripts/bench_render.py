@@ -60,6 +60,7 @@ def _p8(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
                          f"{_mb(x['segment_bytes_read'])} | {x['seconds']['total']:.1f} ({x['process_seconds']:.1f}) "
                          f"| {_table_rate(x):.2f} | {_rows_handled(r, label) / x['seconds']['total']:,.0f} "
                          f"| {x['files_added']} ({_mb(x['bytes_written'])}) |")
+    lines += [""] + [_p8_update_share(r) for r in runs]
     lines += [""] + [f"- rebuild walls, {r['partitions']} partition(s): " + " / ".join(
         f"{w:.1f} ({pw:.1f})" for w, pw in zip(r["rebuild"]["walls"], r["rebuild"]["process_walls"], strict=True))
         + " s" for r in runs if "walls" in r["rebuild"]]
@@ -81,6 +82,20 @@ def _p8(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
                   f"{_rows_handled(r, 'rebuild') / r['rebuild']['seconds']['total']:,.0f} rows/s "
                   f"({r['partitions']} partition(s))" for r in runs) + ".", "", note("P8 analysis")]
     return lines
+
+
+def _p8_update_share(r: dict[str, Any]) -> str:
+    """Goal 28a's two ratios: what the update wrote (data files and deletion vectors) of the table the rebuild
+    wrote, and its wall time against the rebuild's median."""
+    update, rebuild = r["update"], r["rebuild"]
+    written = update["bytes_written"] + update.get("vector_bytes", 0)
+    return (f"- update, {r['partitions']} partition(s): wrote {_mb(written)} ({_mb(update['bytes_written'])} of data "
+            f"files, {update.get('vector_bytes', 0):,} bytes of deletion vectors marking "
+            f"{update.get('rows_marked', 0):,} rows in {update.get('files_marked', 0)} files; "
+            f"{update['files_removed']} files rewritten) = {100 * written / rebuild['bytes_written']:.2f}% of the "
+            f"table's {_mb(rebuild['bytes_written'])}; wall {update['seconds']['total']:.1f} s = "
+            f"{100 * update['seconds']['total'] / rebuild['seconds']['total']:.1f}% of the rebuild's "
+            f"{rebuild['seconds']['total']:.1f} s")
 
 
 def _mb(n: float) -> str:

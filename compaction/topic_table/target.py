@@ -228,12 +228,16 @@ class TopicTable:
         return self._table is not None and DELETION_VECTORS in (self._table.protocol().reader_features or [])
 
     def enable_deletion_vectors(self) -> None:
-        """Turn on the `deletionVectors` feature (a protocol upgrade to reader 3 / writer 7, a commit of its own)
-        and `delta.enableDeletionVectors`, unless the table has it; `open` again afterwards."""
+        """Turn on the `deletionVectors` feature (a protocol upgrade to reader 3 / writer 7, listing writer 2's
+        features too, a commit of its own) and `delta.enableDeletionVectors`, unless the table has them; `open`
+        again afterwards."""
         table = self._delta_table()
         if DELETION_VECTORS not in (table.protocol().reader_features or []):
             with contextlib.suppress(DeltaError):  # a concurrent run upgraded it first: checked below
-                table.alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
+                # writer 7 lists every feature in use: writer 2's appendOnly and invariants (the NOT NULL columns)
+                # too, or delta-spark refuses the table
+                table.alter.add_feature([TableFeatures.DeletionVectors, TableFeatures.AppendOnly,
+                                         TableFeatures.Invariants], allow_protocol_versions_increase=True)
             table = self._delta_table()
         if table.metadata().configuration.get("delta.enableDeletionVectors") != "true":
             with contextlib.suppress(DeltaError):

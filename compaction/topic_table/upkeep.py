@@ -7,12 +7,16 @@
   files under `SMALL_FILE_BYTES` and they are more than half of its files. A file under 1 MiB costs a reader more to
   open (an object store's request latency, ~20-50 ms) than to read; a run's own files are larger on any table
   worth the name (a rebuild spreads a partition over one file per 128 MiB of input, each holding a share of its
-  keys, and an update rewrites the files it touches into as few), so the rule fires on what many tiny runs leave
-  behind, never right after a rebuild, and a few small files are left alone: rewriting them costs more than it
-  saves.
+  keys, and an update adds one file of its winners), so the rule fires on what many tiny runs leave behind, never
+  right after a rebuild, and a few small files are left alone: rewriting them costs more than it saves. OPTIMIZE
+  applies the deletion vectors of the files it rewrites.
+- **Deletion vectors are purged** by the update that would mark a file past `compaction.spark.table.PURGE_SHARE`
+  (a fifth of its rows) deleted: it rewrites that file without those rows instead, so no file is read for mostly
+  deleted rows, and no separate pass is needed.
 - **Removed files are vacuumed** once they were removed longer ago than the table's retention,
   `delta.deletedFileRetentionDuration` (Delta's default, one week, unless the table's properties set another):
-  time travel to a version younger than that keeps working, as every Delta reader expects.
+  time travel to a version younger than that keeps working, as every Delta reader expects; so are the deletion
+  vector files older than that which no live file and no file removed within it names (`TopicTable.vacuum`).
 
 An OPTIMIZE racing a concurrent run is Delta's ordinary conflict: one of the two commits fails, a run with
 `CommitConflictError` (exit 4, rerun), and nothing is lost either way.

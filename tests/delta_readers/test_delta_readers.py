@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
@@ -25,8 +26,9 @@ from pyspark.sql import SparkSession
 import compaction
 from compaction.config import CompactionStrategy, KcompactConfig, TopicConfig
 from compaction.metadata.table import METADATA_TABLE_NAME, read_rows
+from compaction.spark import table as table_data
 from compaction.storage import ObjectStore, open_store
-from compaction.topic_table import Location
+from compaction.topic_table import Location, TopicTable
 from tests.moto_s3 import FAKE_AWS_ENV, REGION, fresh_s3_store
 from tests.scenario_log import ScenarioLog, clean, tier
 from tests.topic_table import VERSION_HEADER, RandomProducer
@@ -74,7 +76,10 @@ def write_store(spark: SparkSession, store: ObjectStore, root: Path, table_uri: 
         now += MINUTE
         clean(spark, store, CONFIG, now, [TOPIC])
         now += MINUTE
-        compaction.table(spark, store, CONFIG, TOPIC, table_uri, now_ms=now)
+        with pytest.MonkeyPatch.context() as patch:  # the update marks every changed key's row: deletion vectors
+            patch.setattr(table_data, "PURGE_SHARE", 1.0)
+            report = compaction.table(spark, store, CONFIG, TOPIC, table_uri, now_ms=now)
+        assert report.files_marked or not versions, report.summary()
         versions.append((DeltaTable(metadata_uri, storage_options=store.delta_storage_options()).version(),
                          DeltaTable(table_uri, storage_options=table_options(store, table_uri)).version()))
     return [Table("metadata", metadata_uri, store.delta_storage_options(), versions[0][0]),
@@ -101,11 +106,13 @@ def canonical(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def delta_rs_rows(table: Table, version: int) -> list[str]:
-    # kcompact's own read: Arrow's filesystem under delta-rs's file list. to_pyarrow_table() alone can make this
-    # process abort as it exits (docs/upstream.md); QueryBuilder hung here on the S3 tables, served by a thread of
-    # this process
+    # The metadata table: kcompact's own read, Arrow's filesystem under delta-rs's file list. to_pyarrow_table()
+    # alone can make this process abort as it exits (docs/upstream.md); QueryBuilder hung here on the S3 tables,
+    # served by a thread of this process. The topic table has deletion vectors, which only delta-rs's own reader
+    # (`DeltaTable.scan`) applies.
     snapshot = DeltaTable(table.uri, version=version, storage_options=table.options)
-    return canonical([as_json(row) for row in read_rows(snapshot, table.options).to_pylist()])
+    data = pa.table(snapshot.scan()) if table.name == "topic" else read_rows(snapshot, table.options)
+    return canonical([as_json(row) for row in data.to_pylist()])
 
 
 def read_with_delta_spark(tmp: Path, tables: dict[str, Table], s3_endpoint: str) -> dict[str, Any]:
@@ -177,3 +184,16 @@ def test_delta_spark_sees_the_metadata_table_as_reader_1_writer_2(
 def test_delta_spark_sees_the_topic_table_partitioned_by_partition(
         both_readers: tuple[dict[str, Table], dict[str, Any]], name: str) -> None:
     assert both_readers[1][name]["detail"]["partitionColumns"] == ["partition"]
+
+
+@pytest.mark.parametrize("name", ["local-topic", "s3a-topic"])
+def test_delta_spark_reads_the_topic_tables_deletion_vectors(
+        both_readers: tuple[dict[str, Table], dict[str, Any]], name: str) -> None:
+    """The second round's update marked rows deleted: the table has the feature, live files carry vectors, and the
+    rows delta-spark read at that version (compared above) are those left after applying them."""
+    detail = both_readers[1][name]["detail"]
+    assert "deletionVectors" in detail["tableFeatures"] and detail["minReaderVersion"] == 3
+    table = both_readers[0][name]
+    location = Location.parse(table.uri, table.options.get("AWS_ENDPOINT_URL"), table.options.get("AWS_REGION"))
+    topic = TopicTable(location, TOPIC, CompactionStrategy.HEADER, VERSION_HEADER)
+    assert any(f.vector is not None for f in topic.open([0, 1], create=False).files)
