@@ -141,18 +141,20 @@ def _live(data: pa.Table, deleted: np.ndarray) -> pa.Table:
     return data.filter(keep)
 
 
-def _file_reader(location: Location, columns: Sequence[str] | None) -> Callable[
+def _file_reader(location: Location, columns: Sequence[str] | None, positions: bool) -> Callable[
         [Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store = location.open()
         vectors: dict[str, bytes | memoryview] = {}
         for descriptors in batches:
             for d in descriptors.to_pylist():
-                data = pq.read_table(pa.BufferReader(store.get(location.file_key(d["path"]))), columns=columns)
+                data = pq.read_table(pa.BufferReader(store.view(location.file_key(d["path"]))), columns=columns)
+                if positions:
+                    data = data.append_column("_pos", pa.array(np.arange(data.num_rows, dtype=np.int64)))
                 vector = None if d["vector"] is None else DeletionVector.from_json(json.loads(d["vector"]))
                 data = _live(data, deleted_rows(store, location, vector, vectors))
-                data = data.append_column(PARTITION_COLUMN, pa.array([d[PARTITION_COLUMN]] * data.num_rows,
-                                                                      pa.int32()))
+                data = data.append_column(PARTITION_COLUMN, pa.array(np.full(data.num_rows, d[PARTITION_COLUMN],
+                                                                             np.int32)))
                 data = data.append_column("_file", pa.array([d["path"]] * data.num_rows, pa.string()))
                 yield from data.to_batches()
 
@@ -160,36 +162,83 @@ def _file_reader(location: Location, columns: Sequence[str] | None) -> Callable[
 
 
 def table_rows(spark: SparkSession, location: Location, files: Sequence[DataFile], schema: StructType,
-               columns: Sequence[str] | None = None) -> DataFrame:
+               columns: Sequence[str] | None = None, *, positions: bool = False) -> DataFrame:
     """The live rows of `files` (their deletion vectors applied; only `columns`, all if None) with their `partition`
-    and `_file`, read by executors."""
+    and `_file` (and, with `positions`, `_pos`: the row's position in its file), read by executors."""
     fields = [f for f in schema.fields if columns is None or f.name in columns or f.name == "key"]
     fields = [f for f in fields if f.name != PARTITION_COLUMN]
-    out = StructType([*fields, StructField(PARTITION_COLUMN, IntegerType(), False),
+    extra = [StructField("_pos", LongType(), False)] if positions else []
+    out = StructType([*fields, *extra, StructField(PARTITION_COLUMN, IntegerType(), False),
                       StructField("_file", StringType(), False)])
     wanted = None if columns is None else [f.name for f in fields]
     rows = [(f.path, f.partition, None if f.vector is None else json.dumps(f.vector.to_json())) for f in files]
     descriptors = local_frame(spark, rows, "path string, partition int, vector string").repartition(
         max(1, len(rows)))
-    return descriptors.mapInArrow(_file_reader(location, wanted), out)
+    return descriptors.mapInArrow(_file_reader(location, wanted, positions), out)
 
 
-def touched_files(spark: SparkSession, location: Location, files: Sequence[DataFile], schema: StructType,
-                  fresh: DataFrame) -> set[str]:
-    """The files among `files` that hold a key of `fresh` (a key-only read of each)."""
+PURGE_SHARE = 0.2
+"""An update marks the rows of a file's changed keys deleted (a deletion vector) until more than this share of the
+file's rows would be deleted: then it rewrites the file without them instead (Delta's purge). A reader reads a
+file's deleted rows for nothing, so at a fifth deleted a read costs at most a quarter more than a clean file's; a
+table updated at 1% of its keys a run rewrites each file about once in twenty runs (BENCHMARKS.md P8)."""
+
+_MARK_SCHEMA = pa.schema([pa.field("path", pa.string(), False), pa.field("kind", pa.string(), False),
+                          pa.field("vector", pa.string())])
+_MARK_ROW = StructType([StructField("path", StringType(), False), StructField("kind", StringType(), False),
+                        StructField("vector", StringType(), True)])
+
+
+def _mark(rows: int, deleted: np.ndarray, gone: np.ndarray, vectors: VectorFile, purge_share: float
+          ) -> tuple[str, str | None, np.ndarray]:
+    """Delete the rows at `gone` of a file of `rows` rows (whose vector already deletes `deleted`): ("marked", its new
+    vector as JSON, all its deleted rows), the vector added to `vectors`; or, past `purge_share` of its rows
+    ("replaced", None, all its deleted rows): the caller rewrites it without them (a file whose log entry holds no
+    row count, written by another tool, is rewritten)."""
+    positions = np.union1d(deleted, gone.astype(np.uint64))
+    if len(positions) <= purge_share * rows:
+        return "marked", json.dumps(vectors.add(positions).to_json()), positions
+    return "replaced", None, positions
+
+
+def _marker(location: Location, files: Mapping[str, DataFile], purge_share: float) -> Callable[
+        [Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def mark(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        store = location.open()
+        vectors, dv_files, done = VectorFile(), dict[str, bytes | memoryview](), []
+        for batch in batches:
+            for path, found in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
+                file = files[path]
+                deleted = deleted_rows(store, location, file.vector, dv_files)
+                kind, vector, _ = _mark(file.rows, deleted, np.asarray(found, np.uint64), vectors, purge_share)
+                done.append({"path": path, "kind": kind, "vector": vector})
+        if len(vectors):
+            store.put(location.file_key(vectors.name), vectors.data())
+        yield pa.RecordBatch.from_pylist(done, schema=_MARK_SCHEMA)
+
+    return mark
+
+
+def mark_rows(spark: SparkSession, location: Location, files: Sequence[DataFile], schema: StructType,
+              fresh: DataFrame, purge_share: float) -> tuple[set[str], dict[str, DeletionVector]]:
+    """Mark the live rows of `files` whose (partition, key) is in `fresh` deleted: found by a key-only read joined
+    with `fresh`'s keys, then a task per group of files writes their deletion vectors (or, past `purge_share`, leaves
+    a file to be rewritten). Returns the paths to rewrite and the marked files' new vectors."""
     if not files:
-        return set()
-    keys = table_rows(spark, location, files, schema, columns=["key"])
+        return set(), {}
+    keys = table_rows(spark, location, files, schema, columns=["key"], positions=True)
     hits = keys.join(fresh.select(PARTITION_COLUMN, "key"), [PARTITION_COLUMN, "key"], "left_semi")
-    return {r["_file"] for r in hits.select("_file").distinct().collect()}
+    found = hits.groupBy("_file").agg(F.collect_list("_pos").alias("positions"))
+    done = found.mapInArrow(_marker(location, {f.path: f for f in files}, purge_share), _MARK_ROW).collect()
+    return ({r["path"] for r in done if r["kind"] == "replaced"},
+            {r["path"]: DeletionVector.from_json(json.loads(r["vector"])) for r in done if r["kind"] == "marked"})
 
 
-def merged(old: DataFrame, fresh: DataFrame, columns: Sequence[str]) -> DataFrame:
-    """`old` rows with `fresh` winners applied by (partition, key): replaced, inserted, or removed (tombstone)."""
-    joined = old.drop("_file").alias("o").join(fresh.alias("n"), [PARTITION_COLUMN, "key"], "full_outer")
-    won = F.col("n.offset").isNotNull()
-    picked = [F.when(won, F.col(f"n.{c}")).otherwise(F.col(f"o.{c}")).alias(c) for c in columns]
-    return joined.select(PARTITION_COLUMN, "key", *picked).where(F.col("value").isNotNull())
+def kept_rows(spark: SparkSession, location: Location, files: Sequence[DataFile], schema: StructType,
+              fresh: DataFrame) -> DataFrame:
+    """The live rows of `files` (being rewritten) whose (partition, key) is not in `fresh`, without `_file`."""
+    old = table_rows(spark, location, files, schema).drop("_file")
+    return old.join(fresh.select(PARTITION_COLUMN, "key"), [PARTITION_COLUMN, "key"], "left_anti")
 
 
 DICTIONARY_COLUMNS = ["headers.list.element.key"]
@@ -339,11 +388,6 @@ def _held_records(store: ObjectStore, span: PartitionSpan, read: ConsumerRead, p
 UPDATE_TASK_BYTES = REBUILD_TASK_BYTES
 """The most an update task of one partition holds: the new records it decodes plus the table files it reads (their
 size on disk; a larger partition's update goes through Spark's aggregate and join)."""
-PURGE_SHARE = 0.2
-"""An update marks the rows of a file's changed keys deleted (a deletion vector) until more than this share of the
-file's rows would be deleted: then it rewrites the file without them instead (Delta's purge). A reader reads a
-file's deleted rows for nothing, so at a fifth deleted a read costs at most a quarter more than a clean file's; a
-table updated at 1% of its keys a run rewrites each file about once in twenty runs (BENCHMARKS.md P8)."""
 
 _UPDATE_SCHEMA = pa.schema([*_FILE_SCHEMA, pa.field("kind", pa.string(), False), pa.field("vector", pa.string())])
 _UPDATE_ROW = StructType([*_FILE_ROW.fields, StructField("kind", StringType(), False),
@@ -405,17 +449,14 @@ def _updater(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: C
                         gone[deleted.astype(np.int64)] = False
                         if not gone.any():
                             continue
-                        positions = np.union1d(deleted, np.flatnonzero(gone).astype(np.uint64))
-                        entry: dict[str, object] = {"path": f.path, "partition": f.partition, "size": f.size,
-                                                    "rows": len(gone)}
-                        if len(positions) <= purge_share * len(gone):
-                            done.append({**entry, "kind": "marked",
-                                         "vector": json.dumps(vectors.add(positions).to_json())})
-                            continue
-                        kept = _live(pq.read_table(data), positions)
-                        sink.add(kept.append_column(PARTITION_COLUMN,
-                                                    pa.array(np.full(kept.num_rows, span.partition, np.int32))))
-                        done.append({**entry, "kind": "replaced", "vector": None})
+                        kind, vector, positions = _mark(len(gone), deleted, np.flatnonzero(gone), vectors,
+                                                        purge_share)
+                        done.append({"path": f.path, "partition": f.partition, "size": f.size, "rows": f.rows,
+                                     "kind": kind, "vector": vector})
+                        if kind == "replaced":
+                            kept = _live(pq.read_table(data), positions)
+                            sink.add(kept.append_column(PARTITION_COLUMN,
+                                                        pa.array(np.full(kept.num_rows, span.partition, np.int32))))
                     sink.add(rows)
             written = sink.files()
         if len(vectors):
@@ -460,6 +501,6 @@ def rebuild_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Se
     return [r.asDict() for r in ids.mapInArrow(rebuild, _FILE_ROW).collect()]
 
 
-__all__ = ["PURGE_SHARE", "Updated", "deleted_rows", "load_rebuild_task", "merged", "rebuild_buckets",
-           "rebuild_files", "row_schema", "table_rows",
-           "topic_records", "touched_files", "update_files", "winners", "write_files"]
+__all__ = ["PURGE_SHARE", "Updated", "deleted_rows", "kept_rows", "load_rebuild_task", "mark_rows",
+           "rebuild_buckets", "rebuild_files", "row_schema", "table_rows", "topic_records", "update_files", "winners",
+           "write_files"]

@@ -26,7 +26,7 @@ from compaction.topic_table.upkeep import Upkeep, keep_healthy
 from compaction.wal.view import store_log
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from compaction.progress import Progress
 
@@ -166,9 +166,10 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
     others = [s for s in plan.spans if (not s.rebuild and s.partition not in by_update)
               or (s.rebuild and buckets[s.partition] is None)]
     if others:
-        more, also = _spark_files(spark, store, run, others, progress)
+        more, also, by_spark = _spark_files(spark, store, run, others, progress)
         written += more
         touched |= also
+        marked |= by_spark
     report.seconds["write"] = time.monotonic() - started
     if progress:
         progress.phase(f"table: {len(written)} files written ({sum(int(str(w['rows'])) for w in written)} rows)")
@@ -198,63 +199,39 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
 
 
 def _spark_files(spark: SparkSession, store: ObjectStore, run: TableRun, spans: list[PartitionSpan],
-                 progress: Progress | None) -> tuple[list[dict[str, object]], set[str]]:
-    """Write the files of `spans` through Spark: the winners by an aggregate, merged with the touched files' rows
-    for updates (`compaction.spark.table`); returns what was written and the files it replaces (by path)."""
+                 progress: Progress | None) -> tuple[list[dict[str, object]], set[str], dict[str, DeletionVector]]:
+    """Write the files of `spans` through Spark (`compaction.spark.table`): the winners by an aggregate; for updates,
+    the rows of changed keys in the partitions' files marked deleted (or, past `PURGE_SHARE`, the file rewritten
+    without them). Returns what was written, the paths of the files it rewrote and the marked files' new vectors."""
     from compaction.spark import table as data
 
     location, state = run.table.location, run.state
     schema = data.row_schema(run.strategy)
     rebuilt = {s.partition for s in spans if s.rebuild}
     updated = {s.partition for s in spans if not s.rebuild}
-    fresh = data.winners(data.topic_records(spark, store, run.refs, spans),
-                         run.strategy, run.header)
+    fresh = data.winners(data.topic_records(spark, store, run.refs, spans), run.strategy, run.header)
     candidates = state.files_of(updated)
     if candidates:
         fresh = fresh.persist()
     part = fresh[data.PARTITION_COLUMN]
-    touched = _touched_files(spark, run, candidates, fresh.where(part.isin(sorted(updated))))
-    if progress:
-        progress.phase(f"table: {len(touched)} of {len(candidates)} files of updated partitions hold a changed key")
+    changed = fresh.where(part.isin(sorted(updated)))
+    share = data.PURGE_SHARE if run.table.deletion_vectors() else 0.0
+    replaced, marked = data.mark_rows(spark, location, candidates, schema, changed, share)
+    if progress and candidates:
+        progress.phase(f"table: {len(marked)} of {len(candidates)} files of updated partitions marked by deletion "
+                       f"vectors, {len(replaced)} to rewrite")
     columns = [c for c in schema.fieldNames() if c != "key"]
     rows = fresh.where(part.isin(sorted(rebuilt | updated)) & fresh["value"].isNotNull()).select(
         data.PARTITION_COLUMN, "key", *columns)
-    kept = [f for f in state.files if f.path in touched]
-    if kept:
-        old = data.table_rows(spark, location, kept, schema)
-        rows = rows.where(~rows[data.PARTITION_COLUMN].isin(sorted(updated))).unionByName(
-            data.merged(old, fresh.where(part.isin(sorted(updated))), columns))
-    input_bytes = sum(s.segment_bytes for s in spans) + sum(f.size for f in kept)
+    purged = [f for f in state.files if f.path in replaced]
+    if purged:
+        rows = rows.unionByName(data.kept_rows(spark, location, purged, schema, changed).select(
+            data.PARTITION_COLUMN, "key", *columns))
+    input_bytes = sum(s.segment_bytes for s in spans) + sum(f.size for f in purged)
     tasks = max(1, -(-input_bytes // FILE_BYTES))
     written = data.write_files(rows, location, run.table.schema, tasks)
     fresh.unpersist()
-    return written, touched
-
-
-ALL_TOUCHED_KEYS_PER_FILE = 20
-"""A partition with at least this many changed keys per file counts all its files as touched and skips the key-only
-read: with the changed keys spread over the partition's keys (the Spark path's files are hash-partitioned by key, a
-rebuild's hold a key bucket's records in offset order), a file holds none of the k changed keys of its partition
-(F files) with probability about exp(-k / F) (2e-9 here). Were the changed keys clustered, some files would be
-rewritten needlessly, never wrongly: the merge reads every file it rewrites."""
-
-
-def _touched_files(spark: SparkSession, run: TableRun, candidates: list[DataFile], fresh: DataFrame) -> set[str]:
-    """The files of updated partitions that hold a changed key: all of a partition's when it has many changed keys,
-    else those a key-only read finds."""
-    from compaction.spark import table as data
-
-    if not candidates:
-        return set()
-    changed = {r[data.PARTITION_COLUMN]: r["count"] for r in fresh.groupBy(data.PARTITION_COLUMN).count().collect()}
-    files: dict[int, list[DataFile]] = {}
-    for f in candidates:
-        files.setdefault(f.partition, []).append(f)
-    crowded = {p for p, fs in files.items() if changed.get(p, 0) >= ALL_TOUCHED_KEYS_PER_FILE * len(fs)}
-    sparse = [f for f in candidates if f.partition not in crowded]
-    found = data.touched_files(spark, run.table.location, sparse, data.row_schema(run.strategy),
-                               fresh.where(~fresh[data.PARTITION_COLUMN].isin(sorted(crowded))))
-    return found | {f.path for f in candidates if f.partition in crowded}
+    return written, replaced, marked
 
 
 def update_table(spark: SparkSession, store: ObjectStore, config: KcompactConfig, topic: str, location: Location,

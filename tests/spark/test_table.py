@@ -6,7 +6,6 @@ a tombstone compacted away behind the table's back rebuilds its partition.
 
 from __future__ import annotations
 
-import importlib
 import json
 import random
 from pathlib import Path
@@ -140,26 +139,26 @@ def test_a_rebuild_by_tasks_in_key_buckets_or_by_spark_writes_the_same_table(
 def test_an_update_by_tasks_or_by_spark_writes_the_same_table(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     """An update runs as a task per partition (the partition's new records and table files in one task) or, for a
-    partition too large for that, through Spark's aggregate and join: each writes the plainly computed table and
-    keeps the files holding no changed key. A task marks the changed keys' rows deleted (a deletion vector) in the
-    files holding them, or rewrites a file past `PURGE_SHARE`; Spark rewrites them, reading the marked ones' live
-    rows."""
+    partition too large for that, through Spark's aggregate and joins: each writes the plainly computed table and
+    keeps the files holding no changed key. Either marks the changed keys' rows deleted (a deletion vector, on top
+    of the one a file has) in the files holding them, or rewrites a file past `PURGE_SHARE` without them."""
     from compaction.spark import table as data
 
     topic = Topic(tmp_path, seed=40 + sorted(STRATEGIES).index(kind))
     topic.append(batches=12)
-    tables = {name: table_uri(tmp_path, name) for name in ("tasks", "marks", "spark")}
+    tables = {name: table_uri(tmp_path, name) for name in ("tasks", "marks", "spark", "spark-purge")}
     for uri in tables.values():
         run_table(spark, topic, kind, uri)
     topic.append(batches=2)
     monkeypatch.setattr(data, "PURGE_SHARE", 1.0)
-    first = run_table(spark, topic, kind, tables["spark"])  # the Spark path's update below reads marked files
-    assert first.files_marked and not first.files_removed and first.vector_bytes
-    assert table_rows(tables["spark"]) == duckdb_rows(tables["spark"]) == topic.expected(kind)
+    for name in ("spark", "spark-purge"):  # the Spark path's updates below read marked files
+        first = run_table(spark, topic, kind, tables[name])
+        assert first.files_marked and not first.files_removed and first.vector_bytes
+        assert table_rows(tables[name]) == duckdb_rows(tables[name]) == topic.expected(kind)
     topic.append(batches=2, leave_open=True)
     expected = topic.expected(kind)
     for name, limit, share in (("tasks", data.UPDATE_TASK_BYTES, 0.2), ("marks", data.UPDATE_TASK_BYTES, 1.0),
-                               ("spark", -1, 1.0)):
+                               ("spark", -1, 1.0), ("spark-purge", -1, 0.0)):
         monkeypatch.setattr(data, "UPDATE_TASK_BYTES", limit)
         monkeypatch.setattr(data, "PURGE_SHARE", share)
         before = set(pa.table(DeltaTable(tables[name]).get_add_actions(flatten=True)).to_pydict()["path"])
@@ -169,17 +168,15 @@ def test_an_update_by_tasks_or_by_spark_writes_the_same_table(
         assert duckdb_rows(tables[name]) == expected, name
         after = set(pa.table(DeltaTable(tables[name]).get_add_actions(flatten=True)).to_pydict()["path"])
         assert report.files_removed == len(before - after) and report.files_added == len(after - before)
-        if name == "marks":
+        if share == 1.0:
             assert report.files_marked and not report.files_removed, name
-        if name == "spark":
+        if share == 0.0:
             assert report.files_removed and not report.files_marked, name
 
 
 @pytest.mark.spark
 def test_a_crash_before_or_at_the_commit_converges(spark: SparkSession, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    # every changed partition counts as touching all its files (the shortcut a large update takes)
-    monkeypatch.setattr(importlib.import_module("compaction.topic_table.run"), "ALL_TOUCHED_KEYS_PER_FILE", 1)
     topic = Topic(tmp_path, seed=11)
     uri = table_uri(tmp_path)
     topic.append()
