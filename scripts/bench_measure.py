@@ -477,6 +477,25 @@ def _table_run(store: Path, topic: str, table: Path, now_ms: int) -> dict[str, A
     return report
 
 
+def _warm_table_runs(store: Path, topic: str, before: Path, now_ms: int) -> dict[str, float]:
+    """In one fresh process, after `bench_run.warm_up` (a long-lived session's Python workers and kernels): a rebuild
+    into a scratch table, then the update of `before` (the table as the rebuild left it); each run's wall (`total`)."""
+    code = ("import sys, json, shutil; sys.path.insert(0, sys.argv[4]); from bench_run import warm_up; "
+            "from compaction import table; from compaction.config import KcompactConfig, TopicConfig; "
+            "from compaction.spark.session import build_session; from compaction.storage import open_store; "
+            "s = build_session(); warm_up(s, 2); st = open_store(sys.argv[1]); "
+            "c = KcompactConfig(defaults=TopicConfig.from_kafka({'cleanup.policy': 'compact'})); "
+            "scratch = sys.argv[3] + '-scratch'; "
+            "r = table(s, st, c, sys.argv[2], scratch, now_ms=int(sys.argv[5])).seconds['total']; "
+            "shutil.rmtree(scratch); "
+            "u = table(s, st, c, sys.argv[2], sys.argv[3], now_ms=int(sys.argv[5])).seconds['total']; "
+            "print(json.dumps({'rebuild_seconds': r, 'update_seconds': u}))")
+    done = subprocess.run([sys.executable, "-c", code, str(store), topic, str(before),
+                           str(Path(__file__).resolve().parent), str(now_ms)], check=True, stdout=subprocess.PIPE,
+                          text=True)
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
 def _read_partition_seconds(store: Path, topic: str, from_offset: int, *, warm: bool = False) -> float:
     """The wall time of `read_partition(..., from_offset, read_committed).count()` of partition 0 in a fresh process
     (session start-up excluded): the table's input path without the table. `warm`: after `bench_run.warm_up` (every
@@ -536,7 +555,12 @@ def bench_table(partitions: int, keys_per_partition: int, value_bytes: int, segm
                "files_added": last["files_added"], "bytes_written": last["bytes_written"]}
     store = open_store(str(store_dir))
     tier_logdir(rolled(full), store, table_in_store(store), NOW_MS - 86_400_000)
+    before = table.parent / "table-before-update"
+    shutil.rmtree(before, ignore_errors=True)
+    shutil.copytree(table, before)
     update = _table_run(store_dir, topic, table, NOW_MS + 1)
+    warm = _warm_table_runs(store_dir, topic, before, NOW_MS + 1)
+    shutil.rmtree(before, ignore_errors=True)
     segments = table_in_store(open_store(str(pristine))).live_segments(topic, 0)
     tail = segments[len(segments) * 7 // 8:] if partitions == 1 else segments  # ~1/8 of the base either way
     read_seconds = _read_partition_seconds(pristine, topic, tail[0].start_offset)
@@ -545,7 +569,7 @@ def bench_table(partitions: int, keys_per_partition: int, value_bytes: int, segm
     shutil.rmtree(store_dir, ignore_errors=True)
     shutil.rmtree(table, ignore_errors=True)
     return {"workload": " ".join(args), "command": "kcompact generate --bulk " + " ".join(args),
-            "partitions": partitions, "keys": keys * partitions, "rebuild": rebuild, "update": update,
+            "partitions": partitions, "keys": keys * partitions, "rebuild": rebuild, "update": update, "warm": warm,
             "read_partition": {"seconds": read_seconds, "warm_seconds": warm_seconds,
                                "bytes": partition_bytes}}
 

@@ -34,7 +34,7 @@ def note(name: str) -> str:
 
 
 def _rows_handled(r: dict[str, Any], label: str) -> float:
-    """What bounds a P8 run: the records a rebuild reads (every key once), the table rows an update rewrites."""
+    """What bounds a P8 run: the records a rebuild reads (every key once), the table rows an update writes."""
     return float(r["keys"]) if label == "rebuild" else float(r[label]["rows_written"])
 
 
@@ -47,7 +47,7 @@ def _p8(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
              "of the keys are rewritten (new segments, tiered) and a second run updates it. "
              "MB/s = segment bytes the run read / its wall time (plan + Spark + commit, session start-up excluded; "
              "the whole process in brackets; a rebuild is the median of three fresh processes, each run's walls "
-             "below the table); rows/s = records read (rebuild) or table rows rewritten (update) / "
+             "below the table); rows/s = records read (rebuild) or table rows written (update) / "
              "wall time. " + note("P8 conditions"), "",
              "| shape | keys | run | segment bytes read | wall s (process) | MB/s | rows/s "
              "| table files written (bytes) |",
@@ -95,7 +95,10 @@ def _p8_update_share(r: dict[str, Any]) -> str:
             f"{update['files_removed']} files rewritten) = {100 * written / rebuild['bytes_written']:.2f}% of the "
             f"table's {_mb(rebuild['bytes_written'])}; wall {update['seconds']['total']:.1f} s = "
             f"{100 * update['seconds']['total'] / rebuild['seconds']['total']:.1f}% of the rebuild's "
-            f"{rebuild['seconds']['total']:.1f} s")
+            f"{rebuild['seconds']['total']:.1f} s" + (
+                f"; in a warm session (Python workers started, kernels loaded, as a notebook's or a long-lived "
+                f"job's): update {r['warm']['update_seconds']:.1f} s, rebuild {r['warm']['rebuild_seconds']:.1f} s "
+                f"({100 * r['warm']['update_seconds'] / r['warm']['rebuild_seconds']:.1f}%)" if "warm" in r else ""))
 
 
 def _mb(n: float) -> str:

@@ -1,4 +1,4 @@
-"""The table run's data path on Spark: new records → winners per key → merged with the table's rows → files.
+"""The table run's data path on Spark: new records → winners per key → old rows marked deleted → files.
 
 A partition to **rebuild** (its rows replaced by the winners over its whole log) takes the shuffle-free path,
 `rebuild_files`: a task per partition and key bucket (`rebuild_buckets`: one, or a few for a partition larger than
@@ -14,18 +14,17 @@ the rows of those keys in the partition's table files deleted (a deletion vector
 DV file, `compaction.topic_table.deletion_vectors`; a file past `PURGE_SHARE` deleted is rewritten without them
 instead), and writes the winners as a new file.
 
-A larger update (and a rebuild too large for the task path) goes through Spark, and rewrites the files it touches:
+A larger update (and a rebuild too large for the task path) goes through Spark:
 1. **records**: each partition's consumer view (`read_refs`, read_committed) from the span's `read_from`,
    cut at its last stable offset; keyless records are not part of a compacted topic's state;
 2. **winners**: per (partition, key), the record of greatest rank (has_version, version, offset) (KIP-280's
    rule of `compaction.strategies.ranking`), kept only for keys with a record in [from_offset, to_offset);
-3. **touched files**: the table files (of updated partitions) holding one of those keys: a key-only read of their
-   live rows (deletion vectors applied, as in every read of a table file here);
-4. **merge**: the touched files' rows, full outer join the winners by (partition, key): the winner replaces
-   the row (or is inserted), a tombstone winner removes it, the other rows stay as they were;
-5. **write**: the rows of rebuilt partitions and the merged rows, as new Parquet files sorted by key, written
-   by executors straight into the table's location; the driver commits them with the removal of the files they
-   replace.
+3. **marks** (`mark_rows`): a key-only read of the updated partitions' files (their live rows, deletion vectors
+   applied as in every read of a table file here, with each row's position), joined with the winners' keys; a task
+   per group of files writes their new deletion vectors, or leaves a file past `PURGE_SHARE` to be rewritten;
+4. **write**: the winners that are not tombstones and the kept rows of the files being rewritten (`kept_rows`), as
+   new Parquet files sorted by key, written by executors straight into the table's location; the driver commits
+   them with the marks and the removal of the files they replace.
 
 Executors open the table's store from its picklable spec; no Spark filesystem (s3a) is involved.
 """
