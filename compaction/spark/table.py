@@ -192,8 +192,8 @@ def _mark(rows: int, deleted: np.ndarray, gone: np.ndarray, vectors: VectorFile,
           ) -> tuple[str, str | None, np.ndarray]:
     """Delete the rows at `gone` of a file of `rows` rows (whose vector already deletes `deleted`): ("marked", its new
     vector as JSON, all its deleted rows), the vector added to `vectors`; or, past `purge_share` of its rows
-    ("replaced", None, all its deleted rows): the caller rewrites it without them (a file whose log entry holds no
-    row count, written by another tool, is rewritten)."""
+    ("replaced", None, all its deleted rows): the caller rewrites it without them. A file whose log entry holds no
+    row count (0 here) is rewritten: Delta requires a marked file's `numRecords`."""
     positions = np.union1d(deleted, gone.astype(np.uint64))
     if len(positions) <= purge_share * rows:
         return "marked", json.dumps(vectors.add(positions).to_json()), positions
@@ -448,8 +448,8 @@ def _updater(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: C
                         gone[deleted.astype(np.int64)] = False
                         if not gone.any():
                             continue
-                        kind, vector, positions = _mark(len(gone), deleted, np.flatnonzero(gone), vectors,
-                                                        purge_share)
+                        rows = f.rows if f.rows == len(gone) else 0  # its log entry's count, if right (Delta's rule)
+                        kind, vector, positions = _mark(rows, deleted, np.flatnonzero(gone), vectors, purge_share)
                         done.append({"path": f.path, "partition": f.partition, "size": f.size, "rows": f.rows,
                                      "kind": kind, "vector": vector})
                         if kind == "replaced":

@@ -1,9 +1,10 @@
 """The parts of the Delta log kcompact reads and writes itself, because delta-rs's Python API carries no deletion
 vectors: its `get_add_actions` omits an `add`'s `deletionVector`, and its `AddAction` cannot hold one.
 
-- **`log_files`** replays the log up to a version (the last checkpoint, then each JSON commit after it) into the live
-  files keyed by path, each with its deletion vector, and the vectors of files removed since a time (a vacuum keeps
-  what a time travel inside the retention reads).
+- **`log_files`** replays the log up to a version (the last checkpoint, then each JSON commit after it; or, given
+  an earlier replay, the commits after it) into the live files keyed by path, each with its deletion vector, and
+  the vectors of removed files with the time of their removal (a vacuum keeps what a time travel inside the
+  retention reads).
 - **`write_commit`** writes a commit as Delta writers do: `_delta_log/<version>.json`, created only if absent (the
   store's create-only PUT). When another writer took that version first, the caller's `conflict` rule reads the
   winner's actions and either fails the commit or lets it go on at the next version.
@@ -36,11 +37,21 @@ def commit_key(table: str, version: int) -> str:
 
 @dataclass
 class LogFiles:
-    """The table's files at one version: each live file's deletion vector (None: none) by path, and the vectors of
-    files removed at or after `since_ms`."""
+    """The table's files as the log has them at `version`: every file by (path, its vector's id), and the vectors of
+    the files removed, with the time of their removal."""
 
-    live: dict[str, DeletionVector | None] = field(default_factory=dict)
-    recently_removed: list[DeletionVector] = field(default_factory=list)
+    version: int = -1
+    files: dict[tuple[str, str], DeletionVector | None] = field(default_factory=dict)
+    removed: list[tuple[int, DeletionVector]] = field(default_factory=list)
+
+    @property
+    def live(self) -> dict[str, DeletionVector | None]:
+        """Each live file's deletion vector (None: none) by path."""
+        return {path: dv for (path, _), dv in self.files.items()}
+
+    def removed_since(self, since_ms: int) -> list[DeletionVector]:
+        """The vectors of the files removed at or after `since_ms`."""
+        return [dv for at, dv in self.removed if at >= since_ms]
 
 
 def _vector(action: dict[str, object] | None) -> DeletionVector | None:
@@ -122,20 +133,22 @@ def _checkpoint(store: ObjectStore, keys: Sequence[str]) -> Iterator[Action]:
                     yield {column: value}
 
 
-def log_files(store: ObjectStore, table: str, version: int, since_ms: int = 0) -> LogFiles:
-    """Replay the log of the table stored under `table` up to `version` (see the module)."""
-    files: dict[tuple[str, str], DeletionVector | None] = {}
-    removed: list[tuple[int, DeletionVector]] = []
-    start, checkpoint = _checkpoint_files(store, table, version)
-    _apply(files, removed, list(_checkpoint(store, checkpoint)))
+def log_files(store: ObjectStore, table: str, version: int, known: LogFiles | None = None) -> LogFiles:
+    """Replay the log of the table stored under `table` up to `version` (see the module): from `known`, a replay at
+    an earlier version, reading only the commits after it, else from the newest checkpoint."""
+    if known is not None and known.version <= version:
+        files, removed, start = dict(known.files), list(known.removed), known.version
+    else:
+        files, removed = {}, []
+        start, checkpoint = _checkpoint_files(store, table, version)
+        _apply(files, removed, list(_checkpoint(store, checkpoint)))
     for v in range(start + 1, version + 1):
         try:
             _apply(files, removed, read_commit(store, table, v))
         except MissingObjectError as exc:
             raise CorruptInputError(f"Delta log: commit {v} is missing below version {version} and after the "
-                                    f"checkpoint at {start}", obj=store.object_uri(commit_key(table, v))) from exc
-    return LogFiles({path: dv for (path, _), dv in files.items()},
-                    [dv for at, dv in removed if at >= since_ms])
+                                    f"version {start} read before", obj=store.object_uri(commit_key(table, v))) from exc
+    return LogFiles(version, files, removed)
 
 
 def write_commit(store: ObjectStore, table: str, read_version: int, actions: Sequence[Action],

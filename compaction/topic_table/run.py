@@ -119,10 +119,11 @@ class TableReport:
         if self.committed_version is None:
             lines.append("nothing to apply: the table is up to date")
         else:
+            marked = (f", {self.files_marked} marked ({self.rows_marked} rows deleted by deletion vectors of "
+                      f"{self.vector_bytes} bytes)" if self.files_marked else "")
             lines.append(f"committed table version {self.committed_version}: {self.files_added} files added "
-                         f"({self.rows_written} rows, {self.bytes_written} bytes), {self.files_removed} removed, "
-                         f"{self.files_marked} marked ({self.rows_marked} rows deleted by deletion vectors of "
-                         f"{self.vector_bytes} bytes)")
+                         f"({self.rows_written} rows, {self.bytes_written} bytes), {self.files_removed} removed"
+                         + marked)
         return lines if self.upkeep is None else [*lines, self.upkeep.summary()]
 
 

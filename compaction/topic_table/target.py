@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -37,7 +38,7 @@ from compaction.metadata.table import reading
 from compaction.metadata.upkeep import vacuum
 from compaction.storage.base import ObjectStore, StoreSpec
 from compaction.topic_table.deletion_vectors import DeletionVector
-from compaction.topic_table.delta_log import Action, log_files, write_commit
+from compaction.topic_table.delta_log import Action, LogFiles, log_files, write_commit
 
 PARTITION_COLUMN = "partition"
 FILE_BYTES = 128 * 1024 * 1024
@@ -179,6 +180,7 @@ class TopicTable:
         self.uri = self._store.delta_uri(location.name)
         self._options = self._store.delta_storage_options()
         self._table: DeltaTable | None = None
+        self._log: LogFiles | None = None
 
     def exists(self) -> bool:
         # Not `DeltaTable.is_deltatable`: its listing hangs for minutes against some S3 servers (moto).
@@ -245,10 +247,15 @@ class TopicTable:
         if DELETION_VECTORS not in (self._delta_table().protocol().reader_features or []):
             raise ConfigError(f"table {self.uri}: could not turn on the deletionVectors feature")
 
+    def _log_files(self, table: DeltaTable) -> LogFiles:
+        """The log replayed up to `table`'s version, from this object's previous replay when there is one (a run
+        opens the table, then its upkeep opens it and vacuums: one replay, then the commits since)."""
+        self._log = log_files(self._store, self.location.name, table.version(), self._log)
+        return self._log
+
     def _state(self, table: DeltaTable, partitions: Sequence[int]) -> TableState:
         actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
-        vectors = log_files(self._store, self.location.name, table.version()).live \
-            if DELETION_VECTORS in (table.protocol().reader_features or []) else {}
+        vectors = self._log_files(table).live if DELETION_VECTORS in (table.protocol().reader_features or []) else {}
         files = tuple(DataFile(a["path"], int(a[f"partition.{PARTITION_COLUMN}"]), a["size_bytes"],
                                int(a["num_records"] or 0), vectors.get(unquote(a["path"]))) for a in actions)
         applied: dict[int, Applied] = {}
@@ -270,8 +277,8 @@ class TopicTable:
         """
         if self._table is None:
             raise RuntimeError("TopicTable.commit before open")
-        actions: list[Action] = [{"commitInfo": {
-            "timestamp": now_ms, "operation": "WRITE", "operationParameters": {"mode": "Append"},
+        actions: list[Action] = [{"commitInfo": {  # stamped by the wall clock, as Delta's time travel expects
+            "timestamp": int(time.time() * 1000), "operation": "WRITE", "operationParameters": {"mode": "Append"},
             "engineInfo": "kcompact", "kcompact": json.dumps(dict(info), sort_keys=True)}}]
         for p, a in sorted(applied.items()):
             actions.append({"txn": {"appId": app_id(self.topic, p), "version": a.offset, "lastUpdated": a.updated_ms}})
@@ -306,8 +313,8 @@ class TopicTable:
         if DELETION_VECTORS not in (table.protocol().reader_features or []):
             return gone
         horizon = now_ms - retention_ms(table.metadata().configuration)
-        log = log_files(self._store, self.location.name, table.version(), since_ms=horizon)
-        named = {dv.file_name for dv in (*log.live.values(), *log.recently_removed) if dv is not None}
+        log = self._log_files(table)
+        named = {dv.file_name for dv in (*log.live.values(), *log.removed_since(horizon)) if dv is not None}
         for info in self._store.list(f"{self.location.name}/deletion_vector_"):
             path = info.key[len(self.location.name) + 1:]
             if path not in named and info.mtime_ms < horizon:

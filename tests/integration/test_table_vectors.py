@@ -115,8 +115,15 @@ def test_marked_rows_leave_every_reader_and_the_log_replay_finds_each_vector(tmp
     assert p0.vector is not None and p0.vector.cardinality == 3
     assert log_files(table.location.open(), table.location.name, state.version).live[p0.path] == p0.vector
 
+    # The same table object reads only the commits since its last replay: no listing, one GET for one commit.
+    table.commit([], [], {0: Applied(12, CLOCK)}, CLOCK, {"step": 3})
+    stats = table._store.stats
+    gets, lists = stats.gets, stats.lists
+    assert next(f for f in table.open([0, 1], create=False).files if f.partition == 0).vector == p0.vector
+    assert (stats.gets - gets, stats.lists - lists) == (1, 0)
+
     # Removing a marked file (a rebuild, a dropped partition) removes it with its vector.
-    table.commit([], [p0], {}, CLOCK, {"step": 3})
+    table.commit([], [p0], {}, CLOCK, {"step": 4})
     assert keys_of(uri) == sorted(b"key-%d" % i for i in range(10, 15))
     assert duckdb_rows(uri) == table_rows(uri)
 
