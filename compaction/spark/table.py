@@ -448,8 +448,8 @@ def _updater(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: C
                         gone[deleted.astype(np.int64)] = False
                         if not gone.any():
                             continue
-                        rows = f.rows if f.rows == len(gone) else 0  # its log entry's count, if right (Delta's rule)
-                        kind, vector, positions = _mark(rows, deleted, np.flatnonzero(gone), vectors, purge_share)
+                        count = f.rows if f.rows == len(gone) else 0  # its log entry's count, if right (Delta's)
+                        kind, vector, positions = _mark(count, deleted, np.flatnonzero(gone), vectors, purge_share)
                         done.append({"path": f.path, "partition": f.partition, "size": f.size, "rows": f.rows,
                                      "kind": kind, "vector": vector})
                         if kind == "replaced":
