@@ -98,19 +98,19 @@ class DataFile:
     rows: int = 0
     vector: DeletionVector | None = None
 
-    def remove(self, now_ms: int, data_change: bool = True) -> Action:
+    def remove(self, now_ms: int) -> Action:
         """The `remove` action of this file (with its vector: Delta identifies a file by path and vector)."""
-        action: dict[str, object] = {"path": self.path, "deletionTimestamp": now_ms, "dataChange": data_change,
+        action: dict[str, object] = {"path": self.path, "deletionTimestamp": now_ms, "dataChange": True,
                                      "extendedFileMetadata": True,
                                      "partitionValues": {PARTITION_COLUMN: str(self.partition)}, "size": self.size}
         if self.vector is not None:
             action["deletionVector"] = self.vector.to_json()
         return {"remove": action}
 
-    def add(self, now_ms: int, data_change: bool = True) -> Action:
+    def add(self, now_ms: int) -> Action:
         """The `add` action of this file, its stats the physical row count (Delta's `numRecords`)."""
         action: dict[str, object] = {"path": self.path, "partitionValues": {PARTITION_COLUMN: str(self.partition)},
-                                     "size": self.size, "modificationTime": now_ms, "dataChange": data_change,
+                                     "size": self.size, "modificationTime": now_ms, "dataChange": True,
                                      "stats": json.dumps({"numRecords": self.rows})}
         if self.vector is not None:
             action["deletionVector"] = self.vector.to_json()
@@ -227,14 +227,14 @@ class TopicTable:
 
     def deletion_vectors(self) -> bool:
         """Whether the table (as `open` read it) has the `deletionVectors` feature."""
-        return self._table is not None and DELETION_VECTORS in (self._table.protocol().reader_features or [])
+        return self._table is not None and _has_vectors(self._table)
 
     def enable_deletion_vectors(self) -> None:
         """Turn on the `deletionVectors` feature (a protocol upgrade to reader 3 / writer 7, listing writer 2's
         features too, a commit of its own) and `delta.enableDeletionVectors`, unless the table has them; `open`
         again afterwards."""
         table = self._delta_table()
-        if DELETION_VECTORS not in (table.protocol().reader_features or []):
+        if not _has_vectors(table):
             with contextlib.suppress(DeltaError):  # a concurrent run upgraded it first: checked below
                 # writer 7 lists every feature in use: writer 2's appendOnly and invariants (the NOT NULL columns)
                 # too, or delta-spark refuses the table
@@ -244,7 +244,7 @@ class TopicTable:
         if table.metadata().configuration.get("delta.enableDeletionVectors") != "true":
             with contextlib.suppress(DeltaError):
                 table.alter.set_table_properties({"delta.enableDeletionVectors": "true"})
-        if DELETION_VECTORS not in (self._delta_table().protocol().reader_features or []):
+        if not _has_vectors(self._delta_table()):
             raise ConfigError(f"table {self.uri}: could not turn on the deletionVectors feature")
 
     def _log_files(self, table: DeltaTable) -> LogFiles:
@@ -255,7 +255,7 @@ class TopicTable:
 
     def _state(self, table: DeltaTable, partitions: Sequence[int]) -> TableState:
         actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
-        vectors = self._log_files(table).live if DELETION_VECTORS in (table.protocol().reader_features or []) else {}
+        vectors = self._log_files(table).live if _has_vectors(table) else {}
         files = tuple(DataFile(a["path"], int(a[f"partition.{PARTITION_COLUMN}"]), a["size_bytes"],
                                int(a["num_records"] or 0), vectors.get(unquote(a["path"]))) for a in actions)
         applied: dict[int, Applied] = {}
@@ -310,7 +310,7 @@ class TopicTable:
         vacuum leaves those). Returns the paths deleted, relative to the table."""
         table = self._delta_table()
         gone = vacuum(table, self.uri, lambda path: self._store.exists(self.location.file_key(path)))
-        if DELETION_VECTORS not in (table.protocol().reader_features or []):
+        if not _has_vectors(table):
             return gone
         horizon = now_ms - retention_ms(table.metadata().configuration)
         log = self._log_files(table)
@@ -343,6 +343,11 @@ def retention_ms(configuration: Mapping[str, str]) -> int:
         return int(words[1]) * _UNIT_MS[words[2].rstrip("s")]
     raise ConfigError(f"delta.deletedFileRetentionDuration {value!r}: expected 'interval <n> <unit>' (e.g. "
                       "'interval 7 days')")
+
+
+def _has_vectors(table: DeltaTable) -> bool:
+    """Whether `table`'s protocol has the `deletionVectors` reader feature."""
+    return DELETION_VECTORS in (table.protocol().reader_features or [])
 
 
 def _conflict(actions: Sequence[Action], app_ids: set[str], paths: set[str]) -> str | None:
