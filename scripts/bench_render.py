@@ -46,8 +46,8 @@ def _p8(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
     lines = ["Each shape: `kcompact table` rebuilds the table from a base where every key appears once, then 1% "
              "of the keys are rewritten (new segments, tiered) and a second run updates it. "
              "MB/s = segment bytes the run read / its wall time (plan + Spark + commit, session start-up excluded; "
-             "the whole process in brackets; a rebuild is the median of three fresh processes, each run's walls "
-             "below the table); rows/s = records read (rebuild) or table rows written (update) / "
+             "the whole process in brackets; a rebuild and an update are each the median of three fresh processes, "
+             "each run's walls below the table); rows/s = records read (rebuild) or table rows written (update) / "
              "wall time. " + note("P8 conditions"), "",
              "| shape | keys | run | segment bytes read | wall s (process) | MB/s | rows/s "
              "| table files written (bytes) |",
@@ -61,9 +61,9 @@ def _p8(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
                          f"| {_table_rate(x):.2f} | {_rows_handled(r, label) / x['seconds']['total']:,.0f} "
                          f"| {x['files_added']} ({_mb(x['bytes_written'])}) |")
     lines += [""] + [_p8_update_share(r) for r in runs]
-    lines += [""] + [f"- rebuild walls, {r['partitions']} partition(s): " + " / ".join(
-        f"{w:.1f} ({pw:.1f})" for w, pw in zip(r["rebuild"]["walls"], r["rebuild"]["process_walls"], strict=True))
-        + " s" for r in runs if "walls" in r["rebuild"]]
+    lines += [""] + [f"- {label} walls, {r['partitions']} partition(s): " + " / ".join(
+        f"{w:.1f} ({pw:.1f})" for w, pw in zip(r[label]["walls"], r[label]["process_walls"], strict=True))
+        + " s" for label in ("rebuild", "update") for r in runs if "walls" in r[label]]
     lines += ["", "The input path alone, `read_partition(..., isolation='read_committed').count()` "
               "(`compaction.spark.read`: the executors decode each segment columnar with the scan's numba kernels, "
               "`compaction.format.scan.scan_records`, and hand Arrow batches to Spark; the driver walks the "
@@ -97,8 +97,14 @@ def _p8_update_share(r: dict[str, Any]) -> str:
             f"{100 * update['seconds']['total'] / rebuild['seconds']['total']:.1f}% of the rebuild's "
             f"{rebuild['seconds']['total']:.1f} s" + (
                 f"; in a warm session (Python workers started, kernels loaded, as a notebook's or a long-lived "
-                f"job's): update {r['warm']['update_seconds']:.1f} s, rebuild {r['warm']['rebuild_seconds']:.1f} s "
+                f"job's): update {r['warm']['update_seconds']:.1f} s{_warm_walls(r['warm'])}, "
+                f"rebuild {r['warm']['rebuild_seconds']:.1f} s "
                 f"({100 * r['warm']['update_seconds'] / r['warm']['rebuild_seconds']:.1f}%)" if "warm" in r else ""))
+
+
+def _warm_walls(warm: dict[str, Any]) -> str:
+    walls = warm.get("update_walls")
+    return f" (median of {' / '.join(f'{w:.1f}' for w in walls)} s, the session's first first)" if walls else ""
 
 
 def _mb(n: float) -> str:

@@ -8,11 +8,12 @@ built), folds each key's winner with the compaction's `KeyFold` (`compaction.top
 rows as Parquet in offset order. Nothing crosses a shuffle; each bucket decodes the whole partition, so past
 `MAX_REBUILD_BUCKETS` a partition takes the Spark path instead.
 
-An **update** of a partition whose table files and new segments fit `UPDATE_TASK_BYTES` is one task too
-(`update_files`): it decodes the new records, folds the winners of the keys they change (`table_changes_of`), marks
-the rows of those keys in the partition's table files deleted (a deletion vector per file, all of the task's in one
-DV file, `compaction.topic_table.deletion_vectors`; a file past `PURGE_SHARE` deleted is rewritten without them
-instead), and writes the winners as a new file.
+An **update** of a partition whose table files and new segments fit `UPDATE_TASK_BYTES` takes no shuffle either
+(`update_files`; a task per core, each taking a share of the partitions, `task_groups`): for each partition it
+decodes the new records, folds the winners of the keys they change (`table_changes_of`), marks the rows of those keys
+in the partition's table files deleted (a deletion vector per file, all of the task's in one DV file,
+`compaction.topic_table.deletion_vectors`; a file past `PURGE_SHARE` deleted is rewritten without them instead),
+and writes the winners as a new file.
 
 A larger update (and a rebuild too large for the task path) goes through Spark:
 1. **records**: each partition's consumer view (`read_refs`, read_committed) from the span's `read_from`,
@@ -406,7 +407,8 @@ class Updated:
 def update_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Sequence[SegmentRef]],
                  spans: Sequence[PartitionSpan], files: Mapping[int, Sequence[DataFile]], location: Location,
                  schema: pa.Schema, strategy: CompactionStrategy, header: str | None, *, vectors: bool) -> Updated:
-    """Apply the updates `spans` with no shuffle: a task per partition decodes its new records (from `read_from`),
+    """Apply the updates `spans` with no shuffle: for each partition (a task per core takes a share of them,
+    `task_groups`) the task decodes its new records (from `read_from`),
     folds the winners of the keys they change (`table_changes_of`), reads the key column of each of the partition's
     table `files`, marks the rows of changed keys deleted in a deletion vector (with `vectors`, up to
     `PURGE_SHARE` of a file) or rewrites the file without them, and writes the winners. Nothing is visible until
@@ -415,8 +417,10 @@ def update_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Seq
     for span in spans:
         read, pieces = partition_read(store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED)
         tasks.append((span, read, pieces, tuple(files.get(span.partition, ()))))
-    ids = spark.range(0, len(tasks), 1, max(1, len(tasks)))
-    update = _updater(store.spec, location, schema, strategy, header, tasks, PURGE_SHARE if vectors else 0.0)
+    sizes = [span.segment_bytes + sum(f.size for f in old) for span, _, _, old in tasks]
+    groups = [[tasks[i] for i in group] for group in task_groups(sizes, spark.sparkContext.defaultParallelism)]
+    ids = spark.range(0, len(groups), 1, max(1, len(groups)))
+    update = _updater(store.spec, location, schema, strategy, header, groups, PURGE_SHARE if vectors else 0.0)
     done = [r.asDict() for r in ids.mapInArrow(update, _UPDATE_ROW).collect()]
     written = [{k: v for k, v in r.items() if k not in ("kind", "vector")} for r in done if r["kind"] == "written"]
     return Updated(written, {str(r["path"]) for r in done if r["kind"] == "replaced"},
@@ -424,11 +428,27 @@ def update_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Seq
                     for r in done if r["kind"] == "marked"})
 
 
+def task_groups(sizes: Sequence[int], parallelism: int) -> list[list[int]]:
+    """The partitions of an update (their `sizes` in bytes: new segments and table files) shared among at most one
+    task per core, largest first into the lightest task; each task lists its partitions (indices into `sizes`) in
+    order. Spark pays a fixed cost for each Python task it runs, which for an update of small partitions is most of
+    the work: a task per partition would pay it once per partition. Pure."""
+    n = min(len(sizes), max(1, parallelism))
+    groups: list[list[int]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        lightest = min(range(n), key=lambda g: (loads[g], len(groups[g])))
+        groups[lightest].append(i)
+        loads[lightest] += sizes[i]
+    return [sorted(g) for g in groups]
+
+
 def _updater(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: CompactionStrategy,
-             header: str | None, tasks: Sequence[tuple[PartitionSpan, ConsumerRead, Sequence[SegmentRef],
-                                                       Sequence[DataFile]]], purge_share: float
+             header: str | None, groups: Sequence[Sequence[tuple[PartitionSpan, ConsumerRead, Sequence[SegmentRef],
+                                                                 Sequence[DataFile]]]], purge_share: float
              ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """An update task (one of `tasks`: a span, its consumer read and pieces, the partition's table files)."""
+    """An update task: one of `groups`, each partition of it a span, its consumer read and pieces, its table
+    files."""
     def update(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store, tables = spec.open(), location.open()
         done: list[dict[str, object]] = []
@@ -436,8 +456,7 @@ def _updater(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: C
         with tempfile.TemporaryDirectory(prefix="kcompact-table-") as tmp:
             sink = _FileSink(location, schema, tmp)
             for ids in batches:
-                for i in ids.column(0).to_pylist():
-                    span, read, pieces, old = tasks[i]
+                for span, read, pieces, old in (task for i in ids.column(0).to_pylist() for task in groups[i]):
                     held = _held_records(store, span, read, pieces, None)
                     rows, changed = table_changes_of(held, span.partition, span.from_offset, strategy, header, schema)
                     for f in old:
@@ -501,5 +520,5 @@ def rebuild_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Se
 
 
 __all__ = ["PURGE_SHARE", "Updated", "deleted_rows", "kept_rows", "load_rebuild_task", "mark_rows",
-           "rebuild_buckets", "rebuild_files", "row_schema", "table_rows", "topic_records", "update_files", "winners",
-           "write_files"]
+           "rebuild_buckets", "rebuild_files", "row_schema", "table_rows", "task_groups", "topic_records",
+           "update_files", "winners", "write_files"]
