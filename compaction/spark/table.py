@@ -397,11 +397,13 @@ _UPDATE_ROW = StructType([*_FILE_ROW.fields, StructField("kind", StringType(), F
 @dataclass(frozen=True)
 class Updated:
     """What the update tasks did: the files they wrote (as `rebuild_files` returns them), the paths of the files they
-    rewrote (to be removed) and the files whose changed keys' rows they marked deleted, each with its new vector."""
+    rewrote (to be removed), the files whose changed keys' rows they marked deleted, each with its new vector, and
+    how many tasks ran."""
 
     written: list[dict[str, object]]
     replaced: set[str]
     marked: dict[str, DeletionVector]
+    tasks: int
 
 
 def update_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Sequence[SegmentRef]],
@@ -425,7 +427,7 @@ def update_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Seq
     written = [{k: v for k, v in r.items() if k not in ("kind", "vector")} for r in done if r["kind"] == "written"]
     return Updated(written, {str(r["path"]) for r in done if r["kind"] == "replaced"},
                    {str(r["path"]): DeletionVector.from_json(json.loads(r["vector"]))
-                    for r in done if r["kind"] == "marked"})
+                    for r in done if r["kind"] == "marked"}, len(groups))
 
 
 def task_groups(sizes: Sequence[int], parallelism: int) -> list[list[int]]:

@@ -161,7 +161,7 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
         written += updated.written
         touched, marked = updated.replaced, updated.marked
         if progress:
-            progress.phase(f"table: {len(updates)} partitions updated by {len(updates)} tasks: {len(marked)} files "
+            progress.phase(f"table: {len(updates)} partitions updated by {updated.tasks} tasks: {len(marked)} files "
                            f"holding a changed key marked by deletion vectors, {len(touched)} rewritten")
     by_update = {s.partition for s in updates}
     others = [s for s in plan.spans if (not s.rebuild and s.partition not in by_update)

@@ -59,24 +59,33 @@ def table_rows_of(records: Sequence[pa.Table], partition: int, from_offset: int,
                   header: str | None, schema: pa.Schema) -> pa.Table:
     """The table's rows (`schema`, `compaction.topic_table.target.table_schema`) of one partition's keyed,
     committed consumer `records` (every record of each key they hold, below the partition's stable offset)."""
-    return table_changes_of(records, partition, from_offset, strategy, header, schema)[0]
+    return _rows(records, partition, from_offset, strategy, header, schema)[0]
 
 
 def table_changes_of(records: Sequence[pa.Table], partition: int, from_offset: int, strategy: CompactionStrategy,
                      header: str | None, schema: pa.Schema) -> tuple[pa.Table, pa.Array]:
     """`table_rows_of`, and the keys whose rows they change: every key with a record at or above `from_offset`,
     those whose winner is a tombstone included (an update removes their rows and adds none)."""
+    rows, keys, fresh = _rows(records, partition, from_offset, strategy, header, schema)
+    return rows, keys.filter(pa.array(fresh))
+
+
+def _rows(records: Sequence[pa.Table], partition: int, from_offset: int, strategy: CompactionStrategy,
+          header: str | None, schema: pa.Schema) -> tuple[pa.Table, pa.Array, np.ndarray]:
+    """`table_rows_of`, every key the records hold and which of them have a record at or above `from_offset`."""
     if not any(r.num_rows for r in records):
-        return schema.empty_table(), pa.array([], pa.binary())
+        return schema.empty_table(), pa.array([], pa.binary()), np.zeros(0, bool)
     data = pa.concat_tables(records)
     has_version, version = record_ranks(data, strategy, header)
     offsets = data["offset"].to_numpy()
     fold = KeyFold(data.num_rows)
     fold.add(data["key"].combine_chunks(), has_version, version, offsets, offsets >= from_offset)
     keys, _, _, best, fresh = fold.result()
-    changed = keys.filter(pa.array(fresh))
-    winner = np.zeros(data.num_rows, bool)
-    winner[_positions(offsets, best[fresh])] = True
+    if len(best) == data.num_rows and fresh.all():  # every record its key's only one (a rebuild of a compacted log)
+        winner = np.ones(data.num_rows, bool)
+    else:
+        winner = np.zeros(data.num_rows, bool)
+        winner[_positions(offsets, best[fresh])] = True
     winner &= np.asarray(data["value"].is_valid(), bool)  # a tombstone winner: no row
     kept = np.flatnonzero(winner)
     rows = _filtered(data, winner)
@@ -86,7 +95,7 @@ def table_changes_of(records: Sequence[pa.Table], partition: int, from_offset: i
         has = has_version[kept].astype(bool)
         columns[VERSION_COLUMN] = pa.array(version[kept], pa.int64(), mask=~has)
     out = pa.table([columns[f.name] for f in schema], schema=pa.schema([pa.field(f.name, f.type) for f in schema]))
-    return out.cast(schema), changed
+    return out.cast(schema), keys, fresh
 
 
 def _filtered(data: pa.Table, keep: np.ndarray) -> pa.Table:

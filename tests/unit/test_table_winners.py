@@ -33,7 +33,7 @@ def test_the_last_header_of_the_name_counts_even_when_an_earlier_one_is_valid() 
     assert last_header_values(pa.array([[], []], HEADERS), "v").to_pylist() == [None, None]
 
 
-def _records(rng: random.Random, n: int) -> pa.Table:
+def _records(rng: random.Random, n: int, keys: int = 8) -> pa.Table:
     rows = []
     for offset in range(n):
         headers = []
@@ -41,7 +41,8 @@ def _records(rng: random.Random, n: int) -> pa.Table:
             headers.append({"key": "v", "value": struct.pack(">q", rng.randint(-3, 3))})
         elif rng.random() < 0.5:
             headers.append({"key": "v", "value": b"xx"})
-        rows.append({"offset": offset, "timestamp": 1000 + rng.randint(-3, 3), "key": f"k{rng.randrange(8)}".encode(),
+        rows.append({"offset": offset, "timestamp": 1000 + rng.randint(-3, 3),
+                     "key": f"k{rng.randrange(keys)}".encode(),
                      "value": None if rng.random() < 0.2 else rng.randbytes(3), "headers": headers})
     return pa.Table.from_pylist(rows, schema=CONSUMER_SCHEMA)
 
@@ -51,7 +52,7 @@ def test_table_rows_follow_the_reference_rule_from_the_first_fresh_offset() -> N
     for strategy in CompactionStrategy:
         schema = table_schema(strategy)
         for trial in range(20):
-            records = _records(rng, rng.randint(0, 40))
+            records = _records(rng, rng.randint(0, 40), rng.choice([8, 1 << 20]))  # many keys: each record its own
             from_offset = rng.choice([0, 10, 30])
             split = rng.randint(0, records.num_rows)
             rows = table_rows_of([records.slice(0, split), records.slice(split)], 3, from_offset, strategy, "v",
