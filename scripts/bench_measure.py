@@ -487,7 +487,7 @@ def _warm_table_runs(store: Path, topic: str, before: Path, now_ms: int) -> dict
             "from compaction.spark.session import build_session; from compaction.storage import open_store; "
             "s = build_session(); warm_up(s, 2); st = open_store(sys.argv[1]); "
             "c = KcompactConfig(defaults=TopicConfig.from_kafka({'cleanup.policy': 'compact'})); "
-            "scratch = sys.argv[3] + '-scratch'; "
+            "scratch = sys.argv[3] + '-scratch'; shutil.rmtree(scratch, ignore_errors=True); "
             "r = table(s, st, c, sys.argv[2], scratch, now_ms=int(sys.argv[5])).seconds['total']; "
             "u = []\n"
             "for _ in range(int(sys.argv[6])):\n"

@@ -104,7 +104,7 @@ def _p8_update_share(r: dict[str, Any]) -> str:
 
 def _warm_walls(warm: dict[str, Any]) -> str:
     walls = warm.get("update_walls")
-    return f" (median of {' / '.join(f'{w:.1f}' for w in walls)} s, the session's first first)" if walls else ""
+    return f" (median of {len(walls)} in the order run: {' / '.join(f'{w:.1f}' for w in walls)} s)" if walls else ""
 
 
 def _mb(n: float) -> str:

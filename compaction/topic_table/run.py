@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -134,69 +134,92 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
     Raises:
         CommitConflictError: a concurrent run applied some of the same partitions first; rerun.
     """
-    from compaction.spark import table as data
-
     report = TableReport(run)
     plan = run.plan
     if not plan.spans:
         return report
     started = time.monotonic()
-    rebuilds = [s for s in plan.spans if s.rebuild]
-    parallelism = spark.sparkContext.defaultParallelism
-    buckets = {s.partition: data.rebuild_buckets(s.segment_bytes, len(rebuilds), parallelism) for s in rebuilds}
-    by_task = [(s, b) for s in rebuilds if (b := buckets[s.partition]) is not None]
-    written = data.rebuild_files(spark, store, run.refs, by_task, run.table.location,
-                                 run.table.schema, run.strategy, run.header) if by_task else []
-    if progress and by_task:
-        progress.phase(f"table: {len(by_task)} partitions rebuilt by {sum(b for _, b in by_task)} tasks, "
-                       f"{len(written)} files written")
-    files = {p: run.state.files_of({p}) for p in {s.partition for s in plan.spans if not s.rebuild}}
-    updates = [s for s in plan.spans if not s.rebuild
-               and s.segment_bytes + sum(f.size for f in files[s.partition]) <= data.UPDATE_TASK_BYTES]
-    touched: set[str] = set()
-    marked: dict[str, DeletionVector] = {}
-    if updates:
-        updated = data.update_files(spark, store, run.refs, updates, files, run.table.location, run.table.schema,
-                                    run.strategy, run.header, vectors=run.table.deletion_vectors())
-        written += updated.written
-        touched, marked = updated.replaced, updated.marked
-        if progress:
-            progress.phase(f"table: {len(updates)} partitions updated by {updated.tasks} tasks: {len(marked)} files "
-                           f"holding a changed key marked by deletion vectors, {len(touched)} rewritten")
-    by_update = {s.partition for s in updates}
-    others = [s for s in plan.spans if (not s.rebuild and s.partition not in by_update)
-              or (s.rebuild and buckets[s.partition] is None)]
-    if others:
-        more, also, by_spark = _spark_files(spark, store, run, others, progress)
-        written += more
-        touched |= also
-        marked |= by_spark
+    written = _write(spark, store, run, progress)
     report.seconds["write"] = time.monotonic() - started
+    rows = sum(int(str(w["rows"])) for w in written.files)
     if progress:
-        progress.phase(f"table: {len(written)} files written ({sum(int(str(w['rows'])) for w in written)} rows)")
+        progress.phase(f"table: {len(written.files)} files written ({rows} rows)")
     adds = [DataFile(str(w["path"]), int(str(w["partition"])), int(str(w["size"])), int(str(w["rows"])))
-            for w in written]
-    rebuilt = {s.partition for s in rebuilds}
-    removes: list[DataFile] = [f for f in run.state.files if f.path in touched or f.partition in rebuilt]
-    marks = [(f, marked[f.path]) for f in run.state.files if f.path in marked]
+            for w in written.files]
+    rebuilt = {s.partition for s in plan.spans if s.rebuild}
+    removes = [f for f in run.state.files if f.path in written.replaced or f.partition in rebuilt]
+    marks = [(f, written.marked[f.path]) for f in run.state.files if f.path in written.marked]
     applied = {s.partition: Applied(s.to_offset, plan.now_ms) for s in plan.spans}
     info = {"run_id": run.run_id, "metadata_version": plan.metadata_version,
             "applied": {str(p): a.offset for p, a in applied.items()}, "rebuilt": sorted(rebuilt)}
     committed = time.monotonic()
     report.committed_version = run.table.commit(adds, removes, applied, plan.now_ms, info, marks)
     report.seconds["commit"] = time.monotonic() - committed
-    report.files_marked = len(marks)
+    report.files_added, report.files_removed, report.files_marked = len(adds), len(removes), len(marks)
+    report.rows_written, report.bytes_written = rows, sum(a.size for a in adds)
     report.rows_marked = sum(v.cardinality - (f.vector.cardinality if f.vector else 0) for f, v in marks)
-    ends: dict[str, int] = {}
-    for _, v in marks:
-        ends[v.path_or_inline] = max(ends.get(v.path_or_inline, 0), v.offset + 8 + v.size)
-    report.vector_bytes = sum(ends.values())
-    report.files_added, report.files_removed = len(adds), len(removes)
-    report.rows_written = sum(int(str(w["rows"])) for w in written)
-    report.bytes_written = sum(a.size for a in adds)
+    report.vector_bytes = _vector_bytes(v for _, v in marks)
     if progress:
         progress.phase(f"table: committed version {report.committed_version}")
     return report
+
+
+@dataclass
+class _Written:
+    """What a run's tasks wrote: its new files (path, partition, size, rows, as the tasks report them), the paths of
+    the old files they rewrote, and the old files whose rows they marked deleted, with their new vectors."""
+
+    files: list[dict[str, object]] = field(default_factory=list)
+    replaced: set[str] = field(default_factory=set)
+    marked: dict[str, DeletionVector] = field(default_factory=dict)
+
+    def add(self, files: list[dict[str, object]], replaced: set[str], marked: dict[str, DeletionVector]) -> None:
+        self.files += files
+        self.replaced |= replaced
+        self.marked |= marked
+
+
+def _write(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Progress | None) -> _Written:
+    """The run's files: partitions to rebuild by tasks in key buckets (`rebuild_files`), updates that fit a task
+    by tasks (`update_files`), the rest through Spark's aggregate and joins (`_spark_files`)."""
+    from compaction.spark import table as data
+
+    plan, written = run.plan, _Written()
+    rebuilds = [s for s in plan.spans if s.rebuild]
+    parallelism = spark.sparkContext.defaultParallelism
+    buckets = {s.partition: data.rebuild_buckets(s.segment_bytes, len(rebuilds), parallelism) for s in rebuilds}
+    by_task = [(s, b) for s in rebuilds if (b := buckets[s.partition]) is not None]
+    if by_task:
+        written.files += data.rebuild_files(spark, store, run.refs, by_task, run.table.location, run.table.schema,
+                                            run.strategy, run.header)
+        if progress:
+            progress.phase(f"table: {len(by_task)} partitions rebuilt by {sum(b for _, b in by_task)} tasks, "
+                           f"{len(written.files)} files written")
+    files = {p: run.state.files_of({p}) for p in {s.partition for s in plan.spans if not s.rebuild}}
+    updates = [s for s in plan.spans if not s.rebuild
+               and s.segment_bytes + sum(f.size for f in files[s.partition]) <= data.UPDATE_TASK_BYTES]
+    if updates:
+        updated = data.update_files(spark, store, run.refs, updates, files, run.table.location, run.table.schema,
+                                    run.strategy, run.header, vectors=run.table.deletion_vectors())
+        written.add(updated.written, updated.replaced, updated.marked)
+        if progress:
+            progress.phase(f"table: {len(updates)} partitions updated by {updated.tasks} tasks: "
+                           f"{len(updated.marked)} files holding a changed key marked by deletion vectors, "
+                           f"{len(updated.replaced)} rewritten")
+    by_update = {s.partition for s in updates}
+    others = [s for s in plan.spans if (not s.rebuild and s.partition not in by_update)
+              or (s.rebuild and buckets[s.partition] is None)]
+    if others:
+        written.add(*_spark_files(spark, store, run, others, progress))
+    return written
+
+
+def _vector_bytes(vectors: Iterable[DeletionVector]) -> int:
+    """The bytes of the deletion vector files that hold `vectors` (each file up to the end of its last vector)."""
+    ends: dict[str, int] = {}
+    for v in vectors:
+        ends[v.path_or_inline] = max(ends.get(v.path_or_inline, 0), v.offset + 8 + v.size)
+    return sum(ends.values())
 
 
 def _spark_files(spark: SparkSession, store: ObjectStore, run: TableRun, spans: list[PartitionSpan],
