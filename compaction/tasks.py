@@ -10,6 +10,7 @@ pyspark and no metadata-table imports here, so unpickling a task on an executor 
   aborted transactions and active producers read once at planning).
 - `PartitionWork`: the driver's view of one partition's round: which segments are scanned, which the filter
   test may keep, and the task over what is left once it has.
+- `task_groups`: pieces of work shared among a few tasks by size (the scan's slices, a table update's partitions).
 """
 
 from __future__ import annotations
@@ -198,6 +199,21 @@ def _span(segment: SegmentMetadata) -> int:
     return max(0, segment.end_offset - segment.start_offset + 1)
 
 
+def task_groups(sizes: Sequence[int], tasks: int) -> list[list[int]]:
+    """Pieces of work of `sizes` (bytes) shared among at most `tasks` tasks (and never more tasks than pieces),
+    largest first into the lightest task (ties: the one with fewer pieces, then the first); each task lists its
+    pieces (indices into `sizes`) in order. Spark pays a fixed cost for each Python task it runs, so work of many
+    small pieces goes in as few tasks as the cores allow. Pure."""
+    n = min(len(sizes), max(1, tasks))
+    groups: list[list[int]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        lightest = min(range(n), key=lambda g: (loads[g], len(groups[g])))
+        groups[lightest].append(i)
+        loads[lightest] += sizes[i]
+    return [sorted(g) for g in groups]
+
+
 __all__ = [
     "ActiveProducer",
     "GroupTask",
@@ -206,4 +222,5 @@ __all__ = [
     "PartitionWork",
     "SegmentScanTask",
     "group_task",
+    "task_groups",
 ]

@@ -46,7 +46,7 @@ from compaction.metadata.model import TopicPartition
 from compaction.storage.base import ObjectStore, StoreSpec, StoreStats
 from compaction.strategies.transactions import TxnEvent
 from compaction.strategies.winner import AbortedRange, SegmentBest
-from compaction.tasks import PartitionTask, SegmentScanTask
+from compaction.tasks import PartitionTask, SegmentScanTask, task_groups
 
 if TYPE_CHECKING:
     from compaction.format.scan import SegmentScan
@@ -409,13 +409,9 @@ def scan_slices(segments: Sequence[SegmentScanTask], parallelism: int) -> list[l
             before += s.size
         runs.extend(r for r in cut if r)
     runs = _split_to(runs, n)
-    slices: list[list[SegmentScanTask]] = [[] for _ in range(min(n, len(runs)))]
-    loads = [0] * len(slices)
-    for run in sorted(runs, key=lambda r: -sum(s.size for s in r)):
-        i = min(range(len(slices)), key=lambda i: (loads[i], len(slices[i])))
-        slices[i].extend(run)
-        loads[i] += sum(s.size for s in run)
-    return [sorted(part, key=lambda s: (s.topic, s.partition, s.start_offset)) for part in slices]
+    groups = task_groups([sum(s.size for s in run) for run in runs], n)
+    return [sorted((s for i in group for s in runs[i]), key=lambda s: (s.topic, s.partition, s.start_offset))
+            for group in groups]
 
 
 def _split_to(runs: list[list[SegmentScanTask]], n: int) -> list[list[SegmentScanTask]]:

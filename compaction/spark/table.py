@@ -9,9 +9,9 @@ rows as Parquet in offset order. Nothing crosses a shuffle; each bucket decodes 
 `MAX_REBUILD_BUCKETS` a partition takes the Spark path instead.
 
 An **update** of a partition whose table files and new segments fit `UPDATE_TASK_BYTES` takes no shuffle either
-(`update_files`; a task per core, each taking a share of the partitions, `task_groups`): for each partition it
-decodes the new records, folds the winners of the keys they change (`table_changes_of`), marks the rows of those keys
-in the partition's table files deleted (a deletion vector per file, all of the task's in one DV file,
+(`update_files`; a task per core, each taking a share of the partitions, `compaction.tasks.task_groups`): for each
+partition it decodes the new records, folds the winners of the keys they change (`table_changes_of`), marks the rows
+of those keys in the partition's table files deleted (a deletion vector per file, all of the task's in one DV file,
 `compaction.topic_table.deletion_vectors`; a file past `PURGE_SHARE` deleted is rewritten without them instead),
 and writes the winners as a new file.
 
@@ -56,6 +56,7 @@ from compaction.spark.local import local_frame
 from compaction.spark.ranking import best, rank_columns
 from compaction.spark.read import RECORD_STRUCT, partition_read, read_refs
 from compaction.storage.base import ObjectStore, StoreSpec
+from compaction.tasks import task_groups
 from compaction.topic_table.deletion_vectors import DeletionVector, VectorFile, read_vector
 from compaction.topic_table.plan import PartitionSpan
 from compaction.topic_table.target import FILE_BYTES, PARTITION_COLUMN, VERSION_COLUMN, DataFile, Location
@@ -410,7 +411,7 @@ def update_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Seq
                  spans: Sequence[PartitionSpan], files: Mapping[int, Sequence[DataFile]], location: Location,
                  schema: pa.Schema, strategy: CompactionStrategy, header: str | None, *, vectors: bool) -> Updated:
     """Apply the updates `spans` with no shuffle: for each partition (a task per core takes a share of them,
-    `task_groups`) the task decodes its new records (from `read_from`),
+    `compaction.tasks.task_groups`) the task decodes its new records (from `read_from`),
     folds the winners of the keys they change (`table_changes_of`), reads the key column of each of the partition's
     table `files`, marks the rows of changed keys deleted in a deletion vector (with `vectors`, up to
     `PURGE_SHARE` of a file) or rewrites the file without them, and writes the winners. Nothing is visible until
@@ -428,21 +429,6 @@ def update_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Seq
     return Updated(written, {str(r["path"]) for r in done if r["kind"] == "replaced"},
                    {str(r["path"]): DeletionVector.from_json(json.loads(r["vector"]))
                     for r in done if r["kind"] == "marked"}, len(groups))
-
-
-def task_groups(sizes: Sequence[int], parallelism: int) -> list[list[int]]:
-    """The partitions of an update (their `sizes` in bytes: new segments and table files) shared among at most one
-    task per core, largest first into the lightest task; each task lists its partitions (indices into `sizes`) in
-    order. Spark pays a fixed cost for each Python task it runs, which for an update of small partitions is most of
-    the work: a task per partition would pay it once per partition. Pure."""
-    n = min(len(sizes), max(1, parallelism))
-    groups: list[list[int]] = [[] for _ in range(n)]
-    loads = [0] * n
-    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
-        lightest = min(range(n), key=lambda g: (loads[g], len(groups[g])))
-        groups[lightest].append(i)
-        loads[lightest] += sizes[i]
-    return [sorted(g) for g in groups]
 
 
 def _updater(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: CompactionStrategy,
@@ -522,5 +508,5 @@ def rebuild_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Se
 
 
 __all__ = ["PURGE_SHARE", "Updated", "deleted_rows", "kept_rows", "load_rebuild_task", "mark_rows",
-           "rebuild_buckets", "rebuild_files", "row_schema", "table_rows", "task_groups", "topic_records",
-           "update_files", "winners", "write_files"]
+           "rebuild_buckets", "rebuild_files", "row_schema", "table_rows", "topic_records", "update_files", "winners",
+           "write_files"]

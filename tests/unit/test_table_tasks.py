@@ -1,4 +1,4 @@
-"""How an update of the topic table shares its partitions among tasks (`compaction.spark.table.task_groups`): each
+"""How an update of the topic table shares its partitions among tasks (`compaction.tasks.task_groups`): each
 partition in exactly one task, at most one task per core and none empty, largest first into the lightest task, so
 that no task holds more than an even share plus one partition."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compaction.spark.table import task_groups
+from compaction.tasks import task_groups
 
 
 @given(st.lists(st.integers(0, 1 << 30), max_size=40), st.integers(1, 12))
