@@ -29,11 +29,11 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
-from deltalake import DeltaTable, TableFeatures
+from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from compaction.config import CompactionStrategy
-from compaction.errors import ConfigError
+from compaction.errors import CommitConflictError, ConfigError
 from compaction.metadata.table import reading
 from compaction.metadata.upkeep import vacuum
 from compaction.storage.base import ObjectStore, StoreSpec
@@ -230,20 +230,30 @@ class TopicTable:
         return self._table is not None and _has_vectors(self._table)
 
     def enable_deletion_vectors(self) -> None:
-        """Turn on the `deletionVectors` feature (a protocol upgrade to reader 3 / writer 7, listing writer 2's
-        features too, a commit of its own) and `delta.enableDeletionVectors`, unless the table has them; `open`
-        again afterwards."""
+        """Turn on the `deletionVectors` feature and `delta.enableDeletionVectors`, unless the table has them, in one
+        commit of a protocol upgrade (reader 3 / writer 7, `upgraded_protocol`) and the table's metadata with the
+        property set; `open` again afterwards. kcompact writes the commit itself, as it writes
+        its data commits: delta-rs 1.6's `alter.set_table_properties` against the moto S3 server failed a list
+        request on every retry until its 3-minute timeout, while its other calls to the same server went through."""
         table = self._delta_table()
-        if not _has_vectors(table):
-            with contextlib.suppress(DeltaError):  # a concurrent run upgraded it first: checked below
-                # writer 7 lists every feature in use: writer 2's appendOnly and invariants (the NOT NULL columns)
-                # too, or delta-spark refuses the table
-                table.alter.add_feature([TableFeatures.DeletionVectors, TableFeatures.AppendOnly,
-                                         TableFeatures.Invariants], allow_protocol_versions_increase=True)
-            table = self._delta_table()
-        if table.metadata().configuration.get("delta.enableDeletionVectors") != "true":
-            with contextlib.suppress(DeltaError):
-                table.alter.set_table_properties({"delta.enableDeletionVectors": "true"})
+        meta = table.metadata()
+        if _has_vectors(table) and meta.configuration.get("delta.enableDeletionVectors") == "true":
+            return
+        protocol = table.protocol()
+        actions: list[Action] = [
+            {"commitInfo": {"timestamp": int(time.time() * 1000), "operation": "SET TBLPROPERTIES",
+                            "operationParameters": {"properties": '{"delta.enableDeletionVectors":"true"}'},
+                            "engineInfo": "kcompact"}},
+            {"protocol": upgraded_protocol(protocol.min_reader_version, protocol.min_writer_version,
+                                           protocol.reader_features or [], protocol.writer_features or [])},
+            {"metaData": {"id": meta.id, "name": meta.name, "description": meta.description,
+                          "format": {"provider": "parquet", "options": {}},
+                          "schemaString": table.schema().to_json(), "partitionColumns": list(meta.partition_columns),
+                          "configuration": {**meta.configuration, "delta.enableDeletionVectors": "true"},
+                          "createdTime": meta.created_time}},
+        ]
+        with contextlib.suppress(CommitConflictError):  # a concurrent run upgraded it first: checked below
+            write_commit(self._store, self.location.name, table.version(), actions, _metadata_conflict)
         if not _has_vectors(self._delta_table()):
             raise ConfigError(f"table {self.uri}: could not turn on the deletionVectors feature")
 
@@ -345,6 +355,34 @@ def retention_ms(configuration: Mapping[str, str]) -> int:
                       "'interval 7 days')")
 
 
+_LEGACY_WRITER_FEATURES = {2: ["appendOnly", "invariants"], 3: ["checkConstraints"],
+                           4: ["changeDataFeed", "generatedColumns"], 5: ["columnMapping"], 6: ["identityColumns"]}
+"""The features each legacy writer version brings (Delta's protocol, "Table Features"), listed explicitly once a
+table moves to writer 7."""
+
+
+def upgraded_protocol(reader: int, writer: int, reader_features: Sequence[str], writer_features: Sequence[str]
+                      ) -> dict[str, object]:
+    """A table's protocol action (`minReaderVersion` `reader`, ...) with the `deletionVectors` feature added: reader
+    3 / writer 7, listing every feature the legacy versions implied (writer 2's appendOnly and invariants, which
+    delta-spark refuses a writer-7 table without). Pure."""
+    readers = set(reader_features) | ({"columnMapping"} if reader == 2 else set()) | {DELETION_VECTORS}
+    writers = set(writer_features) | {DELETION_VECTORS}
+    for version, features in _LEGACY_WRITER_FEATURES.items():
+        if writer < 7 and writer >= version:
+            writers.update(features)
+    return {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": sorted(readers),
+            "writerFeatures": sorted(writers)}
+
+
+def _metadata_conflict(actions: Sequence[Action]) -> str | None:
+    """A concurrent commit conflicts with a protocol and metadata change if it changed either too."""
+    for action in actions:
+        if "protocol" in action or "metaData" in action:
+            return "changed the table's protocol or metadata"
+    return None
+
+
 def _has_vectors(table: DeltaTable) -> bool:
     """Whether `table`'s protocol has the `deletionVectors` reader feature."""
     return DELETION_VECTORS in (table.protocol().reader_features or [])
@@ -370,4 +408,5 @@ def _transaction(table: DeltaTable, topic: str, partition: int) -> Applied | Non
     return Applied(offset, table.transaction_version(clock_app_id(topic, partition)) or 0)
 
 
-__all__ = ["Applied", "DataFile", "Location", "TableState", "TopicTable", "app_id", "clock_app_id", "table_schema"]
+__all__ = ["Applied", "DataFile", "Location", "TableState", "TopicTable", "app_id", "clock_app_id", "table_schema",
+           "upgraded_protocol"]

@@ -25,7 +25,7 @@ from compaction.topic_table.deletion_vectors import (
     z85_encode,
 )
 from compaction.topic_table.delta_log import log_files
-from compaction.topic_table.target import Applied, DataFile, Location, TopicTable, retention_ms
+from compaction.topic_table.target import Applied, DataFile, Location, TopicTable, retention_ms, upgraded_protocol
 from tests.topic_table import duckdb_rows, table_rows
 
 CLOCK = 1_800_000_000_000
@@ -170,3 +170,44 @@ def test_vacuum_deletes_only_old_vector_files_nothing_names(tmp_path: Path) -> N
     assert (Path(uri) / vector.file_name).exists() and not (Path(uri) / orphan.name).exists()
     assert keys_of(uri) == sorted(b"key-%d" % i for i in range(10) if i != 4)
     assert retention_ms({"delta.deletedFileRetentionDuration": "interval 2 days"}) == 2 * 86_400_000
+
+
+def test_turning_vectors_on_is_one_commit_of_protocol_and_property_and_a_second_run_finds_it_done(
+        tmp_path: Path) -> None:
+    uri = str(tmp_path / "users-table")
+    first, second = (TopicTable(Location.parse(uri), "users", CompactionStrategy.OFFSET, None) for _ in range(2))
+    first.open([0], create=True)
+    write_deltalake(uri, rows(first, 0, range(0, 10)), mode="append", partition_by=["partition"])
+    before = DeltaTable(uri)
+    second.open([0], create=False)
+    first.enable_deletion_vectors()
+    after = DeltaTable(uri)
+    assert after.version() == before.version() + 1
+    protocol = after.protocol()
+    assert (protocol.min_reader_version, protocol.min_writer_version) == (3, 7)
+    assert protocol.reader_features == ["deletionVectors"]
+    assert sorted(protocol.writer_features or []) == ["appendOnly", "deletionVectors", "invariants"]
+    meta = after.metadata()
+    assert meta.configuration == {"delta.enableDeletionVectors": "true"}
+    assert (meta.id, meta.name, meta.description, meta.partition_columns, meta.created_time) == (
+        before.metadata().id, before.metadata().name, before.metadata().description,
+        before.metadata().partition_columns, before.metadata().created_time)
+    assert after.schema() == before.schema() and keys_of(uri) == sorted(b"key-%d" % i for i in range(10))
+    second.enable_deletion_vectors()  # it read the table before: nothing to do now
+    assert DeltaTable(uri).version() == after.version() and second.deletion_vectors() is False  # until it opens
+    assert second.open([0], create=False) and second.deletion_vectors()
+
+
+@pytest.mark.parametrize(("reader", "writer", "readers", "writers", "expected"), [
+    (1, 2, [], [], ["appendOnly", "deletionVectors", "invariants"]),
+    (1, 4, [], [], ["appendOnly", "changeDataFeed", "checkConstraints", "deletionVectors", "generatedColumns",
+                    "invariants"]),
+    (3, 7, ["columnMapping"], ["columnMapping", "appendOnly"], ["appendOnly", "columnMapping", "deletionVectors"]),
+])
+def test_the_upgraded_protocol_lists_every_feature_the_old_one_implied(
+        reader: int, writer: int, readers: list[str], writers: list[str], expected: list[str]) -> None:
+    protocol = upgraded_protocol(reader, writer, readers, writers)
+    assert (protocol["minReaderVersion"], protocol["minWriterVersion"]) == (3, 7)
+    assert protocol["writerFeatures"] == expected
+    assert protocol["readerFeatures"] == sorted({*readers, "deletionVectors"})
+    assert upgraded_protocol(2, 5, [], [])["readerFeatures"] == ["columnMapping", "deletionVectors"]
