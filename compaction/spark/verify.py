@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark import Accumulator, AccumulatorParam, StorageLevel
-from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -169,12 +169,13 @@ def verify_on_spark(spark: SparkSession, store: ObjectStore, span: VerifySpan, *
         rows.count()
         _raise_errors(span, reports.value)
         visible = rows.filter(~_unstable(reports.value.get("txn", {})))
-        counts = Observation("verify")
-        flagged = _flagged(visible, span.cleaner_offset, counts).persist(StorageLevel.DISK_ONLY)
-        persisted.append(flagged)
-        tombstones = flagged.filter(F.col("finding") == TOMBSTONE).agg(
-            F.min("b.offset"), F.max("b.offset")).collect()[0]
-        evidence = _evidence(spark, store, span.after, tombstones[0], tombstones[1], reports)
+        latest = _latest(visible, span.cleaner_offset).persist(StorageLevel.DISK_ONLY)
+        persisted.append(latest)
+        tombstone = F.when(F.col("finding") == TOMBSTONE, F.col("b.offset"))
+        keys = latest.agg(F.count("b").alias("before"), F.count("a").alias("after"),
+                          F.min(tombstone).alias("first"), F.max(tombstone).alias("last")).collect()[0]
+        flagged = latest.filter(F.col("finding").isNotNull())
+        evidence = _evidence(spark, store, span.after, keys["first"], keys["last"], reports)
         judged = _judged(flagged, evidence).persist(StorageLevel.DISK_ONLY)
         persisted.append(judged)
         by_finding = {r["finding"]: r["count"] for r in judged.groupBy("finding").count().collect()}
@@ -188,7 +189,6 @@ def verify_on_spark(spark: SparkSession, store: ObjectStore, span: VerifySpan, *
         persisted.append(uncleaned)
         uncleaned_count = uncleaned.count()
         tail = uncleaned.orderBy("offset").limit(max(0, max_listed - len(listed))).collect() if uncleaned_count else []
-        keys = counts.get
     finally:
         for frame in persisted:
             frame.unpersist()
@@ -250,9 +250,10 @@ def _same(b: Column, a: Column) -> Column:
             & b["value"].eqNullSafe(a["value"]) & b["headers"].eqNullSafe(a["headers"]))
 
 
-def _flagged(visible: DataFrame, cleaner_offset: int, counts: Observation) -> DataFrame:
-    """(key, b, a, finding) of every key whose winner is not the same in both views; `counts` observes how
-    many keys each view has."""
+def _latest(visible: DataFrame, cleaner_offset: int) -> DataFrame:
+    """(key, b, a, finding) of every key: its winner in each view, and the finding when they are not the same
+    (null when they are). Persisted, it gives the key counts and the flagged keys without a second shuffle (an
+    `Observation` would too, but its `get` waits without a time limit for metrics a listener event delivers)."""
 
     def winner(side: int) -> Column:
         ranked = best(_RECORD_FIELDS[1:], where=F.col("side") == side)  # (rank, record) starts with the offset
@@ -260,13 +261,12 @@ def _flagged(visible: DataFrame, cleaner_offset: int, counts: Observation) -> Da
 
     latest = visible.filter(F.col("key").isNotNull()).groupBy("key").agg(
         winner(BEFORE).alias("b"), winner(AFTER).alias("a"))
-    latest = latest.observe(counts, F.count("b").alias("before"), F.count("a").alias("after"))
     b, a = F.col("b"), F.col("a")
     finding = (F.when(b.isNotNull() & a.isNotNull(), F.when(~_same(b, a), F.lit(CHANGED)))
                .when(b.isNotNull() & b["value"].isNull() & (b["offset"] < cleaner_offset), F.lit(TOMBSTONE))
                .when(b.isNotNull(), F.lit(VANISHED))
                .otherwise(F.lit(APPEARED)))
-    return latest.select("key", "b", "a", finding.alias("finding")).filter(F.col("finding").isNotNull())
+    return latest.select("key", "b", "a", finding.alias("finding"))
 
 
 def _evidence(spark: SparkSession, store: ObjectStore, after: PartitionSnapshot, first: int | None,

@@ -167,7 +167,13 @@ def spark_submit(master: Cluster, target: Target, script: str, *args: str) -> su
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AWS_", "PYSPARK_", "NUMBA_")) and k not in ("SPARK_HOME", "SPARK_MASTER")}
     env.update(target.driver_env, PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", SPARK_LOCAL_IP="127.0.0.1")
-    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S)
+    try:
+        return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:  # say where it stood: the driver's log and each executor's
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        pytest.fail(f"jobs/{script} ran past {SUBMIT_TIMEOUT_S} s; the driver's stderr ended:\n{stderr[-6000:]}\n"
+                    + "".join(f"--- {log.relative_to(master.directory)}:\n{log.read_text(errors='replace')[-3000:]}\n"
+                              for log in sorted(master.directory.glob("work-*/app-*/*/stderr"))[-4:]))
 
 
 def succeeded(done: subprocess.CompletedProcess[str]) -> bool:
