@@ -54,7 +54,7 @@ SIZING = {  # this machine's two workers of 1 core and 1 GiB, instead of conf/sp
     "spark.executor.memoryOverhead": "512m",
     "spark.executor.cores": "1",
 }
-SUBMIT_TIMEOUT_S = 600
+SUBMIT_TIMEOUT_S = 300  # each job takes ~1 min here, 2-3 on a slow CI machine
 DRIVER_PYTHON = ({} if (REPO / ".venv").resolve() == VENV_BIN.parent.resolve()
                  else {"spark.pyspark.driver.python": sys.executable})
 """conf/spark-defaults.conf's driver python is the checkout's .venv/bin/python; a checkout that runs its tests
@@ -169,11 +169,12 @@ def spark_submit(master: Cluster, target: Target, script: str, *args: str) -> su
     env.update(target.driver_env, PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", SPARK_LOCAL_IP="127.0.0.1")
     try:
         return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S)
-    except subprocess.TimeoutExpired as exc:  # say where it stood: the driver's log and each executor's
+    except subprocess.TimeoutExpired as exc:  # say where it stood: the driver's, master's, workers' and executors' logs
         stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
         pytest.fail(f"jobs/{script} ran past {SUBMIT_TIMEOUT_S} s; the driver's stderr ended:\n{stderr[-6000:]}\n"
                     + "".join(f"--- {log.relative_to(master.directory)}:\n{log.read_text(errors='replace')[-3000:]}\n"
-                              for log in sorted(master.directory.glob("work-*/app-*/*/stderr"))[-4:]))
+                              for log in [*sorted(master.directory.glob("*.log")),
+                                          *sorted(master.directory.glob("work-*/app-*/*/stderr"))[-4:]]))
 
 
 def succeeded(done: subprocess.CompletedProcess[str]) -> bool:
