@@ -119,39 +119,24 @@ def segment_reads_of(tp: tuple[str, int], *suffixes: str) -> Callable[[str, str]
                                  and f"/{partition}/" in path and path.split("?")[0].endswith(suffixes))
 
 
-def test_a_scan_task_whose_store_keeps_failing_fails_its_partition_only(
-    spark: SparkSession, store: ObjectStore, proxy: FlakyProxy, moto_endpoint: str
+_METADATA_ROWS = f"_kcompact_metadata/topic%3D{BROKEN[0]}/partition%3D{BROKEN[1]}/"
+BROKEN_READS: dict[str, tuple[Callable[[str, str], bool], bool]] = {
+    # the reads that keep failing, and whether they are the planner's (else staging's, or its Spark tasks')
+    "scan-task-segments": (segment_reads_of(BROKEN, ".log"), False),
+    "staging-metadata-rows": (lambda method, path: method == "GET" and _METADATA_ROWS in path, False),
+    "plan-producer-state": (segment_reads_of(BROKEN, ".snapshot", ".txnindex"), True),
+}
+
+
+@pytest.mark.parametrize("reads", list(BROKEN_READS))
+def test_reads_that_keep_failing_fail_their_partition_only(
+    spark: SparkSession, store: ObjectStore, proxy: FlakyProxy, moto_endpoint: str, reads: str
 ) -> None:
     before = views(direct(store, moto_endpoint), PARTITIONS)
     live_before = live_ids(direct(store, moto_endpoint))
-    hits = segment_reads_of(BROKEN, ".log")
-    report = run_with_fault(spark, store, proxy, lambda m, p, seen: (503, "SlowDown") if hits(m, p) else None)
-    assert proxy.injected, "the fault was reached"
-    check_only_broken_failed(report, store, moto_endpoint, live_before, before)
-    rerun_converges(spark, store, moto_endpoint, before)
-
-
-def test_a_metadata_read_that_keeps_failing_fails_its_partition_only(
-    spark: SparkSession, store: ObjectStore, proxy: FlakyProxy, moto_endpoint: str
-) -> None:
-    before = views(direct(store, moto_endpoint), PARTITIONS)
-    live_before = live_ids(direct(store, moto_endpoint))
-    rows = f"_kcompact_metadata/topic%3D{BROKEN[0]}/partition%3D{BROKEN[1]}/"
-    report = run_with_fault(spark, store, proxy,
-                            lambda m, p, seen: (503, "SlowDown") if m == "GET" and rows in p else None)
-    assert proxy.injected, "the fault was reached"
-    check_only_broken_failed(report, store, moto_endpoint, live_before, before)
-    rerun_converges(spark, store, moto_endpoint, before)
-
-
-def test_producer_state_that_cannot_be_read_holds_its_partition_back_only(
-    spark: SparkSession, store: ObjectStore, proxy: FlakyProxy, moto_endpoint: str
-) -> None:
-    before = views(direct(store, moto_endpoint), PARTITIONS)
-    live_before = live_ids(direct(store, moto_endpoint))
-    hits = segment_reads_of(BROKEN, ".snapshot", ".txnindex")
+    hits, planning = BROKEN_READS[reads]
     report = run_with_fault(spark, store, proxy, lambda m, p, seen: (503, "SlowDown") if hits(m, p) else None,
-                            planning=True)
+                            planning=planning)
     assert proxy.injected, "the fault was reached"
     check_only_broken_failed(report, store, moto_endpoint, live_before, before)
     rerun_converges(spark, store, moto_endpoint, before)
