@@ -32,8 +32,10 @@ java:
 	@command -v javac >/dev/null || { echo "installing a JDK (apt)"; apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless; }
 	@command -v mvn >/dev/null || { echo "installing Maven (apt)"; apt-get update -qq && apt-get install -y -qq maven; }
 
+# --durations: the slowest tests close the log, so a test that starts waiting on something (a store retrying a
+# request until its timeout) shows up in CI's output before it eats the 45-minute budget
 test: venv java cds kafka
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=12 tests
 
 # Everything but the tests marked `spark` (tests/conftest.py marks every user of the Spark fixture) or `kafka`
 # (tests/kafka/): no JVM.
