@@ -20,12 +20,13 @@ Reads only; intermediate data is persisted on the executors' disks and released 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark import Accumulator, AccumulatorParam, StorageLevel
-from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -169,13 +170,13 @@ def verify_on_spark(spark: SparkSession, store: ObjectStore, span: VerifySpan, *
         rows.count()
         _raise_errors(span, reports.value)
         visible = rows.filter(~_unstable(reports.value.get("txn", {})))
-        latest = _latest(visible, span.cleaner_offset).persist(StorageLevel.DISK_ONLY)
-        persisted.append(latest)
-        tombstone = F.when(F.col("finding") == TOMBSTONE, F.col("b.offset"))
-        keys = latest.agg(F.count("b").alias("before"), F.count("a").alias("after"),
-                          F.min(tombstone).alias("first"), F.max(tombstone).alias("last")).collect()[0]
-        flagged = latest.filter(F.col("finding").isNotNull())
-        evidence = _evidence(spark, store, span.after, keys["first"], keys["last"], reports)
+        counts, latest = Observation("verify"), _latest(visible, span.cleaner_offset)
+        flagged = (latest.observe(counts, F.count("b").alias("before"), F.count("a").alias("after"))
+                   .filter(F.col("finding").isNotNull()).persist(StorageLevel.DISK_ONLY))
+        persisted.append(flagged)
+        tombstones = flagged.filter(F.col("finding") == TOMBSTONE).agg(
+            F.min("b.offset"), F.max("b.offset")).collect()[0]
+        evidence = _evidence(spark, store, span.after, tombstones[0], tombstones[1], reports)
         judged = _judged(flagged, evidence).persist(StorageLevel.DISK_ONLY)
         persisted.append(judged)
         by_finding = {r["finding"]: r["count"] for r in judged.groupBy("finding").count().collect()}
@@ -189,11 +190,12 @@ def verify_on_spark(spark: SparkSession, store: ObjectStore, span: VerifySpan, *
         persisted.append(uncleaned)
         uncleaned_count = uncleaned.count()
         tail = uncleaned.orderBy("offset").limit(max(0, max_listed - len(listed))).collect() if uncleaned_count else []
+        keys = key_counts(counts, latest)
     finally:
         for frame in persisted:
             frame.unpersist()
     problems = [_latest_problem(span, r) for r in listed] + [_uncleaned_problem(span, r) for r in tail]
-    return span.report(keys_before=keys["before"], keys_after=keys["after"], problems=problems,
+    return span.report(keys_before=keys[0], keys_after=keys[1], problems=problems,
                        problem_count=sum(by_finding.get(f, 0) for f in PROBLEMS) + uncleaned_count,
                        expired=expired, expired_count=by_finding.get(EXPIRED, 0))
 
@@ -252,8 +254,7 @@ def _same(b: Column, a: Column) -> Column:
 
 def _latest(visible: DataFrame, cleaner_offset: int) -> DataFrame:
     """(key, b, a, finding) of every key: its winner in each view, and the finding when they are not the same
-    (null when they are). Persisted, it gives the key counts and the flagged keys without a second shuffle (an
-    `Observation` would too, but its `get` waits without a time limit for metrics a listener event delivers)."""
+    (null when they are)."""
 
     def winner(side: int) -> Column:
         ranked = best(_RECORD_FIELDS[1:], where=F.col("side") == side)  # (rank, record) starts with the offset
@@ -267,6 +268,28 @@ def _latest(visible: DataFrame, cleaner_offset: int) -> DataFrame:
                .when(b.isNotNull(), F.lit(VANISHED))
                .otherwise(F.lit(APPEARED)))
     return latest.select("key", "b", "a", finding.alias("finding"))
+
+
+OBSERVED_WAIT_S = 60.0
+"""How long verify waits, once its queries are done, for the key counts its `Observation` took on the way (Spark
+hands them over in a listener event, within milliseconds) before counting with a query of its own.
+`Observation.get` alone waits without a limit, and forever where the optimizer dropped the observed node
+(SPARK-54620)."""
+
+
+def key_counts(counts: Observation, latest: DataFrame, wait_s: float = OBSERVED_WAIT_S) -> tuple[int, int]:
+    """How many keys have a winner before and after: what `counts` observed of `latest` (`_latest`, unobserved)
+    on its first query, or, if that has not arrived within `wait_s`, an aggregate of `latest` (one more
+    shuffle)."""
+    future = counts._jo.future() if counts._jo is not None else None
+    deadline = time.monotonic() + wait_s
+    while future is not None and not future.isCompleted() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    observed = counts.get if future is not None and future.isCompleted() else {}
+    if "before" in observed and "after" in observed:
+        return int(observed["before"]), int(observed["after"])
+    row = latest.agg(F.count("b"), F.count("a")).collect()[0]
+    return int(row[0]), int(row[1])
 
 
 def _evidence(spark: SparkSession, store: ObjectStore, after: PartitionSnapshot, first: int | None,

@@ -15,11 +15,13 @@ import contextlib
 import io
 import json
 import shutil
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import Observation, SparkSession
+from pyspark.sql import functions as F
 
 from compaction.cli import main
 from compaction.config import KcompactConfig, TopicConfig
@@ -43,6 +45,7 @@ from compaction.reader import Isolation, consumer_records, segment_ref
 from compaction.run.commit import commit
 from compaction.run.plan import plan
 from compaction.run.stage import stage
+from compaction.spark.verify import key_counts
 from compaction.storage import ObjectStore, open_store
 from compaction.storage.layout import new_segment_id, parse_segment_object_key
 from compaction.tier import tier_logdir
@@ -296,3 +299,18 @@ def test_both_paths_rank_by_the_topics_strategy(spark: SparkSession, compacted: 
     assert report.strategy == strategy and report.keys_before > 0
     assert report.ok == (strategy != "header"), list(report.render_text())
     assert {p.finding for p in report.problems} <= {Finding.CHANGED}
+
+
+@pytest.mark.spark
+def test_key_counts_come_from_the_observation_or_else_from_a_query_of_their_own(spark: SparkSession) -> None:
+    latest = spark.createDataFrame([(b"k1", 1, 1), (b"k2", 1, None), (b"k3", None, 1), (b"k4", None, 2)],
+                                   "key binary, b int, a int")
+    observed = Observation("observed")
+    latest.observe(observed, F.count("b").alias("before"), F.count("a").alias("after")).collect()
+    assert key_counts(observed, latest.limit(0)) == (2, 3)  # the observation's: no query of its own
+    assert key_counts(Observation("never on a query"), latest, wait_s=0) == (2, 3)
+    pending = Observation("no action ran")
+    latest.observe(pending, F.count("b").alias("before"), F.count("a").alias("after"))
+    started = time.monotonic()
+    assert key_counts(pending, latest, wait_s=0.5) == (2, 3)
+    assert time.monotonic() - started < 30, "waited for an observation that never came"
