@@ -384,7 +384,8 @@ def _p7(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
             "|---|---|---|---|---|---|",
             f"| {r['keys']:,} | {r['verify_seconds']:.1f} s | {'ok' if r['verify_ok'] else 'PROBLEMS'} | "
             f"{_mb(m['driver_python'])} | {_mb(m['jvm'])} | {_mb(m['python_workers'])} |", "",
-            "Target: a flat driver (the Python driver's peak not growing with the keys), output and exit codes kept."]
+            "Target: a flat driver (the Python driver's peak not growing with the keys), output and exit codes kept.",
+            "", note("P7 analysis")]
 
 
 def _runs(saved: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
