@@ -253,7 +253,9 @@ class TopicTable:
                           "createdTime": meta.created_time}},
         ]
         with contextlib.suppress(CommitConflictError):  # a concurrent run upgraded it first: checked below
-            write_commit(self._store, self.location.name, table.version(), actions, _metadata_conflict)
+            # only a concurrent change of metadata or protocol conflicts: no app ids recorded, no files removed
+            write_commit(self._store, self.location.name, table.version(), actions,
+                         lambda found: _conflict(found, set(), set()))
         if not _has_vectors(self._delta_table()):
             raise ConfigError(f"table {self.uri}: could not turn on the deletionVectors feature")
 
@@ -369,18 +371,10 @@ def upgraded_protocol(reader: int, writer: int, reader_features: Sequence[str], 
     readers = set(reader_features) | ({"columnMapping"} if reader == 2 else set()) | {DELETION_VECTORS}
     writers = set(writer_features) | {DELETION_VECTORS}
     for version, features in _LEGACY_WRITER_FEATURES.items():
-        if writer < 7 and writer >= version:
+        if version <= writer < 7:
             writers.update(features)
     return {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": sorted(readers),
             "writerFeatures": sorted(writers)}
-
-
-def _metadata_conflict(actions: Sequence[Action]) -> str | None:
-    """A concurrent commit conflicts with a protocol and metadata change if it changed either too."""
-    for action in actions:
-        if "protocol" in action or "metaData" in action:
-            return "changed the table's protocol or metadata"
-    return None
 
 
 def _has_vectors(table: DeltaTable) -> bool:
