@@ -92,23 +92,16 @@ def usage(message: str) -> ConfigError:
 
 
 @contextmanager
-def spark_session(master: str | None, load: Callable[[], None] | None = None) -> Iterator[SparkSession]:
-    """The Spark session of a command: built here (and stopped after) unless a notebook's or test's is active.
-
-    `load`: a session built here starts its Python workers at once, each running `load` (the command's modules and
-    kernels), while the command plans (`compaction.spark.workers`)."""
+def spark_session(master: str | None) -> Iterator[SparkSession]:
+    """The Spark session of a command: built here (and stopped after) unless a notebook's or test's is active."""
     from pyspark.sql import SparkSession as Session
 
     from compaction.spark.session import build_session
-    from compaction.spark.workers import start_workers
 
     started_here = Session.getActiveSession() is None
     spark = build_session(master)
-    starting = start_workers(spark, load) if started_here and load is not None else None
     try:
         yield spark
     finally:
-        if starting is not None:
-            starting.stop()
         if started_here:
             spark.stop()

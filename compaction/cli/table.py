@@ -45,7 +45,6 @@ def register(sub: options.Subcommands) -> None:
 def run_table(args: argparse.Namespace) -> int:
     from compaction.config import load_config
     from compaction.progress import Progress
-    from compaction.spark.table import load_rebuild_task
     from compaction.topic_table import Location, update_table
 
     config = load_config(args.config)
@@ -53,7 +52,7 @@ def run_table(args: argparse.Namespace) -> int:
     store = options.open_store(args)
     location = Location.parse(args.table, endpoint_url=args.endpoint_url)
     progress = Progress(sys.stderr)
-    with options.spark_session(args.master, load_rebuild_task) as spark:
+    with options.spark_session(args.master) as spark:
         report = update_table(spark, store, config, args.topic, location, clock, rebuild=args.rebuild,
                               dry_run=args.dry_run, progress=progress)
     options.print_result(args.json, report.to_dict(), report.summary())

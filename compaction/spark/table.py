@@ -13,7 +13,9 @@ An **update** of a partition whose table files and new segments fit `UPDATE_TASK
 partition it decodes the new records, folds the winners of the keys they change (`table_changes_of`), marks the rows
 of those keys in the partition's table files deleted (a deletion vector per file, all of the task's in one DV file,
 `compaction.topic_table.deletion_vectors`; a file past `PURGE_SHARE` deleted is rewritten without them instead),
-and writes the winners as a new file.
+and writes the winners as a new file. An update whose tasks hold `DRIVER_UPDATE_BYTES` at most in all runs the same
+tasks as threads of the driver's process, with no Spark job: a fresh session's first Python task would cost more
+than the update.
 
 A larger update (and a rebuild too large for the task path) goes through Spark:
 1. **records**: each partition's consumer view (`read_refs`, read_committed) from the span's `read_from`,
@@ -38,8 +40,10 @@ import os
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import reduce
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -390,6 +394,11 @@ UPDATE_TASK_BYTES = REBUILD_TASK_BYTES
 """The most an update task of one partition holds: the new records it decodes plus the table files it reads (their
 size on disk; a larger partition's update goes through Spark's aggregate and join)."""
 
+DRIVER_UPDATE_BYTES = 512 << 20
+"""An update whose tasks hold at most this much in all runs them in the driver's process, a thread a task, with no
+Spark job: on one machine's cores such an update takes about a second, where a session's first Python task alone
+(Spark's daemon, a worker, its imports and kernels) takes several; BENCHMARKS.md P8 has both."""
+
 _UPDATE_SCHEMA = pa.schema([*_FILE_SCHEMA, pa.field("kind", pa.string(), False), pa.field("vector", pa.string())])
 _UPDATE_ROW = StructType([*_FILE_ROW.fields, StructField("kind", StringType(), False),
                           StructField("vector", StringType(), True)])
@@ -398,13 +407,14 @@ _UPDATE_ROW = StructType([*_FILE_ROW.fields, StructField("kind", StringType(), F
 @dataclass(frozen=True)
 class Updated:
     """What the update tasks did: the files they wrote (as `rebuild_files` returns them), the paths of the files they
-    rewrote (to be removed), the files whose changed keys' rows they marked deleted, each with its new vector, and
-    how many tasks ran."""
+    rewrote (to be removed), the files whose changed keys' rows they marked deleted, each with its new vector, how
+    many tasks ran, and whether they ran in the driver's process (`DRIVER_UPDATE_BYTES`)."""
 
     written: list[dict[str, object]]
     replaced: set[str]
     marked: dict[str, DeletionVector]
     tasks: int
+    on_driver: bool
 
 
 def update_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Sequence[SegmentRef]],
@@ -414,21 +424,41 @@ def update_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Seq
     `compaction.tasks.task_groups`) the task decodes its new records (from `read_from`),
     folds the winners of the keys they change (`table_changes_of`), reads the key column of each of the partition's
     table `files`, marks the rows of changed keys deleted in a deletion vector (with `vectors`, up to
-    `PURGE_SHARE` of a file) or rewrites the file without them, and writes the winners. Nothing is visible until
+    `PURGE_SHARE` of a file) or rewrites the file without them, and writes the winners. The tasks run on Spark's
+    executors, or in this process when they hold `DRIVER_UPDATE_BYTES` at most. Nothing is visible until
     committed."""
     tasks = []
     for span in spans:
         read, pieces = partition_read(store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED)
         tasks.append((span, read, pieces, tuple(files.get(span.partition, ()))))
     sizes = [span.segment_bytes + sum(f.size for f in old) for span, _, _, old in tasks]
-    groups = [[tasks[i] for i in group] for group in task_groups(sizes, spark.sparkContext.defaultParallelism)]
-    ids = spark.range(0, len(groups), 1, max(1, len(groups)))
+    on_driver = sum(sizes) <= DRIVER_UPDATE_BYTES
+    cores = spark.sparkContext.defaultParallelism
+    groups = [[tasks[i] for i in group]
+              for group in task_groups(sizes, min(cores, os.cpu_count() or 1) if on_driver else cores)]
     update = _updater(store.spec, location, schema, strategy, header, groups, PURGE_SHARE if vectors else 0.0)
-    done = [r.asDict() for r in ids.mapInArrow(update, _UPDATE_ROW).collect()]
+    if on_driver:
+        done = _run_here(update, len(groups))
+    else:
+        ids = spark.range(0, len(groups), 1, max(1, len(groups)))
+        done = [r.asDict() for r in ids.mapInArrow(update, _UPDATE_ROW).collect()]
     written = [{k: v for k, v in r.items() if k not in ("kind", "vector")} for r in done if r["kind"] == "written"]
     return Updated(written, {str(r["path"]) for r in done if r["kind"] == "replaced"},
                    {str(r["path"]): DeletionVector.from_json(json.loads(r["vector"]))
-                    for r in done if r["kind"] == "marked"}, len(groups))
+                    for r in done if r["kind"] == "marked"}, len(groups), on_driver)
+
+
+def _run_here(task: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], count: int
+              ) -> list[dict[str, Any]]:
+    """The rows `task` (a `mapInArrow` function) returns for the ids 0..count-1, each id run in a thread of this
+    process as Spark would run it in a task of `spark.range(count)` (the decode, Parquet and Arrow work in a task
+    releases the GIL for much of its time)."""
+    def one(i: int) -> list[dict[str, Any]]:
+        ids = pa.record_batch([pa.array([i], pa.int64())], names=["id"])
+        return [row for batch in task(iter([ids])) for row in batch.to_pylist()]
+
+    with ThreadPoolExecutor(max(1, count), thread_name_prefix="kcompact-update") as pool:
+        return [row for rows in pool.map(one, range(count)) for row in rows]
 
 
 def _updater(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: CompactionStrategy,
@@ -474,23 +504,6 @@ def _updater(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: C
     return update
 
 
-def load_rebuild_task() -> None:
-    """What a rebuild task runs, on a tiny segment: the consumer decode with a key bucket and the fold of each
-    strategy, so that the modules are imported and the kernels loaded (`compaction.spark.workers`, which runs this
-    in each Python worker while the driver plans)."""
-    from compaction.format.batch import Record, build_batch, encode_batch
-    from compaction.format.scan import scan_records
-    from compaction.topic_table.target import table_schema
-
-    segment = encode_batch(build_batch([Record(0, 0, b"k", b"v", ()), Record(1, 0, b"j", None, ())]))
-    scan = scan_records(segment, obj="<worker start>")
-    take = np.arange(2)
-    _bucket(0, 2)(scan.keys(take))
-    records = [pa.Table.from_batches(list(scan.consumer_batches(take)))]
-    for strategy in CompactionStrategy:
-        table_rows_of(records, 0, 0, strategy, "version", table_schema(strategy))
-
-
 def rebuild_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Sequence[SegmentRef]],
                   spans: Sequence[tuple[PartitionSpan, int]], location: Location, schema: pa.Schema,
                   strategy: CompactionStrategy, header: str | None) -> list[dict[str, object]]:
@@ -507,6 +520,6 @@ def rebuild_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Se
     return [r.asDict() for r in ids.mapInArrow(rebuild, _FILE_ROW).collect()]
 
 
-__all__ = ["PURGE_SHARE", "Updated", "deleted_rows", "kept_rows", "load_rebuild_task", "mark_rows",
+__all__ = ["PURGE_SHARE", "Updated", "deleted_rows", "kept_rows", "mark_rows",
            "rebuild_buckets", "rebuild_files", "row_schema", "table_rows", "topic_records", "update_files", "winners",
            "write_files"]

@@ -181,7 +181,8 @@ class _Written:
 
 def _write(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Progress | None) -> _Written:
     """The run's files: partitions to rebuild by tasks in key buckets (`rebuild_files`), updates that fit a task
-    by tasks (`update_files`), the rest through Spark's aggregate and joins (`_spark_files`)."""
+    by tasks (`update_files`; in the driver's process when they are small), the rest through Spark's aggregate and
+    joins (`_spark_files`)."""
     from compaction.spark import table as data
 
     plan, written = run.plan, _Written()
@@ -203,7 +204,8 @@ def _write(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pro
                                     run.strategy, run.header, vectors=run.table.deletion_vectors())
         written.add(updated.written, updated.replaced, updated.marked)
         if progress:
-            progress.phase(f"table: {len(updates)} partitions updated by {updated.tasks} tasks: "
+            where = "threads of the driver's process" if updated.on_driver else "Spark tasks"
+            progress.phase(f"table: {len(updates)} partitions updated by {updated.tasks} {where}: "
                            f"{len(updated.marked)} files holding a changed key marked by deletion vectors, "
                            f"{len(updated.replaced)} rewritten")
     by_update = {s.partition for s in updates}

@@ -139,15 +139,17 @@ def test_a_rebuild_by_tasks_in_key_buckets_or_by_spark_writes_the_same_table(
 def test_an_update_by_tasks_or_by_spark_writes_the_same_table(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     """An update runs as tasks (each takes partitions whole: their new records and table files; "one-task" puts both
-    partitions in one) or, for a partition too large for that, through Spark's aggregate and joins: each writes the
-    plainly computed table and
-    keeps the files holding no changed key. Either marks the changed keys' rows deleted (a deletion vector, on top
-    of the one a file has) in the files holding them, or rewrites a file past `PURGE_SHARE` without them."""
+    partitions in one), in the driver's process when small ("driver": no Spark job at all) or on Spark's executors,
+    or, for a partition too large for a task, through Spark's aggregate and joins: each writes the plainly computed
+    table and keeps the files holding no changed key. Either marks the changed keys' rows deleted (a deletion
+    vector, on top of the one a file has) in the files holding them, or rewrites a file past `PURGE_SHARE` without
+    them."""
     from compaction.spark import table as data
 
     topic = Topic(tmp_path, seed=40 + sorted(STRATEGIES).index(kind))
     topic.append(batches=12)
-    tables = {name: table_uri(tmp_path, name) for name in ("tasks", "one-task", "marks", "spark", "spark-purge")}
+    names = ("driver", "tasks", "one-task", "marks", "spark", "spark-purge")
+    tables = {name: table_uri(tmp_path, name) for name in names}
     for uri in tables.values():
         run_table(spark, topic, kind, uri)
     topic.append(batches=2)
@@ -158,15 +160,24 @@ def test_an_update_by_tasks_or_by_spark_writes_the_same_table(
         assert table_rows(tables[name]) == duckdb_rows(tables[name]) == topic.expected(kind)
     topic.append(batches=2, leave_open=True)
     expected = topic.expected(kind)
-    task_groups = data.task_groups
-    for name, limit, share in (("tasks", data.UPDATE_TASK_BYTES, 0.2), ("one-task", data.UPDATE_TASK_BYTES, 0.2),
-                               ("marks", data.UPDATE_TASK_BYTES, 1.0), ("spark", -1, 1.0), ("spark-purge", -1, 0.0)):
+    task_groups, on_driver = data.task_groups, data.DRIVER_UPDATE_BYTES
+    tracker = spark.sparkContext.statusTracker()
+    for name, limit, share in (("driver", data.UPDATE_TASK_BYTES, 0.2), ("tasks", data.UPDATE_TASK_BYTES, 0.2),
+                               ("one-task", data.UPDATE_TASK_BYTES, 0.2), ("marks", data.UPDATE_TASK_BYTES, 1.0),
+                               ("spark", -1, 1.0), ("spark-purge", -1, 0.0)):
         monkeypatch.setattr(data, "UPDATE_TASK_BYTES", limit)
+        monkeypatch.setattr(data, "DRIVER_UPDATE_BYTES", on_driver if name == "driver" else -1)
         monkeypatch.setattr(data, "PURGE_SHARE", share)
         monkeypatch.setattr(data, "task_groups", (lambda sizes, _: [list(range(len(sizes)))]) if name == "one-task"
                             else task_groups)
         before = set(pa.table(DeltaTable(tables[name]).get_add_actions(flatten=True)).to_pydict()["path"])
-        report = run_table(spark, topic, kind, tables[name])
+        group = f"update-{kind}-{name}"
+        spark.sparkContext.setJobGroup(group, group)
+        try:
+            report = run_table(spark, topic, kind, tables[name])
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        assert bool(tracker.getJobIdsForGroup(group)) == (name != "driver"), name
         assert {s.reason for s in report.run.plan.spans} == {Reason.UPDATE}
         assert table_rows(tables[name]) == expected, name
         assert duckdb_rows(tables[name]) == expected, name
