@@ -501,20 +501,15 @@ def _warm_table_runs(store: Path, topic: str, before: Path, now_ms: int) -> dict
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def _read_partition_seconds(store: Path, topic: str, from_offset: int, *, warm: bool = False) -> float:
-    """The wall time of `read_partition(..., from_offset, read_committed).count()` of partition 0 in a fresh process
-    (session start-up excluded): the table's input path without the table. `warm`: after `bench_run.warm_up` (every
-    Python worker started, its kernels loaded), as the compaction's figures are taken, so that the two compare."""
-    code = ("import sys, time, json; sys.path.insert(0, sys.argv[5]); from bench_run import warm_up; "
-            "from compaction.spark.session import build_session; "
-            "from compaction.storage import open_store; from compaction.spark.read import read_partition; "
-            "s = build_session(); st = open_store(sys.argv[1]); warm_up(s, 2) if sys.argv[4] == '1' else None; "
-            "t = time.perf_counter(); "
-            "n = read_partition(s, st, sys.argv[2], 0, from_offset=int(sys.argv[3]), "
-            "isolation='read_committed').count(); print(json.dumps({'seconds': time.perf_counter() - t}))")
-    done = subprocess.run([sys.executable, "-c", code, str(store), topic, str(from_offset), "1" if warm else "0",
+def _input_path(kind: str, store: Path, topic: str, from_offset: int) -> dict[str, Any]:
+    """`bench_run.input_path_seconds` in a fresh process: the first job's seconds and the next three's."""
+    code = ("import sys, json, os; sys.path.insert(0, sys.argv[5]); from pathlib import Path; "
+            "from bench_run import input_path_seconds; "
+            "r = input_path_seconds(sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])); "
+            "print(json.dumps(r)); sys.stdout.flush(); os._exit(0)")
+    done = subprocess.run([sys.executable, "-c", code, kind, str(store), topic, str(from_offset),
                            str(Path(__file__).resolve().parent)], check=True, stdout=subprocess.PIPE, text=True)
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 P8_REBUILDS = 3
@@ -579,15 +574,14 @@ def bench_table(partitions: int, keys_per_partition: int, value_bytes: int, segm
     shutil.rmtree(before, ignore_errors=True)
     segments = table_in_store(open_store(str(pristine))).live_segments(topic, 0)
     tail = segments[len(segments) * 7 // 8:] if partitions == 1 else segments  # ~1/8 of the base either way
-    read_seconds = _read_partition_seconds(pristine, topic, tail[0].start_offset)
-    warm_seconds = _read_partition_seconds(pristine, topic, tail[0].start_offset, warm=True)
+    read = _input_path("read", pristine, topic, tail[0].start_offset)
+    scan = _input_path("scan", pristine, topic, tail[0].start_offset)
     partition_bytes = sum(s.segment_size_bytes for s in tail)
     shutil.rmtree(store_dir, ignore_errors=True)
     shutil.rmtree(table, ignore_errors=True)
     return {"workload": " ".join(args), "command": "kcompact generate --bulk " + " ".join(args),
             "partitions": partitions, "keys": keys * partitions, "rebuild": rebuild, "update": update, "warm": warm,
-            "read_partition": {"seconds": read_seconds, "warm_seconds": warm_seconds,
-                               "bytes": partition_bytes}}
+            "read_partition": {"read": read, "scan": scan, "bytes": partition_bytes}}
 
 
 def save(results: Path, figure: str, result: Any) -> None:

@@ -175,6 +175,56 @@ def profile_map(spark: Any, store_dir: Path) -> dict[str, Any]:
 NOW_MS = 1_800_000_000_000
 
 
+def input_path_seconds(kind: str, store_dir: Path, topic: str, from_offset: int, again: int = 3) -> dict[str, Any]:
+    """In a fresh session (its start not counted): the same read of partition 0 from `from_offset` (where a segment
+    starts) as Spark jobs, first and then `again` times, each timed from building the DataFrame to the end of its
+    `count()`.
+
+    kind "read": `read_partition(..., isolation='read_committed')`, every record decoded with its value and headers
+    and handed to Spark (the table's input path); kind "scan": the compaction's scan of the same segments
+    (`compaction.spark.scan.scan_rows`: decoded, each task's best record per key handed to Spark), its plan made
+    before the clock starts. The first job pays the session's Python workers and their kernels, as a fresh process's
+    first job does."""
+    from compaction.metadata import table_in_store
+    from compaction.spark.session import build_session
+    from compaction.storage import open_store
+
+    spark = build_session("local[2]", "kcompact-bench")
+    store = open_store(str(store_dir))
+    if kind == "read":
+        from compaction.spark.read import read_partition
+
+        def job() -> int:
+            return read_partition(spark, store, topic, 0, from_offset=from_offset,
+                                  isolation="read_committed").count()
+    else:
+        from compaction.config import KcompactConfig, TopicConfig
+        from compaction.run.plan import plan
+        from compaction.run.stage import partition_work
+        from compaction.spark.scan import ScanSettings, ScanTracker, scan_rows
+
+        config = KcompactConfig(defaults=TopicConfig.from_kafka({"cleanup.policy": "compact"}))
+        run = plan(store, config, NOW_MS, force=True)
+        table = table_in_store(store)
+        works = [partition_work(run, p, table.partition_snapshot(p.topic, p.partition).topic_id or "", 2**50, None)
+                 for p in run.plan.eligible if (p.topic, p.partition) == (topic, 0)]
+        scans = [s for w in works for s in w.scans if s.start_offset >= from_offset]  # from_offset starts a segment
+        settings = ScanSettings.of(run.store, [w.task for w in works])
+
+        def job() -> int:
+            tracker = spark.sparkContext.accumulator({}, ScanTracker())
+            return scan_rows(spark, settings, scans, {w.tp: i for i, w in enumerate(works)}, tracker).count()
+
+    walls = []
+    for _ in range(1 + again):
+        started = time.perf_counter()
+        job()
+        walls.append(time.perf_counter() - started)
+    return {"first": walls[0], "again": walls[1:]}
+
+
+
+
 def verify_run(spark: Any, store_dir: Path, target: str, before: int) -> dict[str, Any]:
     """`kcompact verify` of one partition on `spark` (goal f): its wall time and verdict."""
     from compaction.storage import open_store
