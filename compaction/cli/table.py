@@ -14,7 +14,8 @@ Maintain a Delta table at --table (a local path or s3://bucket/prefix/name) hold
 --topic: key, value, partition, offset, timestamp, headers, and the record's version under the timestamp and
 header strategies. The winner of a key follows the topic's compaction.strategy from --config (ties go to the
 higher offset); keys whose winner is a tombstone are absent. Only committed records (read_committed) below each
-partition's last stable offset are applied. Each run applies what arrived since the previous one, on Spark, and
+partition's last stable offset are applied. Each run applies what arrived since the previous one, on Spark (an
+update of at most 512 MiB of new segments and table files in the driver's own process, with no Spark job), and
 records the offsets it applied in the same Delta commit as the data: a crash and a rerun give what a rebuild
 gives, and of two concurrent runs one fails with exit code 4 (rerun it). A partition whose log start passed
 the table, or that was compacted past the table after delete.retention.ms (a tombstone may be gone), is rebuilt
