@@ -138,8 +138,11 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
     plan = run.plan
     if not plan.spans:
         return report
+    from compaction.spark.task_errors import kcompact_errors_from_tasks
+
     started = time.monotonic()
-    written = _write(spark, store, run, progress)
+    with kcompact_errors_from_tasks():  # corrupt input found by a task: its exit code and message, not a stack
+        written = _write(spark, store, run, progress)
     report.seconds["write"] = time.monotonic() - started
     rows = sum(int(str(w["rows"])) for w in written.files)
     if progress:

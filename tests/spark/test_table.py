@@ -333,3 +333,44 @@ def test_the_table_takes_the_wal_tail_too(spark: SparkSession, tmp_path: Path, k
     rebuilt = table_uri(tmp_path, "rebuilt")
     run_table(spark, topic, kind, rebuilt)
     assert table_rows(rebuilt) == table_rows(uri)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("where", ["rebuild", "driver", "executors"])
+def test_a_corrupt_segment_fails_the_run_naming_it_and_commits_nothing(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        where: str) -> None:
+    """A bit flipped at rest in a segment the run reads: the command exits 3 (corrupt input) naming the object and
+    the byte, and the table is left as it was, whether the partition is rebuilt or updated (by threads of the
+    driver's process or by Spark tasks)."""
+    from compaction.metadata import ObjectSuffix, table_in_store
+    from compaction.spark import table as data
+
+    topic = Topic(tmp_path, seed=17)
+    topic.append()
+    uri = table_uri(tmp_path)
+    config = tmp_path / "kcompact.yaml"
+    config.write_text("defaults:\n  cleanup.policy: compact\n")
+    base = ["table", "--store", topic.store.uri, "--config", str(config), "--topic", TOPIC, "--table", uri]
+    if where != "rebuild":  # built, then updated once: the first update turns deletion vectors on, a commit of its own
+        for _ in range(2):
+            topic.now += MINUTE
+            assert main([*base, "--now", str(topic.now)]) == 0
+            topic.append()
+    monkeypatch.setattr(data, "DRIVER_UPDATE_BYTES", -1 if where == "executors" else data.DRIVER_UPDATE_BYTES)
+    victim = table_in_store(topic.store).live_segments(TOPIC, 1)[-1]
+    key = victim.object_key(ObjectSuffix.LOG) or ""
+    flipped = bytearray(topic.store.get(key))
+    flipped[100] ^= 0xFF
+    topic.store.delete(key)  # objects are never overwritten: replace it (as a bit flip at rest would)
+    topic.store.put(key, bytes(flipped))
+    version = DeltaTable(uri).version() if where != "rebuild" else None
+    rows = table_rows(uri) if where != "rebuild" else None
+    capsys.readouterr()
+    assert main([*base, "--now", str(topic.now + MINUTE)]) == 3
+    err = capsys.readouterr().err
+    assert key in err and "byte" in err, err
+    if where == "rebuild":
+        assert not (Path(uri) / "_delta_log").exists() or DeltaTable(uri).version() == 0
+    else:
+        assert DeltaTable(uri).version() == version and table_rows(uri) == rows
