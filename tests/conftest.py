@@ -21,7 +21,7 @@ settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_
 settings.register_profile("soak", max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("soak" if os.environ.get("KCOMPACT_SOAK") == "full" else "ci")
 
-pytest_plugins = ["tests.moto_s3"]  # moto_endpoint and fake_aws_env, for integration/ and spark/
+pytest_plugins = ["tests.moto_s3", "tests.s3_proxy"]  # moto_endpoint, fake_aws_env, proxy: integration/, spark/
 
 SPARK_RUNNING = pytest.StashKey[bool]()
 

@@ -124,14 +124,20 @@ class FlakyProxy:
 
 
 def running_proxy(upstream: str) -> Iterator[FlakyProxy]:
-    """The body of a `proxy` fixture: a started proxy in front of `upstream` (the session's moto server),
-    forwarding everything until the test sets `fault`; stopped afterwards."""
+    """A started proxy in front of `upstream` (the session's moto server), forwarding everything until the test
+    sets `fault`; stopped afterwards."""
     p = FlakyProxy(upstream)
     p.start()
     try:
         yield p
     finally:
         p.stop()
+
+
+@pytest.fixture
+def proxy(moto_endpoint: str) -> Iterator[FlakyProxy]:
+    """A flaky proxy in front of the session's moto server, for one test (a plugin of tests/conftest.py)."""
+    yield from running_proxy(moto_endpoint)
 
 
 def spec_through(proxy: FlakyProxy, retry: RetryPolicy = FAST_RETRY) -> StoreSpec:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,7 +48,6 @@ from tests.s3_proxy import (
     direct,
     fast_delta_retries,
     is_segment_object,
-    running_proxy,
     spec_through,
 )
 
@@ -58,11 +56,6 @@ DAY = 86_400_000
 SPEC = WorkloadSpec(topics=(TopicSpec("orders", 2), TopicSpec("users", 1)), records_per_partition=150, keys=40,
                     segment_bytes=8 * 1024, seed=17)
 PARTITIONS = [("orders", 0), ("orders", 1), ("users", 0)]
-
-
-@pytest.fixture
-def proxy(moto_endpoint: str) -> Iterator[FlakyProxy]:
-    yield from running_proxy(moto_endpoint)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ compacts it too.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,7 +33,7 @@ from compaction.storage import ObjectStore
 from compaction.tier import tier_logdir
 from tests.latest_view import views
 from tests.moto_s3 import FAST_RETRY
-from tests.s3_proxy import Fault, FlakyProxy, direct, fast_delta_retries, running_proxy, spec_through
+from tests.s3_proxy import Fault, FlakyProxy, direct, fast_delta_retries, spec_through
 
 NOW = 1_800_000_000_000
 DAY = 86_400_000
@@ -43,11 +43,6 @@ CONFIG = KcompactConfig(defaults=TopicConfig.from_kafka({"cleanup.policy": "comp
                                                          "min.cleanable.dirty.ratio": "0.01"}))
 
 pytestmark = [pytest.mark.s3, pytest.mark.spark]
-
-
-@pytest.fixture
-def proxy(moto_endpoint: str) -> Iterator[FlakyProxy]:
-    yield from running_proxy(moto_endpoint)
 
 
 @pytest.fixture(scope="module")

@@ -152,14 +152,24 @@ def expired_tombstone_keys(store: ObjectStore, before: int) -> set[bytes]:
     return {k for k, r in latest_per_key(store, before).items() if r.value is None and r.offset < cleaned}
 
 
-@pytest.mark.spark
-def test_tombstones_dropped_after_their_delete_horizon_verify_clean(spark: SparkSession, compacted: CliRun,
-                                                                     tmp_path: Path) -> None:
+def cleaned_past_the_horizon(spark: SparkSession, compacted: CliRun, tmp_path: Path, recorded_ms: int | None = None
+                             ) -> tuple[ObjectStore, int, set[bytes]]:
+    """A copy of the compacted store cleaned again a day later, past the delete horizon, its commit recorded at
+    `recorded_ms` (default: the clean's own clock); returns it, the version before and the tombstones' keys that
+    clean drops."""
     store = copy_of(compacted.store, tmp_path)
     before = table_in_store(store).version()
     expected = expired_tombstone_keys(store, before)
     assert expected, "the workload must leave tombstones for the second clean"
-    assert all(o.committed for o in commit(stage(spark, plan(store, CONFIG, NOW + DAY + 1, force=True))))
+    staged = stage(spark, plan(store, CONFIG, NOW + DAY + 1, force=True))
+    assert all(o.committed for o in commit(staged, now_ms=recorded_ms))
+    return store, before, expected
+
+
+@pytest.mark.spark
+def test_tombstones_dropped_after_their_delete_horizon_verify_clean(spark: SparkSession, compacted: CliRun,
+                                                                     tmp_path: Path) -> None:
+    store, before, expected = cleaned_past_the_horizon(spark, compacted, tmp_path)
     report = verify_both(spark, store, before)
     assert report.ok, list(report.render_text())
     assert set(report.expired_tombstones) == expected
@@ -169,11 +179,7 @@ def test_tombstones_dropped_after_their_delete_horizon_verify_clean(spark: Spark
 @pytest.mark.spark
 def test_a_run_that_dropped_tombstones_before_their_horizon_fails(spark: SparkSession, compacted: CliRun,
                                                                   tmp_path: Path) -> None:
-    store = copy_of(compacted.store, tmp_path)
-    before = table_in_store(store).version()
-    expected = expired_tombstone_keys(store, before)
-    staged = stage(spark, plan(store, CONFIG, NOW + DAY + 1, force=True))
-    assert all(o.committed for o in commit(staged, now_ms=NOW + 1)), "recorded as done a day too early"
+    store, before, expected = cleaned_past_the_horizon(spark, compacted, tmp_path, recorded_ms=NOW + 1)  # a day early
     report = verify_both(spark, store, before)
     assert {p.key for p in report.problems} == expected
     assert {p.finding for p in report.problems} == {Finding.VANISHED}
