@@ -125,6 +125,24 @@ def warm_up(spark: Any, cores: int) -> None:
     spark.range(0, cores, numPartitions=cores).mapInArrow(scan_tiny, "id long").collect()
 
 
+def planned_scans(store: Any, config: Any, *, force: bool = False, only: tuple[str, int] | None = None,
+                  from_offset: int = 0) -> tuple[Any, list[Any], dict[Any, int]]:
+    """What a run's scan reads in `store` under `config`: the plan's eligible partitions (only `only`, from its
+    segment starting at `from_offset`, if given) as `compaction.spark.scan.scan_rows` takes them: the scan's
+    settings, its segments and each partition's index."""
+    from compaction.metadata import table_in_store
+    from compaction.run.plan import plan
+    from compaction.run.stage import partition_work
+    from compaction.spark.scan import ScanSettings
+
+    run = plan(store, config, NOW_MS, force=force)
+    table = table_in_store(store)
+    works = [partition_work(run, p, table.partition_snapshot(p.topic, p.partition).topic_id or "", 2**50, None)
+             for p in run.plan.eligible if only is None or (p.topic, p.partition) == only]
+    scans = [s for w in works for s in w.scans if s.start_offset >= from_offset]
+    return ScanSettings.of(run.store, [w.task for w in works]), scans, {w.tp: i for i, w in enumerate(works)}
+
+
 def profile_map(spark: Any, store_dir: Path) -> dict[str, Any]:
     """The map phase of a run over `store_dir`, taken apart: each step a Spark job of its own, timed warm.
 
@@ -135,24 +153,15 @@ def profile_map(spark: Any, store_dir: Path) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from compaction.config import KcompactConfig, TopicConfig
-    from compaction.metadata import table_in_store
-    from compaction.run.plan import plan
-    from compaction.run.stage import partition_work
-    from compaction.spark.scan import ScanSettings, ScanTracker, scan_rows
+    from compaction.spark.scan import ScanTracker, scan_rows
     from compaction.spark.winners import best_per_key
     from compaction.storage import open_store
 
-    store = open_store(str(store_dir))
     config = KcompactConfig(defaults=TopicConfig.from_kafka({"cleanup.policy": "compact",
                                                              "min.cleanable.dirty.ratio": "0.01"}))
-    run = plan(store, config, NOW_MS)
-    table = table_in_store(store)
-    works = [partition_work(run, p, table.partition_snapshot(p.topic, p.partition).topic_id or "", 2**50, None)
-             for p in run.plan.eligible]
-    scans = [s for w in works for s in w.scans]
-    settings = ScanSettings.of(run.store, [w.task for w in works])
+    settings, scans, index_of = planned_scans(open_store(str(store_dir)), config)
     tracker = spark.sparkContext.accumulator({}, ScanTracker())
-    rows = scan_rows(spark, settings, scans, {w.tp: i for i, w in enumerate(works)}, tracker)
+    rows = scan_rows(spark, settings, scans, index_of, tracker)
     best = best_per_key(rows, settings.by_offset)
     out: dict[str, Any] = {"segments": len(scans)}
 
@@ -185,7 +194,6 @@ def input_path_seconds(kind: str, store_dir: Path, topic: str, from_offset: int,
     (`compaction.spark.scan.scan_rows`: decoded, each task's best record per key handed to Spark), its plan made
     before the clock starts. The first job pays the session's Python workers and their kernels, as a fresh process's
     first job does."""
-    from compaction.metadata import table_in_store
     from compaction.spark.session import build_session
     from compaction.storage import open_store
 
@@ -199,21 +207,14 @@ def input_path_seconds(kind: str, store_dir: Path, topic: str, from_offset: int,
                                   isolation="read_committed").count()
     else:
         from compaction.config import KcompactConfig, TopicConfig
-        from compaction.run.plan import plan
-        from compaction.run.stage import partition_work
-        from compaction.spark.scan import ScanSettings, ScanTracker, scan_rows
+        from compaction.spark.scan import ScanTracker, scan_rows
 
         config = KcompactConfig(defaults=TopicConfig.from_kafka({"cleanup.policy": "compact"}))
-        run = plan(store, config, NOW_MS, force=True)
-        table = table_in_store(store)
-        works = [partition_work(run, p, table.partition_snapshot(p.topic, p.partition).topic_id or "", 2**50, None)
-                 for p in run.plan.eligible if (p.topic, p.partition) == (topic, 0)]
-        scans = [s for w in works for s in w.scans if s.start_offset >= from_offset]  # from_offset starts a segment
-        settings = ScanSettings.of(run.store, [w.task for w in works])
+        settings, scans, index_of = planned_scans(store, config, force=True, only=(topic, 0), from_offset=from_offset)
 
         def job() -> int:
             tracker = spark.sparkContext.accumulator({}, ScanTracker())
-            return scan_rows(spark, settings, scans, {w.tp: i for i, w in enumerate(works)}, tracker).count()
+            return scan_rows(spark, settings, scans, index_of, tracker).count()
 
     walls = []
     for _ in range(1 + again):
@@ -221,8 +222,6 @@ def input_path_seconds(kind: str, store_dir: Path, topic: str, from_offset: int,
         job()
         walls.append(time.perf_counter() - started)
     return {"first": walls[0], "again": walls[1:]}
-
-
 
 
 def verify_run(spark: Any, store_dir: Path, target: str, before: int) -> dict[str, Any]:
