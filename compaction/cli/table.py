@@ -17,15 +17,15 @@ higher offset); keys whose winner is a tombstone are absent. Only committed reco
 partition's last stable offset are applied. Each run applies what arrived since the previous one, on Spark (an
 update of at most 512 MiB of new segments and table files in the driver's own process, with no Spark job), and
 records the offsets it applied in the same Delta commit as the data: a crash and a rerun give what a rebuild
-gives, and of two concurrent runs one fails with exit code 4 (rerun it). A partition whose log start passed
-the table, or that was compacted past the table after delete.retention.ms (a tombstone may be gone), is rebuilt
-from offset 0. --rebuild rebuilds every partition. An update writes the changed keys' winners as new files and
-marks their old rows deleted with Delta deletion vectors (the first update turns on the table's deletionVectors
-feature); a file past a fifth deleted is rewritten without them instead. Each run that writes also removes the
-rows of partitions the store no longer has, compacts a partition split into many small files (OPTIMIZE) and
-vacuums files removed, and deletion vector files unused, longer ago than the table's
-delta.deletedFileRetentionDuration (one week by default). The table opens with delta-rs (DeltaTable.scan),
-DuckDB or Spark (delta-spark); delta-rs's to_pyarrow_table reads no deletion vectors and refuses it.
+gives, and of two concurrent runs one fails with exit code 4 (rerun it). A partition whose log start passed the
+table, or that was compacted past the table after delete.retention.ms (a tombstone may be gone), is rebuilt from
+offset 0. --rebuild rebuilds every partition. An update writes the changed keys' winners as new files and marks
+their old rows deleted with Delta deletion vectors (the first update turns on the table's deletionVectors feature,
+in the commit of its data); a file past a fifth deleted is rewritten without them instead. Each run that writes
+also removes the rows of partitions the store no longer has, compacts a partition split into many small files
+(OPTIMIZE) and vacuums files removed, and deletion vector files unused, longer ago than the table's
+delta.deletedFileRetentionDuration (one week by default). The table opens with delta-rs (DeltaTable.scan), DuckDB
+or Spark (delta-spark); delta-rs's to_pyarrow_table reads no deletion vectors and refuses it.
 """
 
 

@@ -71,12 +71,8 @@ def plan_run(store: ObjectStore, config: KcompactConfig, topic: str, location: L
                                        last_stable_offset(store, refs[p.partition], start)))
     plan = plan_table(topic, snapshot.version, state.version, now_ms, sources, state.applied, strategy,
                       topic_config.delete_retention_ms, rebuild=rebuild)
-    if not dry_run and not table.deletion_vectors() and state.files_of({s.partition for s in plan.spans
-                                                                         if not s.rebuild}):
-        table.enable_deletion_vectors()  # an update of existing rows: marked deleted, not rewritten
-        state = table.open(numbers, create=False)
-        plan = plan_table(topic, snapshot.version, state.version, now_ms, sources, state.applied, strategy,
-                          topic_config.delete_retention_ms, rebuild=rebuild)
+    if not dry_run and state.files_of({s.partition for s in plan.spans if not s.rebuild}):
+        table.use_deletion_vectors()  # an update of existing rows: marked deleted, not rewritten (in the run's commit)
     return TableRun(plan, table, state, strategy, header, refs)
 
 

@@ -2,10 +2,11 @@
 
 The table is created plain Delta (reader 1 / writer 2, no table features), partitioned by `partition`. The first
 run that updates a partition already in the table turns on the `deletionVectors` feature (reader 3 / writer 7, and
-`delta.enableDeletionVectors`): an update marks the rows of the keys it changes as deleted instead of rewriting
-their files (`deletion_vectors`). delta-spark, delta-rs's `DeltaTable.scan` and DuckDB read it; delta-rs's
-`to_pyarrow_table`, which reads no deletion vectors, refuses it. Its name is the topic and its description records
-the strategy it was built under; a table of another topic or strategy is refused rather than silently mixed.
+`delta.enableDeletionVectors`) in the commit of its data: an update marks the rows of the keys it changes as
+deleted instead of rewriting their files (`deletion_vectors`). delta-spark, delta-rs's `DeltaTable.scan` and
+DuckDB read it; delta-rs's `to_pyarrow_table`, which reads no deletion vectors, refuses it. Its name is the topic
+and its description records the strategy it was built under; a table of another topic or strategy is refused
+rather than silently mixed.
 
 **What has been applied** lives in the table itself: every run that applies offsets of a partition commits,
 in the same Delta commit as its data files, an application transaction (Delta's `txn` action) with app id
@@ -33,7 +34,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from compaction.config import CompactionStrategy
-from compaction.errors import CommitConflictError, ConfigError
+from compaction.errors import ConfigError
 from compaction.metadata.table import reading
 from compaction.metadata.upkeep import vacuum
 from compaction.storage.base import ObjectStore, StoreSpec
@@ -181,6 +182,7 @@ class TopicTable:
         self._options = self._store.delta_storage_options()
         self._table: DeltaTable | None = None
         self._log: LogFiles | None = None
+        self._turn_on_vectors = False
 
     def exists(self) -> bool:
         # Not `DeltaTable.is_deltatable`: its listing hangs for minutes against some S3 servers (moto).
@@ -213,7 +215,7 @@ class TopicTable:
         except TableNotFoundError:
             raise ConfigError(f"no table at {self.uri}: the first run creates it") from None
         self._check(table)
-        self._table = table
+        self._table, self._turn_on_vectors = table, False
         return self._state(table, partitions)
 
     def _check(self, table: DeltaTable) -> None:
@@ -226,24 +228,25 @@ class TopicTable:
             raise ConfigError(f"table {self.uri}: expected columns {self.schema}, found {found}")
 
     def deletion_vectors(self) -> bool:
-        """Whether the table (as `open` read it) has the `deletionVectors` feature."""
-        return self._table is not None and _has_vectors(self._table)
+        """Whether this run's commit leaves the table with the `deletionVectors` feature: the table (as `open` read
+        it) has it, or `use_deletion_vectors` asked the commit to turn it on."""
+        return self._table is not None and (self._turn_on_vectors or _has_vectors(self._table))
 
-    def enable_deletion_vectors(self) -> None:
-        """Turn on the `deletionVectors` feature and `delta.enableDeletionVectors`, unless the table has them, in one
-        commit of a protocol upgrade (reader 3 / writer 7, `upgraded_protocol`) and the table's metadata with the
-        property set; `open` again afterwards. kcompact writes the commit itself, as it writes
-        its data commits: delta-rs 1.6's `alter.set_table_properties` against the moto S3 server failed a list
-        request on every retry until its 3-minute timeout, while its other calls to the same server went through."""
-        table = self._delta_table()
-        meta = table.metadata()
-        if _has_vectors(table) and meta.configuration.get("delta.enableDeletionVectors") == "true":
-            return
-        protocol = table.protocol()
-        actions: list[Action] = [
-            {"commitInfo": {"timestamp": int(time.time() * 1000), "operation": "SET TBLPROPERTIES",
-                            "operationParameters": {"properties": '{"delta.enableDeletionVectors":"true"}'},
-                            "engineInfo": "kcompact"}},
+    def use_deletion_vectors(self) -> None:
+        """Have this run's commit turn on the `deletionVectors` feature and `delta.enableDeletionVectors`, unless the
+        table (as `open` read it) has them: a protocol upgrade (reader 3 / writer 7, `upgraded_protocol`) and the
+        table's metadata with the property set, in the same Delta commit as the run's data. A run that fails before
+        its commit therefore leaves the table as it was, protocol included, and a concurrent run that changed the
+        table's protocol first makes this commit conflict (`CommitConflictError`, rerun safe)."""
+        if self._table is None:
+            raise RuntimeError("TopicTable.use_deletion_vectors before open")
+        on = self._table.metadata().configuration.get("delta.enableDeletionVectors") == "true"
+        self._turn_on_vectors = not (_has_vectors(self._table) and on)
+
+    def _vector_actions(self, table: DeltaTable) -> list[Action]:
+        """The protocol and metadata actions that turn on the `deletionVectors` feature and its table property."""
+        meta, protocol = table.metadata(), table.protocol()
+        return [
             {"protocol": upgraded_protocol(protocol.min_reader_version, protocol.min_writer_version,
                                            protocol.reader_features or [], protocol.writer_features or [])},
             {"metaData": {"id": meta.id, "name": meta.name, "description": meta.description,
@@ -252,12 +255,6 @@ class TopicTable:
                           "configuration": {**meta.configuration, "delta.enableDeletionVectors": "true"},
                           "createdTime": meta.created_time}},
         ]
-        with contextlib.suppress(CommitConflictError):  # a concurrent run upgraded it first: checked below
-            # only a concurrent change of metadata or protocol conflicts: no app ids recorded, no files removed
-            write_commit(self._store, self.location.name, table.version(), actions,
-                         lambda found: _conflict(found, set(), set()))
-        if not _has_vectors(self._delta_table()):
-            raise ConfigError(f"table {self.uri}: could not turn on the deletionVectors feature")
 
     def _log_files(self, table: DeltaTable) -> LogFiles:
         """The log replayed up to `table`'s version, from this object's previous replay when there is one (a run
@@ -281,7 +278,8 @@ class TopicTable:
                now_ms: int, info: Mapping[str, object], marked: Sequence[tuple[DataFile, DeletionVector]] = ()
                ) -> int:
         """Add and remove files, mark rows deleted (`marked`: a file and its new deletion vector, which holds its
-        old one's rows too) and record `applied`, in one Delta commit on top of the version `open` read.
+        old one's rows too) and record `applied`, in one Delta commit on top of the version `open` read; the commit
+        also turns deletion vectors on if `use_deletion_vectors` asked it to.
 
         Returns the new table version. Raises `CommitConflictError` (nothing committed, rerun safe) if a
         concurrent commit applied offsets of the same partitions, removed or marked the same files, or changed
@@ -292,6 +290,8 @@ class TopicTable:
         actions: list[Action] = [{"commitInfo": {  # stamped by the wall clock, as Delta's time travel expects
             "timestamp": int(time.time() * 1000), "operation": "WRITE", "operationParameters": {"mode": "Append"},
             "engineInfo": "kcompact", "kcompact": json.dumps(dict(info), sort_keys=True)}}]
+        if self._turn_on_vectors:
+            actions += self._vector_actions(self._table)
         for p, a in sorted(applied.items()):
             actions.append({"txn": {"appId": app_id(self.topic, p), "version": a.offset, "lastUpdated": a.updated_ms}})
             actions.append({"txn": {"appId": clock_app_id(self.topic, p), "version": a.updated_ms,

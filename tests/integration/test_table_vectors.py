@@ -77,6 +77,13 @@ def keys_of(uri: str) -> list[bytes]:
     return sorted(r[1] for r in table_rows(uri))
 
 
+def vectors_on(table: TopicTable, partitions: list[int]) -> None:
+    """Turn the table's deletion vectors on by a commit of nothing else."""
+    table.open(partitions, create=False)
+    table.use_deletion_vectors()
+    table.commit([], [], {}, CLOCK, {})
+
+
 def mark(table: TopicTable, file: DataFile, positions: list[int], offset: int) -> tuple[DataFile, DeletionVector]:
     """Put a vector file deleting `positions` (its old vector's too) of `file` and return the mark to commit."""
     store = table.location.open()
@@ -93,7 +100,7 @@ def test_marked_rows_leave_every_reader_and_the_log_replay_finds_each_vector(tmp
     table.open([0, 1], create=True)
     write_deltalake(uri, rows(table, 0, range(0, 10)), mode="append", partition_by=["partition"])
     write_deltalake(uri, rows(table, 1, range(10, 15)), mode="append", partition_by=["partition"])
-    table.enable_deletion_vectors()
+    vectors_on(table, [0, 1])
     state = table.open([0, 1], create=False)
     assert table.deletion_vectors() and all(f.vector is None and f.rows for f in state.files)
     p0 = next(f for f in state.files if f.partition == 0)
@@ -135,7 +142,7 @@ def test_a_commit_conflicts_with_one_that_applied_or_marked_the_same_first(tmp_p
     first.open([0, 1], create=True)
     write_deltalake(uri, rows(first, 0, range(0, 10)), mode="append", partition_by=["partition"])
     write_deltalake(uri, rows(first, 1, range(10, 20)), mode="append", partition_by=["partition"])
-    first.enable_deletion_vectors()
+    vectors_on(first, [0, 1])
     files = {f.partition: f for f in first.open([0, 1], create=False).files}
     second.open([0, 1], create=False)
     third.open([0, 1], create=False)
@@ -154,7 +161,7 @@ def test_vacuum_deletes_only_old_vector_files_nothing_names(tmp_path: Path) -> N
     table = TopicTable(Location.parse(uri), "users", CompactionStrategy.OFFSET, None)
     table.open([0], create=True)
     write_deltalake(uri, rows(table, 0, range(0, 10)), mode="append", partition_by=["partition"])
-    table.enable_deletion_vectors()
+    vectors_on(table, [0])
     (p0,) = table.open([0], create=False).files
     _, vector = mark(table, p0, [4], 1)
     table.commit([], [], {}, CLOCK, {}, [(p0, vector)])
@@ -172,15 +179,19 @@ def test_vacuum_deletes_only_old_vector_files_nothing_names(tmp_path: Path) -> N
     assert retention_ms({"delta.deletedFileRetentionDuration": "interval 2 days"}) == 2 * 86_400_000
 
 
-def test_turning_vectors_on_is_one_commit_of_protocol_and_property_and_a_second_run_finds_it_done(
+def test_vectors_are_turned_on_in_the_commit_of_the_data_and_a_run_that_read_before_it_conflicts(
         tmp_path: Path) -> None:
     uri = str(tmp_path / "users-table")
     first, second = (TopicTable(Location.parse(uri), "users", CompactionStrategy.OFFSET, None) for _ in range(2))
     first.open([0], create=True)
     write_deltalake(uri, rows(first, 0, range(0, 10)), mode="append", partition_by=["partition"])
     before = DeltaTable(uri)
+    (p0,) = first.open([0], create=False).files
     second.open([0], create=False)
-    first.enable_deletion_vectors()
+    first.use_deletion_vectors()
+    assert first.deletion_vectors() and not second.deletion_vectors()
+    assert DeltaTable(uri).version() == before.version()  # asked for, not committed: a run that fails leaves nothing
+    first.commit([], [], {0: Applied(10, CLOCK)}, CLOCK, {}, [mark(first, p0, [2], 1)])
     after = DeltaTable(uri)
     assert after.version() == before.version() + 1
     protocol = after.protocol()
@@ -192,10 +203,18 @@ def test_turning_vectors_on_is_one_commit_of_protocol_and_property_and_a_second_
     assert (meta.id, meta.name, meta.description, meta.partition_columns, meta.created_time) == (
         before.metadata().id, before.metadata().name, before.metadata().description,
         before.metadata().partition_columns, before.metadata().created_time)
-    assert after.schema() == before.schema() and keys_of(uri) == sorted(b"key-%d" % i for i in range(10))
-    second.enable_deletion_vectors()  # it read the table before: nothing to do now
-    assert DeltaTable(uri).version() == after.version() and second.deletion_vectors() is False  # until it opens
-    assert second.open([0], create=False) and second.deletion_vectors()
+    assert after.schema() == before.schema() and keys_of(uri) == sorted(b"key-%d" % i for i in range(10) if i != 2)
+    assert duckdb_rows(uri) == table_rows(uri)
+    # A run that read the table before the upgrade: its commit conflicts, and its rerun finds the feature on.
+    second.use_deletion_vectors()
+    with pytest.raises(CommitConflictError, match="changed the table's metadata or protocol"):
+        second.commit([], [], {}, CLOCK, {})
+    second.open([0], create=False)
+    second.use_deletion_vectors()
+    assert second.deletion_vectors()
+    version = second.commit([], [], {}, CLOCK, {})
+    commit = (Path(uri) / "_delta_log" / f"{version:020d}.json").read_text()
+    assert '"protocol"' not in commit and '"metaData"' not in commit
 
 
 @pytest.mark.parametrize(("reader", "writer", "readers", "writers", "expected"), [
