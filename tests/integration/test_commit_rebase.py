@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from compaction.errors import CommitConflictError, FencedError
-from compaction.format.checkpoints import EpochEntry
 from compaction.metadata import (
     ChangeSet,
     MetadataTable,
-    NewSegment,
-    ObjectKey,
-    ObjectSuffix,
     SegmentState,
     StateChange,
     acquire_fencing_epoch,
@@ -30,10 +27,13 @@ from compaction.metadata import (
     new_kafka_uuid,
 )
 from compaction.remote_log_metadata import add, update
+from tests import factories
+from tests.factories import TOPIC_ID
 
 commit_module = importlib.import_module("compaction.metadata.commit")
 
-TOPIC, TOPIC_ID, NOW = "orders", "MWJ6FHTfRYy67jzwZdeqSQ", 1_700_000_000_000
+TOPIC, NOW = "orders", 1_700_000_000_000
+compaction = partial(factories.compaction, topic=TOPIC, max_ts=NOW)
 
 
 @pytest.fixture
@@ -60,18 +60,6 @@ def broker_tiers(table: MetadataTable, *ranges: tuple[int, int]) -> list[str]:
     for sid in ids:
         broker_finish(table, sid)
     return ids
-
-
-def compaction(table: MetadataTable, replaced: list[str], merged: tuple[int, int], cleaner_offset: int,
-               epoch: int = 0) -> tuple[ChangeSet, str]:
-    """A compaction planned at the latest version: `replaced` swapped for one segment `merged`."""
-    sid = new_kafka_uuid()
-    keys = (ObjectKey(ObjectSuffix.LOG, f"{TOPIC}-{TOPIC_ID}/0/{merged[0]:020d}-{sid}.log"),)
-    segment = NewSegment(sid, *merged, NOW, (EpochEntry(0, merged[0]),), 10, keys)
-    cs = ChangeSet.planned_from(table.partition_snapshot(TOPIC, 0), fencing_epoch=epoch, writer="kcompact",
-                                new_segments=[segment], cleaner_offset=cleaner_offset,
-                                state_changes=[StateChange(i, SegmentState.DELETE_SEGMENT_STARTED) for i in replaced])
-    return cs, sid
 
 
 def live(table: MetadataTable) -> list[tuple[int, int, str]]:
@@ -109,7 +97,7 @@ def test_a_compaction_lands_over_segments_the_broker_tiered_since_it_planned(tab
     p = table.partition_snapshot(TOPIC, 0)
     assert p.commit_seq == result.commit_seq == planned_seq + 4
     assert p.lineage.current == 200
-    assert p.segment(merged).state is SegmentState.COPY_SEGMENT_FINISHED  # type: ignore[union-attr]
+    assert p.segment(merged.segment_id).state is SegmentState.COPY_SEGMENT_FINISHED  # type: ignore[union-attr]
     assert [(e.epoch, e.start_offset) for e in p.state.leader_epochs] == [(0, 0)]  # type: ignore[union-attr]
 
 
@@ -151,7 +139,7 @@ def test_any_other_change_since_the_plan_is_still_a_conflict(table: MetadataTabl
     with pytest.raises(CommitConflictError, match="expected commit_seq") as refused:
         commit(table, cs, NOW)
     assert found in str(refused.value) and "above offset 199" in str(refused.value)
-    assert table.partition_snapshot(TOPIC, 0).segment(merged) is None
+    assert table.partition_snapshot(TOPIC, 0).segment(merged.segment_id) is None
 
 
 def test_a_replay_of_a_landed_compaction_is_still_refused(table: MetadataTable) -> None:
@@ -185,5 +173,5 @@ def test_a_zombie_compaction_is_fenced_even_when_only_the_broker_wrote_since(tab
     broker_tiers(table, (200, 299))
     with pytest.raises(FencedError, match=f"expected fencing epoch {zombie_epoch}, found {owner_epoch}"):
         commit(table, zombie, NOW)
-    assert table.partition_snapshot(TOPIC, 0).segment(merged) is None
+    assert table.partition_snapshot(TOPIC, 0).segment(merged.segment_id) is None
     assert [r[:2] for r in live(table)] == [(0, 99), (100, 199), (200, 299)]

@@ -11,6 +11,7 @@ import importlib
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,8 @@ from compaction.errors import (
 from compaction.metadata import (
     ChangeSet,
     CleanerOffset,
-    EpochEntry,
     MetadataTable,
     NewSegment,
-    ObjectKey,
     ObjectSuffix,
     SegmentState,
     StateChange,
@@ -49,12 +48,14 @@ from compaction.metadata import model as model_module
 from compaction.metadata.model import rows_to_arrow
 from compaction.metadata.table import table_in_store
 from compaction.storage import ObjectStore
+from tests import factories
+from tests.factories import TOPIC_ID, new_segment
 
 # The package re-exports the function `commit`, which shadows the submodule's attribute on the package.
 commit_module = importlib.import_module("compaction.metadata.commit")
 
-TOPIC, TOPIC_ID = "orders", "AAAAAAAAAAAAAAAAAAAAAQ"
-NOW = 1_700_000_000_000
+TOPIC, NOW = "orders", 1_700_000_000_000
+compaction = partial(factories.compaction, topic=TOPIC, max_ts=NOW - 1)
 
 DOCUMENTED_COLUMNS = [
     "row_kind", "topic", "partition", "topic_id", "writer", "run_id", "fencing_epoch", "cleaner_offsets",
@@ -76,9 +77,8 @@ def table(store: ObjectStore) -> MetadataTable:
 
 
 def new(start: int, end: int, state: SegmentState = SegmentState.COPY_SEGMENT_FINISHED) -> NewSegment:
-    sid = new_kafka_uuid()
-    keys = tuple(ObjectKey(s, f"{TOPIC_ID}/0/{start:020d}-{sid}{s.value}") for s in ObjectSuffix)
-    return NewSegment(sid, start, end, NOW - 1, (EpochEntry(5, start),), 1_000, keys, record_count=end - start + 1)
+    return new_segment(start, end, topic=TOPIC, max_ts=NOW - 1, leader_epoch=5, size=1_000, state=state,
+                       suffixes=ObjectSuffix, record_count=end - start + 1)
 
 
 def record_tier_started(table: MetadataTable, topic: str, partition: int, segments: list[NewSegment], *,
@@ -97,22 +97,6 @@ def tier(table: MetadataTable, *ranges: tuple[int, int], partition: int = 0, epo
     record_tier_started(table, TOPIC, partition, segments, topic_id=TOPIC_ID, **kw)
     record_tier_finished(table, TOPIC, partition, [s.segment_id for s in segments], **kw)
     return [s.segment_id for s in segments]
-
-
-def compaction(
-    table: MetadataTable, replaced: list[str], merged: tuple[int, int], epoch: int, cleaner_offset: int
-) -> tuple[ChangeSet, NewSegment]:
-    """Plan a compaction that swaps `replaced` for one merged segment, from the latest snapshot."""
-    segment = new(*merged)
-    cs = ChangeSet.planned_from(
-        table.partition_snapshot(TOPIC, 0),
-        fencing_epoch=epoch,
-        writer=f"kcompact compact epoch {epoch}",
-        new_segments=[segment],
-        state_changes=[StateChange(i, SegmentState.DELETE_SEGMENT_STARTED) for i in replaced],
-        cleaner_offset=cleaner_offset,
-    )
-    return cs, segment
 
 
 def live_ranges(table: MetadataTable, version: int | None = None, partition: int = 0) -> list[tuple[int, int]]:

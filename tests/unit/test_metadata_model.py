@@ -48,7 +48,7 @@ from compaction.metadata.model import (
     segment_from_row,
 )
 from compaction.metadata.snapshot import PartitionSnapshot, build_snapshot, referenced_object_keys
-from tests.factories import TOPIC_ID, segment
+from tests.factories import TOPIC_ID, new_segment, segment
 
 S0, S1, S2, S3 = SegmentState
 
@@ -73,20 +73,8 @@ def seg(start: int, end: int, *, vector: tuple[CleanerOffset, ...] = (), state: 
 
 
 def new(start: int, end: int, state: SegmentState = S1) -> NewSegment:
-    sid = new_kafka_uuid()
-    return NewSegment(
-        segment_id=sid,
-        start_offset=start,
-        end_offset=end,
-        max_timestamp_ms=end,
-        segment_leader_epochs=(EpochEntry(3, start),),
-        segment_size_bytes=10,
-        object_keys=(
-            ObjectKey(ObjectSuffix.LOG, f"{sid}.log"),
-            ObjectKey(ObjectSuffix.OFFSET_INDEX, f"{sid}.index"),
-        ),
-        state=state,
-    )
+    return new_segment(start, end, max_ts=end, leader_epoch=3, size=10, state=state,
+                       suffixes=(ObjectSuffix.LOG, ObjectSuffix.OFFSET_INDEX))
 
 
 def state(epoch: int = 1, commit_seq: int = 1, vector: tuple[CleanerOffset, ...] = ()) -> PartitionState:
