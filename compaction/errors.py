@@ -170,6 +170,11 @@ class MetadataTableNotFoundError(ConfigError):
     """No Delta table at the metadata table URI: fix the URI, or create the table first."""
 
 
+class UnknownPartitionError(ConfigError):
+    """The store holds nothing of the named topic-partition (no metadata rows, no WAL objects): a misspelt topic or
+    partition, or the wrong store; Kafka's UNKNOWN_TOPIC_OR_PARTITION."""
+
+
 class MetadataSchemaError(ConfigError):
     """The Delta table at the metadata URI is not kcompact's: other columns, types or partitioning."""
 

@@ -25,7 +25,8 @@ upload`, read with ranged GETs of just the partition's bytes) in offset order, a
 per record,
 {offset, timestamp, key, value, headers: [{key, value}]}, with key, value and header values base64-encoded (null
 stays null). Control records are not emitted. read_committed also drops records of aborted (and still open)
-transactions.
+transactions. A partition the store does not hold (no metadata row and no WAL object names it) is exit code 2, as
+Kafka answers UNKNOWN_TOPIC_OR_PARTITION, not an empty read.
 """
 
 
@@ -44,10 +45,12 @@ def register(sub: options.Subcommands) -> None:
 
 
 def run_segments(args: argparse.Namespace) -> int:
-    from compaction.metadata import ObjectSuffix, table_in_store
+    from compaction.metadata import ObjectSuffix
+    from compaction.wal.view import partition_log
 
     store = options.open_store(args)
-    segments = table_in_store(store).live_segments(args.topic, args.partition, args.version)
+    tier, _log = partition_log(store, args.topic, args.partition, metadata_version=args.version)  # known, or exit 2
+    segments = tier.live_segments if tier is not None else ()
     rows = [
         {
             "segment_id": s.segment_id,

@@ -51,6 +51,9 @@ Diagnose = Callable[[], KcompactError | None]
 class ObjectStoreLike(Protocol):
     """What the table needs of `compaction.storage.ObjectStore` (kept structural to avoid the import)."""
 
+    @property
+    def uri(self) -> str: ...
+
     def delta_uri(self, name: str) -> str: ...
 
     def delta_storage_options(self) -> dict[str, str]: ...

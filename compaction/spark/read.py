@@ -104,6 +104,9 @@ def read_partition(
     keeps partitions in order (`collect`, `toLocalIterator`, `toPandas`, `limit`, filters and projections, a
     write's files by part number) sees offset order. A shuffle (a join, a `repartition`, an aggregate) does
     not keep it: sort by `offset` after one if the order matters.
+
+    Raises:
+        UnknownPartitionError: the store holds nothing of `topic`-`partition` (a misspelt name, the wrong store).
     """
     return read_refs(spark, store, log_refs(store, topic, partition, version), from_offset,
                      Isolation.parse(isolation))

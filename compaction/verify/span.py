@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from compaction.config import TopicConfig
-from compaction.errors import ConfigError, MissingObjectError
+from compaction.errors import ConfigError, MissingObjectError, UnknownPartitionError
 from compaction.metadata import PartitionSnapshot, table_in_store
 from compaction.storage.base import ObjectStore
 from compaction.strategies.ranking import Ranking
@@ -75,10 +75,15 @@ def verify_span(
     store: ObjectStore, topic: str, partition: int, before_version: int, after_version: int | None,
     config: TopicConfig | None,
 ) -> VerifySpan:
-    """Read both snapshots. Raises ConfigError if `before_version` is newer than `after_version`, and
-    MetadataVersionNotFoundError for a version that does not exist."""
+    """Read both snapshots. Raises ConfigError if `before_version` is newer than `after_version`,
+    UnknownPartitionError if the metadata table holds no row of the partition at `after_version` (a misspelt topic
+    or partition verifies nothing: it must not pass), and MetadataVersionNotFoundError for a version that does not
+    exist."""
     table = table_in_store(store)
     after = table.partition_snapshot(topic, partition, after_version)
+    if after.state is None and not after.segments:
+        raise UnknownPartitionError(f"the metadata table of {store.uri} holds no partition {topic}-{partition} at "
+                                    f"version {after.version}: nothing to verify (check the topic and the partition)")
     if before_version > after.version:
         raise ConfigError(f"--before {before_version} is newer than --after {after.version}")
     before = table.partition_snapshot(topic, partition, before_version)

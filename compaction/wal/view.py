@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from compaction.errors import MetadataTableNotFoundError
+from compaction.errors import MetadataTableNotFoundError, UnknownPartitionError
 from compaction.format.checkpoints import EpochEntry
 from compaction.metadata import MetadataSnapshot, PartitionSnapshot, SegmentState, TopicPartition
 from compaction.metadata.table import ObjectStoreLike, table_in_store
@@ -71,12 +71,21 @@ def resolve_all(snapshot: MetadataSnapshot | None, objects: Sequence[WalObject])
 def partition_log(store: ObjectStoreLike, topic: str, partition: int, *, metadata_version: int | None = None
                   ) -> tuple[PartitionSnapshot | None, PartitionLog]:
     """One partition's tier snapshot and resolved log, from filtered reads of both tables (same order as
-    `store_log`: metadata first)."""
+    `store_log`: metadata first).
+
+    Raises:
+        UnknownPartitionError: neither table has a row of the partition (at `metadata_version`, for the metadata
+            table): a consumer would get UNKNOWN_TOPIC_OR_PARTITION, not an empty log.
+    """
     try:
         p: PartitionSnapshot | None = table_in_store(store).partition_snapshot(topic, partition, metadata_version)
     except MetadataTableNotFoundError:
         p = None
     objects = WalTable.in_store(store).partition_objects(topic, partition)
+    if not objects and (p is None or (p.state is None and not p.segments)):
+        at = "" if metadata_version is None else f" at metadata version {metadata_version}"
+        raise UnknownPartitionError(f"the store {store.uri} holds no partition {topic}-{partition}{at}: no metadata "
+                                    "row and no WAL object names it (check the topic, the partition and --store)")
     entries = finished_entries(objects).get(TopicPartition(topic, partition), [])
     return p, resolve(topic, partition, tier_end(p), tier_epochs(p), entries)
 

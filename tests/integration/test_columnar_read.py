@@ -11,7 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from compaction.errors import CorruptInputError
+from compaction.cli import main
+from compaction.errors import CorruptInputError, UnknownPartitionError
 from compaction.format import scan
 from compaction.generate import TopicSpec, WorkloadSpec
 from compaction.metadata import ObjectSuffix, table_in_store
@@ -173,3 +174,23 @@ def test_the_last_stable_offset_ignores_a_wal_objects_batches_past_its_slice(tmp
            for r in refs if r.start_offset < marker.base_offset]
     assert any(r.wal for r in cut)
     assert last_stable_offset(store, cut) == first
+
+
+def test_a_partition_the_store_never_held_is_an_error_not_an_empty_log(
+        store: ObjectStore, generated: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A misspelt topic or partition, or the wrong store: exit 2 naming it (Kafka's UNKNOWN_TOPIC_OR_PARTITION), not
+    an empty read that exits 0. A partition that only the WAL holds yet is known."""
+    with pytest.raises(UnknownPartitionError, match="holds no partition orders-7"):
+        log_refs(store, "orders", 7)
+    nowhere = str(tmp_path / "no-store-here")
+    for command in ("read", "segments"):
+        for uri, topic, partition in ((store.uri, "ordrs", 0), (store.uri, "orders", 7), (nowhere, "orders", 0)):
+            assert main([command, "--store", uri, "--topic", topic, "--partition", str(partition)]) == 2
+            assert f"holds no partition {topic}-{partition}" in capsys.readouterr().err
+    wal_only = open_store(str(tmp_path / "wal-only"))
+    upload_logdir(Path(shutil.copytree(generated, tmp_path / "logdir-wal")), wal_only, NOW)
+    capsys.readouterr()
+    assert main(["segments", "--store", wal_only.uri, "--topic", "orders", "--partition", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "0 live segments"
+    assert main(["read", "--store", wal_only.uri, "--topic", "orders", "--partition", "1"]) == 0
+    assert capsys.readouterr().out.count("\n") > 0

@@ -144,6 +144,11 @@ def test_a_cli_compaction_verifies_clean_and_reports(compacted: CliRun, spark: S
     verdict = json.loads(capsys.readouterr().out)
     assert code == ExitCode.OK and verdict["ok"] and verdict["problems"] == []
     assert verdict["cleaner_offset_after"] > 0 and verdict["keys_before"] == verdict["keys_after"] > 0
+    # A misspelt topic or partition verifies nothing: exit 2 naming it, never a pass.
+    for topic, partition in (("ordrs", "0"), (TOPIC, "3")):
+        code = main(["verify", "--store", str(compacted.store), "--topic", topic, "--partition", partition,
+                     "--before", str(before), "--reference"])
+        assert code == ExitCode.CONFIG and f"holds no partition {topic}-{partition}" in capsys.readouterr().err
 
 
 def expired_tombstone_keys(store: ObjectStore, before: int) -> set[bytes]:
