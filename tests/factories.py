@@ -78,7 +78,7 @@ def segment(start: int, end: int, *, segment_id: str | None = None, topic: str =
 def object_keys_of(topic: str, topic_id: str, partition: int, start: int, segment_id: str,
                    suffixes: Iterable[ObjectSuffix] = (ObjectSuffix.LOG,)) -> tuple[ObjectKey, ...]:
     """A segment's files where `storage.layout` puts them, written out so that any segment id will do."""
-    return tuple(ObjectKey(s, f"{topic}-{topic_id}/{partition}/{start:020d}-{segment_id}{s.value}") for s in suffixes)
+    return tuple(ObjectKey(s, f"{topic}-{topic_id}/{partition}/{start:020d}-{segment_id}.{s.value}") for s in suffixes)
 
 
 def new_segment(start: int, end: int, *, topic: str = "t", topic_id: str = TOPIC_ID, partition: int = 0,
