@@ -1,6 +1,7 @@
 """`kcompact dump`: what `kafka-dump-log.sh` prints, for segments, indexes, snapshots and checkpoints.
 
-The text form follows kafka-dump-log's lines (`baseOffset: … lastOffset: … count: …`, `| offset: …`);
+The text form is kafka-dump-log's (`kafka.tools.DumpLogSegments` with `--deep-iteration`, or `--print-data-log`
+with `print_data`), line for line, with its stderr report of non-consecutive offsets (`gaps_report`);
 `--json` gives the same facts as one JSON document per file. Files are decoded with the readable
 reference decoder, CRCs checked and reported (`isvalid`), so a dump also tells where a file is broken.
 """
@@ -8,7 +9,8 @@ reference decoder, CRCs checked and reported (`isvalid`), so a dump also tells w
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +20,21 @@ from compaction.format.control import ControlType, parse_control_record
 from compaction.format.segment import iter_batch_headers
 
 
-def _text(data: bytes | None) -> str | None:
-    if data is None:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return "0x" + data.hex()
+def _text(data: bytes) -> str:
+    """Bytes as kafka-dump-log prints them: UTF-8, a malformed sequence as U+FFFD (`--json` keeps the bytes)."""
+    return data.decode("utf-8", errors="replace")
 
 
 def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def record_sequence(base_sequence: int, offset_delta: int) -> int:
+    """A record's producer sequence, as Kafka's `DefaultRecord.sequence` gives it: the batch's base sequence plus the
+    record's offset delta, wrapping past Integer.MAX_VALUE to 0; -1 (no sequence) when the batch has none."""
+    if base_sequence < 0:
+        return -1
+    return (base_sequence + offset_delta) % (2**31)
 
 
 def dump_log(path: Path, *, print_data: bool) -> dict[str, Any]:
@@ -72,6 +78,7 @@ def dump_log(path: Path, *, print_data: bool) -> dict[str, Any]:
                 "timestamp": record.timestamp,
                 "keySize": -1 if record.key is None else len(record.key),
                 "valueSize": -1 if record.value is None else len(record.value),
+                "sequence": record_sequence(batch.base_sequence, record.offset - batch.base_offset),
                 "headerKeys": [h.key for h in record.headers],
             }
             if batch.is_control:
@@ -85,14 +92,28 @@ def dump_log(path: Path, *, print_data: bool) -> dict[str, Any]:
                 rec["headers"] = [{"key": h.key, "value": _b64(h.value)} for h in record.headers]
             entry["records"].append(rec)
         batches.append(entry)
-    return {"file": str(path), "type": "log", "batches": batches}
+    stem = path.name.split(".", 1)[0]  # Kafka's segment base offset is its file name's
+    start = int(stem) if stem.isdigit() else batches[0]["baseOffset"] if batches else None
+    offsets = [r["offset"] for b in batches for r in b["records"]]
+    gaps = [[a, b] for a, b in itertools.pairwise(offsets) if b != a + 1]
+    return {"file": str(path), "type": "log", "logStartOffset": start, "batches": batches,
+            "nonConsecutiveOffsets": gaps}
+
+
+def gaps_report(docs: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """What kafka-dump-log prints to stderr after its files: per log whose record offsets have gaps (every
+    compacted log has), each pair of neighbours that are not consecutive, the last found first."""
+    for doc in docs:
+        if doc.get("nonConsecutiveOffsets"):
+            yield f"Non-consecutive offsets in {Path(doc['file']).absolute()}"
+            yield from (f"  {a} is followed by {b}" for a, b in reversed(doc["nonConsecutiveOffsets"]))
 
 
 def format_log(doc: dict[str, Any], *, print_data: bool) -> Iterator[str]:
     """kafka-dump-log's text lines for a decoded `.log`."""
     yield f"Dumping {doc['file']}"
-    if doc["batches"]:
-        yield f"Log starting offset: {doc['batches'][0]['baseOffset']}"
+    if doc["logStartOffset"] is not None:
+        yield f"Log starting offset: {doc['logStartOffset']}"
     for b in doc["batches"]:
         horizon = (
             "OptionalLong.empty" if b["deleteHorizonMs"] is None else f"OptionalLong[{b['deleteHorizonMs']}]"
@@ -109,16 +130,17 @@ def format_log(doc: dict[str, Any], *, print_data: bool) -> Iterator[str]:
         for r in b["records"]:
             line = (
                 f"| offset: {r['offset']} {b['timestampType']}: {r['timestamp']} keySize: {r['keySize']} "
-                f"valueSize: {r['valueSize']} headerKeys: [{', '.join(r['headerKeys'])}]"
+                f"valueSize: {r['valueSize']} sequence: {r['sequence']} headerKeys: [{','.join(r['headerKeys'])}]"
             )
             if "controlType" in r:
                 line += f" endTxnMarker: {r['controlType']}"
                 if "coordinatorEpoch" in r:
                     line += f" coordinatorEpoch: {r['coordinatorEpoch']}"
-            elif print_data:
-                key = None if r["key"] is None else _text(base64.b64decode(r["key"]))
-                value = None if r["value"] is None else _text(base64.b64decode(r["value"]))
-                line += f" key: {key} payload: {value}"
+            elif print_data:  # as Kafka's parser: no key or payload field for a null one
+                if r["key"] is not None:
+                    line += f" key: {_text(base64.b64decode(r['key']))}"
+                if r["value"] is not None:
+                    line += f" payload: {_text(base64.b64decode(r['value']))}"
             yield line
 
 
@@ -189,10 +211,27 @@ def format_doc(doc: dict[str, Any], *, print_data: bool) -> Iterator[str]:
         yield from format_log(doc, print_data=print_data)
         return
     yield f"Dumping {doc['file']}"
+    if doc["type"] == "offset_index" and not doc["entries"]:
+        yield f"{doc['file']} is empty."
     if "topic_id" in doc:
         yield f"topic_id: {doc['topic_id']}"
     for entry in doc.get("entries", []):
-        yield " ".join(f"{k}: {v}" for k, v in entry.items())
+        yield _snapshot_line(entry) if doc["type"] == "producer_snapshot" else " ".join(
+            f"{k}: {v}" for k, v in entry.items())
+
+
+def _snapshot_line(e: dict[str, Any]) -> str:
+    """kafka-dump-log's line for a producer snapshot entry: its batch metadata only when it has some (a last
+    offset), the first sequence counted back from the last one (Kafka's `DefaultRecordBatch.decrementSequence`)."""
+    txn = e["current_txn_first_offset"]
+    line = (f"producerId: {e['producer_id']} producerEpoch: {e['producer_epoch']} "
+            f"coordinatorEpoch: {e['coordinator_epoch']} currentTxnFirstOffset: "
+            f"{'OptionalLong.empty' if txn < 0 else f'OptionalLong[{txn}]'} lastTimestamp: {e['timestamp']} ")
+    if e["last_offset"] >= 0:
+        first = (e["last_sequence"] - e["offset_delta"]) % (2**31)
+        line += (f"firstSequence: {first} lastSequence: {e['last_sequence']} lastOffset: {e['last_offset']} "
+                 f"offsetDelta: {e['offset_delta']} timestamp: {e['timestamp']}")
+    return line
 
 
 def _base_offset(path: Path) -> int:

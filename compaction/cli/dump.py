@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from compaction.cli import options
@@ -13,7 +14,10 @@ DUMP_HELP = "print the contents of Kafka log files, like kafka-dump-log.sh"
 DUMP_DESCRIPTION = """
 Print batches and records of a .log, or the entries of a .index, .timeindex, .txnindex, .snapshot,
 leader-epoch-checkpoint or partition.metadata file. CRCs are checked and reported (isvalid); a malformed file fails
-with exit code 3 naming the byte position.
+with exit code 3 naming the byte position. The text is what Kafka's kafka-dump-log.sh prints for the same files
+(--deep-iteration; with --print-data, its --print-data-log), line for line on stdout, and so is its stderr report
+of non-consecutive record offsets (every compacted log has gaps); leader-epoch-checkpoint and partition.metadata,
+which Kafka's tool does not read, are kcompact's own.
 """
 
 
@@ -25,8 +29,9 @@ def register(sub: options.Subcommands) -> None:
 
 
 def run_dump(args: argparse.Namespace) -> int:
-    from compaction.dump import dump_path, format_doc
+    from compaction.dump import dump_path, format_doc, gaps_report
 
+    docs = []
     for path in args.paths:
         doc = dump_path(path, print_data=args.print_data)
         if args.json:
@@ -34,4 +39,7 @@ def run_dump(args: argparse.Namespace) -> int:
         else:
             for line in format_doc(doc, print_data=args.print_data):
                 print(line)
+            docs.append(doc)
+    for line in gaps_report(docs):  # after every file, on stderr, as kafka-dump-log --deep-iteration
+        print(line, file=sys.stderr)
     return ExitCode.OK
