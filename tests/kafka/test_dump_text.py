@@ -4,12 +4,13 @@ line: stdout for every kind of file both read, and the stderr report of non-cons
 The files: a generated log dir as a broker writes it (every codec, transactions and their markers, tombstones,
 idempotent producers' sequences), kcompact's tiered copy, its compaction and a second compaction past the delete
 horizon (gaps, emptied batches, delete horizons), and a few files made to reach the rarer lines: a producer snapshot
-whose entries lack batch metadata or wrap their sequence, empty files, records whose bytes are not UTF-8 and
-sequences past Integer.MAX_VALUE.
+whose entries lack batch metadata or wrap their sequence, empty and preallocated files, records whose bytes are
+not UTF-8 and sequences past Integer.MAX_VALUE.
 """
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,9 @@ def _made(d: Path) -> list[Path]:
                Record(901, 6, None, None, ())]
     batch = build_batch(records, producer_id=4, producer_epoch=0, base_sequence=2**31 - 1, partition_leader_epoch=3)
     (d / "00000000000000000900.log").write_bytes(encode_batch(batch))
+    # indexes as a broker preallocates them: an entry, then zeros (Kafka stops at the first zero entry)
+    (d / "00000000000000000900.index").write_bytes(struct.pack(">ii", 1, 0) + bytes(8 * 3))
+    (d / "00000000000000000900.timeindex").write_bytes(struct.pack(">qi", 6, 1) + bytes(12 * 3))
     (d / "00000000000000000901.snapshot").write_bytes(encode_producer_snapshot([
         ProducerStateEntry(7, 3, 5, -1, 0, 1234, 2, -1),  # no last offset: no batch metadata
         ProducerStateEntry(8, 1, 2, 50, 4, 999, -1, 40),  # first sequence wraps back past 0, a transaction open
