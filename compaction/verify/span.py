@@ -76,9 +76,9 @@ def verify_span(
     config: TopicConfig | None,
 ) -> VerifySpan:
     """Read both snapshots. Raises ConfigError if `before_version` is newer than `after_version`,
-    UnknownPartitionError if the metadata table holds no row of the partition at `after_version` (a misspelt topic
-    or partition verifies nothing: it must not pass), and MetadataVersionNotFoundError for a version that does not
-    exist."""
+    UnknownPartitionError if the metadata table holds no row of the partition at `after_version` or `before_version`
+    (a misspelt topic or partition, or a version before it was tiered, verifies nothing: it must not pass), and
+    MetadataVersionNotFoundError for a version that does not exist."""
     table = table_in_store(store)
     after = table.partition_snapshot(topic, partition, after_version)
     if after.state is None and not after.segments:
@@ -87,4 +87,9 @@ def verify_span(
     if before_version > after.version:
         raise ConfigError(f"--before {before_version} is newer than --after {after.version}")
     before = table.partition_snapshot(topic, partition, before_version)
+    if before.state is None and not before.segments:
+        raise UnknownPartitionError(f"the metadata table of {store.uri} holds no partition {topic}-{partition} at "
+                                    f"version {before.version}, the --before version: nothing to compare (use a "
+                                    "version at or after its first tiering, e.g. a run report's "
+                                    "metadata_version_planned)")
     return VerifySpan(topic, partition, before, after, Ranking.of(config))

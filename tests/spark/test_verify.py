@@ -149,6 +149,10 @@ def test_a_cli_compaction_verifies_clean_and_reports(compacted: CliRun, spark: S
         code = main(["verify", "--store", str(compacted.store), "--topic", topic, "--partition", partition,
                      "--before", str(before), "--reference"])
         assert code == ExitCode.CONFIG and f"holds no partition {topic}-{partition}" in capsys.readouterr().err
+    # So does a --before version older than the partition's first tiering (version 0: the empty table).
+    code = main(["verify", "--store", str(compacted.store), "--topic", TOPIC, "--partition", "0", "--before", "0",
+                 "--reference"])
+    assert code == ExitCode.CONFIG and "at version 0, the --before version" in capsys.readouterr().err
 
 
 def expired_tombstone_keys(store: ObjectStore, before: int) -> set[bytes]:
