@@ -62,7 +62,7 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
                    help="YAML config with Kafka topic-level names (see conf/kcompact.yaml)")
     options.add_now_option(p, "the run's clock")
     p.add_argument("--topic", action="append", default=None, help="only this topic (repeatable)")
-    p.add_argument("--partition", type=int, default=None, help="only this partition (with --topic)")
+    p.add_argument("--partition", type=options.NON_NEGATIVE, default=None, help="only this partition (with --topic)")
     p.add_argument("--force", action="store_true",
                    help="recompact every partition below its first uncleanable offset, whatever the dirty ratio "
                    "(e.g. to drop tombstones whose delete horizon has passed)")

@@ -50,16 +50,18 @@ def register(sub: options.Subcommands) -> None:
     p.add_argument("--logdir", required=True, type=Path, help="directory to write (created if missing)")
     p.add_argument("--topics", default="orders:2,users:2,inventory:1",
                    help="comma-separated TOPIC:PARTITIONS (default: %(default)s)")
-    p.add_argument("--records", type=int, default=20_000, help="records per partition (default: %(default)s)")
-    p.add_argument("--keys", type=int, default=2_000, help="distinct keys per partition (default: %(default)s)")
+    p.add_argument("--records", type=options.POSITIVE, default=20_000,
+                   help="records per partition (default: %(default)s)")
+    p.add_argument("--keys", type=options.POSITIVE, default=2_000,
+                   help="distinct keys per partition (default: %(default)s)")
     p.add_argument("--key-skew", type=float, default=None,
                    help="Zipf exponent of key popularity (default: 1.1; not with --bulk)")
-    p.add_argument("--value-bytes", type=int, default=100,
+    p.add_argument("--value-bytes", type=options.NON_NEGATIVE, default=100,
                    help="approximate value size; exact with --bulk (default: %(default)s)")
-    p.add_argument("--records-per-batch", type=int, default=None,
+    p.add_argument("--records-per-batch", type=options.POSITIVE, default=None,
                    help="mean records per batch; with --bulk every batch holds exactly this many (default: 20; 100 "
                    "with --bulk)")
-    p.add_argument("--segment-bytes", type=int, default=256 * 1024,
+    p.add_argument("--segment-bytes", type=options.POSITIVE, default=256 * 1024,
                    help="roll segments at this size, like segment.bytes (default: %(default)s)")
     p.add_argument("--tombstone-ratio", type=float, default=0.03, help="share of tombstones (default: %(default)s)")
     p.add_argument("--transactional-ratio", type=float, default=None,
@@ -71,12 +73,12 @@ def register(sub: options.Subcommands) -> None:
                    "(default: %(default)s)")
     p.add_argument("--seed", type=int, default=42, help="random seed (default: %(default)s)")
     clock = p.add_mutually_exclusive_group()
-    clock.add_argument("--now", type=int, default=None, metavar="MS",
+    clock.add_argument("--now", type=options.NON_NEGATIVE, default=None, metavar="MS",
                        help="the clock in epoch ms: the last record of a partition is stamped with it, so the log "
                        "reads as just written (default: the wall clock)")
-    clock.add_argument("--start-ms", type=int, default=None,
+    clock.add_argument("--start-ms", type=options.NON_NEGATIVE, default=None,
                        help="stamp the first record with this epoch ms instead, whatever the clock")
-    p.add_argument("--ms-per-record", type=int, default=50,
+    p.add_argument("--ms-per-record", type=options.NON_NEGATIVE, default=50,
                    help="the clock advances this much per record (default: %(default)s)")
     options.add_json_option(p, "print a machine-readable summary")
     bulk = p.add_argument_group("benchmark-scale generation (--bulk)")
@@ -91,7 +93,7 @@ def register(sub: options.Subcommands) -> None:
     bulk.add_argument("--update-spread", choices=["clustered", "random"], default=None,
                       help="which keys --update-fraction rewrites: clustered = a contiguous run of key ids at a "
                       "seeded position, random = a seeded random sample (default: clustered)")
-    bulk.add_argument("--jobs", type=int, default=None,
+    bulk.add_argument("--jobs", type=options.POSITIVE, default=None,
                       help="partitions generated in parallel worker processes; the output does not depend on it "
                       "(default: 1)")
     bulk.add_argument("--progress-interval", type=float, default=None, metavar="SECONDS",

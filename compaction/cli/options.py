@@ -26,6 +26,25 @@ Subcommands = argparse._SubParsersAction
 STORE_HELP = "object store: a local directory (default ./kcompact-store) or s3://bucket/prefix"
 
 
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `minimum`. Anything else is a usage error naming the option and
+    the value (exit 2), before any store is opened: a negative offset, version or partition means nothing to Kafka."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}")
+        return value
+
+    return parse
+
+
+NON_NEGATIVE = at_least(0)
+POSITIVE = at_least(1)
+
+
 def add_command(sub: Subcommands, name: str, run: Callable[[argparse.Namespace], int], summary: str,
                 description: str) -> argparse.ArgumentParser:
     """A sub-command whose parsed arguments go to `run`. argparse refills the description's whitespace."""
@@ -43,11 +62,11 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
 def add_partition_options(p: argparse.ArgumentParser) -> None:
     add_store_options(p)
     p.add_argument("--topic", required=True)
-    p.add_argument("--partition", required=True, type=int)
+    p.add_argument("--partition", required=True, type=NON_NEGATIVE)
 
 
 def add_now_option(p: argparse.ArgumentParser, what: str = "clock") -> None:
-    p.add_argument("--now", type=int, default=None, help=f"{what} in epoch ms (default: the wall clock)")
+    p.add_argument("--now", type=NON_NEGATIVE, default=None, help=f"{what} in epoch ms (default: the wall clock)")
 
 
 def add_json_option(p: argparse.ArgumentParser, what: str) -> None:

@@ -33,15 +33,15 @@ Kafka answers UNKNOWN_TOPIC_OR_PARTITION, not an empty read.
 def register(sub: options.Subcommands) -> None:
     p = options.add_command(sub, "segments", run_segments, SEGMENTS_HELP, SEGMENTS_DESCRIPTION)
     options.add_partition_options(p)
-    p.add_argument("--version", type=int, default=None, help=VERSION_HELP)
+    p.add_argument("--version", type=options.NON_NEGATIVE, default=None, help=VERSION_HELP)
     options.add_json_option(p, "print JSON")
 
     p = options.add_command(sub, "read", run_read, READ_HELP, READ_DESCRIPTION)
     options.add_partition_options(p)
-    p.add_argument("--from-offset", type=int, default=0, help="first offset to return (default: 0)")
+    p.add_argument("--from-offset", type=options.NON_NEGATIVE, default=0, help="first offset to return (default: 0)")
     p.add_argument("--isolation", default="read_uncommitted", choices=["read_uncommitted", "read_committed"],
                    help="consumer isolation.level (default: %(default)s, as in Kafka)")
-    p.add_argument("--version", type=int, default=None, help=VERSION_HELP)
+    p.add_argument("--version", type=options.NON_NEGATIVE, default=None, help=VERSION_HELP)
 
 
 def run_segments(args: argparse.Namespace) -> int:

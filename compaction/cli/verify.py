@@ -26,13 +26,14 @@ memory, fine for a spot check of a small partition). A partition the metadata ta
 def register(sub: options.Subcommands) -> None:
     p = options.add_command(sub, "verify", run_verify, VERIFY_HELP, VERIFY_DESCRIPTION)
     options.add_partition_options(p)
-    p.add_argument("--before", required=True, type=int, metavar="VERSION",
+    p.add_argument("--before", required=True, type=options.NON_NEGATIVE, metavar="VERSION",
                    help="the earlier metadata table version, e.g. a run report's metadata_version_planned")
-    p.add_argument("--after", type=int, default=None, metavar="VERSION",
+    p.add_argument("--after", type=options.NON_NEGATIVE, default=None, metavar="VERSION",
                    help="the later metadata table version (default: the latest)")
     p.add_argument("--config", type=Path, default=None,
                    help="kcompact YAML config: the topic's compaction.strategy ranks a key's records")
-    p.add_argument("--max-keys", type=int, default=20, help="keys listed in the text output (default: %(default)s)")
+    p.add_argument("--max-keys", type=options.NON_NEGATIVE, default=20,
+                   help="keys listed in the text output (default: %(default)s)")
     p.add_argument("--master", default=None, help="Spark master URL (default: local[2])")
     p.add_argument("--reference", action="store_true", help="compare without Spark, on this process")
     options.add_json_option(p, "print the verdict and every problem key as JSON")

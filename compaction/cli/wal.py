@@ -56,8 +56,9 @@ def register(sub: options.Subcommands) -> None:
     up = options.add_command(wal, "upload", run_upload, UPLOAD_HELP, UPLOAD_DESCRIPTION)
     up.add_argument("--logdir", required=True, type=Path, help="a Kafka log dir (one sub-directory per partition)")
     options.add_store_options(up)
-    up.add_argument("--broker-id", type=int, default=0, help="the broker whose log dir this is (default: 0)")
-    up.add_argument("--max-object-bytes", type=_positive, default=4 * 1024 * 1024,
+    up.add_argument("--broker-id", type=options.NON_NEGATIVE, default=0,
+                    help="the broker whose log dir this is (default: 0)")
+    up.add_argument("--max-object-bytes", type=options.POSITIVE, default=4 * 1024 * 1024,
                     help="largest combined object (default: 4 MiB)")
     options.add_now_option(up)
     up.add_argument("--dry-run", action="store_true", help="say what would be uploaded; write nothing")
@@ -69,7 +70,8 @@ def register(sub: options.Subcommands) -> None:
                     help="YAML config with Kafka topic-level names (see conf/kcompact.yaml)")
     options.add_now_option(rl)
     rl.add_argument("--topic", default=None, help="roll only this topic")
-    rl.add_argument("--partition", type=int, default=None, help="roll only this partition (with --topic)")
+    rl.add_argument("--partition", type=options.NON_NEGATIVE, default=None,
+                    help="roll only this partition (with --topic)")
     rl.add_argument("--dry-run", action="store_true", help="cut and report the segments; upload and commit nothing")
     rl.add_argument("--master", default=None, help="Spark master URL (default: local[2])")
     options.add_json_option(rl, "print a machine-readable report")
@@ -80,15 +82,8 @@ def register(sub: options.Subcommands) -> None:
     ls = options.add_command(wal, "list", run_list, LIST_HELP, LIST_DESCRIPTION)
     options.add_store_options(ls)
     ls.add_argument("--topic", default=None)
-    ls.add_argument("--partition", type=int, default=None)
+    ls.add_argument("--partition", type=options.NON_NEGATIVE, default=None)
     options.add_json_option(ls, "print JSON")
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
-    return value
 
 
 def run_upload(args: argparse.Namespace) -> int:
