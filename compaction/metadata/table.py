@@ -133,6 +133,8 @@ class MetadataTable(DeltaTableRef):
         Raises:
             MetadataTableNotFoundError, MetadataVersionNotFoundError, TransientStoreError.
         """
+        if version is not None and version < 0:  # delta-rs would raise OverflowError
+            raise MetadataVersionNotFoundError(f"{self._uri}: no table version {version} (versions start at 0)")
         try:
             with reading(self._uri, self._diagnose):
                 return DeltaTable(self._uri, version=version, storage_options=self._options or None)

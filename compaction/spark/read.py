@@ -26,6 +26,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from compaction.errors import ConfigError
 from compaction.reader import (
     ConsumerRead,
     Isolation,
@@ -71,7 +72,13 @@ def _decoder(spec: StoreSpec, read: ConsumerRead, pieces: Sequence[SegmentRef]
 def partition_read(store: ObjectStore, refs: Sequence[SegmentRef], from_offset: int, isolation: Isolation
                    ) -> tuple[ConsumerRead, list[SegmentRef]]:
     """How a consumer from `from_offset` reads the log of `refs` (`reader.log_refs`): the transactions it skips,
-    found by the driver, and the pieces it reads, in offset order (`segment_batches` decodes each)."""
+    found by the driver, and the pieces it reads, in offset order (`segment_batches` decodes each).
+
+    Raises:
+        ConfigError: a negative `from_offset` (a consumer cannot seek there).
+    """
+    if from_offset < 0:
+        raise ConfigError(f"from_offset {from_offset}: offsets start at 0")
     refs = [r for r in refs if r.end_offset >= from_offset]
     return consumer_read(store, refs, from_offset, isolation), consumer_pieces(refs, from_offset)
 
@@ -107,6 +114,7 @@ def read_partition(
 
     Raises:
         UnknownPartitionError: the store holds nothing of `topic`-`partition` (a misspelt name, the wrong store).
+        ConfigError: a negative `from_offset`; MetadataVersionNotFoundError: a `version` the table does not have.
     """
     return read_refs(spark, store, log_refs(store, topic, partition, version), from_offset,
                      Isolation.parse(isolation))

@@ -77,6 +77,8 @@ def partition_log(store: ObjectStoreLike, topic: str, partition: int, *, metadat
         UnknownPartitionError: neither table has a row of the partition (at `metadata_version`, for the metadata
             table): a consumer would get UNKNOWN_TOPIC_OR_PARTITION, not an empty log.
     """
+    if partition < 0:
+        raise UnknownPartitionError(f"partition {partition}: partitions are numbered from 0")
     try:
         p: PartitionSnapshot | None = table_in_store(store).partition_snapshot(topic, partition, metadata_version)
     except MetadataTableNotFoundError:

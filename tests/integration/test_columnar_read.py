@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from compaction.cli import main
-from compaction.errors import CorruptInputError, UnknownPartitionError
+from compaction.errors import ConfigError, CorruptInputError, MetadataVersionNotFoundError, UnknownPartitionError
 from compaction.format import scan
 from compaction.generate import TopicSpec, WorkloadSpec
 from compaction.metadata import ObjectSuffix, table_in_store
@@ -27,6 +27,7 @@ from compaction.reader import (
     segment_records,
     transactional_batches_read_once,
 )
+from compaction.spark.read import partition_read
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 from compaction.wal.upload import upload_logdir
@@ -182,6 +183,13 @@ def test_a_partition_the_store_never_held_is_an_error_not_an_empty_log(
     an empty read that exits 0. A partition that only the WAL holds yet is known."""
     with pytest.raises(UnknownPartitionError, match="holds no partition orders-7"):
         log_refs(store, "orders", 7)
+    # what the API takes from a user is checked as the command line checks it: exit 2, no traceback
+    with pytest.raises(UnknownPartitionError, match="numbered from 0"):
+        log_refs(store, "orders", -1)
+    with pytest.raises(MetadataVersionNotFoundError, match="no table version -1"):
+        log_refs(store, "orders", 0, version=-1)
+    with pytest.raises(ConfigError, match="from_offset -1"):
+        partition_read(store, log_refs(store, "orders", 0), -1, Isolation.READ_COMMITTED)
     nowhere = str(tmp_path / "no-store-here")
     for command in ("read", "segments"):
         for uri, topic, partition in ((store.uri, "ordrs", 0), (store.uri, "orders", 7), (nowhere, "orders", 0)):
