@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from compaction.format.checkpoints import new_topic_id
+from compaction.metadata.model import TopicPartition
 
 
 @dataclass(frozen=True)
@@ -15,11 +16,11 @@ class TopicSpec:
     partitions: int = 2
 
 
-def iter_partitions(topics: Iterable[TopicSpec]) -> Iterator[tuple[str, int]]:
-    """(topic, partition) of every partition, topic by topic."""
+def iter_partitions(topics: Iterable[TopicSpec]) -> Iterator[TopicPartition]:
+    """Every partition, topic by topic."""
     for topic in topics:
         for p in range(topic.partitions):
-            yield topic.name, p
+            yield TopicPartition(topic.name, p)
 
 
 def seeded_topic_id(seed_text: str) -> str:

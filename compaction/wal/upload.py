@@ -42,7 +42,7 @@ from compaction.errors import (
 )
 from compaction.format.checkpoints import EpochEntry
 from compaction.format.segment import LOG_SUFFIX, BatchHeader, iter_batch_headers, segment_path
-from compaction.metadata.model import SegmentState, new_kafka_uuid
+from compaction.metadata.model import SegmentState, TopicPartition, new_kafka_uuid
 from compaction.storage.base import ObjectStore
 from compaction.tier.logdir import LocalPartition, partitions
 from compaction.wal.log import PartitionLog, epoch_end
@@ -337,12 +337,12 @@ def upload_logdir(
 
 
 def _fail_unfinished(report: UploadReport, exc: KcompactError) -> None:
-    done: dict[tuple[str, int], int] = {}
+    done: dict[TopicPartition, int] = {}
     for o in report.objects:
         for e in o.entries:
-            done[e.topic, e.partition] = max(done.get((e.topic, e.partition), -1), e.end_offset + 1)
+            done[e.tp] = max(done.get(e.tp, -1), e.end_offset + 1)
     for p in report.partitions:
-        if p.status == "uploaded" and done.get((p.topic, p.partition), -1) < (p.end_offset or 0):
+        if p.status == "uploaded" and done.get(TopicPartition(p.topic, p.partition), -1) < (p.end_offset or 0):
             p.status = "failed"
             p.fail(exc)
 
