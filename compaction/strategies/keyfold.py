@@ -231,10 +231,4 @@ def _pow2(n: int) -> int:
     return 1 << max(4, (n - 1).bit_length())
 
 
-def _resized(a: np.ndarray, size: int) -> np.ndarray:
-    out = np.empty(size, a.dtype)
-    out[: len(a)] = a
-    return out
-
-
 __all__ = ["KeyFold"]
