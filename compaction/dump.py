@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from compaction.errors import ConfigError, CorruptInputError
-from compaction.format.batch import TimestampType, crc32c, decode_batch
+from compaction.format.batch import (
+    NO_SEQUENCE,
+    TimestampType,
+    crc32c,
+    decode_batch,
+    decrement_sequence,
+    increment_sequence,
+)
 from compaction.format.control import ControlType, parse_control_record
 from compaction.format.segment import iter_batch_headers
 
@@ -27,14 +34,6 @@ def _text(data: bytes) -> str:
 
 def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
-
-
-def record_sequence(base_sequence: int, offset_delta: int) -> int:
-    """A record's producer sequence, as Kafka's `DefaultRecord.sequence` gives it: the batch's base sequence plus the
-    record's offset delta, wrapping past Integer.MAX_VALUE to 0; -1 (no sequence) when the batch has none."""
-    if base_sequence < 0:
-        return -1
-    return (base_sequence + offset_delta) % (2**31)
 
 
 def dump_log(path: Path, *, print_data: bool) -> dict[str, Any]:
@@ -78,7 +77,8 @@ def dump_log(path: Path, *, print_data: bool) -> dict[str, Any]:
                 "timestamp": record.timestamp,
                 "keySize": -1 if record.key is None else len(record.key),
                 "valueSize": -1 if record.value is None else len(record.value),
-                "sequence": record_sequence(batch.base_sequence, record.offset - batch.base_offset),
+                "sequence": NO_SEQUENCE if batch.base_sequence == NO_SEQUENCE  # Kafka's DefaultRecord.sequence
+                else increment_sequence(batch.base_sequence, record.offset - batch.base_offset),
                 "headerKeys": [h.key for h in record.headers],
             }
             if batch.is_control:
@@ -92,8 +92,9 @@ def dump_log(path: Path, *, print_data: bool) -> dict[str, Any]:
                 rec["headers"] = [{"key": h.key, "value": _b64(h.value)} for h in record.headers]
             entry["records"].append(rec)
         batches.append(entry)
-    stem = path.name.split(".", 1)[0]  # Kafka's segment base offset is its file name's
-    start = int(stem) if stem.isdigit() else batches[0]["baseOffset"] if batches else None
+    start = _base_offset(path)  # Kafka's segment base offset is its file name's
+    if start is None and batches:
+        start = batches[0]["baseOffset"]
     offsets = [r["offset"] for b in batches for r in b["records"]]
     gaps = [[a, b] for a, b in itertools.pairwise(offsets) if b != a + 1]
     return {"file": str(path), "type": "log", "logStartOffset": start, "batches": batches,
@@ -151,7 +152,7 @@ def dump_path(path: Path, *, print_data: bool) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"{path}: no such file")
     name = path.name
-    base = _base_offset(path)
+    base = _base_offset(path) or 0
     if name.endswith(".log"):
         return dump_log(path, print_data=print_data)
     if name.endswith(".index"):
@@ -228,12 +229,13 @@ def _snapshot_line(e: dict[str, Any]) -> str:
             f"coordinatorEpoch: {e['coordinator_epoch']} currentTxnFirstOffset: "
             f"{'OptionalLong.empty' if txn < 0 else f'OptionalLong[{txn}]'} lastTimestamp: {e['timestamp']} ")
     if e["last_offset"] >= 0:
-        first = (e["last_sequence"] - e["offset_delta"]) % (2**31)
+        first = decrement_sequence(e["last_sequence"], e["offset_delta"])
         line += (f"firstSequence: {first} lastSequence: {e['last_sequence']} lastOffset: {e['last_offset']} "
                  f"offsetDelta: {e['offset_delta']} timestamp: {e['timestamp']}")
     return line
 
 
-def _base_offset(path: Path) -> int:
+def _base_offset(path: Path) -> int | None:
+    """The base offset a Kafka file name carries (`00000000000000000042.index`), None for another name."""
     stem = path.name.split(".", 1)[0]
-    return int(stem) if stem.isdigit() else 0
+    return int(stem) if stem.isdigit() else None

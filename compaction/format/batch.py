@@ -96,6 +96,13 @@ def increment_sequence(sequence: int, increment: int) -> int:
     return sequence + increment
 
 
+def decrement_sequence(sequence: int, decrement: int) -> int:
+    """Kafka's `DefaultRecordBatch.decrementSequence`: wraps back past 0 to Int.MaxValue."""
+    if sequence < decrement:
+        return INT32_MAX - (decrement - sequence) + 1
+    return sequence - decrement
+
+
 class BatchAttributes:
     """What a batch's attributes and offsets imply; shared by `RecordBatch` and the header-only `BatchHeader`.
 

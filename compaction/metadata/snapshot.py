@@ -46,6 +46,11 @@ class PartitionSnapshot:
         object.__setattr__(self, "_by_id", by_id)
 
     @property
+    def exists(self) -> bool:
+        """Whether the table holds any row of the partition at this version (a commit touched it, or a segment)."""
+        return self.state is not None or bool(self.segments)
+
+    @property
     def commit_seq(self) -> int:
         return self.state.commit_seq if self.state else 0
 

@@ -81,13 +81,13 @@ def verify_span(
     MetadataVersionNotFoundError for a version that does not exist."""
     table = table_in_store(store)
     after = table.partition_snapshot(topic, partition, after_version)
-    if after.state is None and not after.segments:
+    if not after.exists:
         raise UnknownPartitionError(f"the metadata table of {store.uri} holds no partition {topic}-{partition} at "
                                     f"version {after.version}: nothing to verify (check the topic and the partition)")
     if before_version > after.version:
         raise ConfigError(f"--before {before_version} is newer than --after {after.version}")
     before = table.partition_snapshot(topic, partition, before_version)
-    if before.state is None and not before.segments:
+    if not before.exists:
         raise UnknownPartitionError(f"the metadata table of {store.uri} holds no partition {topic}-{partition} at "
                                     f"version {before.version}, the --before version: nothing to compare (use a "
                                     "version at or after its first tiering, e.g. a run report's "

@@ -84,7 +84,7 @@ def partition_log(store: ObjectStoreLike, topic: str, partition: int, *, metadat
     except MetadataTableNotFoundError:
         p = None
     objects = WalTable.in_store(store).partition_objects(topic, partition)
-    if not objects and (p is None or (p.state is None and not p.segments)):
+    if not objects and (p is None or not p.exists):
         at = "" if metadata_version is None else f" at metadata version {metadata_version}"
         raise UnknownPartitionError(f"the store {store.uri} holds no partition {topic}-{partition}{at}: no metadata "
                                     "row and no WAL object names it (check the topic, the partition and --store)")
