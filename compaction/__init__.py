@@ -6,6 +6,7 @@ The public API, for notebooks and orchestrators (the CLI and `jobs/` use the sam
     staged = compaction.stage(spark, run)          # rewrite + upload on Spark; nothing visible yet
     outcomes = compaction.commit(staged)           # one atomic metadata commit per partition
     report = compaction.compact(spark, store, config)  # all three; a RunReport, report.to_dict() is the JSON
+    compaction.expire(store, config)               # retention of compact,delete topics (no Spark)
 
 Every function takes a store as a URI or path (local directory, `s3://bucket/prefix`) or an open `ObjectStore`,
 and a config as a YAML path or a loaded `KcompactConfig`; anything else is a `TypeError`. Every step is safe to
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
     from compaction.config import KcompactConfig
     from compaction.gc import GcReport
+    from compaction.retention import RetentionReport
     from compaction.run.commit import PartitionOutcome
     from compaction.run.plan import RunPlan
     from compaction.run.report import RunReport
@@ -143,6 +145,21 @@ def gc(store: Store, config: Config | None = None, now_ms: int | None = None, *,
     return collect_garbage(opened, table_in_store(opened), clock, dry_run=dry_run, **kwargs)
 
 
+def expire(store: Store, config: Config, now_ms: int | None = None, *, topics: list[str] | None = None,
+           partition: int | None = None, dry_run: bool = False) -> RetentionReport:
+    """Apply retention.ms / retention.bytes to the `compact,delete` topics of `config` (`compaction.retention`):
+    their expired segments go to DELETE_SEGMENT_STARTED in one commit per partition; `gc` deletes the objects."""
+    import time
+
+    from compaction.arguments import as_config, as_store
+    from compaction.metadata import table_in_store
+    from compaction.retention import expire as expire_segments
+
+    clock = int(time.time() * 1000) if now_ms is None else now_ms
+    return expire_segments(table_in_store(as_store(store)), as_config(config), clock, topics=topics,
+                           partition=partition, dry_run=dry_run)
+
+
 __all__ = [
     "CommitConflictError",
     "ConfigError",
@@ -152,6 +169,7 @@ __all__ = [
     "RetryableError",
     "commit",
     "compact",
+    "expire",
     "gc",
     "plan",
     "read_partition",

@@ -78,6 +78,8 @@ class TopicConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
     delete_retention_ms: int = 86_400_000
+    retention_ms: int = 604_800_000  # applied to compact,delete topics only (`compaction.retention`)
+    retention_bytes: int = -1
     segment_bytes: int = 1_073_741_824
     segment_ms: int = 604_800_000
     segment_index_bytes: int = 10_485_760
@@ -108,6 +110,12 @@ class TopicConfig:
     def is_compacted(self) -> bool:
         """True if cleanup.policy contains `compact` (`compact` or `compact,delete`)."""
         return CleanupPolicy.COMPACT in self.cleanup_policy
+
+    @property
+    def has_retention(self) -> bool:
+        """True for `compact,delete`: kcompact applies retention.ms / retention.bytes only to a topic it also
+        compacts (a plain `delete` topic's retention belongs to whoever tiers it, e.g. the broker)."""
+        return self.cleanup_policy == frozenset(CleanupPolicy)
 
     @property
     def cleanup_policy_text(self) -> str:
@@ -269,6 +277,8 @@ KEYS: Mapping[str, _Key] = MappingProxyType(
             _Key("min.compaction.lag.ms", "min_compaction_lag_ms", _long, 0, LONG_MAX),
             _Key("max.compaction.lag.ms", "max_compaction_lag_ms", _long, 1, LONG_MAX),
             _Key("delete.retention.ms", "delete_retention_ms", _long, 0, LONG_MAX),
+            _Key("retention.ms", "retention_ms", _long, -1, LONG_MAX),
+            _Key("retention.bytes", "retention_bytes", _long),
             _Key("segment.bytes", "segment_bytes", _int, 14, INT_MAX),
             _Key("segment.ms", "segment_ms", _long, 1, LONG_MAX),
             _Key("segment.index.bytes", "segment_index_bytes", _int, 4, INT_MAX),

@@ -1,7 +1,7 @@
 """The `kcompact` command line. It parses arguments, reads the clock and the environment, and calls one function.
 
 One module per command family (`generate`, `dump`, `tier`, `wal`, `segments` and `read`, `plan` and `compact`,
-`gc`, `verify`, `table`), each with a `register` that adds its sub-commands; `options` holds what they share.
+`expire`, `gc`, `verify`, `table`), each with a `register` that adds its sub-commands; `options` holds what they share.
 
 Exit codes (see `compaction.errors.ExitCode`): 0 success or nothing to do, 1 internal error, 2 configuration
 or usage error, 3 corrupt input, 4 fenced or conflicting commit or transient store failure (a rerun is safe), 5
@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from compaction.cli import compact, dump, gc, generate, options, segments, table, tier, verify, wal
+from compaction.cli import compact, dump, expire, gc, generate, options, segments, table, tier, verify, wal
 from compaction.errors import ExitCode, KcompactError, TransientStoreError, plain_text
 
 __all__ = ["build_parser", "main", "run"]
@@ -30,7 +30,7 @@ EPILOG = """exit codes:
      resolve is 2)
   5  verification failed (`kcompact verify`): a key was lost or changed; alert, keep the store as it is
 """
-COMMAND_FAMILIES = (generate, dump, tier, wal, segments, compact, gc, verify, table)
+COMMAND_FAMILIES = (generate, dump, tier, wal, segments, compact, expire, gc, verify, table)
 """In the order `kcompact --help` lists their commands."""
 
 

@@ -61,8 +61,7 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, type=Path,
                    help="YAML config with Kafka topic-level names (see conf/kcompact.yaml)")
     options.add_now_option(p, "the run's clock")
-    p.add_argument("--topic", action="append", default=None, help="only this topic (repeatable)")
-    p.add_argument("--partition", type=options.NON_NEGATIVE, default=None, help="only this partition (with --topic)")
+    options.add_topic_scope(p)
     p.add_argument("--force", action="store_true",
                    help="recompact every partition below its first uncleanable offset, whatever the dirty ratio "
                    "(e.g. to drop tombstones whose delete horizon has passed)")
@@ -75,10 +74,8 @@ def _build_plan(args: argparse.Namespace) -> RunPlan:
     from compaction.config import load_config
     from compaction.run.plan import plan
 
-    if args.partition is not None and not args.topic:
-        raise options.usage("--partition needs --topic")
-    return plan(options.open_store(args), load_config(args.config), options.now_ms(args), topics=args.topic,
-                partition=args.partition, force=args.force, disk_budget_bytes=args.disk_budget_bytes)
+    return plan(options.open_store(args), load_config(args.config), options.now_ms(args), **options.topic_scope(args),
+                force=args.force, disk_budget_bytes=args.disk_budget_bytes)
 
 
 def run_plan(args: argparse.Namespace) -> int:

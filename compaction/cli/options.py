@@ -65,6 +65,19 @@ def add_partition_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partition", required=True, type=NON_NEGATIVE)
 
 
+def add_topic_scope(p: argparse.ArgumentParser) -> None:
+    """`--topic` (repeatable) and `--partition` (with --topic): the partitions a run covers (`topic_scope`)."""
+    p.add_argument("--topic", action="append", default=None, help="only this topic (repeatable)")
+    p.add_argument("--partition", type=NON_NEGATIVE, default=None, help="only this partition (with --topic)")
+
+
+def topic_scope(args: argparse.Namespace) -> dict[str, Any]:
+    """`topics=` and `partition=` for the run functions, from `add_topic_scope`'s options."""
+    if args.partition is not None and not args.topic:
+        raise usage("--partition needs --topic")
+    return {"topics": args.topic, "partition": args.partition}
+
+
 def add_now_option(p: argparse.ArgumentParser, what: str = "clock") -> None:
     p.add_argument("--now", type=NON_NEGATIVE, default=None, help=f"{what} in epoch ms (default: the wall clock)")
 

@@ -34,6 +34,7 @@ class Reason(StrEnum):
     NEW = "not in the table yet"
     REQUESTED = "--rebuild"
     LOG_START = "log start passed the applied offset"
+    RETENTION = "log start moved up since the last update (retention.ms / retention.bytes): expired keys go"
     TOMBSTONE_HORIZON = "compacted past the applied offset after delete.retention.ms: a tombstone may be gone"
     UPDATE = "update"
 
@@ -51,6 +52,7 @@ class PartitionSpan:
     read_from: int
     reason: Reason
     segment_bytes: int
+    log_start: int = 0  # the first live segment's start offset when planned
 
     @property
     def rebuild(self) -> bool:
@@ -96,6 +98,10 @@ class PartitionSource:
     cleaner_offset: int
     stable_offset: int
 
+    @property
+    def log_start(self) -> int:
+        return self.segments[0].start_offset if self.segments else 0
+
 
 def plan_partition(source: PartitionSource, applied: Applied | None, strategy: CompactionStrategy,
                    delete_retention_ms: int, rebuild: bool) -> PartitionSpan | None:
@@ -107,7 +113,7 @@ def plan_partition(source: PartitionSource, applied: Applied | None, strategy: C
     read_from = start if strategy is CompactionStrategy.OFFSET else 0
     size = sum(s.segment_size_bytes for s in source.segments
                if s.end_offset >= read_from and s.start_offset < source.stable_offset)
-    return PartitionSpan(source.partition, start, source.stable_offset, read_from, reason, size)
+    return PartitionSpan(source.partition, start, source.stable_offset, read_from, reason, size, source.log_start)
 
 
 def _rebuild_reason(source: PartitionSource, applied: Applied | None, delete_retention_ms: int,
@@ -118,6 +124,8 @@ def _rebuild_reason(source: PartitionSource, applied: Applied | None, delete_ret
         return Reason.NEW
     if source.segments and source.segments[0].start_offset > applied.offset:
         return Reason.LOG_START
+    if applied.log_start is not None and source.log_start > applied.log_start:
+        return Reason.RETENTION
     horizon = applied.updated_ms + delete_retention_ms
     # A live segment of the cleaned region written at or after the horizon: a compaction rewrote it then.
     if any(s.start_offset < source.cleaner_offset and s.end_offset >= applied.offset

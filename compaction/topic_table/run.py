@@ -148,7 +148,7 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
     rebuilt = {s.partition for s in plan.spans if s.rebuild}
     removes = [f for f in run.state.files if f.path in written.replaced or f.partition in rebuilt]
     marks = [(f, written.marked[f.path]) for f in run.state.files if f.path in written.marked]
-    applied = {s.partition: Applied(s.to_offset, plan.now_ms) for s in plan.spans}
+    applied = {s.partition: Applied(s.to_offset, plan.now_ms, s.log_start) for s in plan.spans}
     info = {"run_id": run.run_id, "metadata_version": plan.metadata_version,
             "applied": {str(p): a.offset for p, a in applied.items()}, "rebuilt": sorted(rebuilt)}
     committed = time.monotonic()

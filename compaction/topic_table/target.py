@@ -74,12 +74,19 @@ def clock_app_id(topic: str, partition: int) -> str:
     return f"kcompact-table/{topic}/{partition}/clock"
 
 
+def log_start_app_id(topic: str, partition: int) -> str:
+    """The application id recording the log start offset of the log a run applied (retention moves it up)."""
+    return f"kcompact-table/{topic}/{partition}/log-start"
+
+
 @dataclass(frozen=True)
 class Applied:
-    """What the table holds of one partition: every committed record below `offset`, as of the clock `updated_ms`."""
+    """What the table holds of one partition: every committed record below `offset`, as of the clock `updated_ms`,
+    read from a log that started at `log_start` (None: a table written before kcompact recorded it)."""
 
     offset: int
     updated_ms: int
+    log_start: int | None = None
 
 
 DELETION_VECTORS = "deletionVectors"
@@ -296,11 +303,14 @@ class TopicTable:
             actions.append({"txn": {"appId": app_id(self.topic, p), "version": a.offset, "lastUpdated": a.updated_ms}})
             actions.append({"txn": {"appId": clock_app_id(self.topic, p), "version": a.updated_ms,
                                     "lastUpdated": a.updated_ms}})
+            if a.log_start is not None:
+                actions.append({"txn": {"appId": log_start_app_id(self.topic, p), "version": a.log_start,
+                                        "lastUpdated": a.updated_ms}})
         actions += [f.add(now_ms) for f in adds]
         actions += [f.remove(now_ms) for f in removes]
         for f, vector in marked:
             actions += [f.remove(now_ms), replace(f, vector=vector).add(now_ms)]
-        ids = {app_id(self.topic, p) for p in applied} | {clock_app_id(self.topic, p) for p in applied}
+        ids = {f(self.topic, p) for p in applied for f in (app_id, clock_app_id, log_start_app_id)}
         paths = {f.path for f in removes} | {f.path for f, _ in marked}
         version = write_commit(self._store, self.location.name, self._table.version(), actions,
                                lambda found: _conflict(found, ids, paths))
@@ -399,8 +409,9 @@ def _transaction(table: DeltaTable, topic: str, partition: int) -> Applied | Non
     offset = table.transaction_version(app_id(topic, partition))
     if offset is None:
         return None
-    return Applied(offset, table.transaction_version(clock_app_id(topic, partition)) or 0)
+    return Applied(offset, table.transaction_version(clock_app_id(topic, partition)) or 0,
+                   table.transaction_version(log_start_app_id(topic, partition)))
 
 
-__all__ = ["Applied", "DataFile", "Location", "TableState", "TopicTable", "app_id", "clock_app_id", "table_schema",
-           "upgraded_protocol"]
+__all__ = ["Applied", "DataFile", "Location", "TableState", "TopicTable", "app_id", "clock_app_id", "log_start_app_id",
+           "table_schema", "upgraded_protocol"]

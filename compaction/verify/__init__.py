@@ -4,7 +4,9 @@ For one partition, the latest-per-key view is read at an earlier table version (
 travel) and at a later one (`after`, the latest by default), both as a read_committed consumer sees them and
 with keys ranked by the topic's `compaction.strategy` (KIP-280; offset if no config is given). Only offsets
 below `before`'s log end are compared, so segments tiered in between change nothing; transactions still open
-at `before` stay excluded at `after` too. Compaction may change that view in exactly one way:
+at `before` stay excluded at `after` too. A span over which the log start moved (`kcompact expire` applied a
+compact,delete topic's retention) is refused: that is retention's doing, not a compaction's. Compaction may change
+that view in exactly one way:
 
 - a key whose winner at `before` was a **tombstone** may vanish, if the tombstone lay below the cleaner
   offset and was dropped at or after its delete horizon (KIP-534: `now >= deleteHorizonMs`). The horizon is

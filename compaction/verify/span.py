@@ -77,7 +77,8 @@ def verify_span(
 ) -> VerifySpan:
     """Read both snapshots. Raises ConfigError if `before_version` is newer than `after_version`,
     UnknownPartitionError if the metadata table holds no row of the partition at `after_version` or `before_version`
-    (a misspelt topic or partition, or a version before it was tiered, verifies nothing: it must not pass), and
+    (a misspelt topic or partition, or a version before it was tiered, verifies nothing: it must not pass),
+    ConfigError if the log start moved in between (retention expired segments: not a compaction's doing), and
     MetadataVersionNotFoundError for a version that does not exist."""
     table = table_in_store(store)
     after = table.partition_snapshot(topic, partition, after_version)
@@ -92,4 +93,14 @@ def verify_span(
                                     f"version {before.version}, the --before version: nothing to compare (use a "
                                     "version at or after its first tiering, e.g. a run report's "
                                     "metadata_version_planned)")
+    was, now = _log_start(before), _log_start(after)
+    if was is not None and now is not None and now > was:
+        raise ConfigError(f"{topic}-{partition}: its log start moved from offset {was} at version "
+                          f"{before.version} to {now} at version {after.version}: retention (`kcompact expire`) "
+                          "removed what lay below in between, and verify judges compactions only; pass a --before at "
+                          "or after the version of that expiry (its report's metadata_version)")
     return VerifySpan(topic, partition, before, after, Ranking.of(config))
+
+
+def _log_start(p: PartitionSnapshot) -> int | None:
+    return p.live_segments[0].start_offset if p.live_segments else None

@@ -275,6 +275,29 @@ def test_a_tombstone_compacted_away_behind_the_table_rebuilds_its_partition(spar
 
 
 @pytest.mark.spark
+def test_keys_expired_by_retention_leave_the_table(spark: SparkSession, tmp_path: Path) -> None:
+    config = config_for("offset", **{"cleanup.policy": "compact,delete", "retention.ms": 10 * MINUTE})
+    store = open_store(str(tmp_path / "store"))
+    log = ScenarioLog(TOPIC, T)
+    for keys in ((b"a", b"b"), (b"b", b"c"), (b"d",)):  # three segments, a minute apart
+        for key in keys:
+            log.record(key, key)
+        log.roll()
+        log.timestamp += MINUTE
+    tier([log], tmp_path / "logdir", store, T + 2 * MINUTE)
+    uri = table_uri(tmp_path)
+    compaction.table(spark, store, config, TOPIC, uri, now_ms=T + 2 * MINUTE)
+    assert {r[1] for r in table_rows(uri)} == {b"a", b"b", b"c", b"d"}
+    expired = compaction.expire(store, config, T + 10 * MINUTE + 1)  # the first segment only
+    assert expired.segments_expired == 1
+    report = compaction.table(spark, store, config, TOPIC, uri, now_ms=T + 11 * MINUTE)
+    assert [s.reason for s in report.run.plan.spans] == [Reason.RETENTION]
+    assert {r[1] for r in table_rows(uri)} == {b"b", b"c", b"d"}
+    again = compaction.table(spark, store, config, TOPIC, uri, now_ms=T + 12 * MINUTE)
+    assert again.committed_version is None, "the log start it applied is recorded: no second rebuild"
+
+
+@pytest.mark.spark
 def test_the_command_line(spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     topic = Topic(tmp_path, seed=13)
     topic.append()

@@ -12,7 +12,7 @@ import pytest
 
 from compaction.cli import build_parser, main
 
-COMMANDS = ["generate", "dump", "tier", "wal", "segments", "read", "plan", "compact", "gc", "verify", "table"]
+COMMANDS = ["generate", "dump", "tier", "wal", "segments", "read", "plan", "compact", "expire", "gc", "verify", "table"]
 ROOT = Path(__file__).resolve().parents[2]
 
 

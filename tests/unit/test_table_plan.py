@@ -35,12 +35,17 @@ def source(compacted_ms: int = T, first: int = 0, stable: int = 200) -> Partitio
         (source(compacted_ms=T + RETENTION), Applied(50, T), False, (Reason.TOMBSTONE_HORIZON, 0, 200)),
         # ... but not when the compaction stayed below the applied offset
         (source(compacted_ms=T + RETENTION), Applied(100, T), False, (Reason.UPDATE, 100, 200)),
+        # retention moved the log start up since the table applied [0, 200): the expired keys must go
+        (source(first=60), Applied(200, T, log_start=0), False, (Reason.RETENTION, 0, 200)),
+        (source(first=60), Applied(200, T, log_start=60), False, None),
+        (source(first=60), Applied(200, T), False, None),  # a table that never recorded its log start
     ],
 )
 def test_what_a_partition_applies(src: PartitionSource, applied: Applied | None, rebuild: bool,
                                   expected: tuple[Reason, int, int] | None) -> None:
     span = plan_partition(src, applied, CompactionStrategy.OFFSET, RETENTION, rebuild)
     assert (None if span is None else (span.reason, span.from_offset, span.to_offset)) == expected
+    assert span is None or span.log_start == src.segments[0].start_offset
 
 
 def test_timestamp_and_header_updates_read_from_the_start() -> None:

@@ -1,0 +1,70 @@
+"""Expire what retention removes: per partition, one metadata commit moving the expired prefix to
+DELETE_SEGMENT_STARTED, re-decided on the partition's latest rows.
+
+Like Kafka's `RemoteLogManager`, expiry only changes metadata here: from that commit on no reader serves the
+segments, and `kcompact gc` deletes their objects once the topic's file.delete.delay.ms has passed (a reader that
+listed them just before still finds them). The commit is made under the partition's current fencing epoch, as
+gc's are: a compaction staging the same partition meanwhile finds its commit refused as a conflict (exit 4, rerun
+safe), and a compaction that commits first makes this one re-decide on its rows.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+
+from compaction.config import KcompactConfig
+from compaction.errors import CommitConflictError, ConfigError
+from compaction.metadata import ChangeSet, MetadataTable, SegmentState, StateChange, commit
+from compaction.retention.plan import PartitionRetention, plan_partition_retention, plan_retention
+from compaction.retention.report import PartitionExpiry, RetentionReport
+
+ATTEMPTS = 3
+
+
+def default_writer() -> str:
+    return f"kcompact-retention@{socket.gethostname()}"
+
+
+def expire(table: MetadataTable, config: KcompactConfig, now_ms: int, *, topics: Iterable[str] | None = None,
+           partition: int | None = None, dry_run: bool = False, writer: str | None = None) -> RetentionReport:
+    """Apply retention.ms / retention.bytes to every `compact,delete` partition in scope (`compaction.retention`).
+
+    Idempotent: a rerun finds nothing more to expire until the clock or the log moves.
+
+    Raises:
+        ConfigError: a negative `partition`.
+        CommitConflictError: a partition kept changing under the run (`ATTEMPTS` times); rerun.
+    """
+    if partition is not None and partition < 0:
+        raise ConfigError(f"partition {partition}: partitions are numbered from 0")
+    plan = plan_retention(table.snapshot(), config, now_ms, topics=topics, partition=partition)
+    if dry_run:
+        return RetentionReport.of(plan, [PartitionExpiry(p, None) for p in plan.partitions], dry_run=True)
+    done = [_expire_partition(table, config, p, now_ms, writer or default_writer()) if p.expired
+            else PartitionExpiry(p, None) for p in plan.partitions]
+    return RetentionReport.of(plan, done, dry_run=False)
+
+
+def _expire_partition(table: MetadataTable, config: KcompactConfig, planned: PartitionRetention, now_ms: int,
+                      writer: str) -> PartitionExpiry:
+    for attempt in range(1, ATTEMPTS + 1):
+        current = table.partition_snapshot(planned.topic, planned.partition)
+        decided = plan_partition_retention(current, config.for_topic(planned.topic), now_ms)
+        if not decided.expired:
+            return PartitionExpiry(decided, None)
+        change_set = ChangeSet.planned_from(
+            current,
+            fencing_epoch=current.fencing_epoch,
+            writer=writer,
+            state_changes=[StateChange(s.segment_id, SegmentState.DELETE_SEGMENT_STARTED) for s in decided.expired],
+        )
+        try:
+            return PartitionExpiry(decided, commit(table, change_set, now_ms).version)
+        except CommitConflictError:
+            if attempt == ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+__all__ = ["default_writer", "expire"]
