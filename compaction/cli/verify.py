@@ -19,8 +19,9 @@ key, and any change at or above the cleaner offset, fails with exit code 5 and l
 (executors read the segments, the driver receives only the problem keys, so its memory does not grow with the key
 count); --reference compares on this process instead (the readable reference path; holds the partition's keys in
 memory, fine for a spot check of a small partition). A partition the metadata table does not hold (at --after, or at
---before: a version older than its first tiering) is exit code 2, never a pass; so is a span over which
-`kcompact expire` moved the log start (retention, not compaction, removed what lay below: pass a later --before).
+--before: a version older than its first tiering) is exit code 2, never a pass. For a topic whose --config says
+compact,delete, keys whose latest record lay below the --after log start expired with retention (`kcompact expire`)
+and pass; without that config a moved log start fails like any other loss.
 """
 
 

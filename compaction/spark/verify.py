@@ -170,7 +170,7 @@ def verify_on_spark(spark: SparkSession, store: ObjectStore, span: VerifySpan, *
         rows.count()
         _raise_errors(span, reports.value)
         visible = rows.filter(~_unstable(reports.value.get("txn", {})))
-        counts, latest = Observation("verify"), _latest(visible, span.cleaner_offset)
+        counts, latest = Observation("verify"), _latest(visible, span.cleaner_offset, span.log_start_offset)
         flagged = (latest.observe(counts, F.count("b").alias("before"), F.count("a").alias("after"))
                    .filter(F.col("finding").isNotNull()).persist(StorageLevel.DISK_ONLY))
         persisted.append(flagged)
@@ -185,7 +185,7 @@ def verify_on_spark(spark: SparkSession, store: ObjectStore, span: VerifySpan, *
         listed = problem_keys.orderBy("key").limit(max_listed).collect()
         expired = [bytes(r["key"]) for r in judged.filter(F.col("finding") == EXPIRED).select("key")
                    .orderBy("key").limit(max_listed).collect()]
-        uncleaned = _uncleaned(visible, span.cleaner_offset, problem_keys.select("key")).persist(
+        uncleaned = _uncleaned(visible, span.tail_from, problem_keys.select("key")).persist(
             StorageLevel.DISK_ONLY)
         persisted.append(uncleaned)
         uncleaned_count = uncleaned.count()
@@ -252,9 +252,9 @@ def _same(b: Column, a: Column) -> Column:
             & b["value"].eqNullSafe(a["value"]) & b["headers"].eqNullSafe(a["headers"]))
 
 
-def _latest(visible: DataFrame, cleaner_offset: int) -> DataFrame:
+def _latest(visible: DataFrame, cleaner_offset: int, log_start_offset: int) -> DataFrame:
     """(key, b, a, finding) of every key: its winner in each view, and the finding when they are not the same
-    (null when they are)."""
+    (null when they are, or when the winner at `before` expired with retention, below `log_start_offset`)."""
 
     def winner(side: int) -> Column:
         ranked = best(_RECORD_FIELDS[1:], where=F.col("side") == side)  # (rank, record) starts with the offset
@@ -263,7 +263,8 @@ def _latest(visible: DataFrame, cleaner_offset: int) -> DataFrame:
     latest = visible.filter(F.col("key").isNotNull()).groupBy("key").agg(
         winner(BEFORE).alias("b"), winner(AFTER).alias("a"))
     b, a = F.col("b"), F.col("a")
-    finding = (F.when(b.isNotNull() & a.isNotNull(), F.when(~_same(b, a), F.lit(CHANGED)))
+    finding = (F.when(b.isNotNull() & (b["offset"] < log_start_offset), F.lit(None))
+               .when(b.isNotNull() & a.isNotNull(), F.when(~_same(b, a), F.lit(CHANGED)))
                .when(b.isNotNull() & b["value"].isNull() & (b["offset"] < cleaner_offset), F.lit(TOMBSTONE))
                .when(b.isNotNull(), F.lit(VANISHED))
                .otherwise(F.lit(APPEARED)))
@@ -319,10 +320,11 @@ def _judged(flagged: DataFrame, evidence: DataFrame) -> DataFrame:
                          F.col("finding").alias("flagged"), "horizon_ms", "dropped_ms")
 
 
-def _uncleaned(visible: DataFrame, cleaner_offset: int, reported: DataFrame) -> DataFrame:
-    """(offset, b, a): per key (keyless records count as one), the first record at or above the cleaner offset
-    that is not identical in both views, for keys whose winner is not already `reported`."""
-    tail = visible.filter(F.col("offset") >= cleaner_offset)
+def _uncleaned(visible: DataFrame, tail_from: int, reported: DataFrame) -> DataFrame:
+    """(offset, b, a): per key (keyless records count as one), the first record at or above `tail_from` (the cleaner
+    offset, or the log start above it) that is not identical in both views, for keys whose winner is not already
+    `reported`."""
+    tail = visible.filter(F.col("offset") >= tail_from)
     b = tail.filter(F.col("side") == BEFORE).select("offset", _record_struct().alias("b"))
     a = tail.filter(F.col("side") == AFTER).select("offset", _record_struct().alias("a"))
     diff = b.join(a, "offset", "full_outer").filter(~F.coalesce(_same(F.col("b"), F.col("a")), F.lit(False)))
@@ -344,7 +346,8 @@ def _record(row: Row | None) -> Record | None:
 def _latest_problem(span: VerifySpan, row: Row) -> KeyProblem:
     evidence = TombstoneEvidence(row["horizon_ms"], row["dropped_ms"]) if row["flagged"] == TOMBSTONE else None
     problem = judge_latest(bytes(row["key"]), _record(row["b"]), _record(row["a"]),
-                           cleaner_offset=span.cleaner_offset, log_end_offset=span.log_end_offset, evidence=evidence)
+                           cleaner_offset=span.cleaner_offset, log_end_offset=span.log_end_offset, evidence=evidence,
+                           log_start_offset=span.log_start_offset)
     assert problem is not None, f"Spark flagged key {row['key']!r} as {row['finding']}, the reference path does not"
     return problem
 

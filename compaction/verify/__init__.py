@@ -4,9 +4,7 @@ For one partition, the latest-per-key view is read at an earlier table version (
 travel) and at a later one (`after`, the latest by default), both as a read_committed consumer sees them and
 with keys ranked by the topic's `compaction.strategy` (KIP-280; offset if no config is given). Only offsets
 below `before`'s log end are compared, so segments tiered in between change nothing; transactions still open
-at `before` stay excluded at `after` too. A span over which the log start moved (`kcompact expire` applied a
-compact,delete topic's retention) is refused: that is retention's doing, not a compaction's. Compaction may change
-that view in exactly one way:
+at `before` stay excluded at `after` too. Compaction may change that view in exactly one way:
 
 - a key whose winner at `before` was a **tombstone** may vanish, if the tombstone lay below the cleaner
   offset and was dropped at or after its delete horizon (KIP-534: `now >= deleteHorizonMs`). The horizon is
@@ -14,6 +12,11 @@ that view in exactly one way:
   `event_timestamp_ms` with which that run marked the last carrying segment DELETE_SEGMENT_STARTED. Both
   come from replaced segments whose objects `kcompact gc` has not deleted yet; what cannot be proven is a
   failure, never a pass.
+
+Retention (`kcompact expire`), for a topic whose config (`--config`) says compact,delete, may change it in one more:
+a key whose winner at `before` lay below `after`'s log start expired with its segment (what `after` holds of it is
+not judged), and the region compared record for record starts at that log start if it is above the cleaner offset.
+Without that config a moved log start is records lost like any other.
 
 Everything else is a finding: a winner that changed (`changed`), vanished (`vanished`) or appeared from
 nowhere (`appeared`), and any record at or above the current cleaner offset that differs at all
@@ -113,14 +116,15 @@ def verify_partition(
 
 def _verify_on_driver(store: ObjectStore, span: VerifySpan, max_listed: int) -> VerifyReport:
     """The reference path: both views as maps on the driver, judged by `compare_views`."""
-    below, cleaned = span.log_end_offset, span.cleaner_offset
+    below, cleaned = span.log_end_offset, span.tail_from
     try:
         before = read_view(store, span.before, span.ranking, below=below, tail_from=cleaned)
     except MissingObjectError as exc:
         raise span.unreadable(exc) from exc
     after = read_view(store, span.after, span.ranking, below=below, tail_from=cleaned, also_unstable=before.unstable)
-    vanished = {k: r for k, r in before.latest.items() if k not in after.latest and r.value is None}
+    vanished = {k: r for k, r in before.latest.items()
+                if k not in after.latest and r.value is None and r.offset >= span.log_start_offset}
     evidence = tombstone_evidence(store, span.after, vanished)
-    problems, expired = compare_views(before, after, evidence)
+    problems, expired = compare_views(before, after, evidence, span.log_start_offset)
     return span.report(keys_before=len(before.latest), keys_after=len(after.latest), problems=problems[:max_listed],
                        problem_count=len(problems), expired=expired[:max_listed], expired_count=len(expired))

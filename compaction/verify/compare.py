@@ -1,8 +1,10 @@
 """What changed between two views, and whether compaction was allowed to change it. Pure.
 
-The one change allowed: a key whose winner was a tombstone below the cleaner offset vanished, dropped at or
-after its delete horizon (KIP-534: `now >= deleteHorizonMs`, "now" being the clock of the run that dropped it).
-Everything else is a `KeyProblem`.
+The one change compaction may make: a key whose winner was a tombstone below the cleaner offset vanished, dropped
+at or after its delete horizon (KIP-534: `now >= deleteHorizonMs`, "now" being the clock of the run that dropped
+it). Retention (`kcompact expire`, compact,delete topics) may make one more: a key whose winner lay below `after`'s
+log start expired with its segment; what `after` holds of that key is not judged (under `timestamp` or `header` a
+record above the log start may have become its winner). Everything else is a `KeyProblem`.
 """
 
 from __future__ import annotations
@@ -63,13 +65,15 @@ def tombstone_drop_refusal(record: Record, cleaner_offset: int, evidence: Tombst
 
 def judge_latest(
     key: bytes, before: Record | None, after: Record | None, *, cleaner_offset: int, log_end_offset: int,
-    evidence: TombstoneEvidence | None,
+    evidence: TombstoneEvidence | None, log_start_offset: int = 0,
 ) -> KeyProblem | None:
     """What is wrong with `key`'s winner going from `before` to `after` (None: nothing, or an allowed drop).
 
     `evidence` matters only for a tombstone winner that vanished. Pure; the Spark path judges the keys it
     collects with it too, so both paths word every problem the same way.
     """
+    if before is not None and before.offset < log_start_offset:
+        return None  # expired with retention
     if before is not None and after is not None:
         if _same(before, after):
             return None
@@ -95,12 +99,13 @@ def judge_uncleaned(offset: int, before: Record | None, after: Record | None, cl
 
 
 def compare_views(
-    before: PartitionView, after: PartitionView, evidence: Mapping[bytes, TombstoneEvidence]
+    before: PartitionView, after: PartitionView, evidence: Mapping[bytes, TombstoneEvidence], log_start_offset: int = 0
 ) -> tuple[list[KeyProblem], list[bytes]]:
     """Every change from `before` to `after` that compaction may not make, and the tombstones it rightly dropped.
 
-    Pure. `after.cleaner_offset` bounds the cleaned range; `evidence` is needed only for keys whose winner at
-    `before` was a tombstone and that have none at `after`. Problems come in key order, then the uncleaned
+    Pure. `after.cleaner_offset` bounds the cleaned range, `log_start_offset` (`after`'s, for a compact,delete
+    topic) what retention left; `evidence` is needed only for keys whose winner at `before` was a tombstone and that
+    have none at `after`. Problems come in key order, then the uncleaned
     region's in offset order (one per key: its first changed record, unless its winner is already listed).
     """
     problems: list[KeyProblem] = []
@@ -108,10 +113,10 @@ def compare_views(
     for key in sorted(before.latest.keys() | after.latest.keys()):
         b, a = before.latest.get(key), after.latest.get(key)
         problem = judge_latest(key, b, a, cleaner_offset=after.cleaner_offset, log_end_offset=before.log_end_offset,
-                               evidence=evidence.get(key))
+                               evidence=evidence.get(key), log_start_offset=log_start_offset)
         if problem is not None:
             problems.append(problem)
-        elif a is None:
+        elif a is None and b is not None and b.offset >= log_start_offset:
             expired.append(key)
     reported: set[bytes | None] = {p.key for p in problems}
     b_tail = {r.offset: r for r in before.tail}

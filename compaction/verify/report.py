@@ -24,6 +24,7 @@ class VerifyReport:
     after_version: int
     strategy: str
     log_end_offset: int
+    log_start_offset: int  # `after`'s: keys whose winner lay below it expired with retention (compact,delete)
     cleaner_offset_before: int
     cleaner_offset_after: int
     keys_before: int
@@ -47,6 +48,7 @@ class VerifyReport:
             "after_version": self.after_version,
             "strategy": self.strategy,
             "compared_below_offset": self.log_end_offset,
+            "log_start_offset": self.log_start_offset,
             "cleaner_offset_before": self.cleaner_offset_before,
             "cleaner_offset_after": self.cleaner_offset_after,
             "keys_before": self.keys_before,

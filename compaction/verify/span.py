@@ -25,13 +25,18 @@ MAX_LISTED = 10_000
 @dataclass(frozen=True)
 class VerifySpan:
     """The partition at `before` and `after`, compared below `log_end_offset` (`before`'s log end); records at
-    or above `cleaner_offset` (`after`'s) must be identical."""
+    or above `tail_from` (`after`'s cleaner offset, or its log start if retention moved that higher) must be
+    identical, and a key whose winner at `before` lay below `log_start_offset` expired with retention.
+
+    `expires`: the topic's config says compact,delete, so retention may have moved the log start; for any other
+    topic a moved log start is lost records like any other."""
 
     topic: str
     partition: int
     before: PartitionSnapshot
     after: PartitionSnapshot
     ranking: Ranking
+    expires: bool = False
 
     @property
     def log_end_offset(self) -> int:
@@ -40,6 +45,17 @@ class VerifySpan:
     @property
     def cleaner_offset(self) -> int:
         return self.after.lineage.current
+
+    @property
+    def log_start_offset(self) -> int:
+        """`after`'s log start, below which `kcompact expire` (retention.ms / retention.bytes) removed everything; 0
+        unless the topic `expires`."""
+        return (_log_start(self.after) or 0) if self.expires else 0
+
+    @property
+    def tail_from(self) -> int:
+        """Where the region compaction never rewrites begins, of what retention left."""
+        return max(self.cleaner_offset, self.log_start_offset)
 
     def unreadable(self, exc: MissingObjectError) -> ConfigError:
         """The usage error for a `before` view whose objects gc deleted: never a pass."""
@@ -60,6 +76,7 @@ class VerifySpan:
             after_version=self.after.version,
             strategy=self.ranking.strategy.value,
             log_end_offset=self.log_end_offset,
+            log_start_offset=self.log_start_offset,
             cleaner_offset_before=self.before.lineage.current,
             cleaner_offset_after=self.cleaner_offset,
             keys_before=keys_before,
@@ -78,8 +95,7 @@ def verify_span(
     """Read both snapshots. Raises ConfigError if `before_version` is newer than `after_version`,
     UnknownPartitionError if the metadata table holds no row of the partition at `after_version` or `before_version`
     (a misspelt topic or partition, or a version before it was tiered, verifies nothing: it must not pass),
-    ConfigError if the log start moved in between (retention expired segments: not a compaction's doing), and
-    MetadataVersionNotFoundError for a version that does not exist."""
+    and MetadataVersionNotFoundError for a version that does not exist."""
     table = table_in_store(store)
     after = table.partition_snapshot(topic, partition, after_version)
     if not after.exists:
@@ -93,13 +109,8 @@ def verify_span(
                                     f"version {before.version}, the --before version: nothing to compare (use a "
                                     "version at or after its first tiering, e.g. a run report's "
                                     "metadata_version_planned)")
-    was, now = _log_start(before), _log_start(after)
-    if was is not None and now is not None and now > was:
-        raise ConfigError(f"{topic}-{partition}: its log start moved from offset {was} at version "
-                          f"{before.version} to {now} at version {after.version}: retention (`kcompact expire`) "
-                          "removed what lay below in between, and verify judges compactions only; pass a --before at "
-                          "or after the version of that expiry (its report's metadata_version)")
-    return VerifySpan(topic, partition, before, after, Ranking.of(config))
+    return VerifySpan(topic, partition, before, after, Ranking.of(config),
+                      expires=config is not None and config.has_retention)
 
 
 def _log_start(p: PartitionSnapshot) -> int | None:

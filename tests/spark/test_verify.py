@@ -42,6 +42,7 @@ from compaction.metadata import (
 )
 from compaction.metadata import commit as commit_change_set
 from compaction.reader import Isolation, consumer_records, segment_ref
+from compaction.retention import expire
 from compaction.run.commit import commit
 from compaction.run.plan import plan
 from compaction.run.stage import stage
@@ -183,6 +184,28 @@ def test_tombstones_dropped_after_their_delete_horizon_verify_clean(spark: Spark
     assert report.ok, list(report.render_text())
     assert set(report.expired_tombstones) == expected
     assert not expected & latest_per_key(store).keys()
+
+
+@pytest.mark.spark
+def test_keys_expired_by_retention_pass_for_a_compact_delete_topic(spark: SparkSession, compacted: CliRun,
+                                                                   tmp_path: Path) -> None:
+    store = copy_of(compacted.store, tmp_path)
+    table = table_in_store(store)
+    before = json.loads((compacted.out / "report.json").read_text())["metadata_version_planned"]
+    live = table.live_segments(TOPIC, 0)
+    config = TopicConfig.from_kafka({"cleanup.policy": "compact,delete", "retention.ms": -1,
+                                     "retention.bytes": sum(s.segment_size_bytes for s in live) // 2})
+    expired = expire(table, KcompactConfig(defaults=config), NOW).partitions[0].retention
+    assert expired.expired and expired.log_start_offset > 0
+    kept = latest_per_key(store)
+    gone = {k for k, r in latest_per_key(store, before).items() if r.offset < expired.log_start_offset}
+    assert gone and not gone & kept.keys(), "the expired prefix held the only records of some keys"
+
+    report = verify_both(spark, store, before, config=config)
+    assert report.ok, list(report.render_text())
+    assert report.log_start_offset == expired.log_start_offset and report.keys_after == len(kept)
+    lost = verify_both(spark, store, before)  # without the topic's config, retention is not trusted
+    assert not lost.ok and gone <= {p.key for p in lost.problems}
 
 
 @pytest.mark.spark

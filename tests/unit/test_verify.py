@@ -102,7 +102,8 @@ def test_a_report_counts_every_problem_and_says_how_many_it_lists() -> None:
     problems = tuple(KeyProblem(bytes([97 + i]), Finding.VANISHED, rec(i, bytes([97 + i]), b"v"), None, "gone")
                      for i in range(3))
     report = VerifyReport(topic="t", partition=0, before_version=1, after_version=2, strategy="offset",
-                          log_end_offset=100, cleaner_offset_before=0, cleaner_offset_after=50, keys_before=10,
+                          log_end_offset=100, log_start_offset=0, cleaner_offset_before=0, cleaner_offset_after=50,
+                          keys_before=10,
                           keys_after=2, expired_tombstones=(), problems=problems, problem_count=8,
                           expired_tombstone_count=0)
     lines = list(report.render_text(max_keys=2))
