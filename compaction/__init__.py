@@ -3,7 +3,7 @@
 The public API, for notebooks and orchestrators (the CLI and `jobs/` use the same functions):
 
     run = compaction.plan(spark, "s3://bucket/tier", "conf/kcompact.yaml")  # frozen plan: reads metadata only
-    staged = compaction.stage(spark, run)          # rewrite + upload on Spark; nothing visible yet
+    staged = compaction.stage(spark, run)          # rewrite + upload on Spark; only compact,delete expiry visible
     outcomes = compaction.commit(staged)           # one atomic metadata commit per partition
     report = compaction.compact(spark, store, config)  # all three; a RunReport, report.to_dict() is the JSON
     compaction.expire(store, config)               # retention of compact,delete topics (no Spark)
@@ -67,7 +67,8 @@ def plan(spark: SparkSession | None, store: Store, config: Config, now_ms: int |
 
 
 def stage(spark: SparkSession, run: RunPlan) -> StagedRun:
-    """Rewrite and upload the eligible partitions of `run` (`compaction.run.stage.stage`); nothing becomes visible."""
+    """Rewrite and upload the eligible partitions of `run` (`compaction.run.stage.stage`); of the compaction nothing
+    becomes visible. The retention of its compact,delete partitions (`run.retention`) is committed first."""
     from compaction.run.stage import stage as _stage
 
     return _stage(spark, run)

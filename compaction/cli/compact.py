@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compaction.cli import options
-from compaction.errors import ExitCode, worst_exit_code
+from compaction.errors import ExitCode, KcompactError, worst_exit_code
 
 if TYPE_CHECKING:
+    from compaction.metadata import TopicPartition
     from compaction.progress import Progress
+    from compaction.retention import RetentionReport
     from compaction.run.commit import PartitionOutcome
     from compaction.run.plan import RunPlan
     from compaction.run.report import RunReport
@@ -25,16 +27,20 @@ PLAN_HELP = "show what a compaction run would do, and why, without doing it"
 PLAN_DESCRIPTION = """
 Plan like Kafka's cleaner manager: per partition the cleaned, dirty and uncleanable regions (min.compaction.lag.ms,
 open transactions), bytes, dirty ratio, KIP-354 compaction delay, the decision and why (including what would make an
-ineligible partition eligible). Must-clean partitions first, then the filthiest. Reads only.
+ineligible partition eligible). Must-clean partitions first, then the filthiest. For compact,delete topics, also
+what retention.ms / retention.bytes would expire first (`kcompact expire --help`); the partitions are planned on
+the log that expiry leaves. Reads only.
 """
 COMPACT_HELP = "compact the eligible partitions on Spark and commit the swap"
 COMPACT_DESCRIPTION = """
 plan -> stage -> commit. Eligible partitions (see `kcompact plan`) are scanned and compacted on Spark (local[2]
 unless --master or spark-submit says otherwise); every output segment is uploaded under a fresh segment id and
 becomes live in one metadata commit per partition. Replaced segments are marked DELETE_SEGMENT_STARTED; `kcompact
-gc` deletes them later. Rerunning is always safe. Exit codes: 0 done or nothing to do, 2 config error, 3 corrupt
-input in some partition (the others are committed), 4 fenced or conflicting commit, or a store that kept failing, in
-some partition (the others are committed; a rerun is safe).
+gc` deletes them later. Before that, as Kafka's cleaner does for a compact,delete log, the run applies
+retention.ms / retention.bytes to compact,delete topics (`kcompact expire`, one commit per partition first).
+Rerunning is always safe. Exit codes: 0 done or nothing to do, 2 config error, 3 corrupt input in some partition
+(the others are committed), 4 fenced or conflicting commit, or a store that kept failing, in some partition (the
+others are committed; a rerun is safe).
 """
 
 
@@ -80,8 +86,21 @@ def _build_plan(args: argparse.Namespace) -> RunPlan:
 
 def run_plan(args: argparse.Namespace) -> int:
     run = _build_plan(args)
-    options.print_result(args.json, {"run_id": run.run_id, **run.plan.to_dict()}, [run.plan.render_text()])
+    retention = _planned_retention(run)
+    doc = {"run_id": run.run_id, **run.plan.to_dict(), "retention": retention and retention.to_dict()}
+    options.print_result(args.json, doc, [run.plan.render_text(), *_retention_lines(retention)])
     return ExitCode.OK
+
+
+def _planned_retention(run: RunPlan) -> RetentionReport | None:
+    from compaction.retention import RetentionReport
+
+    return RetentionReport.planned(run.retention) if run.retention and run.retention.partitions else None
+
+
+def _retention_lines(retention: RetentionReport | None) -> list[str]:
+    """The retention summary, when it expires anything (the plan above is of the log it leaves)."""
+    return retention.summary().splitlines() if retention is not None and retention.segments_expired else []
 
 
 def _write_outputs(args: argparse.Namespace, report: RunReport) -> None:
@@ -114,7 +133,7 @@ def run_compact(args: argparse.Namespace) -> int:
     from compaction.progress import Progress
     from compaction.run.report import plan_report, run_report
     from compaction.run.report_text import render_text
-    from compaction.run.stage import stage
+    from compaction.run.stage import expire_first, stage
 
     progress = Progress(sys.stderr)
     run = _build_plan(args)
@@ -122,11 +141,15 @@ def run_compact(args: argparse.Namespace) -> int:
     progress.phase(f"plan: {len(run.plan.partitions)} partitions at metadata version {run.plan.metadata_version}, "
                    f"{len(run.plan.eligible)} to compact (run {run.run_id})")
     if args.dry_run or not run.plan.eligible:
-        report = plan_report(run, phases)
+        failed: dict[TopicPartition, KcompactError] = {}
+        retention = _planned_retention(run) if args.dry_run else expire_first(run, failed)
+        report = plan_report(run, phases, retention, failed)
         if args.json and not args.dry_run:
             print(json.dumps(report.to_dict(), indent=2))
         else:
             print(run.plan.render_text())
+            for line in _retention_lines(retention):
+                print(line)
         if args.dry_run:
             return ExitCode.OK
         if not args.json:

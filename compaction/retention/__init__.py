@@ -6,12 +6,13 @@ expired prefix as DELETE_SEGMENT_STARTED, `report` counts. The objects go later,
 
 from __future__ import annotations
 
-from compaction.retention.execute import expire
+from compaction.retention.execute import execute_retention, expire
 from compaction.retention.plan import (
     Breach,
     ExpiredSegment,
     PartitionRetention,
     RetentionPlan,
+    after_expiry,
     expired_prefix,
     plan_retention,
 )
@@ -24,6 +25,8 @@ __all__ = [
     "PartitionRetention",
     "RetentionPlan",
     "RetentionReport",
+    "after_expiry",
+    "execute_retention",
     "expire",
     "expired_prefix",
     "plan_retention",

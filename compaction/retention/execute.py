@@ -11,12 +11,12 @@ safe), and a compaction that commits first makes this one re-decide on its rows.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from compaction.config import KcompactConfig
-from compaction.errors import CommitConflictError, ConfigError
-from compaction.metadata import ChangeSet, MetadataTable, SegmentState, StateChange, commit
-from compaction.retention.plan import PartitionRetention, plan_partition_retention, plan_retention
+from compaction.config import KcompactConfig, TopicConfig
+from compaction.errors import CommitConflictError, ConfigError, KcompactError
+from compaction.metadata import ChangeSet, MetadataTable, SegmentState, StateChange, TopicPartition, commit
+from compaction.retention.plan import PartitionRetention, RetentionPlan, plan_partition_retention, plan_retention
 from compaction.retention.report import PartitionExpiry, RetentionReport
 
 ATTEMPTS = 3
@@ -40,17 +40,36 @@ def expire(table: MetadataTable, config: KcompactConfig, now_ms: int, *, topics:
         raise ConfigError(f"partition {partition}: partitions are numbered from 0")
     plan = plan_retention(table.snapshot(), config, now_ms, topics=topics, partition=partition)
     if dry_run:
-        return RetentionReport.of(plan, [PartitionExpiry(p, None) for p in plan.partitions], dry_run=True)
-    done = [_expire_partition(table, config, p, now_ms, writer or default_writer()) if p.expired
-            else PartitionExpiry(p, None) for p in plan.partitions]
+        return RetentionReport.planned(plan)
+    return execute_retention(table, plan, config.for_topic, writer=writer or default_writer())
+
+
+def execute_retention(table: MetadataTable, plan: RetentionPlan, config_of: Callable[[str], TopicConfig], *,
+                      writer: str, failed: dict[TopicPartition, KcompactError] | None = None) -> RetentionReport:
+    """Commit `plan`'s expiries, each re-decided on its partition's latest rows by its topic's config.
+
+    With `failed`, a partition whose commit kept conflicting goes there (and out of the report) and the others go
+    on; without it, the error is raised.
+    """
+    done = []
+    for p in plan.partitions:
+        if not p.expired:
+            done.append(PartitionExpiry(p, None))
+            continue
+        try:
+            done.append(_expire_partition(table, config_of(p.topic), p, plan.now_ms, writer))
+        except CommitConflictError as exc:
+            if failed is None:
+                raise
+            failed[TopicPartition(p.topic, p.partition)] = exc
     return RetentionReport.of(plan, done, dry_run=False)
 
 
-def _expire_partition(table: MetadataTable, config: KcompactConfig, planned: PartitionRetention, now_ms: int,
+def _expire_partition(table: MetadataTable, config: TopicConfig, planned: PartitionRetention, now_ms: int,
                       writer: str) -> PartitionExpiry:
     for attempt in range(1, ATTEMPTS + 1):
         current = table.partition_snapshot(planned.topic, planned.partition)
-        decided = plan_partition_retention(current, config.for_topic(planned.topic), now_ms)
+        decided = plan_partition_retention(current, config, now_ms)
         if not decided.expired:
             return PartitionExpiry(decided, None)
         change_set = ChangeSet.planned_from(
@@ -67,4 +86,4 @@ def _expire_partition(table: MetadataTable, config: KcompactConfig, planned: Par
     raise AssertionError("unreachable")
 
 
-__all__ = ["default_writer", "expire"]
+__all__ = ["default_writer", "execute_retention", "expire"]

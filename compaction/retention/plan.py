@@ -27,11 +27,11 @@ A plain `delete` topic is never expired here: its retention belongs to whoever t
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from compaction.config import KcompactConfig, TopicConfig
-from compaction.metadata import MetadataSnapshot, PartitionSnapshot, SegmentMetadata
+from compaction.metadata import MetadataSnapshot, PartitionSnapshot, SegmentMetadata, SegmentState
 
 
 class Breach(StrEnum):
@@ -101,6 +101,18 @@ def plan_partition_retention(p: PartitionSnapshot, config: TopicConfig, now_ms: 
                               sum(s.segment_size_bytes for s in rest))
 
 
+def after_expiry(snapshot: MetadataSnapshot, plan: RetentionPlan) -> MetadataSnapshot:
+    """`snapshot` as it will be once `plan` is carried out: each expired row in DELETE_SEGMENT_STARTED (pure; what a
+    compaction planned before the expiry commits plans on)."""
+    gone = {s.segment_id for p in plan.expiring for s in p.expired}
+    if not gone:
+        return snapshot
+    partitions = {tp: replace(p, segments=tuple(replace(s, state=SegmentState.DELETE_SEGMENT_STARTED)
+                                                if s.segment_id in gone else s for s in p.segments))
+                  for tp, p in snapshot.partitions.items()}
+    return replace(snapshot, partitions=partitions)
+
+
 @dataclass(frozen=True)
 class RetentionPlan:
     """Every `compact,delete` partition in scope at one metadata version, and what expires in each."""
@@ -130,5 +142,5 @@ def plan_retention(snapshot: MetadataSnapshot, config: KcompactConfig, now_ms: i
     return RetentionPlan(now_ms, snapshot.version, tuple(out))
 
 
-__all__ = ["Breach", "ExpiredSegment", "PartitionRetention", "RetentionPlan", "expired_prefix",
+__all__ = ["Breach", "ExpiredSegment", "PartitionRetention", "RetentionPlan", "after_expiry", "expired_prefix",
            "plan_partition_retention", "plan_retention"]

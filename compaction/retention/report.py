@@ -48,6 +48,11 @@ class RetentionReport:
     def of(cls, plan: RetentionPlan, partitions: Iterable[PartitionExpiry], *, dry_run: bool) -> RetentionReport:
         return cls(plan.now_ms, plan.metadata_version, dry_run, tuple(partitions))
 
+    @classmethod
+    def planned(cls, plan: RetentionPlan) -> RetentionReport:
+        """A dry run's report: what `plan` would expire."""
+        return cls.of(plan, [PartitionExpiry(p, None) for p in plan.partitions], dry_run=True)
+
     @property
     def segments_expired(self) -> int:
         return sum(len(p.retention.expired) for p in self.partitions)

@@ -100,6 +100,10 @@ def _counters(report: RunReport) -> list[Metric]:
         _one("segments_skipped_total", C, "Clean segments this run's filters kept unread.", report.segments_skipped),
         _one("bytes_not_downloaded_total", C, "Bytes of the clean segments this run kept unread.",
              report.bytes_not_downloaded),
+        _one("segments_expired_total", C, "Segments of compact,delete topics this run expired by retention.ms / "
+             "retention.bytes.", report.retention.segments_expired if report.retention else 0),
+        _one("bytes_expired_total", C, "Bytes of the segments this run expired by retention.",
+             report.retention.bytes_expired if report.retention else 0),
         Metric(PREFIX + "store_requests_total", C, "Object store requests made by this run.",
                (Sample((("method", "GET"),), float(requests.gets)),
                 Sample((("method", "PUT"),), float(requests.puts)))),

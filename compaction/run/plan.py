@@ -2,7 +2,9 @@
 
 `plan` returns a frozen `RunPlan`: the planner's output (`compaction.planner`) with the table version it read and
 the clock, plus per eligible partition its producer state and aborted transactions (`PartitionInputs`), read
-here once so that staging reads nothing of the tier but the segments themselves. Planning writes nothing.
+here once so that staging reads nothing of the tier but the segments themselves, and the retention of its
+compact,delete partitions (`compaction.retention`): the compaction is planned on the log as that expiry leaves it,
+and staging commits the expiry first. Planning writes nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from compaction.errors import ConfigError, CorruptInputError, TransientStoreErro
 from compaction.format.producer_snapshot import ProducerStateEntry
 from compaction.metadata import MetadataSnapshot, TopicPartition, table_in_store
 from compaction.planner import CompactionPlan, build_plan
+from compaction.retention.plan import RetentionPlan, after_expiry, plan_retention
 from compaction.run.producers import PartitionInputs, aborted_transactions, first_unstable_offset, producer_state
 from compaction.storage.base import ObjectStore, StoreSpec
 
@@ -41,6 +44,7 @@ class RunPlan:
     disk_budget_bytes: int | None = None  # temporary disk per rewrite chunk; None: free local disk / 3 at stage
     quarantined: tuple[tuple[str, int, Unreadable], ...] = ()
     inputs: Mapping[TopicPartition, PartitionInputs] = field(default_factory=dict)
+    retention: RetentionPlan | None = None  # what retention.ms / retention.bytes expire first (compact,delete)
 
     @property
     def now_ms(self) -> int:
@@ -65,7 +69,9 @@ def plan(
     if disk_budget_bytes is not None and disk_budget_bytes <= 0:
         raise ConfigError(f"--disk-budget-bytes {disk_budget_bytes}: expected a positive number of bytes")
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    snapshot = table_in_store(store).snapshot()
+    read = table_in_store(store).snapshot()
+    retention = plan_retention(read, config, now, topics=topics, partition=partition)
+    snapshot = after_expiry(read, retention)
     unreadable: dict[TopicPartition, Unreadable] = {}
     producers = _producers(store, snapshot, unreadable)
     unstable = {tp: first for tp, entries in producers.items() if (first := first_unstable_offset(entries)) is not None}
@@ -90,7 +96,7 @@ def plan(
     notes = tuple(f"{t}-{p} quarantined, not compacted: {e}" for t, p, e in quarantined)
     compaction_plan = replace(compaction_plan, notes=compaction_plan.notes + notes)
     return RunPlan(store.spec, compaction_plan, uuid.uuid4().hex[:12], f"kcompact@{socket.gethostname()}",
-                   disk_budget_bytes, quarantined=quarantined, inputs=inputs)
+                   disk_budget_bytes, quarantined=quarantined, inputs=inputs, retention=retention)
 
 
 def _producers(store: ObjectStore, snapshot: MetadataSnapshot, unreadable: dict[TopicPartition, Unreadable]

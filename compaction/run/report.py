@@ -15,8 +15,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from compaction.counters import Counters
-from compaction.errors import ExitCode, worst_exit_code
+from compaction.errors import ExitCode, KcompactError, worst_exit_code
+from compaction.metadata import TopicPartition
 from compaction.planner import PartitionPlan
+from compaction.retention import RetentionReport
 from compaction.run.commit import PartitionOutcome
 from compaction.run.plan import RunPlan
 from compaction.run.stage import StagedPartition, StagedRun
@@ -248,6 +250,7 @@ class RunReport:
     time_split_seconds: TimeSplit
     planned: tuple[PlannedPartition, ...]
     phase_seconds: Mapping[str, float] = field(default_factory=dict)  # rounded to the ms
+    retention: RetentionReport | None = None  # compact,delete partitions: what retention expired before compacting
 
     @property
     def uncleanable_partitions(self) -> list[str]:
@@ -328,6 +331,7 @@ class RunReport:
             "phase_seconds": dict(self.phase_seconds),
             "duration_seconds": self.duration_seconds,
             "planned": [asdict(p) for p in self.planned],
+            "retention": None if self.retention is None else self.retention.to_dict(),
             "exit_code": self.exit_code,
         }
 
@@ -339,18 +343,23 @@ def run_report(staged: StagedRun, outcomes: Sequence[PartitionOutcome],
     parts = tuple(partition_report(sp, by_tp.get((sp.plan.topic, sp.plan.partition))) for sp in staged.partitions)
     failed = tuple(o for o in outcomes if not o.committed)
     split = TimeSplit(round(staged.map_seconds, 3), round(staged.rewrite_seconds, 3))
-    return _report(staged.run, parts, failed, split, phase_seconds)
+    return _report(staged.run, parts, failed, split, phase_seconds, staged.retention)
 
 
-def plan_report(run: RunPlan, phase_seconds: Mapping[str, float] | None = None) -> RunReport:
-    """The report of a run with nothing to compact: the plan's gauges, no partitions, nothing read or written;
-    partitions quarantined at planning (unreadable input) are its failures, with their exit codes."""
-    failed = tuple(PartitionOutcome.failed(t, p, exc) for t, p, exc in run.quarantined)
-    return _report(run, (), failed, TimeSplit(), phase_seconds)
+def plan_report(run: RunPlan, phase_seconds: Mapping[str, float] | None = None,
+                retention: RetentionReport | None = None,
+                failed: Mapping[TopicPartition, KcompactError] | None = None) -> RunReport:
+    """The report of a run with nothing to compact: the plan's gauges, no partitions, nothing read or written,
+    and the `retention` it applied (or, in a dry run, would apply); partitions quarantined at planning (unreadable
+    input) or whose expiry failed are its failures, with their exit codes."""
+    quarantined = {TopicPartition(t, p): exc for t, p, exc in run.quarantined} | dict(failed or {})
+    outcomes = tuple(PartitionOutcome.failed(tp.topic, tp.partition, exc) for tp, exc in quarantined.items())
+    return _report(run, (), outcomes, TimeSplit(), phase_seconds, retention)
 
 
 def _report(run: RunPlan, parts: tuple[PartitionReport, ...], failed: tuple[PartitionOutcome, ...],
-            split: TimeSplit, phase_seconds: Mapping[str, float] | None) -> RunReport:
+            split: TimeSplit, phase_seconds: Mapping[str, float] | None,
+            retention: RetentionReport | None = None) -> RunReport:
     plan = run.plan
     return RunReport(
         run_id=run.run_id,
@@ -363,6 +372,7 @@ def _report(run: RunPlan, parts: tuple[PartitionReport, ...], failed: tuple[Part
         time_split_seconds=split,
         planned=tuple(PlannedPartition.of(p) for p in plan.partitions),
         phase_seconds={k: round(v, 3) for k, v in (phase_seconds or {}).items()},
+        retention=retention,
     )
 
 

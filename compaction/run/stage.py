@@ -1,10 +1,13 @@
-"""Stage a run: take each eligible partition, run the Spark data path, upload; nothing becomes visible.
+"""Stage a run: take each eligible partition, run the Spark data path, upload; nothing of the compaction becomes
+visible.
 
-Per eligible partition `stage` acquires a new fencing epoch (committed on its own, like a new leader epoch),
-checks that the planned segments are still live, and builds its `PartitionWork` from the plan (with the producer
-state and aborted transactions the plan read). `compaction.spark.pipeline` then scans, decides the winners,
-tests the filters and rewrites every chunk under a fresh segment id. A crash here leaves only unreferenced
-objects, which `kcompact gc` removes; rerunning is safe.
+First `stage` commits the run's retention (`RunPlan.retention`: the compact,delete segments past retention.ms /
+retention.bytes go to DELETE_SEGMENT_STARTED, one commit per partition, re-decided on its latest rows), since the
+compaction was planned on the log as that leaves it. Then per eligible partition it acquires a new fencing epoch
+(committed on its own, like a new leader epoch), checks that the planned segments are still live, and builds its
+`PartitionWork` from the plan (with the producer state and aborted transactions the plan read).
+`compaction.spark.pipeline` then scans, decides the winners, tests the filters and rewrites every chunk under a
+fresh segment id. A crash here leaves only unreferenced objects, which `kcompact gc` removes; rerunning is safe.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from compaction.metadata import (
 )
 from compaction.metadata.change_set import AddedObjectKey
 from compaction.planner import PartitionPlan
+from compaction.retention import RetentionReport, execute_retention
 from compaction.rewrite.cache import cache_dir
 from compaction.rewrite.upload import ChunkResult
 from compaction.run.plan import RunPlan
@@ -70,6 +74,7 @@ class StagedRun:
     failed: dict[TopicPartition, KcompactError] = field(default_factory=dict)
     map_seconds: float = 0.0
     rewrite_seconds: float = 0.0
+    retention: RetentionReport | None = None  # the expiry committed first (compact,delete partitions)
 
 
 def default_disk_budget(temp_dir: str | None = None) -> int:
@@ -87,6 +92,7 @@ def stage(spark: SparkSession, run: RunPlan, *, temp_dir: str | None = None) -> 
 
     staged = StagedRun(run)
     staged.failed.update({TopicPartition(t, p): exc for t, p, exc in run.quarantined})
+    staged.retention = expire_first(run, staged.failed)
     taken = _take_partitions(run, staged.failed, temp_dir)
     result = stage_partitions(spark, run.store, [t.work for t in taken])
     for t in taken:
@@ -97,6 +103,16 @@ def stage(spark: SparkSession, run: RunPlan, *, temp_dir: str | None = None) -> 
             staged.partitions.append(_staged_partition(t, done, result.map_seconds))
     staged.map_seconds, staged.rewrite_seconds = result.map_seconds, result.rewrite_seconds
     return staged
+
+
+def expire_first(run: RunPlan, failed: dict[TopicPartition, KcompactError]) -> RetentionReport | None:
+    """Commit `run`'s retention; a partition whose expiry kept conflicting goes into `failed` (not compacted:
+    its plan assumed the expiry)."""
+    if run.retention is None or not run.retention.partitions:
+        return None
+    configs = {p.topic: p.config for p in run.plan.partitions}
+    table = table_in_store(run.store.open())
+    return execute_retention(table, run.retention, configs.__getitem__, writer=run.writer, failed=failed)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from tests.unit.run_reports import nothing_to_do_run, sample_run
 RUN_KEYS = ["run_id", "now_ms", "metadata_version_planned", "max_compaction_delay_secs", "max_dirty_percent",
             "partitions", "failed", "uncleanable_partitions", "bytes_read", "bytes_written", "segments_skipped",
             "bytes_not_downloaded", "requests", "fetch_ratio", "time_split_seconds", "task_seconds", "phase_seconds",
-            "duration_seconds", "planned", "exit_code"]
+            "duration_seconds", "planned", "retention", "exit_code"]
 PARTITION_KEYS = ["topic", "partition", "dirty_section", "bytes_read", "bytes_written", "records_read",
                   "records_written", "invalid_records", "segments_replaced", "segments_written", "map_seconds",
                   "rewrite_seconds", "total_seconds", "fencing_epoch", "cleaner_offset", "committed",
