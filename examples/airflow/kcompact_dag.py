@@ -1,4 +1,5 @@
-"""kcompact as an Airflow DAG: plan → compact → gc, each step a spark-submit of one of kcompact's `jobs/`.
+"""kcompact as an Airflow DAG: plan → compact → gc, each step a spark-submit of one of kcompact's `jobs/` (compact
+also applies retention.ms / retention.bytes to compact,delete topics first, as Kafka's cleaner does).
 
 Copy this file into your DAGs folder. It needs apache-airflow (2.11+ or 3.x) and
 apache-airflow-providers-apache-spark on the scheduler and workers, and a Spark connection (`spark_default`:

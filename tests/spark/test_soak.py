@@ -3,8 +3,10 @@
 A workload is one partition of its own topic with its own random shape (keys, skew, tombstones, idempotent and
 transactional producers, aborts, codecs, batch sizes, out-of-order timestamps, leader epoch changes) and its own
 topic config (compaction.strategy offset / timestamp / header, dirty ratio, output segment size, tombstone
-retention). To keep 200 of them affordable, one round puts many workloads in one store and compacts them all in
-one plan → stage → commit (one Spark job for all eligible partitions). A round:
+retention). The first workload of each round is a compact,delete topic whose retention.ms falls inside its records'
+time span at run 2's clock, so run 2 expires a prefix of it first: a key whose latest record lay below the new log
+start may then be missing, nothing else. To keep 200 of them affordable, one round puts many workloads in one store
+and compacts them all in one plan → stage → commit (one Spark job for all eligible partitions). A round:
 
 1. tier the first part of every workload; take the latest-per-key view (under each topic's strategy);
 2. run 1, with an injected fault (see `FAULTS`); the view must not move;
@@ -61,6 +63,7 @@ SEED = int(os.environ.get("KCOMPACT_SOAK_SEED", "20261122"))
 NOW = 1_800_000_000_000
 HOUR = 3_600_000
 DAY = 24 * HOUR
+LATER = NOW + DAY + 2 * HOUR  # run 2's clock: past the offset topics' delete.retention.ms since run 1
 Expired = Callable[[tuple[str, int], Entry], bool]
 FAULTS = ("none", "driver_dies_after_reading", "executor_dies_mid_upload", "upload_retries_run_out",
           "dies_around_commit", "zombie")
@@ -71,17 +74,27 @@ class Tally:
     workloads: int = 0
     runs: int = 0
     checks: int = 0
+    expired_partitions: int = 0
     faults: Counter[str] = field(default_factory=Counter)
     differences: list[str] = field(default_factory=list)
 
     def check(self, where: str, expected: dict, store: ObjectStore, strategies: dict[str, Strategy],
-              expired: Expired | None = None) -> None:
+              expired: Expired | None = None, log_starts: dict[tuple[str, int], int] | None = None) -> None:
         self.checks += 1
-        found = view_differences(expected, views(store, expected, strategies), expired)
+        found = view_differences(expected, views(store, expected, strategies), expired, log_starts)
         self.differences += [f"{where}: {d}" for d in found]
 
 
-def random_workload(rng: random.Random, topic: str) -> tuple[WorkloadSpec, TopicConfig]:
+def log_starts(store: ObjectStore, config: KcompactConfig, partitions: list[tuple[str, int]]
+               ) -> dict[tuple[str, int], int]:
+    """The log start of each compact,delete partition: retention may have expired what lay below it."""
+    table = table_in_store(store)
+    starts = {tp: table.live_segments(*tp)[0].start_offset for tp in partitions
+              if config.for_topic(tp[0]).has_retention and table.live_segments(*tp)}
+    return starts
+
+
+def random_workload(rng: random.Random, topic: str, *, retention: bool = False) -> tuple[WorkloadSpec, TopicConfig]:
     records = rng.randint(120, 400)
     spec = WorkloadSpec(
         topics=(TopicSpec(topic, 1),),
@@ -102,9 +115,9 @@ def random_workload(rng: random.Random, topic: str) -> tuple[WorkloadSpec, Topic
         codecs=tuple(rng.sample(list(Codec), rng.randint(1, len(Codec)))),
         seed=rng.randrange(1 << 30),
     )
-    strategy = rng.choice(["offset", "offset", "timestamp", "header"])
+    strategy = "offset" if retention else rng.choice(["offset", "offset", "timestamp", "header"])
     settings: dict[str, Any] = {
-        "cleanup.policy": "compact",
+        "cleanup.policy": "compact,delete" if retention else "compact",
         "compaction.strategy": strategy,
         "min.cleanable.dirty.ratio": rng.choice(["0.01", "0.2", "0.5"]),
         "segment.bytes": rng.choice([6 * 1024, 20 * 1024, 1024 * 1024]),
@@ -113,6 +126,8 @@ def random_workload(rng: random.Random, topic: str) -> tuple[WorkloadSpec, Topic
     }
     if strategy == "header":
         settings["compaction.strategy.header"] = "version"
+    if retention:  # at run 2's clock, the records older than a point inside the workload's time span expire
+        settings["retention.ms"] = LATER - spec.start_ms - int(rng.uniform(0.2, 0.8) * records * spec.ms_per_record)
     return spec, TopicConfig.from_kafka(settings)
 
 
@@ -254,7 +269,7 @@ def test_soak_nothing_is_ever_lost(spark: SparkSession, tmp_path: Path, monkeypa
         topics, strategies = {}, {}
         for w in range(PER_ROUND):
             topic = f"soak-r{r}-w{w}"
-            spec, topics[topic] = random_workload(rng, topic)
+            spec, topics[topic] = random_workload(rng, topic, retention=w == 0)
             strategies[topic] = Strategy(topics[topic].compaction_strategy, topics[topic].compaction_strategy_header)
             generate_logdir(root / "full", spec)
         config = KcompactConfig(defaults=TopicConfig.from_kafka({"cleanup.policy": "compact"}), topics=topics)
@@ -263,36 +278,41 @@ def test_soak_nothing_is_ever_lost(spark: SparkSession, tmp_path: Path, monkeypa
         store = open_store(str(root / "store"))
         tier_logdir(root / "head", store, table_in_store(store, create=True), NOW - DAY)
         tally.workloads += PER_ROUND
+        first = {tp: table_in_store(store).live_segments(*tp)[0].start_offset for tp in partitions}
 
         expected: dict[tuple[str, int], View] = views(store, partitions, strategies)
         run_with_fault(spark, store, config, NOW, rng.choice(FAULTS), rng, monkeypatch, tally)
         tally.check(f"round {r}, run 1", expected, store, strategies)
-        expired = horizons_passed(store, config, partitions, NOW + DAY + 2 * HOUR)
+        expired = horizons_passed(store, config, partitions, LATER)
 
         tier_logdir(root / "full", store, table_in_store(store), NOW + HOUR)
         expected = views(store, partitions, strategies)
-        later = NOW + DAY + 2 * HOUR  # past the offset topics' delete.retention.ms since run 1 (see horizons_passed)
+        later = LATER
         run_with_fault(spark, store, config, later, rng.choice(FAULTS), rng, monkeypatch, tally)
-        tally.check(f"round {r}, run 2", expected, store, strategies, expired)
+        tally.check(f"round {r}, run 2", expected, store, strategies, expired, log_starts(store, config, partitions))
         converge(spark, store, config, later, tally)
-        tally.check(f"round {r}, rerun", expected, store, strategies, expired)
+        starts = log_starts(store, config, partitions)
+        tally.check(f"round {r}, rerun", expected, store, strategies, expired, starts)
+        tally.expired_partitions += sum(1 for tp, s in starts.items() if s > first[tp])
 
         gc_now = max(later, int(time.time() * 1000)) + 2 * DAY
         gc_that_dies_then_gc(store, gc_now, rng, monkeypatch)
         problems = store_problems(store)
         tally.differences += [f"round {r}, after gc: {p}" for p in problems]
-        tally.check(f"round {r}, after gc", expected, store, strategies, expired)
+        tally.check(f"round {r}, after gc", expected, store, strategies, expired, starts)
 
         referee = open_store(str(root / "referee"))
         tier_logdir(root / "full", referee, table_in_store(referee, create=True), NOW + HOUR)
         truth = views(referee, partitions, strategies)
         final = views(store, partitions, strategies)
-        tally.differences += [f"round {r}, referee: {d}" for d in view_differences(truth, final, expired)]
+        tally.differences += [f"round {r}, referee: {d}" for d in view_differences(truth, final, expired, starts)]
 
     summary = (f"soak (seed {SEED}): {tally.workloads} workloads in {ROUNDS} rounds, {tally.runs} compaction runs, "
                f"faults {dict(sorted(tally.faults.items()))}, {tally.checks} view checks, "
+               f"{tally.expired_partitions} of {ROUNDS} compact,delete partitions expired by retention, "
                f"{len(tally.differences)} latest-per-key differences, {time.monotonic() - started:.0f} s")
     with capsys.disabled():
         print(f"\n{summary}")
     assert tally.differences == [], "\n".join([summary, *tally.differences[:20]])
     assert tally.workloads >= (200 if FULL else 1)
+    assert tally.expired_partitions == ROUNDS, "every round's compact,delete workload expires a prefix at run 2"
