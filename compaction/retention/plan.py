@@ -43,6 +43,8 @@ class Breach(StrEnum):
 
 @dataclass(frozen=True)
 class ExpiredSegment:
+    """A live segment retention removes, and the pass that removed it."""
+
     segment_id: str
     start_offset: int
     end_offset: int

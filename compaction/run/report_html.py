@@ -148,7 +148,7 @@ def _charts(parts: Sequence[PartitionReport]) -> list[str]:
 
 
 def _tables(report: RunReport) -> list[str]:
-    """The compacted partitions, the failed ones, and the plan's view of every partition."""
+    """The compacted partitions, the failed ones, what retention expired, and the plan's view of every partition."""
     body = []
     if report.partitions:
         body += ["<h2>Compacted partitions</h2>", _table(
@@ -164,6 +164,13 @@ def _tables(report: RunReport) -> list[str]:
             ["partition", "exit code", "error"],
             [(f"{f.topic}-{f.partition}", f.exit_code, f"{f.error_type}: {f.error}") for f in report.failed],
             [False, True, False])]
+    expired = [p for p in report.retention.partitions if p.retention.expired] if report.retention else []
+    if expired:
+        body += ["<h2>Expired by retention (compact,delete)</h2>", _table(
+            ["partition", "segments", "bytes", "log start offset now", "metadata version"],
+            [(f"{e.retention.topic}-{e.retention.partition}", len(e.retention.expired),
+              _n(e.retention.expired_bytes), e.retention.log_start_offset, e.version) for e in expired],
+            [False, True, True, True, True])]
     body += ["<h2>Plan</h2>", _table(
         ["partition", "decision", "dirty ratio", "compaction delay", "cleanable", "why"],
         [(_label(p), p.decision, f"{p.dirty_ratio:.2f}", duration(1000 * p.max_compaction_delay_secs),

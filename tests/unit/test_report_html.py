@@ -7,6 +7,7 @@ from html.parser import HTMLParser
 
 import pytest
 
+from compaction.retention import Breach, ExpiredSegment, PartitionExpiry, PartitionRetention, RetentionReport
 from compaction.run.report_html import CHART_WIDTH, LABEL_WIDTH, VALUE_WIDTH, render_html
 from tests.unit.run_reports import nothing_to_do_run, sample_run
 
@@ -93,3 +94,13 @@ def test_a_run_with_nothing_to_do_shows_the_plan() -> None:
     assert "Nothing was compacted in this run." in text
     assert "orders-0" in text and "below_ratio" in text
     assert len(page.charts) == 1 and [s for s, _v, _w in bars(page.charts[0])] == ["plan"]
+
+
+def test_what_retention_expired_is_listed() -> None:
+    expired = ExpiredSegment("s0", 0, 99, 4096, 0, Breach.TIME)
+    kept = PartitionRetention("logs", 5, (), 0, 10)
+    done = PartitionRetention("orders", 2, (expired,), 100, 8192)
+    retention = RetentionReport(0, 11, False, (PartitionExpiry(kept, None), PartitionExpiry(done, 12)))
+    text = " ".join(Page(render_html(replace(sample_run(), retention=retention))).text)
+    assert "Expired by retention" in text and "orders-2" in text and "logs-5" not in text
+    assert "Expired by retention" not in " ".join(Page(render_html(sample_run())).text)
