@@ -13,9 +13,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 from compaction.cli import main
+from compaction.config import load_config
 from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import MetadataTable, table_in_store
 from compaction.reader import Isolation, consumer_records, segment_ref
+from compaction.retention import expire
+from compaction.run.commit import commit
+from compaction.run.plan import plan
+from compaction.run.stage import stage
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 
@@ -44,9 +49,9 @@ def tiered(tmp_path: Path) -> tuple[ObjectStore, int]:
     return store, min(s.max_timestamp_ms for s in live[EXPIRED:]) + RETENTION_MS
 
 
-def write_config(path: Path, ratio: str) -> Path:
+def write_config(path: Path, ratio: str, extra: str = "") -> Path:
     path.write_text(f"topics:\n  orders:\n    cleanup.policy: compact,delete\n    retention.ms: {RETENTION_MS}\n"
-                    f"    min.cleanable.dirty.ratio: {ratio}\n")
+                    f"    min.cleanable.dirty.ratio: {ratio}\n{extra}")
     return path
 
 
@@ -103,3 +108,35 @@ def test_a_run_with_nothing_to_compact_still_expires(tiered: tuple[ObjectStore, 
     report = json.loads(capsys.readouterr().out)
     assert report["partitions"] == [] and report["retention"]["segments_expired"] == EXPIRED
     assert table.live_segments("orders", 0)[0].start_offset == log_start
+
+
+@pytest.mark.spark
+def test_an_expiry_racing_a_compaction_loses_nothing(spark: SparkSession, tiered: tuple[ObjectStore, int],
+                                                     tmp_path: Path) -> None:
+    """`kcompact expire` commits between a run's plan and its stage: the stage re-decides, finds nothing left to
+    expire and compacts on. Or between its stage and its commit: the commit conflicts (exit 4, nothing landed) and
+    the rerun lands. Either way every key's latest record above the log start is kept."""
+    store, now = tiered
+    table = table_in_store(store)
+    log_start = table.live_segments("orders", 0)[EXPIRED].start_offset
+    expected = latest(store, table, log_start)
+    config = load_config(write_config(tmp_path / "kcompact.yaml", "0.01", "    segment.bytes: 16384\n"))
+
+    run = plan(store, config, now)
+    assert expire(table, config, now).segments_expired == EXPIRED  # after the plan, before the stage
+    staged = stage(spark, run)
+    assert staged.retention is not None and staged.retention.segments_expired == 0, "re-decided: nothing left"
+    assert all(o.committed for o in commit(staged))
+    assert latest(store, table) == expected
+
+    staged = stage(spark, plan(store, config, now, force=True))
+    live = table.live_segments("orders", 0)
+    assert len(live) > 1, "16 KiB output segments"
+    first = live[0].max_timestamp_ms if live[0].max_timestamp_ms >= 0 else live[0].event_timestamp_ms  # empty: -1
+    later = first + RETENTION_MS + 1  # the first live segment expires, at least
+    assert expire(table, config, later).segments_expired >= 1  # after the stage, before the commit
+    [outcome] = commit(staged)
+    assert not outcome.committed and outcome.exit_code == 4, outcome
+    assert all(o.committed for o in commit(stage(spark, plan(store, config, later, force=True))))
+    new_start = table.live_segments("orders", 0)[0].start_offset
+    assert latest(store, table) == {k: v for k, v in expected.items() if v[0] >= new_start}
