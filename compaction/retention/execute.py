@@ -14,12 +14,15 @@ import socket
 from collections.abc import Callable, Iterable
 
 from compaction.config import KcompactConfig, TopicConfig
-from compaction.errors import CommitConflictError, ConfigError, KcompactError
+from compaction.errors import CommitConflictError, ConfigError, FencedError, KcompactError
 from compaction.metadata import ChangeSet, MetadataTable, SegmentState, StateChange, TopicPartition, commit
 from compaction.retention.plan import PartitionRetention, RetentionPlan, plan_partition_retention, plan_retention
 from compaction.retention.report import PartitionExpiry, RetentionReport
 
 ATTEMPTS = 3
+SUPERSEDED = (CommitConflictError, FencedError)
+"""A commit that lost to another (a compaction that took the partition meanwhile fences the epoch expiry read):
+re-read the partition and decide again."""
 
 
 def default_writer() -> str:
@@ -34,7 +37,7 @@ def expire(table: MetadataTable, config: KcompactConfig, now_ms: int, *, topics:
 
     Raises:
         ConfigError: a negative `partition`.
-        CommitConflictError: a partition kept changing under the run (`ATTEMPTS` times); rerun.
+        CommitConflictError / FencedError: a partition kept changing under the run (`ATTEMPTS` times); rerun.
     """
     if partition is not None and partition < 0:
         raise ConfigError(f"partition {partition}: partitions are numbered from 0")
@@ -58,7 +61,7 @@ def execute_retention(table: MetadataTable, plan: RetentionPlan, config_of: Call
             continue
         try:
             done.append(_expire_partition(table, config_of(p.topic), p, plan.now_ms, writer))
-        except CommitConflictError as exc:
+        except SUPERSEDED as exc:
             if failed is None:
                 raise
             failed[TopicPartition(p.topic, p.partition)] = exc
@@ -80,7 +83,7 @@ def _expire_partition(table: MetadataTable, config: TopicConfig, planned: Partit
         )
         try:
             return PartitionExpiry(decided, commit(table, change_set, now_ms).version)
-        except CommitConflictError:
+        except SUPERSEDED:
             if attempt == ATTEMPTS:
                 raise
     raise AssertionError("unreachable")
