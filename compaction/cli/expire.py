@@ -15,8 +15,8 @@ UnifiedLog.deleteOldSegments does after cleaning such a log, in two passes from 
 stopping at the first segment it keeps: by size, a segment expires while the partition stays at or above
 retention.bytes without it; then by time, while now - its largest timestamp > retention.ms. The partition's last
 segment never expires (it marks where the tier ends and the WAL's part of the log begins), retention.bytes counts
-tiered segments only, and a segment without record timestamps (an empty cleaned one) is aged from when it went
-live. Defaults are Kafka's: retention.ms 604800000 (7 days), retention.bytes -1 (no limit); -1 turns a rule off.
+tiered segments only, and a segment whose batches carry no timestamp is aged from when it went live. Defaults are
+Kafka's: retention.ms 604800000 (7 days), retention.bytes -1 (no limit); -1 turns a rule off.
 
 Expiring is one metadata commit per partition (the segments go to DELETE_SEGMENT_STARTED and the log start offset
 moves up to the first segment left); readers stop serving them at once and `kcompact gc` deletes their objects after

@@ -17,8 +17,9 @@ A negative retention.ms / retention.bytes turns its pass off (Kafka's -1). Three
   first, and kcompact's last one goes once a later segment is tiered;
 - retention.bytes counts the tiered segments only; records still only in combined WAL objects (Kafka's active
   segment) are not counted, so kcompact may keep more than Kafka would, never less;
-- a segment without record timestamps (largest timestamp -1: an empty cleaned segment, say) is aged by the time
-  its row went live (`event_timestamp_ms`): Kafka falls back to the file's mtime, which the store does not keep.
+- a segment whose batches carry no timestamp (largest timestamp -1) is aged by the time its row went live
+  (`event_timestamp_ms`): Kafka falls back to the file's mtime, which the store does not keep. (A compaction output
+  that kept no batch carries its inputs' largest timestamp instead: `compaction.run.stage`.)
 
 A plain `delete` topic is never expired here: its retention belongs to whoever tiers it (the broker's own
 `RemoteLogManager`, through kcompact's plugins).

@@ -205,6 +205,9 @@ def partition_work(run: RunPlan, p: PartitionPlan, topic_id: str, budget: int, t
 
 
 def _new_segment(chunk: ChunkResult, group: list[SegmentMetadata]) -> NewSegment:
+    """The row of one output segment. One that kept no batch at all has no timestamp of its own: like Kafka's cleaned
+    segment, which keeps its last input's mtime (`LogSegment.largestTimestamp` falls back to it), it takes its
+    inputs' largest timestamp, so that retention ages it with them."""
     epochs: dict[int, int] = {}
     for seg in group:
         for e in seg.segment_leader_epochs:
@@ -213,7 +216,7 @@ def _new_segment(chunk: ChunkResult, group: list[SegmentMetadata]) -> NewSegment
         segment_id=chunk.segment_id,
         start_offset=chunk.start_offset,
         end_offset=chunk.end_offset,
-        max_timestamp_ms=chunk.max_timestamp_ms,
+        max_timestamp_ms=chunk.max_timestamp_ms if chunk.size else max(s.max_timestamp_ms for s in group),
         segment_leader_epochs=tuple(EpochEntry(k, v) for k, v in sorted(epochs.items())),
         segment_size_bytes=chunk.size,
         object_keys=tuple(ObjectKey(ObjectSuffix(s), k) for s, k in chunk.object_keys.items()),

@@ -132,8 +132,9 @@ def test_an_expiry_racing_a_compaction_loses_nothing(spark: SparkSession, tiered
     staged = stage(spark, plan(store, config, now, force=True))
     live = table.live_segments("orders", 0)
     assert len(live) > 1, "16 KiB output segments"
-    first = live[0].max_timestamp_ms if live[0].max_timestamp_ms >= 0 else live[0].event_timestamp_ms  # empty: -1
-    later = first + RETENTION_MS + 1  # the first live segment expires, at least
+    assert any(s.segment_size_bytes == 0 for s in live), "a group whose every record was superseded"
+    assert all(s.max_timestamp_ms >= 0 for s in live), "an empty output ages with its inputs, as in Kafka"
+    later = live[0].max_timestamp_ms + RETENTION_MS + 1  # the first live segment expires, at least
     assert expire(table, config, later).segments_expired >= 1  # after the stage, before the commit
     [outcome] = commit(staged)
     assert not outcome.committed and outcome.exit_code == 4, outcome
