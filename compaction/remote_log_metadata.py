@@ -127,9 +127,13 @@ def update(table: MetadataTable, req: Mapping[str, Any]) -> int:
 
 
 def _segment_json(s: SegmentMetadata, live: bool) -> dict[str, Any]:
+    """A row as the broker's plugin reads it. A segment that holds no batch (a compaction output that kept nothing,
+    whose row carries its inputs' largest timestamp for retention) shows the broker no timestamp: its
+    `RemoteLogManager.findOffsetByTimestamp` looks only in the first segment whose maxTimestampMs reaches the target,
+    and would find nothing there."""
     return {
         "segment_id": s.segment_id, "topic_id": s.topic_id, "start_offset": s.start_offset,
-        "end_offset": s.end_offset, "max_timestamp_ms": s.max_timestamp_ms,
+        "end_offset": s.end_offset, "max_timestamp_ms": s.max_timestamp_ms if s.segment_size_bytes else -1,
         "event_timestamp_ms": s.event_timestamp_ms, "segment_size_bytes": s.segment_size_bytes,
         "state": s.state.value, "live": live, "writer": s.writer,
         "leader_epochs": [[e.epoch, e.start_offset] for e in s.segment_leader_epochs],

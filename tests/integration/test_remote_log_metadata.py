@@ -95,3 +95,15 @@ def test_a_bad_request_is_answered_and_the_next_one_served(tmp_path: Path) -> No
     assert (bad["ok"], bad["type"]) == (False, "InternalError")
     assert "KeyError" in bad["error"] and '"op": "add"' in bad["error"]
     assert good == {"ok": True, "result": {"version": 0, "segments": []}}
+
+
+def test_an_empty_segment_shows_the_broker_no_timestamp(tmp_path: Path) -> None:
+    """A segment that holds no batch (a compaction output that kept nothing) carries its inputs' largest timestamp
+    for retention; the broker sees -1, so that its lookup by timestamp passes it for the next segment."""
+    empty = {**_add(), "segment_size_bytes": 0}
+    answers = _ask(tmp_path, empty, _add(segment_id=LATER_ID, start=200, leader_epochs=((2, 200),)),
+                   {"op": "segments", **PARTITION})
+    assert all(a["ok"] for a in answers), answers
+    assert [s["max_timestamp_ms"] for s in answers[2]["result"]["segments"]] == [-1, 5]
+    assert {s.max_timestamp_ms for s in table_in_store(open_store(str(tmp_path))).partition_snapshot(
+        "orders", 3).segments} == {5}, "the row keeps it"
