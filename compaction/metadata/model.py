@@ -147,6 +147,12 @@ class SegmentMetadata:
         """The store key of this segment's file with `suffix`, or None if it has none (e.g. no txnindex)."""
         return next((o.key for o in self.object_keys if o.suffix == suffix), None)
 
+    @property
+    def largest_timestamp_ms(self) -> int:
+        """Kafka's `LogSegment.largestTimestamp`: the max record timestamp, else the file's time (here: when the
+        row went live). Read by min.compaction.lag.ms and by retention.ms."""
+        return self.max_timestamp_ms if self.max_timestamp_ms >= 0 else self.event_timestamp_ms
+
 
 @dataclass(frozen=True)
 class PartitionState:

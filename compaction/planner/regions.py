@@ -120,11 +120,6 @@ def _dirty(segments: Sequence[SegmentMetadata], first_dirty: int, log_end: int) 
     return _between(segments, first_dirty, log_end)
 
 
-def _largest_timestamp(segment: SegmentMetadata) -> int:
-    """Kafka's `largestTimestamp`: the max record timestamp, else the file time (here: when it was tiered)."""
-    return segment.max_timestamp_ms if segment.max_timestamp_ms >= 0 else segment.event_timestamp_ms
-
-
 def first_dirty_offset(checkpoint: int | None, log_start: int, log_end: int) -> tuple[int, bool]:
     """The first dirty offset and whether the checkpoint had to be reset (below log start or above end)."""
     if checkpoint is None:
@@ -153,11 +148,11 @@ def cleanable_offsets(
     min_lag = max(config.min_compaction_lag_ms, 0)
     if min_lag > 0:
         young = next(
-            (s for s in _dirty(segments, first_dirty, log_end) if _largest_timestamp(s) > now_ms - min_lag), None
+            (s for s in _dirty(segments, first_dirty, log_end) if s.largest_timestamp_ms > now_ms - min_lag), None
         )
         if young is not None:
             bounds.append((young.start_offset, 1, UncleanableBound.MIN_COMPACTION_LAG))
-            released_at = _largest_timestamp(young) + min_lag
+            released_at = young.largest_timestamp_ms + min_lag
     offset, _, bound = min(bounds)
     return max(first_dirty, offset), bound, released_at if bound is UncleanableBound.MIN_COMPACTION_LAG else None
 

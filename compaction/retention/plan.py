@@ -88,8 +88,7 @@ def expired_prefix(segments: Sequence[SegmentMetadata], config: TopicConfig, now
 
 
 def _older(s: SegmentMetadata, now_ms: int, retention_ms: int) -> bool:
-    largest = s.max_timestamp_ms if s.max_timestamp_ms >= 0 else s.event_timestamp_ms
-    return now_ms - largest > retention_ms
+    return now_ms - s.largest_timestamp_ms > retention_ms
 
 
 def _expired(s: SegmentMetadata, breach: Breach) -> ExpiredSegment:
