@@ -47,6 +47,7 @@ from compaction.metadata import (
     SegmentMetadata,
     SegmentState,
     StateChange,
+    broker_writer,
     commit,
     table_in_store,
 )
@@ -109,7 +110,7 @@ def check_leader_epoch(current: PartitionSnapshot, segment: NewSegment, writer: 
 
 
 def add(table: MetadataTable, req: Mapping[str, Any]) -> int:
-    segment, writer = new_segment(req), f"broker-{req['broker_id']}"
+    segment, writer = new_segment(req), broker_writer(req["broker_id"])
 
     def plan(current: PartitionSnapshot) -> ChangeSet:
         check_leader_epoch(current, segment, writer)
@@ -120,7 +121,7 @@ def add(table: MetadataTable, req: Mapping[str, Any]) -> int:
 
 
 def update(table: MetadataTable, req: Mapping[str, Any]) -> int:
-    change, writer = StateChange(req["segment_id"], SegmentState(req["state"])), f"broker-{req['broker_id']}"
+    change, writer = StateChange(req["segment_id"], SegmentState(req["state"])), broker_writer(req["broker_id"])
     return _committed(table, req["topic"], req["partition"], req["event_timestamp_ms"], lambda current:
                       ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
                                              state_changes=(change,)))

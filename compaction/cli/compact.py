@@ -95,12 +95,16 @@ def run_plan(args: argparse.Namespace) -> int:
 def _planned_retention(run: RunPlan) -> RetentionReport | None:
     from compaction.retention import RetentionReport
 
-    return RetentionReport.planned(run.retention) if run.retention and run.retention.partitions else None
+    plan = run.retention
+    return RetentionReport.planned(plan) if plan is not None and (plan.partitions or plan.notes) else None
 
 
 def _retention_lines(retention: RetentionReport | None) -> list[str]:
-    """The retention summary, when it expires anything (the plan above is of the log it leaves)."""
-    return retention.summary().splitlines() if retention is not None and retention.segments_expired else []
+    """The retention summary, when it expires anything or holds a partition back (the plan above is of the log it
+    leaves)."""
+    if retention is None or not (retention.segments_expired or retention.notes):
+        return []
+    return retention.summary().splitlines()
 
 
 def _write_outputs(args: argparse.Namespace, report: RunReport) -> None:

@@ -21,8 +21,10 @@ Kafka's: retention.ms 604800000 (7 days), retention.bytes -1 (no limit); -1 turn
 Expiring is one metadata commit per partition (the segments go to DELETE_SEGMENT_STARTED and the log start offset
 moves up to the first segment left); readers stop serving them at once and `kcompact gc` deletes their objects after
 file.delete.delay.ms. Topics whose cleanup.policy is compact or delete are never touched: a plain delete topic's
-retention is the broker's. Idempotent: a rerun expires nothing more until the clock or the log moves. A commit that
-kept losing to concurrent commits exits 4 (rerun).
+retention is the broker's. Nor is a partition a broker tiers through kcompact's plugins (noted in the report): a
+broker's log start does not follow kcompact's expiry; set retention on the broker's topic there. Idempotent: a
+rerun expires nothing more until the clock or the log moves. A commit that kept losing to concurrent commits exits 4
+(rerun).
 """
 
 

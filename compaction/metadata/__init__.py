@@ -27,6 +27,7 @@ from compaction.metadata.model import (
     SegmentMetadata,
     SegmentState,
     TopicPartition,
+    broker_writer,
     is_valid_transition,
     new_kafka_uuid,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "TopicPartition",
     "acquire_fencing_epoch",
     "apply_change_set",
+    "broker_writer",
     "commit",
     "is_valid_transition",
     "mark_deleted_finished",

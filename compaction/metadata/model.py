@@ -148,10 +148,23 @@ class SegmentMetadata:
         return next((o.key for o in self.object_keys if o.suffix == suffix), None)
 
     @property
+    def by_broker(self) -> bool:
+        """Whether a Kafka broker wrote this row, through kcompact's RemoteLogMetadataManager (`broker_writer`)."""
+        return self.writer.startswith(BROKER_WRITER_PREFIX)
+
+    @property
     def largest_timestamp_ms(self) -> int:
         """Kafka's `LogSegment.largestTimestamp`: the max record timestamp, else the file's time (here: when the
         row went live). Read by min.compaction.lag.ms and by retention.ms."""
         return self.max_timestamp_ms if self.max_timestamp_ms >= 0 else self.event_timestamp_ms
+
+
+BROKER_WRITER_PREFIX = "broker-"
+
+
+def broker_writer(broker_id: int) -> str:
+    """The writer of the rows a broker adds and updates through kcompact's plugin: `broker-<id>`."""
+    return f"{BROKER_WRITER_PREFIX}{broker_id}"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,10 @@ A negative retention.ms / retention.bytes turns its pass off (Kafka's -1). Three
   that kept no batch carries its inputs' largest timestamp instead: `compaction.run.stage`.)
 
 A plain `delete` topic is never expired here: its retention belongs to whoever tiers it (the broker's own
-`RemoteLogManager`, through kcompact's plugins).
+`RemoteLogManager`, through kcompact's plugins). Nor is a partition a broker tiers (a row written by `broker-<id>`):
+a stock broker keeps advertising its old log start until its next leader election, and its consumers that reset to
+earliest loop on OFFSET_OUT_OF_RANGE meanwhile (tried on Kafka 4.2.1); it is held back with a note saying to set
+retention on the broker's topic instead.
 """
 
 from __future__ import annotations
@@ -117,11 +120,13 @@ def after_expiry(snapshot: MetadataSnapshot, plan: RetentionPlan) -> MetadataSna
 
 @dataclass(frozen=True)
 class RetentionPlan:
-    """Every `compact,delete` partition in scope at one metadata version, and what expires in each."""
+    """Every `compact,delete` partition in scope at one metadata version, and what expires in each; `notes` names
+    the partitions held back (a broker tiers them)."""
 
     now_ms: int
     metadata_version: int
     partitions: tuple[PartitionRetention, ...]
+    notes: tuple[str, ...] = ()
 
     @property
     def expiring(self) -> tuple[PartitionRetention, ...]:
@@ -133,15 +138,21 @@ def plan_retention(snapshot: MetadataSnapshot, config: KcompactConfig, now_ms: i
     """The retention of every partition of `snapshot` whose topic is `compact,delete` in `config` (and in `topics`,
     `partition`, if given)."""
     wanted = None if topics is None else frozenset(topics)
-    out = []
+    out, notes = [], []
     for tp, p in sorted(snapshot.partitions.items()):
         config_of = config.for_topic(tp.topic)
         if not config_of.has_retention or (wanted is not None and tp.topic not in wanted):
             continue
         if partition is not None and tp.partition != partition:
             continue
+        broker = next((s.writer for s in p.segments if s.by_broker), None)
+        if broker is not None:
+            notes.append(f"{tp.topic}-{tp.partition} not expired: {broker} tiers it, and a broker's log start does "
+                         "not follow kcompact's expiry (its consumers would loop on OFFSET_OUT_OF_RANGE until it "
+                         "restarts); set retention.ms / retention.bytes on the broker's topic instead")
+            continue
         out.append(plan_partition_retention(p, config_of, now_ms))
-    return RetentionPlan(now_ms, snapshot.version, tuple(out))
+    return RetentionPlan(now_ms, snapshot.version, tuple(out), tuple(notes))
 
 
 __all__ = ["Breach", "ExpiredSegment", "PartitionRetention", "RetentionPlan", "after_expiry", "expired_prefix",

@@ -43,10 +43,11 @@ class RetentionReport:
     metadata_version: int  # the table version the run planned from
     dry_run: bool
     partitions: tuple[PartitionExpiry, ...]
+    notes: tuple[str, ...] = ()  # partitions held back, and why
 
     @classmethod
     def of(cls, plan: RetentionPlan, partitions: Iterable[PartitionExpiry], *, dry_run: bool) -> RetentionReport:
-        return cls(plan.now_ms, plan.metadata_version, dry_run, tuple(partitions))
+        return cls(plan.now_ms, plan.metadata_version, dry_run, tuple(partitions), plan.notes)
 
     @classmethod
     def planned(cls, plan: RetentionPlan) -> RetentionReport:
@@ -75,6 +76,7 @@ class RetentionReport:
                          f"{r.log_start_offset}")
         if expiring and not self.dry_run:
             lines.append("their objects go with `kcompact gc` after each topic's file.delete.delay.ms")
+        lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,6 +87,7 @@ class RetentionReport:
             "segments_expired": self.segments_expired,
             "bytes_expired": self.bytes_expired,
             "partitions": [p.to_dict() for p in self.partitions],
+            "notes": list(self.notes),
         }
 
 

@@ -9,7 +9,8 @@ One broker serves the whole module (CI time): the `tier` fixture produces update
 transactions until the broker has tiered several segments and deleted them locally, reads them back through the
 broker, leaves a consumer paused a third of the way through the tier, and runs `kcompact compact` while a producer
 keeps the broker rolling and tiering. The tests then check, in file order (the last three change the broker:
-gc deletes the replaced segments, the broker restarts, the topic is deleted), what consumers and the table show.
+gc deletes the replaced segments, the broker restarts, the topic is deleted), what consumers and the table show,
+and that kcompact's retention leaves the broker's partition to the broker.
 Kafka fetches past the offsets compaction removed from a remote segment since KAFKA-15388.
 """
 
@@ -206,6 +207,18 @@ def test_the_broker_tiers_on_above_the_compacted_region_with_no_gap_or_overlap(t
     assert above and all(s.writer == "broker-1" for s in above)
     listed = tier.cli("segments", "--topic", TOPIC, "--partition", "0")
     assert f"{len(live)} live segments" in listed.stdout
+
+
+def test_retention_leaves_a_partition_the_broker_tiers_to_the_broker(tier: Tier, tmp_path: Path) -> None:
+    """Named compact,delete with retention.bytes 0 in kcompact's config, the partition the broker tiers is held back
+    with a note and nothing is committed: a broker's log start does not follow kcompact's expiry, and its consumers
+    would loop on OFFSET_OUT_OF_RANGE until it restarts (README, "Retention of compact,delete topics")."""
+    config = tmp_path / "kcompact.yaml"
+    config.write_text(f"topics:\n  {TOPIC}:\n    cleanup.policy: compact,delete\n    retention.bytes: 0\n")
+    report = json.loads(tier.cli("expire", "--config", str(config), "--json").stdout)
+    assert (report["segments_expired"], report["partitions"]) == (0, [])
+    assert [n.split(" not expired: ")[0] for n in report["notes"]] == [f"{TOPIC}-0"], report["notes"]
+    assert not any(s.writer.startswith("kcompact-retention") for s in tier.partition().segments)
 
 
 def test_gc_after_the_grace_never_breaks_a_reader(tier: Tier) -> None:

@@ -6,14 +6,16 @@ tests/kafka/test_retention_referee.py; here the explicit cases and the invariant
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from compaction.config import ConfigValueError, KcompactConfig, TopicConfig
-from compaction.metadata import SegmentState
+from compaction.metadata import SegmentState, broker_writer
 from compaction.metadata.snapshot import build_snapshot
-from compaction.retention import Breach, expired_prefix, plan_retention
+from compaction.retention import Breach, RetentionReport, expired_prefix, plan_retention
 from tests.factories import segment
 
 HOUR = 3_600_000
@@ -102,6 +104,15 @@ def test_plan_covers_the_compact_delete_partitions_in_scope() -> None:
     assert plan.metadata_version == 5
     assert [p.partition for p in plan_retention(snap, kc, NOW, topics=["t"], partition=1).partitions] == [1]
     assert plan_retention(snap, kc, NOW, topics=["other"]).partitions == ()
+
+
+def test_a_partition_a_broker_tiers_is_held_back_with_a_note() -> None:
+    rows = [*log((100, 0), (100, 0)), replace(segment(20, 29, max_ts=0), writer=broker_writer(7))]
+    plan = plan_retention(build_snapshot(3, [], rows), KcompactConfig(topics={"t": config(ms=HOUR)}), NOW)
+    assert plan.partitions == () and len(plan.notes) == 1
+    assert plan.notes[0].startswith("t-0 not expired: broker-7 tiers it") and "on the broker's topic" in plan.notes[0]
+    report = RetentionReport.planned(plan)
+    assert report.to_dict()["notes"] == list(plan.notes) and "note: t-0 not expired" in report.summary()
 
 
 def test_replaced_rows_are_not_live_and_not_counted() -> None:
