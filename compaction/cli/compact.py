@@ -96,15 +96,13 @@ def _planned_retention(run: RunPlan) -> RetentionReport | None:
     from compaction.retention import RetentionReport
 
     plan = run.retention
-    return RetentionReport.planned(plan) if plan is not None and (plan.partitions or plan.notes) else None
+    return RetentionReport.planned(plan) if plan is not None and plan.in_scope else None
 
 
 def _retention_lines(retention: RetentionReport | None) -> list[str]:
     """The retention summary, when it expires anything or holds a partition back (the plan above is of the log it
     leaves)."""
-    if retention is None or not (retention.segments_expired or retention.notes):
-        return []
-    return retention.summary().splitlines()
+    return retention.summary().splitlines() if retention is not None and retention.noteworthy else []
 
 
 def _write_outputs(args: argparse.Namespace, report: RunReport) -> None:

@@ -132,6 +132,11 @@ class RetentionPlan:
     def expiring(self) -> tuple[PartitionRetention, ...]:
         return tuple(p for p in self.partitions if p.expired)
 
+    @property
+    def in_scope(self) -> bool:
+        """Whether any compact,delete partition is in scope, held back or not: a run then reports its retention."""
+        return bool(self.partitions or self.notes)
+
 
 def plan_retention(snapshot: MetadataSnapshot, config: KcompactConfig, now_ms: int, *,
                    topics: Iterable[str] | None = None, partition: int | None = None) -> RetentionPlan:

@@ -62,6 +62,11 @@ class RetentionReport:
     def bytes_expired(self) -> int:
         return sum(p.retention.expired_bytes for p in self.partitions)
 
+    @property
+    def noteworthy(self) -> bool:
+        """Whether a run's report shows it: something expired (or would), or a partition was held back."""
+        return bool(self.segments_expired or self.notes)
+
     def summary(self) -> str:
         """A line for people, then one per partition that expired something."""
         verb = "would expire" if self.dry_run else "expired"

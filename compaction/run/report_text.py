@@ -67,7 +67,7 @@ def render_text(report: RunReport) -> Iterator[str]:
         yield "executor task time: " + ", ".join(f"{k} {v:.1f} s" for k, v in tasks.items())
     if report.phase_seconds:
         yield "phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in report.phase_seconds.items())
-    if report.retention is not None and (report.retention.segments_expired or report.retention.notes):
+    if report.retention is not None and report.retention.noteworthy:
         yield from report.retention.summary().splitlines()
     for f in report.failed:
         yield f"  {f.topic}-{f.partition}: {f.error_type}: {f.error}"

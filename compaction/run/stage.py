@@ -108,7 +108,7 @@ def stage(spark: SparkSession, run: RunPlan, *, temp_dir: str | None = None) -> 
 def expire_first(run: RunPlan, failed: dict[TopicPartition, KcompactError]) -> RetentionReport | None:
     """Commit `run`'s retention; a partition whose expiry kept conflicting goes into `failed` (not compacted:
     its plan assumed the expiry)."""
-    if run.retention is None or not (run.retention.partitions or run.retention.notes):
+    if run.retention is None or not run.retention.in_scope:
         return None
     configs = {p.topic: p.config for p in run.plan.partitions}
     table = table_in_store(run.store.open())
