@@ -48,6 +48,7 @@ for pom in kafka/*/pom.xml; do
         grep -qE "Could not (resolve|transfer|find)|Failed to collect" "$log" && fail_naming_artifact "$log"
         echo "make kafka: building $pom failed" >&2; tail -40 "$log" >&2; exit 2; }
     rm -f "$log"
-    cp "kafka/$name/target/$name.jar" "$jar"
+    # a new file renamed over the old: a broker or harness running from the old jar keeps reading its inode
+    cp "kafka/$name/target/$name.jar" "$jar.tmp" && mv -f "$jar.tmp" "$jar"
     echo "$want" > "$jar.built"
 done
