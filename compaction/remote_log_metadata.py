@@ -24,7 +24,11 @@ is fenced by them: an `add` whose segment's latest leader epoch is older than th
 leader's and is refused (`FencedError`). kcompact's fencing epoch (docs/fencing.md) is the cleaner's alone: the
 broker holds none and writes under the partition's current one, so a run acquiring the partition never fences the
 broker, and the broker's appends never fence a run (a compaction rebases over them, `compaction.metadata.rebase`).
-A plain conflict with another writer is re-planned and retried a few times, as `kcompact tier` does.
+A commit that lands first (another writer's, a compaction's new fencing epoch included) makes the broker's change
+plan again on the rows after it, a few times (`compaction.metadata.commit_current`).
+
+After a failover a new leader's first copy overlaps the tier (its replica rolled elsewhere): it goes live trimmed to
+the offsets above the tier's end (`compaction.tier.overlap`), so the tier goes on from where the old leader stopped.
 """
 
 from __future__ import annotations
@@ -34,9 +38,10 @@ import json
 import signal
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import IO, Any
 
-from compaction.errors import CommitConflictError, FencedError, KcompactError
+from compaction.errors import FencedError, KcompactError
 from compaction.format.checkpoints import EpochEntry
 from compaction.metadata import (
     ChangeSet,
@@ -47,31 +52,28 @@ from compaction.metadata import (
     SegmentMetadata,
     SegmentState,
     StateChange,
+    TopicPartition,
     broker_writer,
-    commit,
+    commit_current,
+    new_kafka_uuid,
     table_in_store,
 )
-from compaction.storage import open_store
+from compaction.storage import ObjectStore, open_store
 from compaction.storage.layout import Suffix, segment_object_key
+from compaction.tier.overlap import tier_end, trim_copy
 
 _ATTEMPTS = 5
 _SUFFIXES = (Suffix.LOG, Suffix.OFFSET_INDEX, Suffix.TIME_INDEX, Suffix.PRODUCER_SNAPSHOT,
              Suffix.LEADER_EPOCH_CHECKPOINT)
 
 
-def _committed(table: MetadataTable, topic: str, partition: int, now_ms: int,
-               plan: Callable[[PartitionSnapshot], ChangeSet]) -> int:
-    """Plan against the latest partition and commit; a plain conflict is re-planned, a fenced writer never. The new
-    table version."""
-    for attempt in range(1, _ATTEMPTS + 1):
-        try:
-            return commit(table, plan(table.partition_snapshot(topic, partition)), now_ms).version
-        except FencedError:
-            raise
-        except CommitConflictError:
-            if attempt == _ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")
+@dataclass(frozen=True)
+class RemoteTier:
+    """What the requests are answered on: the metadata table, and the store holding the segments' objects (read and
+    written only to trim a copy that overlaps the tier, `compaction.tier.overlap`)."""
+
+    table: MetadataTable
+    store: ObjectStore
 
 
 def new_segment(req: Mapping[str, Any], prefix: str = "") -> NewSegment:
@@ -109,7 +111,16 @@ def check_leader_epoch(current: PartitionSnapshot, segment: NewSegment, writer: 
         )
 
 
-def add(table: MetadataTable, req: Mapping[str, Any]) -> int:
+def _committed(tier: RemoteTier, req: Mapping[str, Any], plan: Callable[[PartitionSnapshot], ChangeSet]) -> int:
+    """Commit under the partition's current state (`commit_current`): the broker holds no fencing epoch, so a
+    compaction taking the partition meanwhile makes it plan again, never refuses it. The new table version."""
+    tp = TopicPartition(req["topic"], req["partition"])
+    result = commit_current(tier.table, tp, req["event_timestamp_ms"], plan, attempts=_ATTEMPTS)
+    assert result is not None  # every plan here returns a change set
+    return result.version
+
+
+def add(tier: RemoteTier, req: Mapping[str, Any]) -> int:
     segment, writer = new_segment(req), broker_writer(req["broker_id"])
 
     def plan(current: PartitionSnapshot) -> ChangeSet:
@@ -117,14 +128,35 @@ def add(table: MetadataTable, req: Mapping[str, Any]) -> int:
         return ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
                                       new_segments=(segment,), topic_id=req["topic_id"])
 
-    return _committed(table, req["topic"], req["partition"], req["event_timestamp_ms"], plan)
+    return _committed(tier, req, plan)
 
 
-def update(table: MetadataTable, req: Mapping[str, Any]) -> int:
-    change, writer = StateChange(req["segment_id"], SegmentState(req["state"])), broker_writer(req["broker_id"])
-    return _committed(table, req["topic"], req["partition"], req["event_timestamp_ms"], lambda current:
-                      ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
-                                             state_changes=(change,)))
+def update(tier: RemoteTier, req: Mapping[str, Any]) -> int:
+    """updateRemoteLogSegmentMetadata. A copy going COPY_SEGMENT_FINISHED that overlaps the live segments (a new
+    leader's first copy after a failover, whose replica rolled elsewhere) goes live trimmed to the offsets above the
+    tier's end, or is superseded when it holds none (`compaction.tier.overlap`); the trimmed objects are written once
+    for each tier end a plan meets."""
+    segment_id, state, writer = req["segment_id"], SegmentState(req["state"]), broker_writer(req["broker_id"])
+    trimmed: dict[int, NewSegment] = {}
+
+    def plan(current: PartitionSnapshot) -> ChangeSet:
+        row, end = current.segment(segment_id), tier_end(current)
+        overlaps = (state is SegmentState.COPY_SEGMENT_FINISHED and row is not None and end is not None
+                    and row.state is SegmentState.COPY_SEGMENT_STARTED and row.start_offset <= end)
+        if not overlaps:
+            return ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
+                                          state_changes=(StateChange(segment_id, state),))
+        assert row is not None and end is not None
+        superseded = StateChange(segment_id, SegmentState.DELETE_SEGMENT_STARTED)
+        if row.end_offset <= end:
+            return ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
+                                          state_changes=(superseded,))
+        if end not in trimmed:
+            trimmed[end] = trim_copy(tier.store, row, end + 1, new_kafka_uuid())
+        return ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
+                                      new_segments=(trimmed[end],), state_changes=(superseded,))
+
+    return _committed(tier, req, plan)
 
 
 def _segment_json(s: SegmentMetadata, live: bool) -> dict[str, Any]:
@@ -142,31 +174,31 @@ def _segment_json(s: SegmentMetadata, live: bool) -> dict[str, Any]:
     }
 
 
-def segments(table: MetadataTable, req: Mapping[str, Any]) -> dict[str, Any]:
-    snap = table.partition_snapshot(req["topic"], req["partition"])
+def segments(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
+    snap = tier.table.partition_snapshot(req["topic"], req["partition"])
     live = {s.segment_id for s in snap.live_segments}
     return {"version": snap.version,
             "segments": [_segment_json(s, s.segment_id in live) for s in snap.segments]}
 
 
-_OPS: dict[str, Callable[[MetadataTable, Mapping[str, Any]], Any]] = {
+_OPS: dict[str, Callable[[RemoteTier, Mapping[str, Any]], Any]] = {
     "add": add, "update": update, "segments": segments,
 }
 
 
-def answer(table: MetadataTable, line: str) -> dict[str, Any]:
+def answer(tier: RemoteTier, line: str) -> dict[str, Any]:
     """The answer to one request line. Any failure is an error answer, so the broker gets it as a
     RemoteStorageException and the process goes on serving: a kcompact error with its message, anything else (a bad
     request, a bug) with its type and message."""
     try:
         req = json.loads(line)
-        return {"ok": True, "result": _OPS[req["op"]](table, req)}
+        return {"ok": True, "result": _OPS[req["op"]](tier, req)}
     except KcompactError as e:
         return {"ok": False, "error": str(e).replace("\n", " "), "type": type(e).__name__,
-                "version": _version(table)}
+                "version": _version(tier.table)}
     except Exception as e:
         return {"ok": False, "error": f"{type(e).__name__}: {e} (request: {line.strip()[:200]})".replace("\n", " "),
-                "type": "InternalError", "version": _version(table)}
+                "type": "InternalError", "version": _version(tier.table)}
 
 
 def _version(table: MetadataTable) -> int | None:
@@ -177,11 +209,11 @@ def _version(table: MetadataTable) -> int | None:
         return None
 
 
-def serve(table: MetadataTable, requests: IO[str], answers: IO[str]) -> None:
+def serve(tier: RemoteTier, requests: IO[str], answers: IO[str]) -> None:
     """Answer every request line of `requests` until it closes."""
     for line in requests:
         if line.strip():
-            answers.write(json.dumps(answer(table, line)) + "\n")
+            answers.write(json.dumps(answer(tier, line)) + "\n")
             answers.flush()
 
 
@@ -192,10 +224,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    table = table_in_store(open_store(args.store, endpoint_url=args.endpoint_url), create=True)
-    sys.stdout.write(json.dumps({"ok": True, "result": {"ready": table.version()}}) + "\n")
+    store = open_store(args.store, endpoint_url=args.endpoint_url)
+    tier = RemoteTier(table_in_store(store, create=True), store)
+    sys.stdout.write(json.dumps({"ok": True, "result": {"ready": tier.table.version()}}) + "\n")
     sys.stdout.flush()
-    serve(table, sys.stdin, sys.stdout)
+    serve(tier, sys.stdin, sys.stdout)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ import socket
 from collections.abc import Iterable
 from dataclasses import replace
 
-from compaction.errors import CommitConflictError
 from compaction.gc.plan import (
     DEFAULT_GRACE_MS,
     DEFAULT_ORPHAN_GRACE_MS,
@@ -29,9 +28,11 @@ from compaction.gc.wal import execute_wal_gc, plan_wal_gc
 from compaction.metadata import (
     ChangeSet,
     MetadataTable,
+    PartitionSnapshot,
     SegmentState,
     StateChange,
-    commit,
+    TopicPartition,
+    commit_current,
     mark_deleted_finished,
 )
 from compaction.storage.base import ObjectStore
@@ -120,28 +121,27 @@ def _retire(
 ) -> frozenset[str]:
     """Move `p.retire` to DELETE_SEGMENT_STARTED in one commit, re-deciding each row on the latest table.
 
-    gc is not fenced: like `mark_deleted_finished` it commits under the partition's current epoch, and a
-    row that a concurrent commit moved meanwhile (a tier run finishing or retiring it) is left alone.
+    gc is not fenced: like `mark_deleted_finished` it commits under the partition's current epoch
+    (`commit_current`), and a row that a concurrent commit moved meanwhile (a tier run finishing or retiring it, a
+    compaction taking the partition) is decided again on the rows after it.
     Returns the ids this commit retired.
     """
-    for attempt in range(1, attempts + 1):
-        current = table.partition_snapshot(p.topic, p.partition)
+    retired: frozenset[str] = frozenset()
+
+    def plan(current: PartitionSnapshot) -> ChangeSet | None:
+        nonlocal retired
         rows = [s for s in map(current.segment, p.retire) if s is not None]
         todo = [s for s in rows if segment_action(current, s, now_ms, grace_ms, ()).retires]
+        retired = frozenset(s.segment_id for s in todo)
         if not todo:
-            return frozenset()
-        change_set = ChangeSet.planned_from(
+            return None
+        return ChangeSet.planned_from(
             current,
             fencing_epoch=current.fencing_epoch,
             writer=writer,
             state_changes=[StateChange(s.segment_id, SegmentState.DELETE_SEGMENT_STARTED) for s in todo],
             topic_id=todo[0].topic_id,
         )
-        try:
-            commit(table, change_set, now_ms)
-        except CommitConflictError:
-            if attempt == attempts:
-                raise
-            continue
-        return frozenset(s.segment_id for s in todo)
-    return frozenset()
+
+    commit_current(table, TopicPartition(p.topic, p.partition), now_ms, plan, attempts=attempts)
+    return retired

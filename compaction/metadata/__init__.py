@@ -13,6 +13,7 @@ from compaction.metadata.commit import (
     CommitResult,
     acquire_fencing_epoch,
     commit,
+    commit_current,
     mark_deleted_finished,
     record_tier_finished,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "apply_change_set",
     "broker_writer",
     "commit",
+    "commit_current",
     "is_valid_transition",
     "mark_deleted_finished",
     "new_kafka_uuid",

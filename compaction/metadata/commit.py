@@ -27,8 +27,9 @@ epoch 0, which a writer may use without acquiring (an unfenced single writer).
 `commit` never re-plans: its change set was planned from a snapshot, and only the caller can re-plan. It does rebase
 one over commits that only appended segments above everything it touches (`rebase`: a broker tiering the next
 segment while a compaction runs), up to `REBASE_ATTEMPTS` times; any other commit in between is a conflict, and a
-`FencedError` is never rebased. The conveniences (`record_tier_finished`, `mark_deleted_finished`) derive their
-change set from the latest state on each attempt, so they retry a plain conflict a bounded number of times. A change
+`FencedError` is never rebased. Writers that hold no fencing epoch of their own (the broker's plugin, gc, retention) use
+`commit_current`, which plans on the latest rows and plans again when another commit, a compaction's new fencing
+epoch included, lands first; so do the conveniences (`record_tier_finished`, `mark_deleted_finished`). A change
 set that already landed cannot land twice (its `expected_commit_seq` is then stale, and its own rows forbid a rebase).
 """
 
@@ -207,6 +208,45 @@ def acquire_fencing_epoch(
     return result.fencing_epoch
 
 
+def commit_current(
+    table: MetadataTable,
+    tp: TopicPartition,
+    now_ms: int,
+    plan: Callable[[PartitionSnapshot], ChangeSet | None],
+    *,
+    attempts: int = 5,
+) -> CommitResult | None:
+    """Commit a change planned on the partition's latest rows; plan it again if another commit lands first.
+
+    The one rule for every writer that commits under the partition's *current* state rather than a run's own
+    fencing epoch: a broker through the plugin, gc, retention, a tier run finishing its uploads. `plan` sees the
+    rows at the version the write will be checked against, so a commit landing in between (another writer's, or a
+    compaction taking a new fencing epoch) is a conflict delta-rs reports at write time, never a `FencedError` of
+    an epoch this writer never held: it is planned again on the rows after it, up to `attempts` times. `plan`
+    returning None means nothing is left to do: no commit, None returned.
+
+    Raises:
+        CommitConflictError: other commits kept landing first `attempts` times; rerun.
+        Anything `plan` raises, at once (a deposed leader's `FencedError`, an invariant it checks), and what
+        `apply_change_set` raises for a change set that breaks a rule (a fencing epoch `plan` took from elsewhere
+        included: that one is `FencedError`, not retried).
+    """
+    if attempts < 1:
+        raise MetadataInvariantError(f"attempts must be >= 1, found {attempts}")
+    for attempt in range(1, attempts + 1):
+        dt = table.delta_table()
+        current = load_partition(dt, tp.topic, tp.partition, table.table_uri, table.storage_options)
+        change_set = plan(current)
+        if change_set is None:
+            return None
+        try:
+            return _write(dt, apply_change_set(current, change_set, now_ms))
+        except CommitConflictError:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 def _change(
     table: MetadataTable,
     tp: TopicPartition,
@@ -214,7 +254,9 @@ def _change(
     now_ms: int,
     plan: Callable[[PartitionSnapshot], ChangeSet],
 ) -> CommitResult:
-    return _replanned(table, tp, lambda current: apply_change_set(current, plan(current), now_ms), attempts)
+    result = commit_current(table, tp, now_ms, plan, attempts=attempts)
+    assert result is not None  # plan never returns None
+    return result
 
 
 def record_tier_finished(

@@ -15,14 +15,21 @@ from collections.abc import Callable, Iterable
 
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.errors import CommitConflictError, ConfigError, FencedError, KcompactError
-from compaction.metadata import ChangeSet, MetadataTable, SegmentState, StateChange, TopicPartition, commit
+from compaction.metadata import (
+    ChangeSet,
+    MetadataTable,
+    PartitionSnapshot,
+    SegmentState,
+    StateChange,
+    TopicPartition,
+    commit_current,
+)
 from compaction.retention.plan import PartitionRetention, RetentionPlan, plan_partition_retention, plan_retention
 from compaction.retention.report import PartitionExpiry, RetentionReport
 
 ATTEMPTS = 3
 SUPERSEDED = (CommitConflictError, FencedError)
-"""A commit that lost to another (a compaction that took the partition meanwhile fences the epoch expiry read):
-re-read the partition and decide again."""
+"""A partition whose expiry kept losing to other commits (`commit_current` decides again after each)."""
 
 
 def default_writer() -> str:
@@ -37,7 +44,7 @@ def expire(table: MetadataTable, config: KcompactConfig, now_ms: int, *, topics:
 
     Raises:
         ConfigError: a negative `partition`.
-        CommitConflictError / FencedError: a partition kept changing under the run (`ATTEMPTS` times); rerun.
+        CommitConflictError: a partition kept changing under the run (`ATTEMPTS` times); rerun.
     """
     if partition is not None and partition < 0:
         raise ConfigError(f"partition {partition}: partitions are numbered from 0")
@@ -70,23 +77,22 @@ def execute_retention(table: MetadataTable, plan: RetentionPlan, config_of: Call
 
 def _expire_partition(table: MetadataTable, config: TopicConfig, planned: PartitionRetention, now_ms: int,
                       writer: str) -> PartitionExpiry:
-    for attempt in range(1, ATTEMPTS + 1):
-        current = table.partition_snapshot(planned.topic, planned.partition)
+    decided = planned
+
+    def plan(current: PartitionSnapshot) -> ChangeSet | None:
+        nonlocal decided
         decided = plan_partition_retention(current, config, now_ms)
         if not decided.expired:
-            return PartitionExpiry(decided, None)
-        change_set = ChangeSet.planned_from(
+            return None
+        return ChangeSet.planned_from(
             current,
             fencing_epoch=current.fencing_epoch,
             writer=writer,
             state_changes=[StateChange(s.segment_id, SegmentState.DELETE_SEGMENT_STARTED) for s in decided.expired],
         )
-        try:
-            return PartitionExpiry(decided, commit(table, change_set, now_ms).version)
-        except SUPERSEDED:
-            if attempt == ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")
+
+    result = commit_current(table, TopicPartition(planned.topic, planned.partition), now_ms, plan, attempts=ATTEMPTS)
+    return PartitionExpiry(decided, None if result is None else result.version)
 
 
 __all__ = ["default_writer", "execute_retention", "expire"]

@@ -26,7 +26,8 @@ from compaction.metadata import (
     commit,
     new_kafka_uuid,
 )
-from compaction.remote_log_metadata import add, update
+from compaction.remote_log_metadata import RemoteTier, add, update
+from compaction.storage import open_store
 from tests import factories
 from tests.factories import TOPIC_ID
 
@@ -41,17 +42,22 @@ def table(tmp_path: Path) -> MetadataTable:
     return MetadataTable.create_if_missing(str(tmp_path / "metadata"))
 
 
+def _tier(table: MetadataTable) -> RemoteTier:
+    """The metadata process's view: the table, and a store its requests here never touch (no copy overlaps)."""
+    return RemoteTier(table, open_store(str(Path(table.table_uri).parent)))
+
+
 def broker_add(table: MetadataTable, start: int, end: int, *, leader_epoch: int = 0) -> str:
     """The broker's addRemoteLogSegmentMetadata of [start, end] (COPY_SEGMENT_STARTED); the new segment id."""
     sid = new_kafka_uuid()
-    add(table, {"topic": TOPIC, "partition": 0, "topic_id": TOPIC_ID, "broker_id": 1, "segment_id": sid,
+    add(_tier(table), {"topic": TOPIC, "partition": 0, "topic_id": TOPIC_ID, "broker_id": 1, "segment_id": sid,
                 "start_offset": start, "end_offset": end, "max_timestamp_ms": NOW, "event_timestamp_ms": NOW,
                 "segment_size_bytes": 100, "txn_index_empty": True, "leader_epochs": [[leader_epoch, start]]})
     return sid
 
 
 def broker_finish(table: MetadataTable, sid: str) -> None:
-    update(table, {"topic": TOPIC, "partition": 0, "topic_id": TOPIC_ID, "broker_id": 1, "segment_id": sid,
+    update(_tier(table), {"topic": TOPIC, "partition": 0, "topic_id": TOPIC_ID, "broker_id": 1, "segment_id": sid,
                    "state": SegmentState.COPY_SEGMENT_FINISHED.value, "event_timestamp_ms": NOW})
 
 

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from compaction.format.batch import build_batch, encode_batch
+from compaction.format.control import ControlType
+from compaction.format.indexes import read_txn_index
+from compaction.format.indexes.rebuild import build_indexes
+from compaction.format.segment import iter_batch_headers
 from compaction.metadata import SegmentState, acquire_fencing_epoch, table_in_store
-from compaction.remote_log_metadata import serve
+from compaction.remote_log_metadata import RemoteTier, serve
 from compaction.storage import open_store
 from compaction.storage.layout import Suffix, segment_object_key
+from tests.factories import marker, record
+
+commit_module = importlib.import_module("compaction.metadata.commit")
 
 TOPIC_ID = "MWJ6FHTfRYy67jzwZdeqSQ"
 SEGMENT_ID = "tqimKeZwStOEOwRzT3L5oQ"
@@ -19,9 +30,10 @@ PARTITION = {"topic": "orders", "partition": 3, "topic_id": TOPIC_ID, "broker_id
 
 
 def _ask(store: Path, *requests: dict[str, Any]) -> list[dict[str, Any]]:
-    table = table_in_store(open_store(str(store)), create=True)
+    opened = open_store(str(store))
     out = io.StringIO()
-    serve(table, io.StringIO("".join(json.dumps(r) + "\n" for r in requests)), out)
+    lines = "".join(json.dumps(r) + "\n" for r in requests)
+    serve(RemoteTier(table_in_store(opened, create=True), opened), io.StringIO(lines), out)
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
@@ -32,8 +44,8 @@ def _add(txn_index_empty: bool = True, segment_id: str = SEGMENT_ID, start: int 
             "txn_index_empty": txn_index_empty, "leader_epochs": [list(e) for e in leader_epochs]}
 
 
-def _update(state: SegmentState) -> dict[str, Any]:
-    return {"op": "update", **PARTITION, "segment_id": SEGMENT_ID, "state": state.value, "event_timestamp_ms": 9}
+def _update(state: SegmentState, segment_id: str = SEGMENT_ID) -> dict[str, Any]:
+    return {"op": "update", **PARTITION, "segment_id": segment_id, "state": state.value, "event_timestamp_ms": 9}
 
 
 def test_the_broker_rows_are_kcompact_rows(tmp_path: Path) -> None:
@@ -107,3 +119,126 @@ def test_an_empty_segment_shows_the_broker_no_timestamp(tmp_path: Path) -> None:
     assert [s["max_timestamp_ms"] for s in answers[2]["result"]["segments"]] == [-1, 5]
     assert {s.max_timestamp_ms for s in table_in_store(open_store(str(tmp_path))).partition_snapshot(
         "orders", 3).segments} == {5}, "the row keeps it"
+
+
+COPY_ID = "CCCCCCCCCCCCCCCCCCCCCQ"
+
+
+def _copy_log() -> bytes:
+    """A replica's segment [50, 149] as Kafka writes it: an aborted transaction of producer 8 at 50..59 (ABORT at 60),
+    plain batches of ten, an aborted transaction of producer 7 at 100..104 (ABORT at 105), plain batches to 149."""
+    batches = [build_batch([record(o, o % 7, ts=o) for o in range(50, 60)], transactional=True, producer_id=8,
+                           producer_epoch=0, base_sequence=0, partition_leader_epoch=0),
+               marker(ControlType.ABORT, 60, 8, ts=60)]
+    batches += [build_batch([record(o, o % 7, ts=o) for o in range(b, min(b + 10, 100))], partition_leader_epoch=0)
+                for b in range(61, 100, 10)]
+    batches += [build_batch([record(o, o % 7, ts=o) for o in range(100, 105)], transactional=True, producer_id=7,
+                            producer_epoch=0, base_sequence=0, partition_leader_epoch=1),
+                marker(ControlType.ABORT, 105, 7, ts=105, leader_epoch=1)]
+    batches += [build_batch([record(o, o % 7, ts=o) for o in range(b, min(b + 10, 150))], partition_leader_epoch=1)
+                for b in range(106, 150, 10)]
+    return b"".join(encode_batch(b) for b in batches)
+
+
+def _tier_then_copy(tmp_path: Path, copy_log: bytes, copy_end: int = 149,
+                    copy_epochs: tuple[tuple[int, int], ...] = ((0, 50), (1, 100))) -> list[dict[str, Any]]:
+    """The old leader (broker 7) tiered [0, 49] and [50, 99] in leader epoch 0; the new leader (broker 8, epoch 1)
+    then copies its own segment [50, copy_end], rolled elsewhere, with every file the plugin writes."""
+    store = open_store(str(tmp_path))
+    indexes = build_indexes(copy_log, 50, index_interval_bytes=100)
+    files = {Suffix.LOG: copy_log, Suffix.OFFSET_INDEX: indexes.offset_index, Suffix.TIME_INDEX: indexes.time_index,
+             Suffix.TXN_INDEX: indexes.txn_index or b"", Suffix.PRODUCER_SNAPSHOT: b"snapshot at 150",
+             Suffix.LEADER_EPOCH_CHECKPOINT: b"0\n2\n0 0\n1 100\n"}
+    for suffix, body in files.items():
+        store.put(segment_object_key("orders", TOPIC_ID, 3, 50, COPY_ID, suffix), body)
+    old = [_add(segment_id=SEGMENT_ID, start=0, leader_epochs=((0, 0),)), _update(SegmentState.COPY_SEGMENT_FINISHED),
+           _add(segment_id=LATER_ID, start=50, leader_epochs=((0, 50),)),
+           _update(SegmentState.COPY_SEGMENT_FINISHED, LATER_ID)]
+    copy = {**_add(txn_index_empty=False, segment_id=COPY_ID, start=50, leader_epochs=copy_epochs),
+            "end_offset": copy_end, "broker_id": 8, "segment_size_bytes": len(copy_log)}
+    return _ask(tmp_path, {**old[0], "end_offset": 49}, old[1], {**old[2], "end_offset": 99}, old[3], copy,
+                {**_update(SegmentState.COPY_SEGMENT_FINISHED, COPY_ID), "broker_id": 8},
+                {"op": "segments", **PARTITION})
+
+
+def test_a_new_leaders_copy_over_the_tier_goes_live_trimmed(tmp_path: Path) -> None:
+    """Issue 40's failover: the new leader's replica rolled at 50, not 100, so its first copy [50, 149] overlaps the
+    tier's [50, 99]. It goes live as its part from 100 on (a new segment id, Kafka's files for that base), the copy
+    is superseded, and the tier goes on from 150; the old leader's rows, possibly compacted, stay as they were."""
+    log = _copy_log()
+    answers = _tier_then_copy(tmp_path, log)
+    assert all(a["ok"] for a in answers), answers
+    store = open_store(str(tmp_path))
+    p = table_in_store(store).partition_snapshot("orders", 3)
+    assert [(s.start_offset, s.end_offset, s.writer) for s in p.live_segments] == [
+        (0, 49, "broker-7"), (50, 99, "broker-7"), (100, 149, "broker-8")]
+    copy, trimmed = p.segment(COPY_ID), p.live_segments[-1]
+    assert copy is not None and copy.state is SegmentState.DELETE_SEGMENT_STARTED, "gc deletes the copy's objects"
+    assert [(e.epoch, e.start_offset) for e in trimmed.segment_leader_epochs] == [(1, 100)]
+    assert [s["segment_id"] for s in answers[-1]["result"]["segments"] if s["live"]][-1] == trimmed.segment_id
+
+    def body(suffix: Suffix) -> bytes:
+        key = trimmed.object_key(suffix)
+        assert key == segment_object_key("orders", TOPIC_ID, 3, 100, trimmed.segment_id, suffix)
+        return store.get(key)
+
+    kept = [(h.base_offset, h.last_offset) for h in iter_batch_headers(log) if h.base_offset >= 100]
+    assert [(h.base_offset, h.last_offset) for h in iter_batch_headers(body(Suffix.LOG), verify_crc=True)] == kept
+    assert body(Suffix.LOG) == log[len(log) - trimmed.segment_size_bytes:]
+    rebuilt = build_indexes(body(Suffix.LOG), 100)
+    assert (body(Suffix.OFFSET_INDEX), body(Suffix.TIME_INDEX)) == (rebuilt.offset_index, rebuilt.time_index)
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in read_txn_index(body(Suffix.TXN_INDEX))] == [
+        (7, 100, 105)], "the entry whose ABORT lies in the kept part, not producer 8's"
+    assert (body(Suffix.PRODUCER_SNAPSHOT), body(Suffix.LEADER_EPOCH_CHECKPOINT)) == (
+        b"snapshot at 150", b"0\n2\n0 0\n1 100\n")
+    assert trimmed.max_timestamp_ms == 149 and trimmed.segment_size_bytes < len(log)
+
+
+def test_a_copy_wholly_below_the_tier_end_is_superseded(tmp_path: Path) -> None:
+    log = b"".join(encode_batch(build_batch([record(o, o % 7, ts=o)])) for o in range(50, 100))
+    answers = _tier_then_copy(tmp_path, log, copy_end=99, copy_epochs=((0, 50),))
+    assert all(a["ok"] for a in answers), answers
+    p = table_in_store(open_store(str(tmp_path))).partition_snapshot("orders", 3)
+    assert [(s.start_offset, s.end_offset, s.writer) for s in p.live_segments] == [(0, 49, "broker-7"),
+                                                                                 (50, 99, "broker-7")]
+    assert p.segment(COPY_ID).state is SegmentState.DELETE_SEGMENT_STARTED  # type: ignore[union-attr]
+
+
+def test_a_batch_across_the_tier_end_is_refused_naming_its_byte(tmp_path: Path) -> None:
+    """Replicas share batch boundaries, so the tier's end is one of the copy's; a batch across it cannot be cut
+    without re-encoding: the update is an error answer naming the object and byte, and nothing is committed."""
+    batches = [build_batch([record(o, 1, ts=o) for o in range(b, b + 10)]) for b in range(50, 150, 10)]
+    batches[4] = build_batch([record(o, 1, ts=o) for o in range(95, 105)])  # 90..94 left out: 95..104 crosses 99
+    batches[5] = build_batch([record(o, 1, ts=o) for o in range(105, 110)])
+    log = b"".join(encode_batch(b) for b in batches)
+    answers = _tier_then_copy(tmp_path, log)
+    refused = answers[5]
+    assert (refused["ok"], refused["type"]) == (False, "MetadataInvariantError"), refused
+    position = sum(len(encode_batch(b)) for b in batches[:4])
+    assert f"byte {position} of " in refused["error"] and f"00000000000000000050-{COPY_ID}.log" in refused["error"]
+    p = table_in_store(open_store(str(tmp_path))).partition_snapshot("orders", 3)
+    assert p.segment(COPY_ID).state is SegmentState.COPY_SEGMENT_STARTED  # type: ignore[union-attr]
+    assert [s.end_offset for s in p.live_segments] == [49, 99]
+
+
+def test_a_compaction_taking_the_partition_never_fences_the_broker(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41: a compaction takes fencing epoch 1 between the broker's read of the partition and its commit. The
+    broker holds no fencing epoch: its commit is planned again under epoch 1 and lands, where it raised FencedError
+    (expected fencing epoch 0, found 1) and the broker retried the copy a task round later."""
+    _ask(tmp_path, _add())
+    real, raced = commit_module._write, []
+
+    def write_after_a_compaction_took_the_partition(dt: Any, rows: Any) -> Any:
+        if not raced:
+            raced.append(-1)  # the compaction's own commit goes through here too
+            raced[0] = acquire_fencing_epoch(table_in_store(open_store(str(tmp_path))), "orders", 3,
+                                             "kcompact compact@test", 10)
+        return real(dt, rows)
+
+    monkeypatch.setattr(commit_module, "_write", write_after_a_compaction_took_the_partition)
+    (answer,) = _ask(tmp_path, _update(SegmentState.COPY_SEGMENT_FINISHED))
+    assert answer["ok"], answer
+    p = table_in_store(open_store(str(tmp_path))).partition_snapshot("orders", 3)
+    assert raced == [1] and p.fencing_epoch == 1
+    assert [(s.state, s.fencing_epoch) for s in p.segments] == [(SegmentState.COPY_SEGMENT_FINISHED, 1)]

@@ -16,16 +16,17 @@ import pytest
 
 from compaction.cli import main
 from compaction.config import KcompactConfig, TopicConfig
-from compaction.errors import ConfigError, FencedError
+from compaction.errors import CommitConflictError, ConfigError
 from compaction.gc import collect_garbage
 from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
-from compaction.metadata import MetadataTable, SegmentState, acquire_fencing_epoch, table_in_store
+from compaction.metadata import MetadataTable, PartitionRows, SegmentState, acquire_fencing_epoch, table_in_store
 from compaction.reader import consumer_records, segment_ref
 from compaction.retention import Breach, expire
 from compaction.storage import ObjectStore
 from compaction.tier import tier_logdir
 
 execute_module = importlib.import_module("compaction.retention.execute")
+commit_module = importlib.import_module("compaction.metadata.commit")
 
 RETENTION_MS = 60_000
 SPEC = WorkloadSpec(topics=(TopicSpec("orders", 1), TopicSpec("users", 1)), records_per_partition=400, keys=60,
@@ -127,27 +128,27 @@ def test_cli(local_store: ObjectStore, logdir: Path, tmp_path: Path, capsys: pyt
 def test_an_expiry_that_loses_a_race_decides_again(local_store: ObjectStore, logdir: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A compaction takes the partition (a new fencing epoch) between the expiry's read and its commit: the commit
-    is refused, the expiry reads the partition again and commits under the new epoch. One that keeps losing raises
-    (exit 4), having committed nothing."""
+    conflicts, the expiry reads the partition again and commits under the new epoch. One that keeps losing raises
+    CommitConflictError (exit 4), having committed nothing."""
     table = table_in_store(local_store, create=True)
     tier_logdir(logdir, local_store, table, SPEC.start_ms)
     now = clock_expiring(table, 2)
-    real = execute_module.commit
+    real = commit_module._write
     races = {"left": 1}
 
-    def commit_after_a_race(table_: MetadataTable, change_set: object, now_ms: int) -> object:
-        if races["left"]:
+    def write_after_a_race(dt: object, rows: PartitionRows) -> object:
+        if races["left"] and rows.state.writer != "kcompact compact@test":
             races["left"] -= 1
-            acquire_fencing_epoch(table_, "orders", 0, "kcompact compact@test", now_ms)
-        return real(table_, change_set, now_ms)
+            acquire_fencing_epoch(table, "orders", 0, "kcompact compact@test", now)
+        return real(dt, rows)
 
-    monkeypatch.setattr(execute_module, "commit", commit_after_a_race)
+    monkeypatch.setattr(commit_module, "_write", write_after_a_race)
     report = expire(table, CONFIG, now)
     assert report.segments_expired == 2 and races["left"] == 0
     assert table.partition_snapshot("orders", 0).fencing_epoch == 1
 
     version = table.version()
     races["left"] = execute_module.ATTEMPTS
-    with pytest.raises(FencedError):
+    with pytest.raises(CommitConflictError):
         expire(table, CONFIG, clock_expiring(table, 1))
     assert table.version() == version + execute_module.ATTEMPTS, "only the racing compactions' epochs landed"

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from compaction import remote_log_metadata
-from compaction.metadata import MetadataTable
+from compaction.remote_log_metadata import RemoteTier
 
-Op = Callable[[MetadataTable, Mapping[str, Any]], Any]
+Op = Callable[[RemoteTier, Mapping[str, Any]], Any]
 
 
 def point(req: Mapping[str, Any]) -> str:
@@ -28,12 +28,12 @@ def point(req: Mapping[str, Any]) -> str:
 
 
 def crashing(op: Op, crash_dir: Path) -> Op:
-    def serve(table: MetadataTable, req: Mapping[str, Any]) -> Any:
+    def serve(tier: RemoteTier, req: Mapping[str, Any]) -> Any:
         armed = crash_dir / "armed"
         armed_at = armed.read_text().strip() if armed.is_file() else None
         if armed_at == point(req):
             hold(crash_dir, req)
-        result = op(table, req)
+        result = op(tier, req)
         if armed_at == f"after {point(req)}":
             hold(crash_dir, req)
         return result
