@@ -42,6 +42,11 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * machine (a listing read taking ~1 s) still stalled read_committed consumers, each retried fetch redoing the walk. A compaction's swap is served
  * within that time; a replaced segment's objects outlive it by {@code kcompact gc}'s grace (file.delete.delay.ms).
  *
+ * <p>A change of leadership drops the partition's listing too, and a listing whose read overlapped one is not kept: a
+ * broker becoming leader decides where its tiering resumes from the listing
+ * ({@code RemoteLogManager.findHighestRemoteOffset}, once per leadership), and one read while it followed lacks what
+ * the old leader tiered since. From that stale end it would copy again segments the tier already holds.
+ *
  * <p>Which rows the broker sees is {@link RemoteSegments}'s: live rows, and for
  * {@link #listRemoteLogSegments(TopicIdPartition)} the COPY_SEGMENT_STARTED ones too; never a zombie row nor one
  * being deleted (deleting a compaction's replaced segments after the grace period is {@code kcompact gc}'s job).
@@ -63,18 +68,15 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
     private int brokerId = -1;
     private long cacheNanos = TimeUnit.SECONDS.toNanos(5);
     private final Map<TopicIdPartition, Listing> listings = new ConcurrentHashMap<>();
-    private final AtomicLong writes = new AtomicLong();
+    /** Counts this broker's writes and leadership changes: a listing read across one of them is not kept. */
+    private final AtomicLong changes = new AtomicLong();
 
     private record Listing(RemoteSegments segments, long readAtNanos) {
     }
 
     @Override
     public void configure(Map<String, ?> configs) {
-        Object store = configs.get(STORE_CONFIG);
-        if (store == null) {
-            throw new IllegalArgumentException("rlmm.config." + STORE_CONFIG
-                    + " is required: kcompact's store directory or s3://bucket/prefix");
-        }
+        String store = StoreSetting.of(configs, "rlmm.config.");
         Object python = configs.get(PYTHON_CONFIG);
         Object broker = configs.get("broker.id");
         if (broker != null) {
@@ -86,7 +88,7 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         }
         try {
             Object endpoint = configs.get(ENDPOINT_CONFIG);
-            pipe = new MetadataPipe(python == null ? "python3" : python.toString(), store.toString(),
+            pipe = new MetadataPipe(python == null ? "python3" : python.toString(), store,
                     endpoint == null ? null : endpoint.toString());
         } catch (IOException | RemoteStorageException e) {
             throw new IllegalStateException("starting kcompact's metadata process for " + store + " failed: " + e, e);
@@ -128,14 +130,15 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         try {
             pipe.call(req);
         } finally {
-            writes.incrementAndGet();
+            changes.incrementAndGet();
             listings.remove(tp);
         }
     }
 
     /** The partition's segments: the listing read less than the cache time ago, else a fresh one. A listing whose
-     * read overlapped one of this broker's writes is used once and not kept. Threads wanting a stale listing read it
-     * once, one after the other (the pipe serializes them anyway): the first reads it, the others find it fresh. */
+     * read overlapped one of this broker's writes or a leadership change is used once and not kept. Threads wanting
+     * a stale listing read it once, one after the other (the pipe serializes them anyway): the first reads it, the
+     * others find it fresh. */
     private RemoteSegments segments(TopicIdPartition tp) throws RemoteStorageException {
         Listing kept = listings.get(tp);
         if (kept != null && System.nanoTime() - kept.readAtNanos() < cacheNanos) {
@@ -152,13 +155,13 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         if (kept != null && now - kept.readAtNanos() < cacheNanos) {
             return kept.segments();
         }
-        long writesBefore = writes.get();
+        long changesBefore = changes.get();
         List<SegmentRow> rows = new ArrayList<>();
         for (JsonNode row : pipe.call(request("segments", tp)).get("segments")) {
             rows.add(SegmentRow.of(tp, row));
         }
         RemoteSegments fresh = new RemoteSegments(rows);
-        if (writes.get() == writesBefore) {
+        if (changes.get() == changesBefore) {
             listings.put(tp, new Listing(fresh, now));
         }
         return fresh;
@@ -196,7 +199,11 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
 
     @Override
     public void onPartitionLeadershipChanges(Set<TopicIdPartition> leaders, Set<TopicIdPartition> followers) {
-        // Nothing to load: a listing is read when first asked for.
+        // Nothing to load (a listing is read when first asked for), but nothing read before may decide for the new
+        // role: RemoteLogManager calls this before it starts the new leader's copy task.
+        changes.incrementAndGet();
+        leaders.forEach(listings::remove);
+        followers.forEach(listings::remove);
     }
 
     @Override

@@ -44,16 +44,12 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager 
 
     @Override
     public void configure(Map<String, ?> configs) {
-        Object uri = configs.get(STORE_CONFIG);
-        if (uri == null) {
-            throw new IllegalArgumentException("rsm.config." + STORE_CONFIG
-                    + " is required: kcompact's store directory or s3://bucket/prefix");
-        }
+        String uri = StoreSetting.of(configs, "rsm.config.");
         PythonStore.Settings python = new PythonStore.Settings(text(configs, PYTHON_CONFIG, "python3"),
                 text(configs, ENDPOINT_CONFIG, null), Integer.parseInt(text(configs, CHUNK_BYTES_CONFIG, "4194304")),
                 Integer.parseInt(text(configs, THREADS_CONFIG, "8")));
         try {
-            store = SegmentStore.open(uri.toString(), python);
+            store = SegmentStore.open(uri, python);
         } catch (IOException e) {
             throw new IllegalStateException("opening kcompact's store " + uri + " failed: " + e, e);
         }
