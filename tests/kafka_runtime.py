@@ -1,7 +1,8 @@
 """Kafka itself, from the jars `make kafka` resolves into .kafka/libs (kafka/runtime/pom.xml, pinned).
 
-`KafkaBroker` is a single-node KRaft broker (broker and controller in one JVM) on 127.0.0.1 with free ports, its
-log dirs under a directory of the caller's; `run_tool` runs one of Kafka's command-line classes
+`KafkaBroker` is a KRaft node (broker and controller in one JVM) on 127.0.0.1 with free ports, its log dirs under a
+directory of the caller's: a single-node cluster by default, or one voter of several (`voters`, a shared
+`cluster_uuid`: tests/kafka_cluster.py); `run_tool` runs one of Kafka's command-line classes
 (`kafka.tools.DumpLogSegments`, the cleaner harness) on the same classpath. Nothing here skips: without the
 runtime, a test fails naming `make kafka`.
 """
@@ -100,16 +101,24 @@ BROKER_DEFAULTS: dict[str, str] = {
 @dataclass
 class KafkaBroker:
     """One KRaft node on 127.0.0.1. `start()` formats its log dir, starts it and waits until it answers a metadata
-    request; `stop()` (also on a failed start) ends it: SIGTERM, then SIGKILL after `stop_timeout` seconds."""
+    request; `stop()` (also on a failed start) ends it: SIGTERM, then SIGKILL after `stop_timeout` seconds.
+
+    Alone it is node 1 of a cluster of its own. As one node of several, it is given its `node_id`, its ports, the
+    `controller.quorum.voters` of all (`voters`) and the cluster's id (`cluster_uuid`), and `launch()` starts it
+    without waiting: a voter can only serve once a quorum of them runs."""
 
     workdir: Path
     overrides: Mapping[str, str] = field(default_factory=dict)
     jars: Sequence[str] = ()
     heap: str = "768m"
+    jvm_args: Sequence[str] = ()  # more JVM options, e.g. remote JMX for a test that reads the broker's metrics
     start_timeout: float = 90.0
     stop_timeout: float = 30.0
     port: int = 0
     controller_port: int = 0
+    node_id: int = 1
+    voters: str = ""
+    cluster_uuid: str = ""
     process: subprocess.Popen[bytes] | None = None
     _formatted: bool = False
 
@@ -128,7 +137,8 @@ class KafkaBroker:
     def properties(self) -> dict[str, str]:
         props = dict(BROKER_DEFAULTS)
         props.update({
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.voters or f"{self.node_id}@127.0.0.1:{self.controller_port}",
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "log.dirs": str(self.data_dir),
@@ -137,33 +147,40 @@ class KafkaBroker:
         return props
 
     def start(self) -> KafkaBroker:
+        self.launch()
+        try:
+            self.wait_serving()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def launch(self) -> None:
+        """Formats the log dir (the first time) and starts the JVM, without waiting for it to serve."""
         if not self.port:
             self.port, self.controller_port = free_port(), free_port()
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         config = self.workdir / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         if not self._formatted:
-            run_tool("kafka.tools.StorageTool", ["format", "-t", cluster_id(), "-c", str(config)],
+            run_tool("kafka.tools.StorageTool", ["format", "-t", self.cluster_uuid or cluster_id(), "-c", str(config)],
                      logs_dir=self.workdir / "logs", timeout=120)
             self._formatted = True
-        cmd = [java(), "-Xms128m", f"-Xmx{self.heap}", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={LOG4J}",
+        cmd = [java(), "-Xms128m", f"-Xmx{self.heap}", *self.jvm_args, "-XX:+UseSerialGC",
+               f"-Dlog4j2.configurationFile={LOG4J}",
                f"-Dkafka.logs.dir={self.workdir / 'logs'}", "-cp", classpath(*self.jars), "kafka.Kafka", str(config)]
         stderr = open(self.workdir / "logs" / "stderr.log", "ab")  # noqa: SIM115 (kept for the process's life)
         self.process = subprocess.Popen(cmd, stdout=stderr, stderr=stderr, start_new_session=True)
         stderr.close()
-        try:
-            self._wait_serving()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def restart(self) -> KafkaBroker:
         """Stops (cleanly, as `kafka-server-stop.sh`) and starts the same node on the same ports and log dirs."""
         self.stop()
         return self.start()
 
-    def _wait_serving(self) -> None:
+    def wait_serving(self) -> None:
+        """Returns once the node answers a metadata request naming a broker; a node that exits or does not serve
+        within `start_timeout` fails, with its logs' tails."""
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + self.start_timeout
@@ -171,7 +188,7 @@ class KafkaBroker:
             assert self.process is not None
             if self.process.poll() is not None:
                 raise RuntimeError(f"Kafka broker exited with {self.process.returncode} while starting: "
-                                   f"{self._tail()}")
+                                   f"{self.tail()}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                     pass
@@ -186,9 +203,10 @@ class KafkaBroker:
             except Exception:  # not yet: the controller may still be electing itself
                 time.sleep(0.2)
         raise TimeoutError(f"Kafka broker did not serve on {self.bootstrap} within {self.start_timeout} s: "
-                           f"{self._tail()}")
+                           f"{self.tail()}")
 
-    def _tail(self, lines: int = 30) -> str:
+    def tail(self, lines: int = 30) -> str:
+        """The last `lines` of the node's stderr and server.log, for a failure's message."""
         out = []
         for log in (self.workdir / "logs" / "stderr.log", self.server_log):
             if log.is_file():

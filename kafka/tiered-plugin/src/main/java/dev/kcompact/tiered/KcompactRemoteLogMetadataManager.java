@@ -15,6 +15,8 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.common.TopicIdPartition;
+import org.apache.kafka.common.metrics.Monitorable;
+import org.apache.kafka.common.metrics.PluginMetrics;
 import org.apache.kafka.server.log.remote.storage.RemoteLogMetadataManager;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadataUpdate;
@@ -57,7 +59,7 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * credentials from the broker's environment), {@code kcompact.metadata.cache.ms} how long a partition's listing is
  * reused.
  */
-public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadataManager {
+public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadataManager, Monitorable {
 
     public static final String STORE_CONFIG = "kcompact.store";
     public static final String PYTHON_CONFIG = "kcompact.python";
@@ -70,6 +72,7 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
     private final Map<TopicIdPartition, Listing> listings = new ConcurrentHashMap<>();
     /** Counts this broker's writes and leadership changes: a listing read across one of them is not kept. */
     private final AtomicLong changes = new AtomicLong();
+    private final TierMetrics metrics = new TierMetrics();
 
     private record Listing(RemoteSegments segments, long readAtNanos) {
     }
@@ -128,7 +131,7 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
     /** Commits {@code req}; whatever the outcome, the partition's listing is read afresh next time. */
     private void write(TopicIdPartition tp, ObjectNode req) throws RemoteStorageException {
         try {
-            pipe.call(req);
+            timed(req);
         } finally {
             changes.incrementAndGet();
             listings.remove(tp);
@@ -141,7 +144,9 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
      * others find it fresh. */
     private RemoteSegments segments(TopicIdPartition tp) throws RemoteStorageException {
         Listing kept = listings.get(tp);
-        if (kept != null && System.nanoTime() - kept.readAtNanos() < cacheNanos) {
+        boolean hit = kept != null && System.nanoTime() - kept.readAtNanos() < cacheNanos;
+        metrics.cache("listing", hit);
+        if (hit) {
             return kept.segments();
         }
         synchronized (listings) {
@@ -157,7 +162,7 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         }
         long changesBefore = changes.get();
         List<SegmentRow> rows = new ArrayList<>();
-        for (JsonNode row : pipe.call(request("segments", tp)).get("segments")) {
+        for (JsonNode row : timed(request("segments", tp)).get("segments")) {
             rows.add(SegmentRow.of(tp, row));
         }
         RemoteSegments fresh = new RemoteSegments(rows);
@@ -165,6 +170,30 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
             listings.put(tp, new Listing(fresh, now));
         }
         return fresh;
+    }
+
+    /** {@code pipe.call(req)}, its time and outcome recorded under its op. */
+    private JsonNode timed(ObjectNode req) throws RemoteStorageException {
+        String op = req.get("op").asText();
+        long start = System.nanoTime();
+        try {
+            JsonNode result = pipe.call(req);
+            metrics.call(op, System.nanoTime() - start, 0);
+            return result;
+        } catch (RemoteStorageException | RuntimeException e) {
+            metrics.error(op, TierMetrics.kindOf(e));
+            throw e;
+        }
+    }
+
+    /** Kafka's KIP-877 hook ({@link TierMetrics} lists what is published). */
+    @Override
+    public void withPluginMetrics(PluginMetrics pluginMetrics) {
+        metrics.gauge("python-queue-depth", "metadata calls waiting for or in the Python process",
+                () -> pipe == null ? 0 : pipe.pending());
+        metrics.gauge("python-restarts-total", "metadata processes started to replace one that died",
+                () -> pipe == null ? 0 : pipe.restarts());
+        metrics.bind(pluginMetrics);
     }
 
     @Override

@@ -9,6 +9,8 @@ import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.OutputStreamWriter;
 import java.nio.charset.StandardCharsets;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 
 /**
@@ -33,6 +35,24 @@ final class MetadataPipe implements AutoCloseable {
     private boolean broken;
     private boolean closed;
     private long lastVersion = -1;
+    private final AtomicInteger pending = new AtomicInteger();
+    private final AtomicLong restarts = new AtomicLong();
+
+    /** A failed call, with the kind of failure for the metrics: the kcompact error type the process answered
+     * ({@code FencedError}, {@code CommitConflictError}, ...), or {@code ProcessGone} when the process died or its
+     * pipe broke. */
+    static final class CallFailed extends RemoteStorageException {
+        private final String kind;
+
+        CallFailed(String kind, String message, Throwable cause) {
+            super(message, cause);
+            this.kind = kind;
+        }
+
+        String kind() {
+            return kind;
+        }
+    }
 
     /** Starts the process for {@code store} ({@code endpointUrl}: an S3 endpoint other than boto3's own, or null). */
     MetadataPipe(String python, String store, String endpointUrl) throws IOException, RemoteStorageException {
@@ -57,11 +77,12 @@ final class MetadataPipe implements AutoCloseable {
             return;
         }
         process.destroyForcibly();
+        restarts.incrementAndGet();
         try {
             start();
         } catch (IOException e) {
             broken = true;
-            throw new RemoteStorageException(where(op) + ": restarting the metadata process failed (" + e + ")", e);
+            throw new CallFailed("ProcessGone", where(op) + ": restarting the metadata process failed (" + e + ")", e);
         }
     }
 
@@ -69,8 +90,28 @@ final class MetadataPipe implements AutoCloseable {
         return JSON.createObjectNode().put("op", op);
     }
 
-    /** Sends {@code request} and returns its {@code result}; a kcompact error becomes a RemoteStorageException. */
-    synchronized JsonNode call(ObjectNode request) throws RemoteStorageException {
+    /** Calls waiting for the process or in flight. */
+    int pending() {
+        return pending.get();
+    }
+
+    /** Processes started to replace one that died. */
+    long restarts() {
+        return restarts.get();
+    }
+
+    /** Sends {@code request} and returns its {@code result}; a kcompact error becomes a {@link CallFailed}. Calls are
+     * served one at a time, in the order they get the pipe. */
+    JsonNode call(ObjectNode request) throws RemoteStorageException {
+        pending.incrementAndGet();
+        try {
+            return callAlone(request);
+        } finally {
+            pending.decrementAndGet();
+        }
+    }
+
+    private synchronized JsonNode callAlone(ObjectNode request) throws RemoteStorageException {
         String op = request.get("op").asText();
         if (closed) {
             throw new RemoteStorageException(where(op) + ": the metadata manager is closed (the broker is stopping)");
@@ -82,7 +123,7 @@ final class MetadataPipe implements AutoCloseable {
             requests.flush();
         } catch (IOException e) {
             broken = true;
-            throw new RemoteStorageException(where(op) + ": " + gone() + " (" + e + ")", e);
+            throw new CallFailed("ProcessGone", where(op) + ": " + gone() + " (" + e + ")", e);
         }
         return readAnswer(op);
     }
@@ -93,11 +134,11 @@ final class MetadataPipe implements AutoCloseable {
             line = answers.readLine();
         } catch (IOException e) {
             broken = true;
-            throw new RemoteStorageException(where(op) + ": reading the answer failed (" + e + ")", e);
+            throw new CallFailed("ProcessGone", where(op) + ": reading the answer failed (" + e + ")", e);
         }
         if (line == null) {
             broken = true;
-            throw new RemoteStorageException(where(op) + ": " + gone());
+            throw new CallFailed("ProcessGone", where(op) + ": " + gone(), null);
         }
         JsonNode answer;
         try {
@@ -108,8 +149,9 @@ final class MetadataPipe implements AutoCloseable {
         }
         if (!answer.path("ok").asBoolean()) {
             long version = versionOf(answer, lastVersion);
-            throw new RemoteStorageException(table(op, "table version " + version) + ": "
-                    + answer.path("type").asText() + ": " + answer.path("error").asText());
+            String kind = answer.path("type").asText();
+            throw new CallFailed(kind, table(op, "table version " + version) + ": " + kind + ": "
+                    + answer.path("error").asText(), null);
         }
         JsonNode result = answer.get("result");
         lastVersion = versionOf(result, lastVersion);

@@ -53,6 +53,7 @@ final class PythonStore implements SegmentStore {
     private final String store;
     private final Settings settings;
     private final AtomicLong ids = new AtomicLong();
+    private final AtomicLong restarts = new AtomicLong();
     private Worker worker;
     private boolean closed;
 
@@ -132,9 +133,20 @@ final class PythonStore implements SegmentStore {
         }
         if (!worker.process.isAlive() || worker.failed) {
             worker.stop();
+            restarts.incrementAndGet();
             worker = new Worker();
         }
         return worker;
+    }
+
+    @Override
+    public int pending() {
+        return worker.waiting.size();
+    }
+
+    @Override
+    public long restarts() {
+        return restarts.get();
     }
 
     @Override

@@ -28,6 +28,16 @@ interface SegmentStore extends AutoCloseable {
     /** Deletes {@code key}; idempotent. */
     void delete(String key) throws IOException;
 
+    /** Requests waiting for or in a helper process (the metrics' queue depth); 0 for a store without one. */
+    default int pending() {
+        return 0;
+    }
+
+    /** Helper processes started to replace one that died; 0 for a store without one. */
+    default long restarts() {
+        return 0;
+    }
+
     /** Where {@code key} is, as messages name it. */
     String uri(String key);
 
