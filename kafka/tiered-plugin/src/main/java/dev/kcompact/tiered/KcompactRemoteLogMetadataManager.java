@@ -202,6 +202,14 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         return segments(tp).segmentFor(leaderEpoch, offset);
     }
 
+    /** KIP-1058 (Kafka 4.0): answered from the rows' transaction-index flag, not by Kafka's default (the segment
+     * holding {@code offset}, whose index the broker would fetch only to find it empty). */
+    @Override
+    public Optional<RemoteLogSegmentMetadata> nextSegmentWithTxnIndex(TopicIdPartition tp, int leaderEpoch, long offset)
+            throws RemoteStorageException {
+        return segments(tp).nextWithTxnIndex(leaderEpoch, offset);
+    }
+
     @Override
     public Optional<Long> highestOffsetForEpoch(TopicIdPartition tp, int leaderEpoch) throws RemoteStorageException {
         return segments(tp).highestOffsetForEpoch(leaderEpoch);

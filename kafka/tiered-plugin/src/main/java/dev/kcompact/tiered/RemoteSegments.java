@@ -35,6 +35,14 @@ final class RemoteSegments {
         return Optional.of(floor.metadata());
     }
 
+    /** KIP-1058's lookup: the first live segment holding {@code epoch} whose part under it reaches {@code offset}
+     * and that has a transaction index. A read_committed fetch from the tier walks only these for aborted
+     * transactions ({@code RemoteLogManager.findNextSegmentWithTxnIndex}), instead of every later segment. */
+    Optional<RemoteLogSegmentMetadata> nextWithTxnIndex(int epoch, long offset) {
+        return live(epoch).filter(r -> r.epochEnd(epoch) >= offset && !r.metadata().isTxnIdxEmpty())
+                .map(SegmentRow::metadata).findFirst();
+    }
+
     Optional<Long> highestOffsetForEpoch(int epoch) {
         return live(epoch).map(r -> r.epochEnd(epoch)).max(Long::compare);
     }

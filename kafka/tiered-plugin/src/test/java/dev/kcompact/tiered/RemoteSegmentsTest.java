@@ -21,8 +21,13 @@ class RemoteSegmentsTest {
 
     private static SegmentRow row(long start, long end, Map<Integer, Long> epochs, RemoteLogSegmentState state,
                                   boolean live) {
+        return row(start, end, epochs, state, live, false);
+    }
+
+    private static SegmentRow row(long start, long end, Map<Integer, Long> epochs, RemoteLogSegmentState state,
+                                  boolean live, boolean txnIndex) {
         return new SegmentRow(new RemoteLogSegmentMetadata(new RemoteLogSegmentId(TP, Uuid.randomUuid()), start, end,
-                0, 1, 0, (int) (end - start + 1), Optional.empty(), state, new TreeMap<>(epochs), true), live);
+                0, 1, 0, (int) (end - start + 1), Optional.empty(), state, new TreeMap<>(epochs), !txnIndex), live);
     }
 
     private static SegmentRow live(long start, long end, Map<Integer, Long> epochs) {
@@ -59,6 +64,22 @@ class RemoteSegmentsTest {
         assertEquals(Optional.of(199L), segments.highestOffsetForEpoch(3));
         assertEquals(Optional.empty(), segments.highestOffsetForEpoch(2));
         assertEquals(200L, segments.sizeForEpoch(1));
+    }
+
+    @Test
+    void theNextSegmentWithATransactionIndexSkipsThoseWithout() {
+        SegmentRow plain = live(0, 99, Map.of(0, 0L));
+        SegmentRow aborted = row(100, 199, Map.of(0, 100L, 1, 150L), RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                true, true);
+        SegmentRow deleted = row(200, 299, Map.of(1, 200L), RemoteLogSegmentState.DELETE_SEGMENT_STARTED, false, true);
+        SegmentRow later = row(300, 399, Map.of(1, 300L), RemoteLogSegmentState.COPY_SEGMENT_FINISHED, true, true);
+        RemoteSegments log = new RemoteSegments(List.of(later, deleted, aborted, plain));
+        assertEquals(Optional.of(aborted.metadata()), log.nextWithTxnIndex(0, 0));
+        assertEquals(Optional.of(aborted.metadata()), log.nextWithTxnIndex(0, 149));
+        assertEquals(Optional.empty(), log.nextWithTxnIndex(0, 150), "epoch 0 ends at 149");
+        assertEquals(Optional.of(aborted.metadata()), log.nextWithTxnIndex(1, 150));
+        assertEquals(Optional.of(later.metadata()), log.nextWithTxnIndex(1, 200), "not the row being deleted");
+        assertEquals(Optional.empty(), log.nextWithTxnIndex(1, 400));
     }
 
     @Test
