@@ -5,10 +5,14 @@ so both answer the same question the same way:
 
 - control records are never emitted;
 - read_uncommitted (Kafka's default) returns every data record;
-- read_committed drops records of aborted transactions, identified as the consumer does, from the
-  aborted-transaction index: a transactional batch of producer P whose offsets fall within an
-  AbortedTxn(P, firstOffset .. lastOffset = the ABORT marker) is skipped. Transactions still open at the
-  end of the log (no marker yet) are not returned either, since a read_committed consumer stops at the LSO.
+- read_committed stops at the log's last stable offset (LSO), as a consumer does (a broker answers its fetch
+  with nothing at or past it, and ListOffsets at read_committed with the LSO): the first offset of the
+  earliest transaction still open at the end of the log (no marker yet, in the tier or the WAL tail), or the
+  log end when none is open. A read from the LSO or past it returns nothing. Below it, records of aborted
+  transactions are dropped, identified as the consumer does, from the aborted-transaction index: a
+  transactional batch of producer P whose offsets fall within an AbortedTxn(P, firstOffset .. lastOffset =
+  the ABORT marker) is skipped. So committed records written after a transaction that is still open are not
+  returned until it ends, however many there are.
 
 The log is the partition's live segments, then its WAL tail (`compaction.wal`): a slice of a combined
 object is read with a ranged GET of just its bytes, and since the WAL has no transaction index, its
@@ -39,7 +43,7 @@ from compaction.errors import (
 from compaction.format.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK, Record, RecordBatch
 from compaction.format.control import ControlType, parse_control_record
 from compaction.format.indexes import AbortedTxn, offset_index_lookup, read_offset_index, read_txn_index
-from compaction.format.scan import batch_fields, scan_records
+from compaction.format.scan import CONSUMER_SCHEMA, batch_fields, scan_records
 from compaction.format.scan_kernels import (
     BATCH_ATTRIBUTES,
     BATCH_BASE_OFFSET,
@@ -70,14 +74,21 @@ class Isolation(StrEnum):
 
 @dataclass(frozen=True)
 class ConsumerRead:
-    """How a consumer reads the pieces of a log: from `from_offset`, at `isolation`; read_committed skips the
-    transactions `aborted` (producerId -> [(firstOffset, lastOffset)]) and those still open (`unstable_from`:
-    producerId -> first offset), both found once for the whole log (`log_transactions`)."""
+    """How a consumer reads the pieces of a log: from `from_offset`, at `isolation`, up to `stable_offset`
+    (excluded; None: to the end of each piece); read_committed skips the transactions `aborted`
+    (producerId -> [(firstOffset, lastOffset)]) and those still open (`unstable_from`: producerId -> first
+    offset). `consumer_read` finds all three once for the whole log, with `stable_offset` its last stable
+    offset; `verify`'s view instead reads below a log end of its own, past open transactions, skipping them."""
 
     from_offset: int = 0
     isolation: Isolation = Isolation.READ_UNCOMMITTED
     aborted: Mapping[int, Sequence[tuple[int, int]]] = field(default_factory=dict)
     unstable_from: Mapping[int, int] = field(default_factory=dict)
+    stable_offset: int | None = None
+
+    def last_offset(self, seg: SegmentRef) -> int:
+        """The last offset of `seg` this read may return (below `start_offset` when it returns none of it)."""
+        return seg.end_offset if self.stable_offset is None else min(seg.end_offset, self.stable_offset - 1)
 
 
 FROM_START = ConsumerRead()
@@ -179,10 +190,13 @@ def segment_records(store: ObjectStore, seg: SegmentRef, read: ConsumerRead = FR
     Reading from an offset inside the segment fetches only the bytes from the offset index's entry for it on
     (a ranged GET, as a broker serves a fetch); errors still name the position in the whole object.
     """
+    high = read.last_offset(seg)
+    if high < max(read.from_offset, seg.start_offset):
+        return
     uri, data, position, low = _fetched(store, seg, read.from_offset)
     try:
         for _pos, batch in iter_batches(data, obj=uri):
-            if batch.base_offset > seg.end_offset:
+            if batch.base_offset > high:
                 break
             if batch.is_control or batch.last_offset < low:
                 continue
@@ -192,7 +206,7 @@ def segment_records(store: ObjectStore, seg: SegmentRef, read: ConsumerRead = FR
                 first_open = read.unstable_from.get(batch.producer_id)
                 if first_open is not None and batch.base_offset >= first_open:
                     continue
-            yield from (r for r in batch.records if low <= r.offset <= seg.end_offset)
+            yield from (r for r in batch.records if low <= r.offset <= high)
     except CorruptInputError as exc:  # positions in the fetched tail -> positions in the object
         raise exc.located(uri, position) from None
 
@@ -213,7 +227,11 @@ def segment_batches(store: ObjectStore, seg: SegmentRef, read: ConsumerRead = FR
     records, fetched and checked the same way, with no Python per record.
 
     `keys`: only the keyed records whose key it keeps (given the key column of the records read, it returns a mask
-    over them), decided before any value or header is built."""
+    over them), decided before any value or header is built. A read of none of its records is one empty batch."""
+    high = read.last_offset(seg)
+    if high < max(read.from_offset, seg.start_offset):
+        yield pa.RecordBatch.from_pylist([], schema=CONSUMER_SCHEMA)
+        return
     uri, data, position, low = _fetched(store, seg, read.from_offset)
     try:
         scan = scan_records(data, obj=uri)
@@ -224,7 +242,7 @@ def segment_batches(store: ObjectStore, seg: SegmentRef, read: ConsumerRead = FR
     if read.isolation is Isolation.READ_COMMITTED:
         keep &= ~_uncommitted(fields, read.aborted, read.unstable_from)
     offsets = scan.ranges[RECORD_OFFSET]
-    take = np.flatnonzero(keep[scan.ranges[RECORD_BATCH]] & (offsets >= low) & (offsets <= seg.end_offset))
+    take = np.flatnonzero(keep[scan.ranges[RECORD_BATCH]] & (offsets >= low) & (offsets <= high))
     if keys is not None:
         column = scan.keys(take)
         take = take[np.asarray(column.is_valid(), bool) & np.asarray(keys(column), bool)]
@@ -397,9 +415,15 @@ def last_stable_offset(store: ObjectStore, segments: Sequence[SegmentRef], from_
     `from_offset`'s on: a transaction that began below an earlier LSO had its marker by then. 0 for an empty log.
     """
     pieces = sorted(segments, key=lambda s: s.start_offset)
-    end = max((seg.end_offset + 1 for seg in pieces), default=0)
     open_txns = open_transactions(b for seg in pieces if seg.end_offset >= from_offset
                                   for b in _within(seg, _transactional_batches(store, seg)))
+    return _stable_offset(pieces, open_txns)
+
+
+def _stable_offset(segments: Iterable[SegmentRef], open_txns: Mapping[int, int]) -> int:
+    """The last stable offset of the log of `segments` whose transactions `open_txns` (producerId -> first offset)
+    are still open at its end: the earliest of those first offsets, else the log end (0 for an empty log)."""
+    end = max((seg.end_offset + 1 for seg in segments), default=0)
     return min([end, *open_txns.values()])
 
 
@@ -446,9 +470,10 @@ def consumer_records(
     from_offset: int = 0,
     isolation: Isolation = Isolation.READ_UNCOMMITTED,
 ) -> Iterator[Record]:
-    """Every record a consumer starting at `from_offset` would receive, in offset order."""
+    """Every record a consumer starting at `from_offset` would receive, in offset order (read_committed: below the
+    log's last stable offset)."""
     read = consumer_read(store, segments, from_offset, isolation)
-    for seg in consumer_pieces(segments, from_offset):
+    for seg in consumer_pieces(segments, read):
         yield from segment_records(store, seg, read)
 
 
@@ -461,22 +486,33 @@ def consumer_batches(
 ) -> Iterator[pa.RecordBatch]:
     """`consumer_records` as Arrow batches (`segment_batches`), in offset order."""
     read = consumer_read(store, segments, from_offset, isolation)
-    for seg in consumer_pieces(segments, from_offset):
+    for seg in consumer_pieces(segments, read):
         yield from segment_batches(store, seg, read)
 
 
-def consumer_read(store: ObjectStore, segments: Sequence[SegmentRef], from_offset: int, isolation: Isolation
-                  ) -> ConsumerRead:
-    """How a consumer from `from_offset` reads the log of `segments`: for read_committed, with the log's aborted
-    and still-open transactions (`log_transactions`), found once for all its pieces."""
-    if isolation is Isolation.READ_COMMITTED:
-        return ConsumerRead(from_offset, isolation, *log_transactions(store, segments))
-    return ConsumerRead(from_offset, isolation)
+def consumer_read(store: ObjectStore, segments: Sequence[SegmentRef], from_offset: int, isolation: Isolation, *,
+                  stable_offset: int | None = None) -> ConsumerRead:
+    """How a consumer from `from_offset` reads the log of `segments` (all of it: a transaction still open that began
+    below `from_offset` holds the read back too). read_committed stops at the log's last stable offset and skips its
+    aborted transactions, all found once for all its pieces (`log_transactions`); read_uncommitted reads to the end.
+
+    `stable_offset`: the log's last stable offset, when the caller found it already (a table run's plan, with
+    `last_stable_offset`); then only the pieces from `from_offset`'s on are read, for their aborted transactions
+    (one with records there has its marker there too), rather than the whole log's batch headers.
+    """
+    if isolation is not Isolation.READ_COMMITTED:
+        return ConsumerRead(from_offset, isolation)
+    if stable_offset is not None:
+        aborted, open_txns = log_transactions(store, [seg for seg in segments if seg.end_offset >= from_offset])
+        return ConsumerRead(from_offset, isolation, aborted, open_txns, stable_offset)
+    aborted, open_txns = log_transactions(store, segments)
+    return ConsumerRead(from_offset, isolation, aborted, open_txns, _stable_offset(segments, open_txns))
 
 
-def consumer_pieces(segments: Sequence[SegmentRef], from_offset: int) -> list[SegmentRef]:
-    """The pieces of the log a consumer from `from_offset` reads, in offset order."""
-    return [seg for seg in sorted(segments, key=lambda s: s.start_offset) if seg.end_offset >= from_offset]
+def consumer_pieces(segments: Sequence[SegmentRef], read: ConsumerRead) -> list[SegmentRef]:
+    """The pieces of the log `read` reads (from its `from_offset`, below its `stable_offset`), in offset order."""
+    return [seg for seg in sorted(segments, key=lambda s: s.start_offset)
+            if seg.end_offset >= read.from_offset and read.last_offset(seg) >= seg.start_offset]
 
 
 def row_json(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -217,6 +217,95 @@ def transactions_across_tier_and_wal(store: ObjectStore, logdir: Path, now_ms: i
     upload_logdir(logdir, store, now_ms)
     return log
 
+
+OPEN_IN_TIER, OPEN_IN_WAL = 9, 19
+"""The producers whose transaction `open_transactions_mid_log` leaves open: in orders-0's tier, in orders-1's WAL."""
+
+
+def open_transactions_mid_log(store: ObjectStore, logdir: Path, now_ms: int) -> tuple[ScenarioLog, ScenarioLog]:
+    """orders-0 and orders-1, each with a transaction left open mid-log and committed records after it.
+
+    orders-0: producer 9's (`OPEN_IN_TIER`) opens at offset 6, in the tier, and writes on in the WAL tail; below it
+    are a committed transaction, producer 7's whose ABORT and producer 8's whose COMMIT come later, in the WAL; after
+    it, plain records and committed transactions in the tier and the WAL. orders-1: producer 19's (`OPEN_IN_WAL`)
+    opens in the WAL tail, after an aborted and a committed transaction that began in the tier and end in the WAL.
+    The first rolls are tiered; the active segments are uploaded as small combined objects holding both partitions.
+    """
+    from compaction.wal.upload import upload_logdir
+
+    tiered = ScenarioLog("orders", now_ms - 5000)
+    aborted, committed, still_open, later = (tiered.producer(p) for p in (7, 8, OPEN_IN_TIER, 10))
+    tiered.record(1, b"a")  # 0
+    committed([2, 3])  # 1, 2
+    tiered.commit(8)  # 3
+    aborted([4])  # 4: aborted in the WAL
+    committed([5])  # 5: committed in the WAL
+    still_open([6, 7])  # 6, 7: the last stable offset
+    tiered.record(8, b"b")
+    later([9])
+    tiered.commit(10)
+    tiered.roll()
+    tiered.record(11, b"c")
+    tiered.abort(7)
+    tiered.commit(8)
+    still_open([12])
+    tiered.record(13, b"d")
+    later([14])
+    tiered.commit(10)
+
+    in_wal = ScenarioLog("orders", now_ms - 5000, partition=1)
+    aborted, committed, still_open = (in_wal.producer(p) for p in (17, 18, OPEN_IN_WAL))
+    in_wal.record(21, b"e")
+    committed([22])
+    in_wal.commit(18)
+    aborted([23])
+    committed([24])
+    in_wal.roll()
+    in_wal.record(25, b"f")
+    in_wal.abort(17)
+    still_open([26, 27])
+    in_wal.record(28, b"g")
+    in_wal.commit(18)
+    in_wal.record(29, b"h")
+    logs = (tiered, in_wal)
+    tier(logs, logdir, store, now_ms)
+    upload_logdir(logdir, store, now_ms, max_object_bytes=400)
+    return logs
+
+
+def consumed(batches: Sequence[RecordBatch], isolation: Isolation = Isolation.READ_UNCOMMITTED,
+             from_offset: int = 0) -> list[tuple[int, bytes]]:
+    """(offset, value) of what a consumer from `from_offset` reads of the log `batches`, computed plainly: control
+    records never; with read_committed, only the records below the last stable offset (the first offset of the
+    earliest transaction with no marker at the end of the log, else the log end), and not those of aborted
+    transactions."""
+    outcome: dict[tuple[int, int], ControlType | None] = {}  # (producer, first offset) -> its marker's type
+    first: dict[int, int] = {}
+    for b in batches:
+        if b.is_transactional and b.is_control:
+            start = first.pop(b.producer_id, None)
+            if start is not None:
+                outcome[b.producer_id, start] = batch_control_type(b)
+        elif b.is_transactional:
+            first.setdefault(b.producer_id, b.base_offset)
+    stable = min(first.values(), default=batches[-1].next_offset if batches else 0)
+    out: list[tuple[int, bytes]] = []
+    current: dict[int, int] = {}
+    for b in batches:
+        if b.is_control:
+            current.pop(b.producer_id, None)
+            continue
+        if isolation is Isolation.READ_COMMITTED:
+            if b.base_offset >= stable:
+                break
+            if b.is_transactional:
+                start = current.setdefault(b.producer_id, b.base_offset)
+                if outcome.get((b.producer_id, start)) is not ControlType.COMMIT:
+                    continue
+        out.extend((r.offset, r.value or b"") for r in b.records if r.offset >= from_offset)
+    return out
+
+
 @dataclass(frozen=True)
 class Pass:
     """A committed pass, and every offset-strategy partition whose consumer view it changed (before, after)."""

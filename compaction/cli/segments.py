@@ -24,9 +24,13 @@ Read a partition from its live remote segments and then its WAL tail (combined o
 upload`, read with ranged GETs of just the partition's bytes) in offset order, as a consumer would: one JSON object
 per record,
 {offset, timestamp, key, value, headers: [{key, value}]}, with key, value and header values base64-encoded (null
-stays null). Control records are not emitted. read_committed also drops records of aborted (and still open)
-transactions. A partition the store does not hold (no metadata row and no WAL object names it) is exit code 2, as
-Kafka answers UNKNOWN_TOPIC_OR_PARTITION, not an empty read.
+stays null). Control records are not emitted. read_committed stops at the last stable offset, as a Kafka consumer
+does: the first offset of the earliest transaction still open at the end of the log (tier or WAL tail), or the log
+end when none is open; below it, it drops records of aborted transactions. So --from-offset at or past the last
+stable offset prints nothing (exit 0), and committed records written after a transaction still open appear only
+once it commits or aborts. read_uncommitted reads to the log end. A partition the store does not hold (no
+metadata row and no WAL object names it) is exit code 2, as Kafka answers UNKNOWN_TOPIC_OR_PARTITION, not an empty
+read.
 """
 
 

@@ -1,6 +1,7 @@
 """`read_partition`: a partition's consumer view as a DataFrame, one Spark task per live segment or WAL slice.
 
-The driver reads only metadata (and, for read_committed, the transaction indexes and open transactions);
+The driver reads only metadata (and, for read_committed, the transaction indexes and the batch headers that tell
+which transactions are still open: the read stops at the log's last stable offset, as a consumer does);
 executors open the store themselves from its picklable `StoreSpec` and decode their piece into Arrow columns
 with the compaction scan's kernels (`compaction.reader.segment_batches`): no Python per record. Its records are
 those of `kcompact read`'s record-by-record path (`reader.segment_records`), tested against each other.
@@ -69,24 +70,27 @@ def _decoder(spec: StoreSpec, read: ConsumerRead, pieces: Sequence[SegmentRef]
     return decode
 
 
-def partition_read(store: ObjectStore, refs: Sequence[SegmentRef], from_offset: int, isolation: Isolation
-                   ) -> tuple[ConsumerRead, list[SegmentRef]]:
-    """How a consumer from `from_offset` reads the log of `refs` (`reader.log_refs`): the transactions it skips,
-    found by the driver, and the pieces it reads, in offset order (`segment_batches` decodes each).
+def partition_read(store: ObjectStore, refs: Sequence[SegmentRef], from_offset: int, isolation: Isolation, *,
+                   stable_offset: int | None = None) -> tuple[ConsumerRead, list[SegmentRef]]:
+    """How a consumer from `from_offset` reads the log of `refs` (`reader.log_refs`, the whole log): where it stops
+    and the transactions it skips, found by the driver (`reader.consumer_read`; `stable_offset` when the caller
+    knows the last stable offset already), and the pieces it reads, in offset order (`segment_batches` decodes
+    each). At read_committed, none at or past the last stable offset.
 
     Raises:
         ConfigError: a negative `from_offset` (a consumer cannot seek there).
     """
     if from_offset < 0:
         raise ConfigError(f"from_offset {from_offset}: offsets start at 0")
-    refs = [r for r in refs if r.end_offset >= from_offset]
-    return consumer_read(store, refs, from_offset, isolation), consumer_pieces(refs, from_offset)
+    read = consumer_read(store, refs, from_offset, isolation, stable_offset=stable_offset)
+    return read, consumer_pieces(refs, read)
 
 
 def read_refs(spark: SparkSession, store: ObjectStore, refs: Sequence[SegmentRef], from_offset: int,
-              isolation: Isolation) -> DataFrame:
-    """`read_partition` of a log already resolved into pieces (a run that read the metadata once)."""
-    read, pieces = partition_read(store, refs, from_offset, isolation)
+              isolation: Isolation, *, stable_offset: int | None = None) -> DataFrame:
+    """`read_partition` of a log already resolved into pieces (a run that read the metadata once), its last stable
+    offset too if the run found it (`partition_read`)."""
+    read, pieces = partition_read(store, refs, from_offset, isolation, stable_offset=stable_offset)
     ids = spark.range(0, len(pieces), 1, max(1, len(pieces)))
     return ids.mapInArrow(_decoder(store.spec, read, pieces), RECORD_STRUCT)
 
@@ -105,7 +109,9 @@ def read_partition(
 
     Columns: offset, timestamp, key (binary), value (binary), headers (array<struct<key, value>>). Reads the
     live segments at metadata table `version` (default: the latest), then the WAL tail (`compaction.wal`), one
-    task per segment or WAL slice. Idempotent; reads only.
+    task per segment or WAL slice. `isolation="read_committed"` stops at the log's last stable offset (the first
+    offset of the earliest transaction still open, else the log end), as a Kafka consumer does: a read from it
+    or past it is empty. Idempotent; reads only.
 
     Offset order without a sort: partition i holds the i-th piece of the log, each in offset order, so what
     keeps partitions in order (`collect`, `toLocalIterator`, `toPandas`, `limit`, filters and projections, a

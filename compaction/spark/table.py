@@ -94,8 +94,9 @@ def topic_records(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Se
     `fresh`: at or above from_offset."""
     frames = []
     for span in spans:
-        view = read_refs(spark, store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED)
-        frames.append(view.where((F.col("offset") < span.to_offset) & F.col("key").isNotNull()).select(
+        view = read_refs(spark, store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED,
+                         stable_offset=span.to_offset)
+        frames.append(view.where(F.col("key").isNotNull()).select(
             F.lit(span.partition).cast("int").alias(PARTITION_COLUMN), "key", "value", "offset", "timestamp",
             "headers", (F.col("offset") >= span.from_offset).alias("fresh")))
     return frames
@@ -370,24 +371,19 @@ def _rebuilder(spec: StoreSpec, location: Location, schema: pa.Schema, strategy:
             for ids in batches:
                 for i in ids.column(0).to_pylist():
                     span, read, pieces, bucket, buckets = tasks[i]
-                    held = _held_records(store, span, read, pieces, _bucket(bucket, buckets))
+                    held = _held_records(store, read, pieces, _bucket(bucket, buckets))
                     sink.add(table_rows_of(held, span.partition, span.from_offset, strategy, header, schema))
             yield sink.files()
 
     return rebuild
 
 
-def _held_records(store: ObjectStore, span: PartitionSpan, read: ConsumerRead, pieces: Sequence[SegmentRef],
+def _held_records(store: ObjectStore, read: ConsumerRead, pieces: Sequence[SegmentRef],
                   keys: Callable[[pa.Array], np.ndarray] | None) -> list[pa.Table]:
-    """The keyed committed records of `pieces` below the span's `to_offset` (of the keys `keys` keeps)."""
-    held = []
-    for piece in pieces:
-        for batch in segment_batches(store, piece, read, keys=keys):
-            records = pa.Table.from_batches([batch])
-            if piece.end_offset >= span.to_offset:
-                records = records.filter(pc.less(records["offset"], span.to_offset))
-            held.append(records)
-    return held
+    """The keyed committed records of `pieces` below the span's `to_offset`, where its `read` stops (of the keys
+    `keys` keeps)."""
+    return [pa.Table.from_batches([batch]) for piece in pieces
+            for batch in segment_batches(store, piece, read, keys=keys)]
 
 
 UPDATE_TASK_BYTES = REBUILD_TASK_BYTES
@@ -429,7 +425,8 @@ def update_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Seq
     committed."""
     tasks = []
     for span in spans:
-        read, pieces = partition_read(store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED)
+        read, pieces = partition_read(store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED,
+                                      stable_offset=span.to_offset)
         tasks.append((span, read, pieces, tuple(files.get(span.partition, ()))))
     sizes = [span.segment_bytes + sum(f.size for f in old) for span, _, _, old in tasks]
     on_driver = sum(sizes) <= DRIVER_UPDATE_BYTES
@@ -475,7 +472,7 @@ def _updater(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: C
             sink = _FileSink(location, schema, tmp)
             for ids in batches:
                 for span, read, pieces, old in (task for i in ids.column(0).to_pylist() for task in groups[i]):
-                    held = _held_records(store, span, read, pieces, None)
+                    held = _held_records(store, read, pieces, None)
                     rows, changed = table_changes_of(held, span.partition, span.from_offset, strategy, header, schema)
                     for f in old:
                         data = pa.BufferReader(tables.view(location.file_key(f.path)))
@@ -513,7 +510,8 @@ def rebuild_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Se
     visible until committed."""
     tasks = []
     for span, buckets in spans:
-        read, pieces = partition_read(store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED)
+        read, pieces = partition_read(store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED,
+                                      stable_offset=span.to_offset)
         tasks += [(span, read, pieces, bucket, buckets) for bucket in range(buckets)]
     ids = spark.range(0, len(tasks), 1, max(1, len(tasks)))
     rebuild = _rebuilder(store.spec, location, schema, strategy, header, tasks)

@@ -4,7 +4,9 @@ For one partition, the latest-per-key view is read at an earlier table version (
 travel) and at a later one (`after`, the latest by default), both as a read_committed consumer sees them and
 with keys ranked by the topic's `compaction.strategy` (KIP-280; offset if no config is given). Only offsets
 below `before`'s log end are compared, so segments tiered in between change nothing; transactions still open
-at `before` stay excluded at `after` too. Compaction may change that view in exactly one way:
+at `before` stay excluded at `after` too. Unlike a consumer (`kcompact read`), the views do not stop at the last
+stable offset: only an open transaction's own records are left out, so the committed records after it, which
+compaction must leave alone too, are compared as well. Compaction may change that view in exactly one way:
 
 - a key whose winner at `before` was a **tombstone** may vanish, if the tombstone lay below the cleaner
   offset and was dropped at or after its delete horizon (KIP-534: `now >= deleteHorizonMs`). The horizon is

@@ -1,9 +1,10 @@
 """The latest-per-key view of a partition at one metadata table version, and what replaced segments testify.
 
-`read_view` reads a partition as a read_committed consumer does (the reader's functions, segment by segment)
-and keeps each key's winner under KIP-280's rule (`compaction.strategies.ranking`, the reference every other
-form of the rule is tested against), plus every record of the region compaction must leave alone. `tombstone_evidence`
-reads the replaced segments that carried a vanished tombstone: its delete horizon, and the clock of the run
+`read_view` reads a partition as a read_committed consumer does (the reader's functions, segment by segment),
+but on past a transaction still open (skipping only its records) to the compared log end, and keeps each key's
+winner under KIP-280's rule (`compaction.strategies.ranking`, the reference every other form of the rule is tested
+against), plus every record of the region compaction must leave alone. `tombstone_evidence` reads the replaced
+segments that carried a vanished tombstone: its delete horizon, and the clock of the run
 that dropped it. Reads only.
 """
 

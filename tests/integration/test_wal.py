@@ -20,7 +20,6 @@ from compaction.errors import (
     TransientStoreError,
     TruncatedSegmentError,
 )
-from compaction.format.batch import RecordBatch
 from compaction.gc import collect_garbage
 from compaction.metadata import SegmentState, table_in_store
 from compaction.reader import Isolation, consumer_records, log_refs
@@ -29,7 +28,7 @@ from compaction.wal import table as wal_table_module
 from compaction.wal.model import objects_to_arrow
 from compaction.wal.table import WalTable
 from compaction.wal.upload import upload_logdir
-from tests.scenario_log import ScenarioLog, tier, transactions_across_tier_and_wal
+from tests.scenario_log import ScenarioLog, consumed, tier, transactions_across_tier_and_wal
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -46,37 +45,6 @@ def filled(topic: str, partition: int = 0, n: int = 30, *, epoch: int = 0, roll_
         if (i + 1) % roll_every == 0:
             log.roll()
     return log
-
-
-def expected(batches: list[RecordBatch], isolation: Isolation = Isolation.READ_UNCOMMITTED) -> list[tuple[int, bytes]]:
-    """What a consumer reads from `batches`, computed plainly: control records never; with read_committed, not the
-    records of aborted transactions nor of transactions without a marker."""
-    from compaction.format.control import ControlType, batch_control_type
-
-    outcome: dict[tuple[int, int], str] = {}  # (producer, first offset) -> commit | abort
-    first: dict[int, int] = {}
-    for b in batches:
-        if not b.is_transactional:
-            continue
-        if b.is_control:
-            start = first.pop(b.producer_id, None)
-            if start is not None:
-                kind = batch_control_type(b)
-                outcome[b.producer_id, start] = "abort" if kind is ControlType.ABORT else "commit"
-        else:
-            first.setdefault(b.producer_id, b.base_offset)
-    out: list[tuple[int, bytes]] = []
-    current: dict[int, int] = {}
-    for b in batches:
-        if b.is_control:
-            current.pop(b.producer_id, None)
-            continue
-        if isolation is Isolation.READ_COMMITTED and b.is_transactional:
-            start = current.setdefault(b.producer_id, b.base_offset)
-            if outcome.get((b.producer_id, start)) != "commit":
-                continue
-        out.extend((r.offset, r.value or b"") for r in b.records)
-    return out
 
 
 def read(store: ObjectStore, log: ScenarioLog, isolation: Isolation = Isolation.READ_UNCOMMITTED
@@ -109,7 +77,7 @@ def test_upload_packs_many_partitions_into_small_objects_and_reads_back_every_re
                 offsets.extend(r.offset for r in batch)
             assert offsets[0] == e.start_offset and offsets[-1] == e.end_offset
     for log in logs:
-        assert read(store, log) == expected(log.batches)
+        assert read(store, log) == consumed(log.batches)
 
 
 def test_a_rerun_uploads_nothing_and_new_data_only_what_is_new(store: ObjectStore, tmp_path: Path) -> None:
@@ -127,7 +95,7 @@ def test_a_rerun_uploads_nothing_and_new_data_only_what_is_new(store: ObjectStor
     more = upload_logdir(tmp_path / "logdir", store, NOW + 2)
     [entry] = [e for o in more.objects for e in o.entries]
     assert (entry.topic, entry.partition, entry.start_offset, entry.end_offset) == ("orders", 0, 30, 36)
-    assert read(store, log) == expected(log.batches)
+    assert read(store, log) == consumed(log.batches)
 
 
 def test_read_crosses_from_the_tier_into_the_wal_with_transactions_spanning_both(
@@ -138,7 +106,7 @@ def test_read_crosses_from_the_tier_into_the_wal_with_transactions_spanning_both
     refs = log_refs(store, "orders", 0)
     assert [r.wal for r in refs] == [False, True]
     for isolation in Isolation:
-        assert read(store, log, isolation) == expected(log.batches, isolation)
+        assert read(store, log, isolation) == consumed(log.batches, isolation)
     assert [o for o, _v in read(store, log, Isolation.READ_COMMITTED)] == [0, 3, 4, 7]
 
 
@@ -160,7 +128,7 @@ def test_failover_follows_the_newest_epoch_and_fences_the_deposed_leader(store: 
     report = upload_logdir(tmp_path / "broker2", store, NOW + 2, broker_id=2)
     [p] = report.partitions
     assert (p.status, p.from_offset, p.diverged_at, p.end_offset) == ("uploaded", 12, 12, 22)
-    assert read(store, new) == expected(new.batches)
+    assert read(store, new) == consumed(new.batches)
     # The deposed leader appends more under epoch 5: fenced, nothing uploaded, the log unchanged.
     for i in range(20, 25):
         old.record(i, f"deposed-{i}".encode())
@@ -169,12 +137,12 @@ def test_failover_follows_the_newest_epoch_and_fences_the_deposed_leader(store: 
     fenced = upload_logdir(tmp_path / "broker1", store, NOW + 3, broker_id=1)
     assert fenced.exit_code == 4 and fenced.partitions[0].status == "fenced"
     assert len(WalTable.in_store(store).objects()) == objects_before
-    assert read(store, new) == expected(new.batches)
+    assert read(store, new) == consumed(new.batches)
     # gc: the object holding only the deposed epoch-5 tail (15..19) goes a grace after epoch 6 arrived.
     assert collect_garbage(store, table_in_store(store, create=True), NOW + 2 + GRACE - 1).wal["objects_deleted"] == 0
     gone = collect_garbage(store, table_in_store(store), NOW + 2 + GRACE).wal
     assert gone is not None and gone["objects_deleted"] == 1
-    assert read(store, new) == expected(new.batches)
+    assert read(store, new) == consumed(new.batches)
 
 
 def test_cli_upload_and_list(store: ObjectStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -226,7 +194,7 @@ def test_a_bad_wal_object_fails_the_read_naming_the_object_and_position(
         assert caught.value.position == position + 17  # type: ignore[attr-defined]  # the batch's CRC field
     assert main(["read", "--store", local_store.uri, "--topic", "orders", "--partition", "0"]) == 3
     assert local_store.object_uri(key) in capsys.readouterr().err
-    assert read(local_store, other) == expected(other.batches), "another partition's read was affected"
+    assert read(local_store, other) == consumed(other.batches), "another partition's read was affected"
 
 
 def test_an_upload_that_dies_after_started_leaves_nothing_visible_and_the_rerun_converges(
@@ -249,13 +217,13 @@ def test_an_upload_that_dies_after_started_leaves_nothing_visible_and_the_rerun_
     assert log_refs(store, "orders", 0) == []
     monkeypatch.setattr(type(store), "put", real_put)
     assert upload_logdir(tmp_path / "logdir", store, NOW + 1).exit_code == 0
-    assert read(store, log) == expected(log.batches)
+    assert read(store, log) == consumed(log.batches)
     # gc retires the abandoned attempt a grace later; the log is untouched.
     report = collect_garbage(store, table_in_store(store, create=True), NOW + GRACE)
     assert report.wal is not None and report.wal["deleted"][0]["object_id"] == started.object_id
     states = {o.object_id: o.state for o in WalTable.in_store(store).objects()}
     assert states[started.object_id] is SegmentState.DELETE_SEGMENT_FINISHED
-    assert read(store, log) == expected(log.batches)
+    assert read(store, log) == consumed(log.batches)
 
 
 def test_finished_and_delete_started_of_one_object_never_both_land(
@@ -323,7 +291,7 @@ def test_gc_dry_run_lists_the_combined_objects_it_would_delete_and_deletes_nothi
     assert main([*args, "--dry-run", "--json"]) == 0
     listed = {d["uri"] for d in json.loads(capsys.readouterr().out)["wal"]["would_delete"]}
     assert listed == {store.object_uri(o.key) for o in covered}
-    assert read(store, log) == expected(log.batches)
+    assert read(store, log) == consumed(log.batches)
 
 
 @pytest.mark.parametrize("batch", ["middle", "last"])

@@ -3,7 +3,7 @@ and progress), tombstones dropped after their horizon verify clean, and tampered
 
 The tampering commits through the metadata table's own API, as a buggy or rogue writer would: it drops a live
 segment, or swaps one for a rewrite missing a batch, or records a run that dropped tombstones before their
-delete horizon. The expected keys come from the consumer reader, not from verify.
+delete horizon. The expected keys come from the consumer reader's pieces, not from verify (`committed_records`).
 
 Every verdict is reached twice, by the reference path on the driver and on Spark (`verify_both`), and the two
 reports must be the same: counts, listed keys, findings and their wording.
@@ -16,6 +16,7 @@ import io
 import json
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -41,7 +42,7 @@ from compaction.metadata import (
     table_in_store,
 )
 from compaction.metadata import commit as commit_change_set
-from compaction.reader import Isolation, consumer_records, segment_ref
+from compaction.reader import ConsumerRead, Isolation, SegmentRef, log_transactions, segment_records, segment_ref
 from compaction.retention import expire
 from compaction.run.commit import commit
 from compaction.run.plan import plan
@@ -67,10 +68,18 @@ CONFIG = KcompactConfig(defaults=TopicConfig.from_kafka({"cleanup.policy": "comp
                                                          "min.cleanable.dirty.ratio": "0.01"}))
 
 
+def committed_records(store: ObjectStore, refs: list[SegmentRef]) -> Iterator[Record]:
+    """What verify compares of the log `refs`: the records a read_committed consumer receives, but read on past a
+    transaction still open (its own records skipped), as `compaction.verify` does, where a consumer stops at it."""
+    read = ConsumerRead(0, Isolation.READ_COMMITTED, *log_transactions(store, refs))
+    for ref in sorted(refs, key=lambda r: r.start_offset):
+        yield from segment_records(store, ref, read)
+
+
 def latest_per_key(store: ObjectStore, version: int | None = None) -> dict[bytes, Record]:
-    """The reference: the last record of each key a read_committed consumer receives."""
+    """The reference: the last record of each key of `committed_records`."""
     refs = [segment_ref(s) for s in table_in_store(store).live_segments(TOPIC, 0, version)]
-    return {r.key: r for r in consumer_records(store, refs, isolation=Isolation.READ_COMMITTED) if r.key is not None}
+    return {r.key: r for r in committed_records(store, refs) if r.key is not None}
 
 
 @pytest.fixture(scope="module")
@@ -310,7 +319,7 @@ def test_a_change_above_the_cleaner_offset_fails_record_by_record(spark: SparkSe
 
     def consumed(version: int | None) -> dict[int, Record]:
         refs = [segment_ref(s) for s in table_in_store(store).live_segments(TOPIC, 0, version)]
-        return {r.offset: r for r in consumer_records(store, refs, isolation=Isolation.READ_COMMITTED)}
+        return {r.offset: r for r in committed_records(store, refs)}
 
     was, now = consumed(before), consumed(None)
     differ = {o for o in was.keys() | now.keys() if was.get(o) != now.get(o)}
