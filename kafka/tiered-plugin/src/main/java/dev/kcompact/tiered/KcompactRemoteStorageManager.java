@@ -29,8 +29,14 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageManager;
  * {@code kcompact.store} the store's directory or URI; for an {@code s3://} store also {@code kcompact.python} the
  * Python with kcompact installed, {@code kcompact.endpoint.url} an S3 endpoint other than AWS's (else boto3's own
  * resolution: {@code AWS_ENDPOINT_URL}, config files), {@code kcompact.fetch.chunk.bytes} how much a read fetches
- * at a time (default 4 MiB) and {@code kcompact.store.threads} how many requests the process serves at once
- * (default 8). Credentials come from the broker's environment as boto3 resolves them.
+ * at a time (default 4 MiB), {@code kcompact.fetch.cache.bytes} the memory that keeps fetched chunks for the next
+ * fetches of a segment (default 64 MiB; 0: none, each fetch reads its own chunks),
+ * {@code kcompact.fetch.prefetch.chunks} how many chunks are fetched ahead of a reader (default 2),
+ * {@code kcompact.fetch.cache.dir} a local directory that keeps the chunks dropped from memory (default none) and
+ * {@code kcompact.fetch.cache.disk.bytes} how much of it (default 1 GiB), and {@code kcompact.store.threads} how
+ * many requests the process serves at once (default 8). Credentials come from the broker's environment as boto3
+ * resolves them.
+ * {@link ChunkCache} says why segment reads go through chunks, and what bounds their memory.
  *
  * <p>A segment without a transaction index (Kafka passes none when it is empty) has no {@code .txnindex} object;
  * {@link #fetchIndex} then throws {@link RemoteResourceNotFoundException}, which is what {@code RemoteLogManager}
@@ -46,10 +52,16 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
     public static final String ENDPOINT_CONFIG = "kcompact.endpoint.url";
     public static final String CHUNK_BYTES_CONFIG = "kcompact.fetch.chunk.bytes";
     public static final String THREADS_CONFIG = "kcompact.store.threads";
+    public static final String CACHE_BYTES_CONFIG = "kcompact.fetch.cache.bytes";
+    public static final String PREFETCH_CONFIG = "kcompact.fetch.prefetch.chunks";
+    public static final String CACHE_DIR_CONFIG = "kcompact.fetch.cache.dir";
+    public static final String CACHE_DISK_BYTES_CONFIG = "kcompact.fetch.cache.disk.bytes";
 
     private final SegmentObjectKeys keys = new SegmentObjectKeys("");
     private final TierMetrics metrics = new TierMetrics();
     private SegmentStore store;
+    /** The segment reads' chunks; null for a local directory (the page cache serves its reads) or a cache of 0. */
+    private ChunkCache chunks;
 
     /** Kafka's KIP-877 hook ({@link TierMetrics} lists what is published). */
     @Override
@@ -58,6 +70,22 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
                 () -> store == null ? 0 : store.pending());
         metrics.gauge("python-restarts-total", "store processes started to replace one that died",
                 () -> store == null ? 0 : store.restarts());
+        metrics.gauge("store-gets-total", "requests for objects' bytes sent to the remote store",
+                () -> store == null ? 0 : store.gets());
+        metrics.gauge("store-get-bytes-total", "bytes fetched from the remote store",
+                () -> store == null ? 0 : store.bytesFetched());
+        metrics.gauge("chunk-cache-bytes", "bytes of segment chunks held or in flight",
+                () -> chunks == null ? 0 : chunks.stats().heldBytes());
+        metrics.gauge("chunk-cache-peak-bytes", "the most bytes of segment chunks ever held or in flight",
+                () -> chunks == null ? 0 : chunks.stats().peakBytes());
+        metrics.gauge("chunk-cache-prefetches-total", "chunks fetched ahead of a reader",
+                () -> chunks == null ? 0 : chunks.stats().prefetches());
+        metrics.gauge("chunk-cache-unused-prefetches-total", "chunks fetched ahead and dropped before any read",
+                () -> chunks == null ? 0 : chunks.stats().unusedPrefetches());
+        metrics.gauge("chunk-files-bytes", "bytes of segment chunks kept on local disk",
+                () -> chunks == null || chunks.diskStats() == null ? 0 : chunks.diskStats().heldBytes());
+        metrics.gauge("chunk-files-hits-total", "chunks read back from local disk instead of the store",
+                () -> chunks == null || chunks.diskStats() == null ? 0 : chunks.diskStats().hits());
         metrics.bind(pluginMetrics);
     }
 
@@ -81,13 +109,34 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
     @Override
     public void configure(Map<String, ?> configs) {
         String uri = StoreSetting.of(configs, "rsm.config.");
+        int chunkBytes = Integer.parseInt(text(configs, CHUNK_BYTES_CONFIG, "4194304"));
+        long cacheBytes = Long.parseLong(text(configs, CACHE_BYTES_CONFIG, Long.toString(64L << 20)));
+        ChunkCache.Settings cache = cacheBytes == 0 ? null : new ChunkCache.Settings(chunkBytes, cacheBytes,
+                Integer.parseInt(text(configs, PREFETCH_CONFIG, "2")));
         PythonStore.Settings python = new PythonStore.Settings(text(configs, PYTHON_CONFIG, "python3"),
-                text(configs, ENDPOINT_CONFIG, null), Integer.parseInt(text(configs, CHUNK_BYTES_CONFIG, "4194304")),
-                Integer.parseInt(text(configs, THREADS_CONFIG, "8")));
+                text(configs, ENDPOINT_CONFIG, null), chunkBytes, Integer.parseInt(text(configs, THREADS_CONFIG, "8")));
         try {
             store = SegmentStore.open(uri, python);
         } catch (IOException e) {
             throw new IllegalStateException("opening kcompact's store " + uri + " failed: " + e, e);
+        }
+        if (store instanceof PythonStore remote && cache != null) {
+            chunks = new ChunkCache(remote::fetch, cache, hit -> metrics.cache("chunk", hit), chunkFiles(configs));
+        }
+    }
+
+    /** The cache's disk level, if {@code kcompact.fetch.cache.dir} names one. */
+    private static ChunkFiles chunkFiles(Map<String, ?> configs) {
+        String dir = text(configs, CACHE_DIR_CONFIG, null);
+        if (dir == null) {
+            return null;
+        }
+        try {
+            return new ChunkFiles(Path.of(dir), Long.parseLong(text(configs, CACHE_DISK_BYTES_CONFIG,
+                    Long.toString(1L << 30))), ChunkFiles.PENDING_WRITES);
+        } catch (IOException e) {
+            throw new IllegalStateException("kcompact's chunk cache directory " + dir + " (" + CACHE_DIR_CONFIG
+                    + ") is not usable: " + e, e);
         }
     }
 
@@ -142,14 +191,24 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
     @Override
     public InputStream fetchLogSegment(RemoteLogSegmentMetadata segment, int startPosition)
             throws RemoteStorageException {
-        return counted("fetch", () -> open(keys.key(segment, Suffix.LOG), startPosition, Long.MAX_VALUE));
+        return counted("fetch", () -> openSegment(segment, startPosition, Long.MAX_VALUE));
     }
 
     /** {@code endPosition} is inclusive, as the interface says. */
     @Override
     public InputStream fetchLogSegment(RemoteLogSegmentMetadata segment, int startPosition, int endPosition)
             throws RemoteStorageException {
-        return counted("fetch", () -> open(keys.key(segment, Suffix.LOG), startPosition, (long) endPosition + 1));
+        return counted("fetch", () -> openSegment(segment, startPosition, (long) endPosition + 1));
+    }
+
+    /** The segment's bytes through the chunk cache (the segment's size in its metadata bounds the prefetch). */
+    private InputStream openSegment(RemoteLogSegmentMetadata segment, long start, long end)
+            throws RemoteStorageException {
+        String key = keys.key(segment, Suffix.LOG);
+        if (chunks == null) {
+            return open(key, start, end);
+        }
+        return reading(key, start, end, () -> chunks.open(key, start, end, segment.segmentSizeInBytes()));
     }
 
     @Override
@@ -179,11 +238,20 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
     }
 
     private InputStream open(String key, long start, long end) throws RemoteStorageException {
+        return reading(key, start, end, () -> store.open(key, start, end));
+    }
+
+    private interface Opener {
+        InputStream open() throws IOException;
+    }
+
+    /** What {@code opener} opens for the bytes {@code [start, end)} of {@code key}, its failure named. */
+    private InputStream reading(String key, long start, long end, Opener opener) throws RemoteStorageException {
         if (start < 0 || end < start) {
             throw new IllegalArgumentException("invalid range [" + start + ", " + end + ") of " + key);
         }
         try {
-            return store.open(key, start, end);
+            return opener.open();
         } catch (NoSuchFileException e) {
             throw new RemoteResourceNotFoundException("no object " + store.uri(key));
         } catch (IOException e) {
@@ -214,6 +282,9 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
 
     @Override
     public void close() {
+        if (chunks != null) {
+            chunks.close();
+        }
         if (store != null) {
             store.close();
         }

@@ -18,6 +18,7 @@ import java.nio.file.Path;
 import java.util.Base64;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
@@ -33,7 +34,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * <p>One process per store, JSON lines on its stdin and stdout. Requests carry an id that the answer repeats, and
  * several are in flight at once (the process serves them from a thread pool), so a long upload does not hold up a
  * consumer's fetch. A read's bytes follow its answer line as they are. A copy passes the broker's local file paths; a read asks for {@code chunkBytes} at a time, so a
- * fetch that reads the first megabyte of a segment's tail does not download the whole tail. If the process dies
+ * fetch that reads the first megabyte of a segment's tail does not download the whole tail (a segment's reads go
+ * through {@link ChunkCache}, which shares the chunks among the broker's successive fetches; {@link #fetch} is its
+ * way in). If the process dies
  * (killed, out of memory) every call in flight fails with an {@link IOException} naming its exit, and the next call
  * starts a new one.
  */
@@ -54,6 +57,8 @@ final class PythonStore implements SegmentStore {
     private final Settings settings;
     private final AtomicLong ids = new AtomicLong();
     private final AtomicLong restarts = new AtomicLong();
+    private final AtomicLong gets = new AtomicLong();
+    private final AtomicLong bytesFetched = new AtomicLong();
     private Worker worker;
     private boolean closed;
 
@@ -96,33 +101,60 @@ final class PythonStore implements SegmentStore {
         return JSON.createObjectNode().put("op", op).put("key", key);
     }
 
+    /**
+     * The bytes {@code [start, end)} of {@code key}, cut short at its end, as a future completed on the thread that
+     * reads the process's answers: {@link ChunkCache} keeps several reads in flight without a thread each. Every
+     * read of an object's bytes is one of these, counted in {@link #gets()} and {@link #bytesFetched()}.
+     */
+    CompletableFuture<byte[]> fetch(String key, long start, long end) {
+        gets.incrementAndGet();
+        return send(request("get", key).put("start", start).put("end", end)).thenApply(answer -> {
+            bytesFetched.addAndGet(answer.payload().length);
+            return answer.payload();
+        });
+    }
+
     private byte[] get(String key, long start, long end) throws IOException {
-        return call(request("get", key).put("start", start).put("end", end)).payload();
+        return await(fetch(key, start, end), "get");
     }
 
     /** Sends {@code request} and waits for its answer; a kcompact error becomes the matching exception. */
     private Answer call(ObjectNode request) throws IOException {
+        return await(send(request), request.get("op").asText());
+    }
+
+    /** Sends {@code request}; its answer, or the exception a kcompact error answer maps to. */
+    private CompletableFuture<Answer> send(ObjectNode request) {
         long id = ids.incrementAndGet();
         request.put("id", id);
-        CompletableFuture<Answer> answer = live().send(id, JSON.writeValueAsString(request));
-        Answer done;
         try {
-            done = answer.get();
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new InterruptedIOException("interrupted waiting for " + request.get("op").asText());
-        } catch (ExecutionException e) {
-            throw e.getCause() instanceof IOException io ? io : new IOException(e.getCause());
+            return live().send(id, JSON.writeValueAsString(request)).thenApply(PythonStore::checked);
+        } catch (IOException e) {
+            return CompletableFuture.failedFuture(e);
         }
+    }
+
+    private static Answer checked(Answer done) {
         if (done.json().path("ok").asBoolean()) {
             return done;
         }
         String type = done.json().path("type").asText();
         String error = done.json().path("error").asText();
-        switch (type) {
-            case "MissingObjectError": throw new NoSuchFileException(error);
-            case "ObjectExistsError": throw new FileAlreadyExistsException(error);
-            default: throw new IOException(type + ": " + error);
+        throw new CompletionException(switch (type) {
+            case "MissingObjectError" -> new NoSuchFileException(error);
+            case "ObjectExistsError" -> new FileAlreadyExistsException(error);
+            default -> new IOException(type + ": " + error);
+        });
+    }
+
+    private static <T> T await(CompletableFuture<T> answer, String op) throws IOException {
+        try {
+            return answer.get();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new InterruptedIOException("interrupted waiting for " + op);
+        } catch (ExecutionException e) {
+            throw e.getCause() instanceof IOException io ? io : new IOException(e.getCause());
         }
     }
 
@@ -147,6 +179,16 @@ final class PythonStore implements SegmentStore {
     @Override
     public long restarts() {
         return restarts.get();
+    }
+
+    @Override
+    public long gets() {
+        return gets.get();
+    }
+
+    @Override
+    public long bytesFetched() {
+        return bytesFetched.get();
     }
 
     @Override

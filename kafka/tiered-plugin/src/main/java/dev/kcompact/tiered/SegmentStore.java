@@ -38,6 +38,16 @@ interface SegmentStore extends AutoCloseable {
         return 0;
     }
 
+    /** Requests for an object's bytes sent to a remote store (each one GET); 0 for a local directory. */
+    default long gets() {
+        return 0;
+    }
+
+    /** The bytes those requests fetched. */
+    default long bytesFetched() {
+        return 0;
+    }
+
     /** Where {@code key} is, as messages name it. */
     String uri(String key);
 

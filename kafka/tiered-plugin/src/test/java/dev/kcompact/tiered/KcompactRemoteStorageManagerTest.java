@@ -120,6 +120,17 @@ class KcompactRemoteStorageManagerTest {
     }
 
     @Test
+    void aChunkCacheSmallerThanOneReadersChunksFailsTheConfigurationNamingTheSettings() {
+        KcompactRemoteStorageManager small = new KcompactRemoteStorageManager();
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> small.configure(Map.of(
+                KcompactRemoteStorageManager.STORE_CONFIG, store.toString(),
+                KcompactRemoteStorageManager.CHUNK_BYTES_CONFIG, "1048576",
+                KcompactRemoteStorageManager.CACHE_BYTES_CONFIG, "2097152")));
+        assertTrue(e.getMessage().contains("a cache of 2097152 bytes holds less than one reader's 3 chunks"),
+                e.getMessage());
+    }
+
+    @Test
     void anS3StoreWhoseProcessCannotStartFailsTheConfigurationNamingTheStore() throws Exception {
         Path python = tmp.resolve("python");
         Files.writeString(python, "#!/bin/sh\necho 'no kcompact here' >&2\nexit 3\n");
