@@ -24,6 +24,8 @@ import org.apache.kafka.common.metrics.internals.PluginMetricsImpl;
 import org.apache.kafka.server.log.remote.storage.LogSegmentData;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentId;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
+import org.apache.kafka.server.log.remote.storage.RemoteResourceNotFoundException;
+import org.apache.kafka.server.log.remote.storage.RemoteStorageManager.IndexType;
 
 /**
  * tests/kafka/test_remote_read_cache.py's driver (run as a single source file against the built plugin jar, so it
@@ -32,7 +34,8 @@ import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
  * {@code RemoteLogManager.read} does, one stream per fetch of {@code fetch} bytes, each at a position {@code overlap}
  * bytes before where the last one stopped (the offset index entry below the next fetch offset; with batches as
  * large as a fetch, most of a fetch). First the first {@code sequential} segments one after another, as a consumer
- * goes through a partition, then the others at once, one reader each, while a thread samples the cache's bytes.
+ * goes through a partition (each segment's offset, time and transaction indexes fetched first, as the broker's
+ * {@code RemoteIndexCache} does), then the others at once, one reader each, while a thread samples the cache's bytes.
  * Every byte read is checked against the file; the counters before and after each phase are printed as one JSON
  * line.
  *
@@ -76,7 +79,7 @@ public class RemoteReadCheck {
                 new Random(i).nextBytes(bytes);
                 Path log = Files.write(dir.resolve(i + ".log"), bytes);
                 RemoteLogSegmentMetadata meta = new RemoteLogSegmentMetadata(new RemoteLogSegmentId(tp,
-                        Uuid.randomUuid()), 1000L * i, 1000L * i + 999, 0, 1, 0, bytes.length, Map.of(0, 0L));
+                        Uuid.randomUuid()), 1000L * i, 1000L * i + 999, 0, 1, 0, bytes.length, Map.of(0, 0L), true);
                 rsm.copyLogSegmentData(meta, new LogSegmentData(log, Files.write(dir.resolve(i + ".index"),
                         new byte[8]), Files.write(dir.resolve(i + ".timeindex"), new byte[12]), Optional.empty(),
                         Files.write(dir.resolve(i + ".snapshot"), new byte[4]), ByteBuffer.wrap(new byte[8])));
@@ -88,6 +91,7 @@ public class RemoteReadCheck {
             Map<String, Double> start = gauges(registry);
             long served = 0;
             for (int i = 0; i < sequential; i++) {
+                fetchIndexes(rsm, metas.get(i));
                 served += read(rsm, metas.get(i), contents.get(i), fetch, overlap);
             }
             out.append(", \"sequential\": ").append(phase(start, gauges(registry), served, 0));
@@ -120,6 +124,23 @@ public class RemoteReadCheck {
         } finally {
             rsm.close();
             registry.close();
+        }
+    }
+
+    /** As {@code RemoteIndexCache} does before the broker reads a segment: each index in turn (no transaction index
+     * here: the copy had none, and the metadata says so). */
+    private static void fetchIndexes(KcompactRemoteStorageManager rsm, RemoteLogSegmentMetadata meta)
+            throws Exception {
+        for (IndexType type : new IndexType[] {IndexType.OFFSET, IndexType.TIMESTAMP}) {
+            try (InputStream in = rsm.fetchIndex(meta, type)) {
+                in.readAllBytes();
+            }
+        }
+        try {
+            rsm.fetchIndex(meta, IndexType.TRANSACTION).close();
+            throw new AssertionError("a transaction index of " + meta.remoteLogSegmentId());
+        } catch (RemoteResourceNotFoundException expected) {
+            // what the broker expects of a missing optional index
         }
     }
 

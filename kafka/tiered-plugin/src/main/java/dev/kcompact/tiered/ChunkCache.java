@@ -3,10 +3,12 @@ package dev.kcompact.tiered;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.InterruptedIOException;
+import java.nio.file.NoSuchFileException;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
 import java.util.function.Predicate;
 
@@ -165,7 +167,16 @@ final class ChunkCache {
         } else {
             bytes = load(id);
         }
-        prefetch(key, index, end, sizeHint);
+        if (sizeHint >= 0) {
+            prefetch(key, index, end, sizeHint);
+        } else {
+            // an object of unknown size (an index) may end in this chunk: fetch ahead once it is known not to
+            bytes.thenAccept(got -> {
+                if (got.length == settings.chunkBytes()) {
+                    prefetch(key, index, end, sizeHint);
+                }
+            });
+        }
         return bytes;
     }
 
@@ -173,23 +184,34 @@ final class ChunkCache {
         long limit = sizeHint >= 0 ? Math.min(end, sizeHint) : end;
         for (int ahead = 1; ahead <= settings.prefetchChunks(); ahead++) {
             long next = index + ahead;
-            if (next * settings.chunkBytes() >= limit) {
+            if (next * settings.chunkBytes() >= limit || !fetchAhead(new ChunkId(key, next), sizeHint)) {
                 return;
             }
-            ChunkId id = new ChunkId(key, next);
-            Entry entry;
-            synchronized (this) {
-                if (entries.containsKey(id)) {
-                    continue;
-                }
-                entry = admit(id, reserve(next, sizeHint), false);
-                if (entry == null) {
-                    return;
-                }
-                prefetches++;
-            }
-            start(id, entry);
         }
+    }
+
+    /**
+     * Fetches the first chunk of {@code key} ahead of a reader the caller expects (false: no room for it), as a
+     * prefetch: it drops no other chunk. {@code sizeHint} as for {@link #open}.
+     */
+    boolean fetchAhead(String key, long sizeHint) {
+        return sizeHint == 0 || fetchAhead(new ChunkId(key, 0), sizeHint);
+    }
+
+    private boolean fetchAhead(ChunkId id, long sizeHint) {
+        Entry entry;
+        synchronized (this) {
+            if (entries.containsKey(id)) {
+                return true;
+            }
+            entry = admit(id, reserve(id.index(), sizeHint), false);
+            if (entry == null) {
+                return false;
+            }
+            prefetches++;
+        }
+        start(id, entry);
+        return true;
     }
 
     /** A new chunk's share of the bound until it arrives: a whole chunk, or less where the hint says it ends. */
@@ -251,8 +273,12 @@ final class ChunkCache {
         }
     }
 
-    /** Fetches {@code id} into {@code entry}: on arrival its share of the bound becomes its real size; a failed one
-     * leaves the cache, so that the next reader asks again (a prefetch's failure is seen by no one until then). */
+    /**
+     * Fetches {@code id} into {@code entry}: on arrival its share of the bound becomes its real size. A failed one
+     * leaves the cache, so that the next reader asks again (a prefetch's failure is seen by no one until then), but for
+     * a missing object, which stays missing (objects are created whole, before the broker lists them) and is kept as
+     * such: a transaction index that was never written is asked for once.
+     */
     private void start(ChunkId id, Entry entry) {
         load(id).whenComplete((bytes, failure) -> {
             synchronized (this) {
@@ -260,7 +286,9 @@ final class ChunkCache {
                 if (failure != null) {
                     held -= entry.size;
                     entry.size = 0;
-                    entries.remove(id, entry);
+                    if (!(unwrap(failure) instanceof NoSuchFileException)) {
+                        entries.remove(id, entry);
+                    }
                 } else {
                     held += bytes.length - entry.size;
                     entry.size = bytes.length;
@@ -294,6 +322,10 @@ final class ChunkCache {
             }
             return bytes;
         });
+    }
+
+    private static Throwable unwrap(Throwable failure) {
+        return failure instanceof CompletionException && failure.getCause() != null ? failure.getCause() : failure;
     }
 
     private static byte[] await(CompletableFuture<byte[]> chunk, String key) throws IOException {

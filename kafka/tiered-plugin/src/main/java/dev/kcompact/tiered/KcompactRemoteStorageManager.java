@@ -9,6 +9,8 @@ import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.util.Map;
 import java.util.Optional;
+import java.util.concurrent.ConcurrentHashMap;
+import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.metrics.Monitorable;
 import org.apache.kafka.common.metrics.PluginMetrics;
 import org.apache.kafka.server.log.remote.storage.LogSegmentData;
@@ -62,6 +64,8 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
     private SegmentStore store;
     /** The segment reads' chunks; null for a local directory (the page cache serves its reads) or a cache of 0. */
     private ChunkCache chunks;
+    /** Per partition, the end offset of the segment last opened for a read (the chunk cache's only). */
+    private final Map<TopicIdPartition, Long> lastRead = new ConcurrentHashMap<>();
 
     /** Kafka's KIP-877 hook ({@link TierMetrics} lists what is published). */
     @Override
@@ -208,13 +212,45 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
         if (chunks == null) {
             return open(key, start, end);
         }
+        lastRead.put(segment.topicIdPartition(), segment.endOffset());
         return reading(key, start, end, () -> chunks.open(key, start, end, segment.segmentSizeInBytes()));
     }
 
     @Override
     public InputStream fetchIndex(RemoteLogSegmentMetadata segment, IndexType indexType)
             throws RemoteStorageException {
-        return counted("fetch-index", () -> open(keys.key(segment, Suffix.of(indexType)), 0, Long.MAX_VALUE));
+        String key = keys.key(segment, Suffix.of(indexType));
+        if (chunks == null) {
+            return counted("fetch-index", () -> open(key, 0, Long.MAX_VALUE));
+        }
+        if (indexType == IndexType.TRANSACTION && segment.isTxnIdxEmpty()) {
+            throw new RemoteResourceNotFoundException("no object " + store.uri(key) + " (the segment's metadata "
+                    + "says it has no transaction index)");
+        }
+        if (indexType == IndexType.OFFSET) {
+            fetchAheadOfIndexes(segment);
+        }
+        return counted("fetch-index", () -> reading(key, 0, Long.MAX_VALUE,
+                () -> chunks.open(key, 0, Long.MAX_VALUE, -1)));
+    }
+
+    /**
+     * What the broker reads next once it asked for a segment's offset index: {@code RemoteIndexCache} fetches the
+     * offset, time and transaction indexes one after the other (the last one not at all when the segment's metadata
+     * says it has none: no request answers what the metadata says), and then the broker reads the segment. So the
+     * other two indexes are fetched at once, and, when the segment follows the one last read of its partition, the
+     * segment's first chunk too: a consumer going through the partition enters it at its start, and waits for one
+     * request instead of four per segment.
+     */
+    private void fetchAheadOfIndexes(RemoteLogSegmentMetadata segment) {
+        chunks.fetchAhead(keys.key(segment, Suffix.TIME_INDEX), -1);
+        if (!segment.isTxnIdxEmpty()) {
+            chunks.fetchAhead(keys.key(segment, Suffix.TXN_INDEX), -1);
+        }
+        Long before = lastRead.get(segment.topicIdPartition());
+        if (before != null && before + 1 == segment.startOffset()) {
+            chunks.fetchAhead(keys.key(segment, Suffix.LOG), segment.segmentSizeInBytes());
+        }
     }
 
     /** The stream {@code call} opens (its opening timed under {@code op}), counting the bytes the broker reads from

@@ -170,6 +170,20 @@ class ChunkCacheTest {
     }
 
     @Test
+    void withoutASizeHintTheChunksAheadAreFetchedOnceTheChunkReadIsKnownNotToBeTheLast() throws IOException {
+        byte[] index = store.put("s.index", CHUNK / 2, 7);
+        byte[] log = store.put("s.log", 3 * CHUNK + 10, 8);
+        ChunkCache cache = cache(8L * CHUNK, 2);
+
+        assertArrayEquals(index, read(cache.open("s.index", 0, Long.MAX_VALUE, -1), Integer.MAX_VALUE));
+        assertEquals(1, store.requests.size(), "an index that ends in its first chunk: nothing more asked");
+        assertArrayEquals(log, read(cache.open("s.log", 0, Long.MAX_VALUE, -1), Integer.MAX_VALUE));
+        assertEquals(1 + 4 + 1, store.requests.size(), "its 4 chunks, and one past its end: fetched 2 ahead of "
+                + "chunk 2, before chunk 3 came back short");
+        assertEquals(index.length + log.length, cache.stats().bytesFetched());
+    }
+
+    @Test
     void aSizeHintShortOfTheObjectStopsThePrefetchButNotTheRead() throws IOException {
         byte[] object = store.put("s.log", 3 * CHUNK + 10, 3);
         ChunkCache cache = cache(8L * CHUNK, 5);
@@ -186,8 +200,10 @@ class ChunkCacheTest {
         store.holding = true;
         ExecutorService readers = Executors.newFixedThreadPool(2);
         try {
-            Future<byte[]> first = readers.submit(() -> read(cache.open("s.log", 10, Long.MAX_VALUE, -1), 50));
-            Future<byte[]> second = readers.submit(() -> read(cache.open("s.log", 20, Long.MAX_VALUE, -1), 50));
+            Future<byte[]> first = readers.submit(() -> read(cache.open("s.log", 10, Long.MAX_VALUE, object.length),
+                    50));
+            Future<byte[]> second = readers.submit(() -> read(cache.open("s.log", 20, Long.MAX_VALUE, object.length),
+                    50));
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
             while (store.held.size() < 3 && System.nanoTime() < deadline) {
                 Thread.sleep(5);
@@ -242,8 +258,26 @@ class ChunkCacheTest {
         assertEquals("the store failed", failed.getMessage());
         assertEquals(0, cache.stats().heldBytes());
         assertArrayEquals(Arrays.copyOf(object, 10), read(cache.open("s.log", 0, Long.MAX_VALUE, -1), 10));
-        assertThrows(NoSuchFileException.class, () -> cache.open("gone.log", 0, Long.MAX_VALUE, -1));
-        assertEquals(3, store.requests.size());
+        assertEquals(2, store.requests.size());
+    }
+
+    @Test
+    void aMissingObjectIsAskedForOnceAndAChunkFetchedAheadIsFoundByItsReader() throws IOException {
+        byte[] object = store.put("s.log", 2 * CHUNK + 10, 6);
+        ChunkCache cache = cache(4L * CHUNK, 0);
+
+        assertTrue(cache.fetchAhead("gone.txnindex", -1));
+        assertThrows(NoSuchFileException.class, () -> cache.open("gone.txnindex", 0, Long.MAX_VALUE, -1));
+        assertThrows(NoSuchFileException.class, () -> cache.open("gone.txnindex", 0, Long.MAX_VALUE, -1));
+        assertEquals(1, store.requests.size(), "a missing object stays missing");
+
+        assertTrue(cache.fetchAhead("s.log", object.length));
+        assertEquals(2, store.requests.size());
+        assertArrayEquals(Arrays.copyOf(object, 10), read(cache.open("s.log", 0, Long.MAX_VALUE, -1), 10));
+        assertEquals(2, store.requests.size(), "the reader found the chunk fetched ahead");
+        assertEquals(2, cache.stats().prefetches());
+        assertTrue(cache.fetchAhead("empty.log", 0), "nothing to fetch of an empty object");
+        assertEquals(2, store.requests.size());
     }
 
     @Test
