@@ -19,7 +19,10 @@ The goals (a-f), each from one `make bench` run:
 Also P1 (scan vs raw read + CRC-32C, one core), P3 (5 M / 20 M / 50 M keys, memory), P0 (a ~10 MB run vs
 Spark's own start), P0c (a fresh clone's first run vs its second, and the kernels compiled for this CPU vs the
 generic ones; `bench_fresh.py`) and P9 (issue 29 item 4: a Kafka broker tiering through kcompact's plugin and a
-consumer reading the tier through it, beside Kafka's stock topic-based metadata manager; `bench_broker.py`). Every
+consumer reading the tier through it, beside Kafka's stock topic-based metadata manager; `bench_broker.py`) and P9S
+(issue 40 item 4: the same on an s3:// store, a moto server, with and without the plugin's chunk cache: bytes fetched
+from the store per byte served, and the Java consumer's rate on the tier against the local log's;
+`bench_broker_s3.py`). Every
 end-to-end figure is also measured as users run it: fresh `kcompact compact` processes
 (`bench_measure.cli_processes`), the first one its own column; that whole-process figure is the headline, the
 in-session one (`bench_run.py`, session start-up excluded) beside it.
@@ -111,6 +114,10 @@ def main() -> int:
         from bench_broker import bench_broker  # a Kafka broker per run: needs `make kafka`'s jars and plugin
 
         save(results, "P9", bench_broker(scale))
+    if "P9S" in wanted:
+        from bench_broker_s3 import bench_broker_s3  # a broker per run on a moto server: `make kafka`, moto
+
+        save(results, "P9S", bench_broker_s3(scale))
     out.parent.mkdir(parents=True, exist_ok=True)
     write_report(out, results)
     print(out.read_text())

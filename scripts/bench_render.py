@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 NOTES_FILE = Path(__file__).resolve().parent / "bench_notes.md"
@@ -575,6 +576,74 @@ def _p9_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
              all(m.get(k, {}).get("read") for k in ("kcompact", "stock")))]
 
 
+def _p9s_runs(r: dict[str, Any], shape: int, variant: str) -> list[dict[str, Any]]:
+    return [x for x in r["runs"] if x["shape"] == shape and x["variant"] == variant]
+
+
+def _p9s_each(runs: list[dict[str, Any]], value: Callable[[dict[str, Any]], float], fmt: str) -> str:
+    """The median of `value` over `runs` in bold, then every run's in the order run."""
+    got = [value(x) for x in runs]
+    return f"**{format(median(got), fmt)}** ({' / '.join(format(g, fmt) for g in got)})"
+
+
+def _p9s(r: dict[str, Any], _saved: dict[str, Any]) -> list[str]:
+    runs = len(_p9s_runs(r, 0, "cache"))
+    loads = [x for run in r["runs"] for v in run.values() if isinstance(v, dict) and "load" in v for x in v["load"]]
+    lines = [note("P9S conditions").format(volume=_mb(r["volume_bytes"]), segment=r["segment_bytes"] // 2**20,
+                                           runs=runs, loads=f"{min(loads):.1f}-{max(loads):.1f}"), "",
+             "| shape | plugin reads | Java consumer, local log (MB/s) | Java consumer, the tier (MB/s) "
+             "| tier ÷ local | fetched from the store ÷ served | GETs | broker read ÷ served "
+             "| Kafka's remote read per fetch, mean / median | cache at its fullest |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in range(len(r["shapes"])):
+        for variant in r["variants"]:
+            mine = _p9s_runs(r, s, variant)
+            if not mine:
+                continue
+            size = mine[0]["read_java"]["tier_bytes"]
+            lines.append(
+                f"| {_p9_shape_s3(r, s) if variant == 'cache' else ''} | {variant} | "
+                f"{_p9s_each(mine, lambda x: x['read_local_java']['mb_s'], '.1f')} | "
+                f"{_p9s_each(mine, lambda x: x['read_java']['mb_s'], '.1f')} | "
+                f"{_p9s_each(mine, lambda x: x['tier_over_local'], '.2f')} | "
+                f"{_p9s_each(mine, lambda x: x['fetched_over_served'], '.3f')}; {_mb(size)} served | "
+                f"{median(x['counters']['store-gets-total'] for x in mine):.0f} | "
+                f"{median(x['counters']['fetch-bytes'] / size for x in mine):.2f} | "
+                f"{_reader_ms(mine)} | {_mb(max(x['counters']['chunk-cache-peak-bytes'] for x in mine))} |")
+    lines += ["", "Tiering into moto (from the first \"Copying\" to the last \"Copied\"), MB/s per run: " + "; ".join(
+        f"shape {s + 1} {v} " + " / ".join(f"{x['tiering']['mb_s']:.1f}" for x in _p9s_runs(r, s, v))
+        for s in range(len(r["shapes"])) for v in r["variants"]) + ".", "", note("P9S analysis")]
+    return lines
+
+
+def _reader_ms(runs: list[dict[str, Any]]) -> str:
+    """Kafka's RemoteLogReaderFetchRateAndTimeMs over the tier read, medians of the runs' mean and median."""
+    got = [x["counters"] for x in runs if "reader-ms-mean" in x["counters"]]
+    if not got:
+        return "—"
+    return f"{median(c['reader-ms-mean'] for c in got):.1f} / {median(c['reader-ms-median'] for c in got):.1f} ms"
+
+
+def _p9_shape_s3(r: dict[str, Any], s: int) -> str:
+    shape, produced = r["shapes"][s], _p9s_runs(r, s, "cache")[0]["produced"]
+    return (f"{produced['records']:,} records, {shape['key_bytes']}-byte keys and {shape['value_bytes']:,}-byte values "
+            f"({_mb(produced['payload_bytes'])})")
+
+
+def _p9s_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    """Issue 40 item 4's rows: with the chunk cache, the bytes fetched per byte served and the tier's rate against
+    the local log's, medians per shape."""
+    if "P9S" not in r:
+        return []
+    cached = [x for x in r["P9S"]["medians"] if x["variant"] == "cache"]
+    ratios = " / ".join(f"{x['fetched_over_served']:.3f}" for x in cached)
+    shares = " / ".join(f"{100 * x['tier_over_local']:.0f}%" for x in cached)
+    return [("P9 on S3: bytes fetched ÷ served, sequential Java consumer (both shapes)", "≤ 1.2", ratios,
+             all(x["fetched_over_served"] <= 1.2 for x in cached)),
+            ("P9 on S3: tier read ÷ local-log read, Java consumer (both shapes)", "≥ 50%", shares,
+             all(x["tier_over_local"] >= 0.5 for x in cached))]
+
+
 def _p8_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
     """Issue 28's rows: what an update writes and its wall against a rebuild's, the rebuild's rate. Met or not by the
     fresh process's figure (the headline); the warm session's beside it."""
@@ -635,6 +704,8 @@ SECTIONS: dict[str, tuple[str, Callable[[Any, dict[str, Any]], list[str]]]] = {
            _p8),
     "P9": ("P9 — a Kafka broker tiering through kcompact's plugin, and consumers reading the tier, beside Kafka's "
            "stock metadata manager (issue 29 item 4)", _p9),
+    "P9S": ("P9 on S3 — the Java consumer reading the tier through the plugin's chunk cache on a loopback S3 server, "
+            "beside the broker's local log (issue 40 item 4)", _p9s),
 }
 
 
@@ -762,7 +833,7 @@ def summary(r: dict[str, Any]) -> list[str]:
         rows.append(("P3 cardinality", "50 M keys in one run, flat driver memory",
                      f"{top3['dirty_keys'] / 1e6:.1f} M keys in {top3['wall_seconds']:.0f} s; driver MB {drivers}",
                      top3["dirty_keys"] >= 50_000_000 and flat))
-    rows += _p8_rows(r) + _p9_rows(r)
+    rows += _p8_rows(r) + _p9_rows(r) + _p9s_rows(r)
     lines = ["## Summary", "", "| figure | target | measured | met |", "|---|---|---|---|"]
     lines += [f"| {name} | {target} | {value} | {'yes' if ok else '**no**'} |" for name, target, value, ok in rows]
     if not rows:
