@@ -21,7 +21,10 @@ Requests (`op` and its fields; every answer is a line `{"id": N, "ok": true, "re
   megabytes of base64 (README's plugin section has the figures). The plugin asks for chunks, so a fetch that reads
   a little of a segment downloads a little, and keeps a segment's chunks for the broker's next fetches of it (its
   `ChunkCache`), several requests in flight ahead of the reader;
-- `delete`: remove `key`; idempotent.
+- `delete`: remove `key`; idempotent;
+- `list`: the objects under `prefix` whose key ends with `suffix`, as `{"objects": [[key, size], ...]}` in key order:
+  the plugin lists a partition's `.log` objects to learn which segment follows the one a consumer is finishing, and
+  fetches its first chunk before the broker asks for it.
 
 A missing object answers `MissingObjectError`, an existing one on create `ObjectExistsError`.
 """
@@ -58,8 +61,13 @@ def _delete(store: ObjectStore, req: Mapping[str, Any]) -> None:
     store.delete(req["key"])
 
 
+def _list(store: ObjectStore, req: Mapping[str, Any]) -> dict[str, list[list[str | int]]]:
+    suffix = req.get("suffix", "")
+    return {"objects": [[o.key, o.size] for o in store.list(req["prefix"]) if o.key.endswith(suffix)]}
+
+
 _OPS: dict[str, Callable[[ObjectStore, Mapping[str, Any]], Any]] = {
-    "put_file": _put_file, "put": _put, "get": _get, "delete": _delete,
+    "put_file": _put_file, "put": _put, "get": _get, "delete": _delete, "list": _list,
 }
 
 

@@ -64,6 +64,16 @@ def test_objects_are_written_read_by_range_and_deleted(store: ObjectStore, tmp_p
     assert not store.exists(KEY)
 
 
+def test_a_partitions_objects_are_listed_by_suffix_with_their_sizes(store: ObjectStore) -> None:
+    partition = KEY.rsplit("/", 1)[0] + "/"
+    later = partition + "00000000000000000200-bbbbbbbbbbbbbbbbbbbbbb.log"
+    for key, data in ((KEY, b"0123456789"), (KEY[:-3] + "index", b"ix"), (later, b"abc"), ("other/1.log", b"x")):
+        store.put(key, data)
+    listed = _ask(store, {"op": "list", "prefix": partition, "suffix": ".log"}, {"op": "list", "prefix": "none/"})
+    assert listed[1]["result"] == {"objects": [[KEY, 10], [later, 3]]}
+    assert listed[2]["result"] == {"objects": []}
+
+
 def test_failures_are_answers_naming_the_object(store: ObjectStore, tmp_path: Path) -> None:
     segment = tmp_path / "s.log"
     segment.write_bytes(b"x")

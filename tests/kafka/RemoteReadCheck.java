@@ -46,7 +46,7 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageManager.IndexType
 public class RemoteReadCheck {
 
     private static final String[] GAUGES = {"store-gets-total", "store-get-bytes-total", "chunk-cache-bytes",
-        "chunk-cache-peak-bytes", "chunk-cache-prefetches-total"};
+        "chunk-cache-peak-bytes", "chunk-cache-prefetches-total", "store-lists-total"};
 
     public static void main(String[] args) throws Exception {
         Map<String, String> a = new HashMap<>();
@@ -78,8 +78,9 @@ public class RemoteReadCheck {
                 byte[] bytes = new byte[segmentBytes + 4099 * i];
                 new Random(i).nextBytes(bytes);
                 Path log = Files.write(dir.resolve(i + ".log"), bytes);
+                long start = 1000L * i + (i < sequential ? 0 : 1_000_000);  // the phases' segments do not follow
                 RemoteLogSegmentMetadata meta = new RemoteLogSegmentMetadata(new RemoteLogSegmentId(tp,
-                        Uuid.randomUuid()), 1000L * i, 1000L * i + 999, 0, 1, 0, bytes.length, Map.of(0, 0L), true);
+                        Uuid.randomUuid()), start, start + 999, 0, 1, 0, bytes.length, Map.of(0, 0L), true);
                 rsm.copyLogSegmentData(meta, new LogSegmentData(log, Files.write(dir.resolve(i + ".index"),
                         new byte[8]), Files.write(dir.resolve(i + ".timeindex"), new byte[12]), Optional.empty(),
                         Files.write(dir.resolve(i + ".snapshot"), new byte[4]), ByteBuffer.wrap(new byte[8])));
@@ -176,10 +177,10 @@ public class RemoteReadCheck {
 
     private static String phase(Map<String, Double> before, Map<String, Double> after, long served, long sampled) {
         return String.format("{\"gets\": %d, \"fetched\": %d, \"served\": %d, \"peak\": %d, \"sampled_max\": %d, "
-                + "\"prefetches\": %d}", delta(before, after, "store-gets-total"),
+                + "\"prefetches\": %d, \"lists\": %d}", delta(before, after, "store-gets-total"),
                 delta(before, after, "store-get-bytes-total"), served,
                 after.get("chunk-cache-peak-bytes").longValue(), sampled,
-                delta(before, after, "chunk-cache-prefetches-total"));
+                delta(before, after, "chunk-cache-prefetches-total"), delta(before, after, "store-lists-total"));
     }
 
     private static long delta(Map<String, Double> before, Map<String, Double> after, String name) {

@@ -52,8 +52,9 @@ def test_a_sequential_read_fetches_each_byte_once_and_the_cache_stays_within_its
     assert sequential["fetched"] == sum(read_in_turn) + indexes, "each byte of the segments fetched once"
     assert sequential["gets"] == chunks + 2 * SEQUENTIAL, "one GET per chunk and per index"
     assert sequential["prefetches"] == chunks - 1 + SEQUENTIAL, (
-        "every chunk but the first segment's first fetched ahead (a segment's first once its offset index is read "
-        "after the segment before it), and each time index")
+        "every chunk but the first segment's first fetched ahead (a segment's first while the reader is in the last "
+        "chunk of the one before, found by listing the partition), and each time index")
+    assert 1 <= sequential["lists"] <= 2, "the partition listed once, and again for the segment after the last"
     assert sequential["peak"] <= CACHE
 
     assert concurrent["peak"] <= CACHE, f"the cache held {concurrent['peak']} bytes, above its {CACHE}"

@@ -123,10 +123,6 @@ final class ChunkCache {
         return disk == null ? null : disk.stats();
     }
 
-    Settings settings() {
-        return settings;
-    }
-
     synchronized Stats stats() {
         return new Stats(gets, bytesFetched, hits, misses, prefetches, unusedPrefetches, held, peak);
     }

@@ -58,6 +58,9 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
     public static final String PREFETCH_CONFIG = "kcompact.fetch.prefetch.chunks";
     public static final String CACHE_DIR_CONFIG = "kcompact.fetch.cache.dir";
     public static final String CACHE_DISK_BYTES_CONFIG = "kcompact.fetch.cache.disk.bytes";
+    /** How often a partition's segments may be listed again to find the one a reader enters next: a consumer at the
+     * end of the tier looks for a segment not tiered yet at each fetch of the last chunk. */
+    private static final long RELIST_MS = 5000;
 
     private final SegmentObjectKeys keys = new SegmentObjectKeys("");
     private final TierMetrics metrics = new TierMetrics();
@@ -66,6 +69,9 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
     private ChunkCache chunks;
     /** Per partition, the end offset of the segment last opened for a read (the chunk cache's only). */
     private final Map<TopicIdPartition, Long> lastRead = new ConcurrentHashMap<>();
+    /** The segment after the one a reader is finishing, for the chunk cache; null without it. */
+    private NextSegments next;
+    private int chunkBytes;
 
     /** Kafka's KIP-877 hook ({@link TierMetrics} lists what is published). */
     @Override
@@ -86,6 +92,8 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
                 () -> chunks == null ? 0 : chunks.stats().prefetches());
         metrics.gauge("chunk-cache-unused-prefetches-total", "chunks fetched ahead and dropped before any read",
                 () -> chunks == null ? 0 : chunks.stats().unusedPrefetches());
+        metrics.gauge("store-lists-total", "listings of a partition's segments sent to the remote store",
+                () -> store instanceof PythonStore remote ? remote.lists() : 0);
         metrics.gauge("chunk-files-bytes", "bytes of segment chunks kept on local disk",
                 () -> chunks == null || chunks.diskStats() == null ? 0 : chunks.diskStats().heldBytes());
         metrics.gauge("chunk-files-hits-total", "chunks read back from local disk instead of the store",
@@ -113,7 +121,7 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
     @Override
     public void configure(Map<String, ?> configs) {
         String uri = StoreSetting.of(configs, "rsm.config.");
-        int chunkBytes = Integer.parseInt(text(configs, CHUNK_BYTES_CONFIG, "4194304"));
+        chunkBytes = Integer.parseInt(text(configs, CHUNK_BYTES_CONFIG, "4194304"));
         long cacheBytes = Long.parseLong(text(configs, CACHE_BYTES_CONFIG, Long.toString(64L << 20)));
         ChunkCache.Settings cache = cacheBytes == 0 ? null : new ChunkCache.Settings(chunkBytes, cacheBytes,
                 Integer.parseInt(text(configs, PREFETCH_CONFIG, "2")));
@@ -126,6 +134,7 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
         }
         if (store instanceof PythonStore remote && cache != null) {
             chunks = new ChunkCache(remote::fetch, cache, hit -> metrics.cache("chunk", hit), chunkFiles(configs));
+            next = new NextSegments(remote::list, RELIST_MS, System::currentTimeMillis);
         }
     }
 
@@ -205,7 +214,9 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
         return counted("fetch", () -> openSegment(segment, startPosition, (long) endPosition + 1));
     }
 
-    /** The segment's bytes through the chunk cache (the segment's size in its metadata bounds the prefetch). */
+    /** The segment's bytes through the chunk cache (the segment's size in its metadata bounds the prefetch); a read
+     * starting within a chunk of its end fetches the first chunk of the segment after it ahead
+     * ({@link NextSegments}). */
     private InputStream openSegment(RemoteLogSegmentMetadata segment, long start, long end)
             throws RemoteStorageException {
         String key = keys.key(segment, Suffix.LOG);
@@ -213,6 +224,10 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
             return open(key, start, end);
         }
         lastRead.put(segment.topicIdPartition(), segment.endOffset());
+        long size = segment.segmentSizeInBytes();
+        if (size > 0 && start + chunkBytes >= size) {
+            next.find(key.substring(0, key.lastIndexOf('/') + 1), segment.endOffset() + 1, chunks::fetchAhead);
+        }
         return reading(key, start, end, () -> chunks.open(key, start, end, segment.segmentSizeInBytes()));
     }
 

@@ -15,7 +15,9 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.Base64;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
@@ -59,6 +61,7 @@ final class PythonStore implements SegmentStore {
     private final AtomicLong restarts = new AtomicLong();
     private final AtomicLong gets = new AtomicLong();
     private final AtomicLong bytesFetched = new AtomicLong();
+    private final AtomicLong lists = new AtomicLong();
     private Worker worker;
     private boolean closed;
 
@@ -112,6 +115,29 @@ final class PythonStore implements SegmentStore {
             bytesFetched.addAndGet(answer.payload().length);
             return answer.payload();
         });
+    }
+
+    /** An object a listing found: its key and size. */
+    record Listed(String key, long size) {
+    }
+
+    /** The objects under {@code prefix} whose key ends with {@code suffix}, in key order (the store process lists
+     * them: one LIST request per 1,000 objects on S3), answered as {@link #fetch} is; counted in {@link #lists()}. */
+    CompletableFuture<List<Listed>> list(String prefix, String suffix) {
+        lists.incrementAndGet();
+        ObjectNode request = JSON.createObjectNode().put("op", "list").put("prefix", prefix).put("suffix", suffix);
+        return send(request).thenApply(answer -> {
+            List<Listed> out = new ArrayList<>();
+            for (JsonNode object : answer.json().path("result").path("objects")) {
+                out.add(new Listed(object.get(0).asText(), object.get(1).asLong()));
+            }
+            return out;
+        });
+    }
+
+    /** Listings sent to the store process. */
+    long lists() {
+        return lists.get();
     }
 
     private byte[] get(String key, long start, long end) throws IOException {
