@@ -71,7 +71,8 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
     private final Map<TopicIdPartition, Long> lastRead = new ConcurrentHashMap<>();
     /** The segment after the one a reader is finishing, for the chunk cache; null without it. */
     private NextSegments next;
-    private int chunkBytes;
+    /** How far ahead of a read chunks are fetched: its prefetch chunks, past a segment's end into the next one. */
+    private long aheadBytes;
 
     /** Kafka's KIP-877 hook ({@link TierMetrics} lists what is published). */
     @Override
@@ -121,7 +122,7 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
     @Override
     public void configure(Map<String, ?> configs) {
         String uri = StoreSetting.of(configs, "rsm.config.");
-        chunkBytes = Integer.parseInt(text(configs, CHUNK_BYTES_CONFIG, "4194304"));
+        int chunkBytes = Integer.parseInt(text(configs, CHUNK_BYTES_CONFIG, "4194304"));
         long cacheBytes = Long.parseLong(text(configs, CACHE_BYTES_CONFIG, Long.toString(64L << 20)));
         ChunkCache.Settings cache = cacheBytes == 0 ? null : new ChunkCache.Settings(chunkBytes, cacheBytes,
                 Integer.parseInt(text(configs, PREFETCH_CONFIG, "2")));
@@ -135,6 +136,7 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
         if (store instanceof PythonStore remote && cache != null) {
             chunks = new ChunkCache(remote::fetch, cache, hit -> metrics.cache("chunk", hit), chunkFiles(configs));
             next = new NextSegments(remote::list, RELIST_MS, System::currentTimeMillis);
+            aheadBytes = (long) chunkBytes * Math.max(1, cache.prefetchChunks());
         }
     }
 
@@ -215,8 +217,8 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
     }
 
     /** The segment's bytes through the chunk cache (the segment's size in its metadata bounds the prefetch); a read
-     * starting within a chunk of its end fetches the first chunk of the segment after it ahead
-     * ({@link NextSegments}). */
+     * starting within the prefetch's reach of its end ({@code kcompact.fetch.prefetch.chunks} chunks) fetches the first
+     * chunk of the segment after it ahead ({@link NextSegments}), as it would a chunk of the same segment. */
     private InputStream openSegment(RemoteLogSegmentMetadata segment, long start, long end)
             throws RemoteStorageException {
         String key = keys.key(segment, Suffix.LOG);
@@ -225,7 +227,7 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
         }
         lastRead.put(segment.topicIdPartition(), segment.endOffset());
         long size = segment.segmentSizeInBytes();
-        if (size > 0 && start + chunkBytes >= size) {
+        if (size > 0 && start + aheadBytes >= size) {
             next.find(key.substring(0, key.lastIndexOf('/') + 1), segment.endOffset() + 1, chunks::fetchAhead);
         }
         return reading(key, start, end, () -> chunks.open(key, start, end, segment.segmentSizeInBytes()));
