@@ -4,7 +4,7 @@ The public API, for notebooks and orchestrators (the CLI and `jobs/` use the sam
 
     run = compaction.plan(spark, "s3://bucket/tier", "conf/kcompact.yaml")  # frozen plan: reads metadata only
     staged = compaction.stage(spark, run)          # rewrite + upload on Spark; only compact,delete expiry visible
-    outcomes = compaction.commit(staged)           # one atomic metadata commit per partition
+    outcomes = compaction.commit(staged)           # one atomic metadata commit, each partition checked alone
     report = compaction.compact(spark, store, config)  # all three; a RunReport, report.to_dict() is the JSON
     compaction.expire(store, config)               # retention of compact,delete topics (no Spark)
 
@@ -149,7 +149,8 @@ def gc(store: Store, config: Config | None = None, now_ms: int | None = None, *,
 def expire(store: Store, config: Config, now_ms: int | None = None, *, topics: list[str] | None = None,
            partition: int | None = None, dry_run: bool = False) -> RetentionReport:
     """Apply retention.ms / retention.bytes to the `compact,delete` topics of `config` (`compaction.retention`):
-    their expired segments go to DELETE_SEGMENT_STARTED in one commit per partition; `gc` deletes the objects."""
+    their expired segments go to DELETE_SEGMENT_STARTED in one commit for every partition; `gc` deletes the
+    objects."""
     import time
 
     from compaction.arguments import as_config, as_store

@@ -2,10 +2,11 @@
 
     [kcompact +0.4s] plan: 5 partitions at metadata version 12, 3 to compact
     [kcompact +41.2s] stage: 3 partitions rewritten and uploaded, 0 failed
-    [kcompact +41.9s] commit 1/3 orders-0: committed at version 14 (ETA 1.4s)
+    [kcompact +41.9s] commit 1/3 orders-0: committed at version 14
 
-Spark's staging is one job for every partition, so it reports when it ends; counted steps (the per-partition
-commits) estimate what is left from the mean time per step so far. The clock is injected (monotonic by
+Spark's staging is one job for every partition, so it reports when it ends, and so does the commit of a run's
+partitions (a line per partition once it is known); counted steps (`steps`) estimate what is left from the mean
+time per step so far. The clock is injected (monotonic by
 default) so the caller decides what time is; stdout stays free for the command's own output.
 """
 

@@ -34,10 +34,12 @@ the log that expiry leaves. Reads only.
 COMPACT_HELP = "compact the eligible partitions on Spark and commit the swap"
 COMPACT_DESCRIPTION = """
 plan -> stage -> commit. Eligible partitions (see `kcompact plan`) are scanned and compacted on Spark (local[2]
-unless --master or spark-submit says otherwise); every output segment is uploaded under a fresh segment id and
-becomes live in one metadata commit per partition. Replaced segments are marked DELETE_SEGMENT_STARTED; `kcompact
-gc` deletes them later. Before that, as Kafka's cleaner does for a compact,delete log, the run applies
-retention.ms / retention.bytes to compact,delete topics (`kcompact expire`, one commit per partition first).
+unless --master or spark-submit says otherwise); every output segment is uploaded under a fresh segment id.
+The run takes the fencing epochs of its partitions in one metadata commit and makes every output live in one more,
+each partition checked on its own there: a fenced or conflicting partition fails alone, the others land. Replaced
+segments are marked DELETE_SEGMENT_STARTED; `kcompact gc` deletes them later. Before that, as Kafka's cleaner does
+for a compact,delete log, the run applies retention.ms / retention.bytes to compact,delete topics (`kcompact
+expire`, one commit first).
 Rerunning is always safe. Exit codes: 0 done or nothing to do, 2 config error, 3 corrupt input in some partition
 (the others are committed), 4 fenced or conflicting commit, or a store that kept failing, in some partition (the
 others are committed; a rerun is safe).
@@ -118,15 +120,17 @@ def _write_outputs(args: argparse.Namespace, report: RunReport) -> None:
 
 
 def _commit_each(staged: StagedRun, progress: Progress) -> list[PartitionOutcome]:
-    """`commit`, reporting `commit i/n` with an ETA after each partition."""
+    """`commit`, reporting `commit i/n` for each partition once the metadata commit that decides it is known (a run's
+    partitions are committed together, so there is no per-partition time to estimate what is left from)."""
     from compaction.run.commit import commit
 
-    steps = progress.steps("commit", len(staged.partitions))
+    total, done = len(staged.partitions), [0]
 
     def step(outcome: PartitionOutcome) -> None:
+        done[0] += 1
         verdict = (f"committed at version {outcome.version}" if outcome.committed
                    else f"NOT committed ({outcome.error_type})")
-        steps.step(f"{outcome.topic}-{outcome.partition}: {verdict}")
+        progress.phase(f"commit {done[0]}/{total} {outcome.topic}-{outcome.partition}: {verdict}")
 
     return commit(staged, progress=step)
 

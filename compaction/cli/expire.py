@@ -18,13 +18,13 @@ segment never expires (it marks where the tier ends and the WAL's part of the lo
 tiered segments only, and a segment whose batches carry no timestamp is aged from when it went live. Defaults are
 Kafka's: retention.ms 604800000 (7 days), retention.bytes -1 (no limit); -1 turns a rule off.
 
-Expiring is one metadata commit per partition (the segments go to DELETE_SEGMENT_STARTED and the log start offset
-moves up to the first segment left); readers stop serving them at once and `kcompact gc` deletes their objects after
-file.delete.delay.ms. Topics whose cleanup.policy is compact or delete are never touched: a plain delete topic's
-retention is the broker's. Nor is a partition a broker tiers through kcompact's plugins (noted in the report): a
-broker's log start does not follow kcompact's expiry; set retention on the broker's topic there. Idempotent: a
-rerun expires nothing more until the clock or the log moves. A commit that kept losing to concurrent commits exits 4
-(rerun).
+Expiring is one metadata commit for every partition in scope (the segments go to DELETE_SEGMENT_STARTED and the log
+start offset moves up to the first segment left, each partition decided again on its latest rows); readers stop
+serving them at once and `kcompact gc` deletes their objects after file.delete.delay.ms. Topics whose cleanup.policy
+is compact or delete are never touched: a plain delete topic's retention is the broker's. Nor is a partition a
+broker tiers through kcompact's plugins (noted in the report): a broker's log start does not follow kcompact's
+expiry; set retention on the broker's topic there. Idempotent: a rerun expires nothing more until the clock or the
+log moves. A partition whose commit kept losing to concurrent commits exits 4 (rerun); the others are expired.
 """
 
 

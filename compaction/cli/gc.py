@@ -19,7 +19,8 @@ or fenced runs) are deleted once older than the orphan grace. Combined WAL objec
 deleted once no entry of theirs is needed any more (tiered segments cover it, a newer leader epoch truncated it, or
 another copy serves it), the grace after that moment; uploads abandoned in COPY_SEGMENT_STARTED likewise. Live
 segments, the metadata and WAL tables, combined objects still needed and keys that are not segment keys are never
-touched. Idempotent: a rerun, also after a crash, converges.
+touched. Each metadata step (retiring, recording the deletions) is one commit for every partition; a partition that
+keeps changing under gc is left for the next run (exit 4). Idempotent: a rerun, also after a crash, converges.
 """
 
 

@@ -42,8 +42,9 @@ For each partition with WAL data above its tiered segments, cut the batches into
 segment: a new one when the next batch would pass segment.bytes, or when it is more than segment.ms (for a compacted
 topic min(segment.ms, max.compaction.lag.ms)) newer than the segment's first batch. The last, open segment stays in
 the WAL unless it is full or its first batch is older than that at --now. Every rolled segment is complete (.log,
-offset/time/txn indexes, producer snapshot, leader-epoch checkpoint) and is registered in the metadata table in one
-fenced commit per partition, as compaction commits are: reruns are safe and concurrent runs commit once. Compaction,
+offset/time/txn indexes, producer snapshot, leader-epoch checkpoint) and is registered in the metadata table under a
+fencing epoch per partition, as compaction commits are (the run's epochs in one commit, its segments in one more):
+reruns are safe and concurrent runs commit a partition once. Compaction,
 verify, read and gc then treat rolled segments like any other. A partition whose WAL object is missing, truncated or
 corrupt fails alone (exit 3, naming the object and byte position); the others roll.
 """

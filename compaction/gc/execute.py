@@ -1,18 +1,21 @@
 """gc's execution: list, snapshot, plan, then retire -> delete objects -> finish, in that order.
 
-The metadata changes before any object goes: no metadata row that a reader could serve ever points at a
-deleted object. A row is moved to DELETE_SEGMENT_STARTED before any of its objects go, and
-DELETE_SEGMENT_FINISHED is recorded only after they went. A crash between two steps leaves a state the next
-run finishes: deleting a missing object succeeds, `mark_deleted_finished` skips finished rows, and a
-DELETE_SEGMENT_STARTED row whose objects are all gone needs no grace.
+The metadata changes before any object goes: no metadata row that a reader could serve ever points at a deleted
+object. A row is moved to DELETE_SEGMENT_STARTED before any of its objects go, and DELETE_SEGMENT_FINISHED is
+recorded only after they went. Each of the two steps is one metadata commit for every partition
+(`commit_current_batch`); a partition that keeps losing to other commits is left for the next run, and the others go
+on. A crash between two steps leaves a state the next run finishes: deleting a missing object succeeds,
+`mark_deleted_finished` skips finished rows, and a DELETE_SEGMENT_STARTED row whose objects are all gone needs no
+grace.
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from compaction.errors import KcompactError
 from compaction.gc.plan import (
     DEFAULT_GRACE_MS,
     DEFAULT_ORPHAN_GRACE_MS,
@@ -32,7 +35,7 @@ from compaction.metadata import (
     SegmentState,
     StateChange,
     TopicPartition,
-    commit_current,
+    commit_current_batch,
     mark_deleted_finished,
 )
 from compaction.storage.base import ObjectStore
@@ -96,18 +99,28 @@ def collect_garbage(
 
 
 def execute_gc(plan: GcPlan, store: ObjectStore, table: MetadataTable, *, grace_ms: GraceMs, writer: str) -> GcPlan:
-    """Carry out `plan`; returns it as executed (rows that a concurrent commit moved first are dropped)."""
-    grace = grace_function(grace_ms)
+    """Carry out `plan`; returns it as executed (rows that a concurrent commit moved first are dropped).
+
+    Raises:
+        CommitConflictError: a partition's rows kept changing under gc; everything else was done. Rerun.
+    """
+    retired, refused = _retire(table, [p for p in plan.partitions if p.retire], plan.now_ms, grace_function(grace_ms),
+                               writer)
     done = []
     for p in plan.partitions:
-        retired = _retire(table, p, plan.now_ms, grace(p.topic), writer) if p.retire else frozenset()
-        deletions = tuple(d for d in p.deletions if not d.retire_first or d.segment_id in retired)
-        done.append(replace(p, retire=tuple(i for i in p.retire if i in retired), deletions=deletions))
+        tp = TopicPartition(p.topic, p.partition)
+        if tp in refused:
+            continue
+        ids = retired.get(tp, frozenset())
+        deletions = tuple(d for d in p.deletions if not d.retire_first or d.segment_id in ids)
+        done.append(replace(p, retire=tuple(i for i in p.retire if i in ids), deletions=deletions))
     _delete(store, (k for p in done for d in p.deletions for k in d.keys))
     finished = [d.segment_id for p in done for d in p.deletions]
     if finished:
         mark_deleted_finished(table, finished, writer=writer, now_ms=plan.now_ms)
     _delete(store, (o.key for p in done for o in p.orphans))
+    if refused:
+        raise next(iter(refused.values()))
     return replace(plan, partitions=tuple(done))
 
 
@@ -116,32 +129,38 @@ def _delete(store: ObjectStore, keys: Iterable[str]) -> None:
         store.delete(key)
 
 
-def _retire(
-    table: MetadataTable, p: PartitionGcPlan, now_ms: int, grace_ms: int, writer: str, attempts: int = 3
-) -> frozenset[str]:
-    """Move `p.retire` to DELETE_SEGMENT_STARTED in one commit, re-deciding each row on the latest table.
+def _retire(table: MetadataTable, partitions: Iterable[PartitionGcPlan], now_ms: int,
+            grace: Callable[[str], int], writer: str, attempts: int = 3
+            ) -> tuple[dict[TopicPartition, frozenset[str]], dict[TopicPartition, KcompactError]]:
+    """Move each partition's `retire` to DELETE_SEGMENT_STARTED, all in one commit, re-deciding each row on the
+    latest table; (the ids retired per partition, the partitions refused).
 
     gc is not fenced: like `mark_deleted_finished` it commits under the partition's current epoch
-    (`commit_current`), and a row that a concurrent commit moved meanwhile (a tier run finishing or retiring it, a
-    compaction taking the partition) is decided again on the rows after it.
-    Returns the ids this commit retired.
+    (`commit_current_batch`), and a row that a concurrent commit moved meanwhile (a tier run finishing or retiring it,
+    a compaction taking the partition) is decided again on the rows after it.
     """
-    retired: frozenset[str] = frozenset()
+    retired: dict[TopicPartition, frozenset[str]] = {}
 
-    def plan(current: PartitionSnapshot) -> ChangeSet | None:
-        nonlocal retired
-        rows = [s for s in map(current.segment, p.retire) if s is not None]
-        todo = [s for s in rows if segment_action(current, s, now_ms, grace_ms, ()).retires]
-        retired = frozenset(s.segment_id for s in todo)
-        if not todo:
-            return None
-        return ChangeSet.planned_from(
-            current,
-            fencing_epoch=current.fencing_epoch,
-            writer=writer,
-            state_changes=[StateChange(s.segment_id, SegmentState.DELETE_SEGMENT_STARTED) for s in todo],
-            topic_id=todo[0].topic_id,
-        )
+    def retiring(p: PartitionGcPlan) -> Callable[[PartitionSnapshot], ChangeSet | None]:
+        tp, grace_ms = TopicPartition(p.topic, p.partition), grace(p.topic)
 
-    commit_current(table, TopicPartition(p.topic, p.partition), now_ms, plan, attempts=attempts)
-    return retired
+        def plan(current: PartitionSnapshot) -> ChangeSet | None:
+            rows = [s for s in map(current.segment, p.retire) if s is not None]
+            todo = [s for s in rows if segment_action(current, s, now_ms, grace_ms, ()).retires]
+            retired[tp] = frozenset(s.segment_id for s in todo)
+            if not todo:
+                return None
+            return ChangeSet.planned_from(
+                current,
+                fencing_epoch=current.fencing_epoch,
+                writer=writer,
+                state_changes=[StateChange(s.segment_id, SegmentState.DELETE_SEGMENT_STARTED) for s in todo],
+                topic_id=todo[0].topic_id,
+            )
+
+        return plan
+
+    plans = {TopicPartition(p.topic, p.partition): retiring(p) for p in partitions}
+    outcomes = commit_current_batch(table, plans, now_ms, attempts=attempts)
+    refused = {tp: o for tp, o in sorted(outcomes.items()) if isinstance(o, KcompactError)}
+    return {tp: ids for tp, ids in retired.items() if tp not in refused}, refused

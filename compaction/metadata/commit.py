@@ -1,54 +1,59 @@
-"""Atomic, fenced commits to the metadata table: one Delta commit per partition change.
+"""Atomic, fenced commits to the metadata table: a partition's change lands whole or not at all, and a run's
+partitions land together, in one Delta commit (or one per `batch.BATCH_PARTITIONS`).
 
-How a commit works (`commit`):
+How a partition's commit works (`commit`, and `commit_batch` for many):
 
-1. open the table at its latest version `v` and load the partition's rows at `v` (partition filters);
+1. open the table at its latest version `v` and load the partition's rows at `v` (partition filters; a batch's
+   partitions in one read);
 2. check the change set's preconditions against them and compute the partition's complete new row set
    (`change_set.apply_change_set`, pure);
-3. write that row set with `write_deltalake(dt_at_v, rows, mode="overwrite",
-   predicate="topic = '<t>' AND partition = <n>")`: one Delta commit that removes every file of the
-   partition and adds the new one.
+3. write the row sets with `write_deltalake(dt_at_v, rows, mode="overwrite", predicate=...)`, the predicate naming
+   exactly the partitions written (`topic = '<t>' AND partition = <n>`, or `... partition IN (...)` per topic): one
+   Delta commit that removes every file of those partitions and adds the new ones (`batch.land`).
 
 Step 3 is what makes the check in step 2 hold at commit time. delta-rs checks every commit that landed
-after `v`: if one added or removed a file of this partition, ours fails with `CommitFailedError`, which
-becomes `CommitConflictError`; nothing of it is visible. Commits to *other* partitions do not conflict
-(the predicate is a literal on both partition columns; the tests check both cases on a local directory).
-A Delta commit is a single log entry written put-if-absent, so the new row set lands whole or not at all;
-files written by a failed attempt are never referenced and vacuum removes them. Blind appends are never
+after `v`: if one added or removed a file of a partition written, the write fails with `CommitFailedError` and
+nothing of it is visible; the partitions that moved are checked again on their new rows (and count one of their
+attempts), the others are written again with them, so a conflict costs only the partitions it touched:
+`CommitConflictError` for a partition that kept losing, never for its neighbours in the batch. Commits to *other*
+partitions do not conflict (the predicate is a literal on both partition columns; the tests check both cases on a
+local directory). A Delta commit is a single log entry written put-if-absent, so the new row sets land whole or not
+at all; files written by a failed attempt are never referenced and vacuum removes them. Blind appends are never
 used for partition data: they would skip the conflict check.
 
-Fencing as docs/fencing.md explains it. `acquire_fencing_epoch` bumps the partition's fencing epoch in its own
-commit, like a new leader epoch, and adds the epoch's entry to the cleaner-offset vector. Every change
-set carries the epoch of its run, and a commit whose epoch is not the partition's raises `FencedError`,
-whatever the arrival order (old run commits before or after the new run's commit). Objects a fenced run
-uploaded stay unreferenced; gc finds them with `snapshot.referenced_object_keys`. A fresh partition has
-epoch 0, which a writer may use without acquiring (an unfenced single writer).
+Fencing as docs/fencing.md explains it. `acquire_fencing_epoch` bumps the partition's fencing epoch in a commit of its
+own, like a new leader epoch, and adds the epoch's entry to the cleaner-offset vector; `acquire_fencing_epochs` does
+so for a run's partitions in one commit. Every change set carries the epoch of its run, and a partition whose epoch
+is not the change set's is refused with `FencedError`, whatever the arrival order (old run commits before or after
+the new run's commit); in a batch, the other partitions land. Objects a fenced run uploaded stay unreferenced; gc
+finds them with `snapshot.referenced_object_keys`. A fresh partition has epoch 0, which a writer may use without
+acquiring (an unfenced single writer).
 
 `commit` never re-plans: its change set was planned from a snapshot, and only the caller can re-plan. It does rebase
 one over commits that only appended segments above everything it touches (`rebase`: a broker tiering the next
 segment while a compaction runs), up to `REBASE_ATTEMPTS` times; any other commit in between is a conflict, and a
-`FencedError` is never rebased. Writers that hold no fencing epoch of their own (the broker's plugin, gc, retention) use
-`commit_current`, which plans on the latest rows and plans again when another commit, a compaction's new fencing
-epoch included, lands first; so do the conveniences (`record_tier_finished`, `mark_deleted_finished`). A change
-set that already landed cannot land twice (its `expected_commit_seq` is then stale, and its own rows forbid a rebase).
+`FencedError` is never rebased. Writers that hold no fencing epoch of their own (the broker's plugin, gc, retention,
+a tier run finishing its uploads) use `commit_current` (`commit_current_batch` for many partitions), which plans on
+the latest rows and plans again when another commit, a compaction's new fencing epoch included, lands first; so do
+the conveniences (`record_tier_finished`, `mark_deleted_finished`). A change set that already landed cannot land
+twice (its `expected_commit_seq` is then stale, and its own rows forbid a rebase).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 
-from deltalake import CommitProperties, DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake import DeltaTable
 
 from compaction.errors import (
     CommitConflictError,
     FencedError,
+    KcompactError,
     MetadataInvariantError,
     MetadataVersionNotFoundError,
-    TransientStoreError,
 )
+from compaction.metadata.batch import CommitResult, Landed, Outcome, land
 from compaction.metadata.change_set import (
     ChangeSet,
     PartitionRows,
@@ -57,61 +62,26 @@ from compaction.metadata.change_set import (
     apply_change_set,
     check_preconditions,
 )
-from compaction.metadata.model import SegmentState, TopicPartition, check_topic, rows_to_arrow
+from compaction.metadata.model import SegmentState, TopicPartition
 from compaction.metadata.rebase import rebase
 from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.metadata.table import MetadataTable, load_partition
 
-
-@dataclass(frozen=True)
-class CommitResult:
-    """Where a commit landed: the table version it created and the partition's new commit_seq."""
-
-    topic: str
-    partition: int
-    version: int
-    commit_seq: int
-    fencing_epoch: int
-
-
-def partition_predicate(topic: str, partition: int) -> str:
-    """The literal Delta predicate selecting exactly one partition's rows."""
-    return f"topic = '{check_topic(topic)}' AND partition = {int(partition)}"
-
-
-def _write(dt: DeltaTable, rows: PartitionRows) -> CommitResult:
-    s = rows.state
-    base = dt.version()
-    metadata = {
-        "kcompact.partition": f"{s.topic}-{s.partition}",
-        "kcompact.commit_seq": str(s.commit_seq),
-        "kcompact.fencing_epoch": str(s.fencing_epoch),
-        "kcompact.writer": s.writer,
-        "kcompact.run_id": s.run_id or "",
-    }
-    try:
-        write_deltalake(
-            dt,
-            rows_to_arrow([s], rows.segments),
-            mode="overwrite",
-            predicate=partition_predicate(s.topic, s.partition),
-            commit_properties=CommitProperties(custom_metadata=metadata),
-        )
-    except CommitFailedError as e:
-        raise CommitConflictError(
-            f"{s.topic}-{s.partition}: expected no commit to the partition after table version {base}, "
-            f"found one (delta-rs: {str(e).splitlines()[0]}); re-plan and retry"
-        ) from e
-    except (DeltaError, OSError) as e:  # the store kept failing under delta-rs's own retries
-        raise TransientStoreError(
-            f"{s.topic}-{s.partition}: writing the metadata commit after table version {base} failed "
-            f"(delta-rs: {str(e).splitlines()[0]}); re-read the partition and rerun"
-        ) from e
-    return CommitResult(s.topic, s.partition, int(dt.version()), s.commit_seq, s.fencing_epoch)
-
-
 REBASE_ATTEMPTS = 5
-"""How many times `commit` writes a change set it had to rebase before it gives up with the last conflict."""
+"""How many conflicts a change set of `commit` takes (each time rebased when it can be) before it gives up."""
+
+Plan = Callable[[PartitionSnapshot], ChangeSet | None]
+"""A writer's change to a partition, planned on its latest rows; None: nothing to do."""
+
+
+def _one(outcome: CommitResult | KcompactError | None) -> CommitResult | None:
+    if isinstance(outcome, KcompactError):
+        raise outcome
+    return outcome
+
+
+def _result(outcome: Outcome) -> CommitResult | KcompactError | None:
+    return outcome.result if isinstance(outcome, Landed) else outcome
 
 
 def commit(table: MetadataTable, change_set: ChangeSet, now_ms: int) -> CommitResult:
@@ -133,53 +103,74 @@ def commit(table: MetadataTable, change_set: ChangeSet, now_ms: int) -> CommitRe
     Not idempotent by design: a replay after success fails with CommitConflictError (expected commit_seq
     n, found n + 1), which is how a caller that lost the outcome finds out; then read the partition.
     """
-    planned: PartitionSnapshot | None = None
-    for attempt in range(1, REBASE_ATTEMPTS + 1):
-        dt = table.delta_table()
-        current = load_partition(dt, change_set.topic, change_set.partition, table.table_uri, table.storage_options)
+    result = _one(commit_batch(table, [change_set], now_ms)[TopicPartition(change_set.topic, change_set.partition)])
+    assert result is not None  # a change set always has rows to write
+    return result
+
+
+def commit_batch(table: MetadataTable, change_sets: Iterable[ChangeSet], now_ms: int
+                 ) -> dict[TopicPartition, CommitResult | KcompactError]:
+    """Commit change sets of distinct partitions together: one Delta commit for all of them (`batch.land`), each
+    partition checked, rebased or refused as `commit` does it, alone.
+
+    Returns every partition's outcome: its `CommitResult`, or the error `commit` would have raised for it (nothing of
+    that partition landed; the others did). Not idempotent, as `commit`.
+
+    Raises:
+        MetadataInvariantError: two change sets for one partition.
+    """
+    by_tp: dict[TopicPartition, ChangeSet] = {}
+    for cs in change_sets:
+        tp = TopicPartition(cs.topic, cs.partition)
+        if tp in by_tp:
+            raise MetadataInvariantError(f"{cs.topic}-{cs.partition}: two change sets for one partition in one commit")
+        by_tp[tp] = cs
+    planned = _PlannedVersions(table)
+    outcomes = land(table, {tp: _landing(cs, planned, now_ms) for tp, cs in by_tp.items()}, REBASE_ATTEMPTS)
+    results: dict[TopicPartition, CommitResult | KcompactError] = {}
+    for tp, outcome in outcomes.items():
+        result = _result(outcome)
+        assert result is not None  # a change set always has rows to write
+        results[tp] = result
+    return results
+
+
+def _landing(cs: ChangeSet, planned: _PlannedVersions, now_ms: int) -> Callable[[PartitionSnapshot], PartitionRows]:
+    """`cs`'s rows on the partition's latest rows: as planned, or rebased over appends; fenced never rebases."""
+
+    def build(current: PartitionSnapshot) -> PartitionRows:
         try:
-            check_preconditions(current, change_set)
-            landing = change_set
+            check_preconditions(current, cs)
+            landing = cs
         except FencedError:
             raise
         except CommitConflictError as stale:
-            planned = planned or _planned_snapshot(table, change_set, stale)
-            landing = rebase(change_set, planned, current)
-        try:
-            return _write(dt, apply_change_set(current, landing, now_ms))
-        except CommitConflictError:
-            if attempt == REBASE_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable: the last attempt returns or raises")
+            landing = rebase(cs, planned.partition(cs, stale), current)
+        return apply_change_set(current, landing, now_ms)
+
+    return build
 
 
-def _planned_snapshot(table: MetadataTable, cs: ChangeSet, stale: CommitConflictError) -> PartitionSnapshot:
-    """The partition as `cs` was planned from it; a version time travel cannot read any more is the plain conflict."""
-    try:
-        return table.partition_snapshot(cs.topic, cs.partition, cs.base_version)
-    except MetadataVersionNotFoundError:
-        raise stale from None
+class _PlannedVersions:
+    """The partitions as change sets were planned from them, read by time travel once per version and partition."""
 
+    def __init__(self, table: MetadataTable) -> None:
+        self._table = table
+        self._opened: dict[int, DeltaTable] = {}
+        self._read: dict[tuple[int, TopicPartition], PartitionSnapshot] = {}
 
-def _replanned(
-    table: MetadataTable,
-    tp: TopicPartition,
-    build: Callable[[PartitionSnapshot], PartitionRows],
-    attempts: int,
-) -> CommitResult:
-    """Load the latest partition, build its rows, write; if delta-rs saw a concurrent commit, start over.
-
-    `build` raising (FencedError included) ends the loop at once: only the write's conflict is retried.
-    """
-    for attempt in range(1, attempts + 1):
-        dt = table.delta_table()
-        rows = build(load_partition(dt, tp.topic, tp.partition, table.table_uri, table.storage_options))
-        try:
-            return _write(dt, rows)
-        except CommitConflictError:
-            if attempt == attempts:
-                raise
-    raise MetadataInvariantError(f"attempts must be >= 1, found {attempts}")
+    def partition(self, cs: ChangeSet, stale: CommitConflictError) -> PartitionSnapshot:
+        """The partition at `cs.base_version`; a version time travel cannot read any more is the plain conflict."""
+        key = (cs.base_version, TopicPartition(cs.topic, cs.partition))
+        if key not in self._read:
+            try:
+                if cs.base_version not in self._opened:
+                    self._opened[cs.base_version] = self._table.delta_table(cs.base_version)
+            except MetadataVersionNotFoundError:
+                raise stale from None
+            self._read[key] = load_partition(self._opened[cs.base_version], cs.topic, cs.partition,
+                                             self._table.table_uri, self._table.storage_options)
+        return self._read[key]
 
 
 def acquire_fencing_epoch(
@@ -204,15 +195,48 @@ def acquire_fencing_epoch(
         CommitConflictError: still conflicting after `attempts` tries.
     """
     tp = TopicPartition(topic, partition)
-    result = _replanned(table, tp, lambda current: acquire_rows(current, topic_id, writer, now_ms, run_id), attempts)
-    return result.fencing_epoch
+    acquired = acquire_fencing_epochs(table, [tp], writer, now_ms, topic_ids={tp: topic_id} if topic_id else None,
+                                      run_id=run_id, attempts=attempts)[tp]
+    if isinstance(acquired, KcompactError):
+        raise acquired
+    return acquired.fencing_epoch
+
+
+def acquire_fencing_epochs(
+    table: MetadataTable,
+    partitions: Iterable[TopicPartition],
+    writer: str,
+    now_ms: int,
+    *,
+    topic_ids: Mapping[TopicPartition, str] | None = None,
+    run_id: str | None = None,
+    attempts: int = 5,
+) -> dict[TopicPartition, PartitionSnapshot | KcompactError]:
+    """`acquire_fencing_epoch` for every partition of a run, in one Delta commit (`batch.land`).
+
+    Returns each partition as the acquiring commit left it (its `fencing_epoch` is the run's; its `version` the
+    commit's, the state a change set of the run is planned from), or the error `acquire_fencing_epoch` would have
+    raised for it; a partition refused or still conflicting after `attempts` tries does not hold back the others.
+    `topic_ids` as `acquire_fencing_epoch`'s `topic_id`, per partition. Not idempotent: a rerun takes newer epochs.
+    """
+    ids = topic_ids or {}
+
+    def taking(tp: TopicPartition) -> Callable[[PartitionSnapshot], PartitionRows]:
+        return lambda current: acquire_rows(current, ids.get(tp), writer, now_ms, run_id)
+
+    outcomes = land(table, {tp: taking(tp) for tp in set(partitions)}, attempts)
+    acquired: dict[TopicPartition, PartitionSnapshot | KcompactError] = {}
+    for tp, outcome in outcomes.items():
+        assert outcome is not None  # an acquire always has rows to write
+        acquired[tp] = outcome.snapshot if isinstance(outcome, Landed) else outcome
+    return acquired
 
 
 def commit_current(
     table: MetadataTable,
     tp: TopicPartition,
     now_ms: int,
-    plan: Callable[[PartitionSnapshot], ChangeSet | None],
+    plan: Plan,
     *,
     attempts: int = 5,
 ) -> CommitResult | None:
@@ -223,7 +247,8 @@ def commit_current(
     rows at the version the write will be checked against, so a commit landing in between (another writer's, or a
     compaction taking a new fencing epoch) is a conflict delta-rs reports at write time, never a `FencedError` of
     an epoch this writer never held: it is planned again on the rows after it, up to `attempts` times. `plan`
-    returning None means nothing is left to do: no commit, None returned.
+    returning None means nothing is left to do: no commit, None returned. `commit_current_batch` is the same rule
+    for many partitions in one commit.
 
     Raises:
         CommitConflictError: other commits kept landing first `attempts` times; rerun.
@@ -231,20 +256,32 @@ def commit_current(
         `apply_change_set` raises for a change set that breaks a rule (a fencing epoch `plan` took from elsewhere
         included: that one is `FencedError`, not retried).
     """
-    if attempts < 1:
-        raise MetadataInvariantError(f"attempts must be >= 1, found {attempts}")
-    for attempt in range(1, attempts + 1):
-        dt = table.delta_table()
-        current = load_partition(dt, tp.topic, tp.partition, table.table_uri, table.storage_options)
-        change_set = plan(current)
-        if change_set is None:
-            return None
-        try:
-            return _write(dt, apply_change_set(current, change_set, now_ms))
-        except CommitConflictError:
-            if attempt == attempts:
-                raise
-    raise AssertionError("unreachable: the last attempt returns or raises")
+    return _one(commit_current_batch(table, {tp: plan}, now_ms, attempts=attempts)[tp])
+
+
+def commit_current_batch(
+    table: MetadataTable,
+    plans: Mapping[TopicPartition, Plan],
+    now_ms: int,
+    *,
+    attempts: int = 5,
+) -> dict[TopicPartition, CommitResult | KcompactError | None]:
+    """`commit_current` for many partitions, in one Delta commit (`batch.land`): each partition's plan sees its latest
+    rows and is planned again, alone, when a commit to it lands first.
+
+    Returns every partition's outcome: its `CommitResult`, None when its plan found nothing to do, or the
+    `KcompactError` `commit_current` would have raised for it (nothing of it landed; the others did). A plan raising
+    anything else ends the call at once. Idempotent as far as the plans are (each sees the rows its last run left).
+    """
+    def build(plan: Plan) -> Callable[[PartitionSnapshot], PartitionRows | None]:
+        def rows(current: PartitionSnapshot) -> PartitionRows | None:
+            change_set = plan(current)
+            return None if change_set is None else apply_change_set(current, change_set, now_ms)
+
+        return rows
+
+    outcomes = land(table, {tp: build(plan) for tp, plan in plans.items()}, attempts)
+    return {tp: _result(outcome) for tp, outcome in outcomes.items()}
 
 
 def _change(
@@ -272,16 +309,17 @@ def record_tier_finished(
     attempts: int = 3,
 ) -> CommitResult:
     """Move uploaded segments from COPY_SEGMENT_STARTED to COPY_SEGMENT_FINISHED: they become live."""
+    plan = tier_finished_plan(segment_ids, fencing_epoch=fencing_epoch, writer=writer, run_id=run_id)
+    return _change(table, TopicPartition(topic, partition), attempts, now_ms, plan)
+
+
+def tier_finished_plan(segment_ids: Iterable[str], *, fencing_epoch: int, writer: str, run_id: str | None = None
+                       ) -> Callable[[PartitionSnapshot], ChangeSet]:
+    """`record_tier_finished`'s change, for `commit_current_batch`: under `fencing_epoch`, the epoch the uploads were
+    started under (a run that took the partition since fences them)."""
     changes = tuple(StateChange(i, SegmentState.COPY_SEGMENT_FINISHED) for i in segment_ids)
-    return _change(
-        table,
-        TopicPartition(topic, partition),
-        attempts,
-        now_ms,
-        lambda current: ChangeSet.planned_from(
-            current, fencing_epoch=fencing_epoch, writer=writer, state_changes=changes, run_id=run_id
-        ),
-    )
+    return lambda current: ChangeSet.planned_from(current, fencing_epoch=fencing_epoch, writer=writer,
+                                                  state_changes=changes, run_id=run_id)
 
 
 def mark_deleted_finished(
@@ -295,13 +333,15 @@ def mark_deleted_finished(
 ) -> tuple[CommitResult, ...]:
     """Record that gc deleted the objects of `segment_ids` (DELETE_SEGMENT_STARTED -> FINISHED).
 
-    One commit per partition involved. gc is not fenced: it commits under the partition's current epoch,
-    because finishing a deletion an owner already started cannot hurt any owner. Idempotent: segments
-    already in DELETE_SEGMENT_FINISHED are skipped, and a partition with nothing left gets no commit.
+    One commit for every partition involved (`commit_current_batch`). gc is not fenced: it commits under the
+    partition's current epoch, because finishing a deletion an owner already started cannot hurt any owner.
+    Idempotent: segments already in DELETE_SEGMENT_FINISHED are skipped, and a partition with nothing left gets no
+    row rewritten (none at all: no commit).
 
     Raises:
-        MetadataInvariantError: an id the table does not know.
-        InvalidStateTransitionError: a segment that is not in DELETE_SEGMENT_STARTED.
+        MetadataInvariantError: an id the table does not know (before anything is committed).
+        InvalidStateTransitionError: a segment that is not in DELETE_SEGMENT_STARTED; CommitConflictError: a
+            partition kept changing. Either after the other partitions' deletions were recorded.
     """
     wanted = set(segment_ids)
     by_tp: dict[TopicPartition, set[str]] = defaultdict(set)
@@ -313,11 +353,12 @@ def mark_deleted_finished(
     if unknown:
         raise MetadataInvariantError(f"{table.table_uri}: unknown segment ids {sorted(unknown)}")
 
-    results = []
-    for tp, ids in sorted(by_tp.items()):
-        if _deletions_pending(table.partition_snapshot(tp.topic, tp.partition), ids):
-            results.append(_change(table, tp, attempts, now_ms, _deletion_plan(ids, writer, run_id)))
-    return tuple(results)
+    plans = {tp: _deletion_plan(ids, writer, run_id) for tp, ids in by_tp.items()}
+    outcomes = sorted(commit_current_batch(table, plans, now_ms, attempts=attempts).items())
+    refused = [o for _, o in outcomes if isinstance(o, KcompactError)]
+    if refused:
+        raise refused[0]
+    return tuple(o for _, o in outcomes if isinstance(o, CommitResult))
 
 
 def _deletions_pending(current: PartitionSnapshot, ids: Iterable[str]) -> list[str]:
@@ -326,15 +367,16 @@ def _deletions_pending(current: PartitionSnapshot, ids: Iterable[str]) -> list[s
     )
 
 
-def _deletion_plan(ids: set[str], writer: str, run_id: str | None) -> Callable[[PartitionSnapshot], ChangeSet]:
-    def plan(current: PartitionSnapshot) -> ChangeSet:
+def _deletion_plan(ids: set[str], writer: str, run_id: str | None) -> Plan:
+    def plan(current: PartitionSnapshot) -> ChangeSet | None:
+        pending = _deletions_pending(current, ids)
+        if not pending:
+            return None
         return ChangeSet.planned_from(
             current,
             fencing_epoch=current.fencing_epoch,
             writer=writer,
-            state_changes=(
-                StateChange(i, SegmentState.DELETE_SEGMENT_FINISHED) for i in _deletions_pending(current, ids)
-            ),
+            state_changes=(StateChange(i, SegmentState.DELETE_SEGMENT_FINISHED) for i in pending),
             run_id=run_id,
         )
 

@@ -3,8 +3,9 @@
 The table is read only through delta-rs (`DeltaTable.to_pyarrow_table`, `read_rows`), never by listing parquet files
 in its directory: old files stay there until vacuum, and only the Delta log says which are current. A
 partition is loaded with a filter on both partition columns, so delta-rs prunes the other partitions'
-files. `MetadataTable` holds nothing but the URI and storage options: it is small, picklable and safe to
-share between threads; every read opens the Delta log afresh.
+files; many partitions are loaded in one read (`load_partitions`, a filter per topic naming its partitions).
+`MetadataTable` holds nothing but the URI and storage options: it is small, picklable and safe to share between
+threads; every read opens the Delta log afresh.
 
 A read that still fails after delta-rs's own retries (the log or a parquet file unreachable: throttling, 5xx,
 timeouts) raises `TransientStoreError`, like a failed commit: the caller fails what the read was for (one
@@ -14,7 +15,8 @@ partition, when it read one) and a rerun is safe.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
@@ -36,6 +38,7 @@ from compaction.metadata.model import (
     PARTITION_COLUMNS,
     RowKind,
     SegmentMetadata,
+    TopicPartition,
     check_topic,
     partition_from_row,
     segment_from_row,
@@ -161,6 +164,11 @@ class MetadataTable(DeltaTableRef):
         """One partition at `version` (latest if None), read with partition filters."""
         return load_partition(self.delta_table(version), topic, partition, self._uri, self._options)
 
+    def partition_snapshots(self, partitions: Iterable[TopicPartition], version: int | None = None
+                            ) -> dict[TopicPartition, PartitionSnapshot]:
+        """Each of `partitions` at one `version` (latest if None), in one read with partition filters."""
+        return load_partitions(self.delta_table(version), partitions, self._uri, self._options)
+
     def live_segments(self, topic: str, partition: int, version: int | None = None) -> tuple[SegmentMetadata, ...]:
         """The partition's live segments (COPY_SEGMENT_FINISHED, not zombie) by start offset."""
         return self.partition_snapshot(topic, partition, version).live_segments
@@ -183,6 +191,23 @@ def load_partition(dt: DeltaTable, topic: str, partition: int, where: str = "met
     with reading(f"{where} ({topic}-{partition})"):
         rows = read_rows(dt, storage_options, filters)
     return _snapshot_of(dt, rows, where).partition(topic, partition)
+
+
+def load_partitions(dt: DeltaTable, partitions: Iterable[TopicPartition], where: str = "metadata",
+                    storage_options: Mapping[str, str] | None = None) -> dict[TopicPartition, PartitionSnapshot]:
+    """Each of `partitions` (an empty snapshot for one the table does not know) at `dt`'s version, in one read whose
+    filter names them (`topic = t AND partition IN (...)` per topic), so delta-rs prunes every other file."""
+    wanted = sorted(set(partitions))
+    if not wanted:
+        return {}
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for tp in wanted:
+        by_topic[check_topic(tp.topic)].append(int(tp.partition))
+    filters: Any = [[("topic", "=", topic), ("partition", "in", numbers)] for topic, numbers in by_topic.items()]
+    with reading(f"{where} ({len(wanted)} partitions)"):
+        rows = read_rows(dt, storage_options, filters)
+    snapshot = _snapshot_of(dt, rows, where)
+    return {tp: snapshot.partition(tp.topic, tp.partition) for tp in wanted}
 
 
 def read_rows(dt: DeltaTable, storage_options: Mapping[str, str] | None, filters: Any = None) -> pa.Table:

@@ -1,5 +1,6 @@
-"""Expire what retention removes: per partition, one metadata commit moving the expired prefix to
-DELETE_SEGMENT_STARTED, re-decided on the partition's latest rows.
+"""Expire what retention removes: one metadata commit moving each partition's expired prefix to
+DELETE_SEGMENT_STARTED, re-decided on the partition's latest rows (`commit_current_batch`: a partition that keeps
+losing to other commits fails alone, the others land).
 
 Like Kafka's `RemoteLogManager`, expiry only changes metadata here: from that commit on no reader serves the
 segments, and `kcompact gc` deletes their objects once the topic's file.delete.delay.ms has passed (a reader that
@@ -22,7 +23,7 @@ from compaction.metadata import (
     SegmentState,
     StateChange,
     TopicPartition,
-    commit_current,
+    commit_current_batch,
 )
 from compaction.retention.plan import PartitionRetention, RetentionPlan, plan_partition_retention, plan_retention
 from compaction.retention.report import PartitionExpiry, RetentionReport
@@ -56,43 +57,48 @@ def expire(table: MetadataTable, config: KcompactConfig, now_ms: int, *, topics:
 
 def execute_retention(table: MetadataTable, plan: RetentionPlan, config_of: Callable[[str], TopicConfig], *,
                       writer: str, failed: dict[TopicPartition, KcompactError] | None = None) -> RetentionReport:
-    """Commit `plan`'s expiries, each re-decided on its partition's latest rows by its topic's config.
+    """Commit `plan`'s expiries in one commit, each re-decided on its partition's latest rows by its topic's config.
 
-    With `failed`, a partition whose commit kept conflicting goes there (and out of the report) and the others go
-    on; without it, the error is raised.
+    With `failed`, a partition whose commit kept conflicting goes there (and out of the report); without it, the
+    error is raised, after the other partitions' expiries landed.
     """
-    done = []
+    decided: dict[TopicPartition, PartitionRetention] = {}
+    plans = {TopicPartition(p.topic, p.partition): _expiry(config_of(p.topic), plan.now_ms, writer, decided)
+             for p in plan.partitions if p.expired}
+    outcomes = commit_current_batch(table, plans, plan.now_ms, attempts=ATTEMPTS)
+    done, refused = [], []
     for p in plan.partitions:
-        if not p.expired:
-            done.append(PartitionExpiry(p, None))
+        tp = TopicPartition(p.topic, p.partition)
+        outcome = outcomes.get(tp)
+        if isinstance(outcome, KcompactError):
+            if failed is None or not isinstance(outcome, SUPERSEDED):
+                refused.append(outcome)
+            else:
+                failed[tp] = outcome
             continue
-        try:
-            done.append(_expire_partition(table, config_of(p.topic), p, plan.now_ms, writer))
-        except SUPERSEDED as exc:
-            if failed is None:
-                raise
-            failed[TopicPartition(p.topic, p.partition)] = exc
+        done.append(PartitionExpiry(decided.get(tp, p), None if outcome is None else outcome.version))
+    if refused:
+        raise refused[0]
     return RetentionReport.of(plan, done, dry_run=False)
 
 
-def _expire_partition(table: MetadataTable, config: TopicConfig, planned: PartitionRetention, now_ms: int,
-                      writer: str) -> PartitionExpiry:
-    decided = planned
+def _expiry(config: TopicConfig, now_ms: int, writer: str, decided: dict[TopicPartition, PartitionRetention]
+            ) -> Callable[[PartitionSnapshot], ChangeSet | None]:
+    """The expiry of one partition, decided again on its latest rows; what it decided last goes into `decided`."""
 
     def plan(current: PartitionSnapshot) -> ChangeSet | None:
-        nonlocal decided
-        decided = plan_partition_retention(current, config, now_ms)
-        if not decided.expired:
+        retention = decided[TopicPartition(current.topic, current.partition)] = plan_partition_retention(
+            current, config, now_ms)
+        if not retention.expired:
             return None
         return ChangeSet.planned_from(
             current,
             fencing_epoch=current.fencing_epoch,
             writer=writer,
-            state_changes=[StateChange(s.segment_id, SegmentState.DELETE_SEGMENT_STARTED) for s in decided.expired],
+            state_changes=[StateChange(s.segment_id, SegmentState.DELETE_SEGMENT_STARTED) for s in retention.expired],
         )
 
-    result = commit_current(table, TopicPartition(planned.topic, planned.partition), now_ms, plan, attempts=ATTEMPTS)
-    return PartitionExpiry(decided, None if result is None else result.version)
+    return plan
 
 
 __all__ = ["default_writer", "execute_retention", "expire"]

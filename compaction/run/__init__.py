@@ -2,9 +2,9 @@
 
 - `plan.py`: reads the metadata table once (and each partition's producer state and aborted transactions, once)
   and returns a frozen `RunPlan` recording the table version and the clock. A dry run renders it and stops.
-- `stage.py`: takes ownership of each eligible partition (a new fencing epoch), runs the Spark data path
+- `stage.py`: takes ownership of every eligible partition (new fencing epochs, one commit), runs the Spark data path
   (`compaction.spark.pipeline`) and uploads every output under a fresh id. Nothing is visible yet.
-- `commit.py`: lands each partition's swap in one metadata commit and returns the outcomes.
+- `commit.py`: lands every partition's swap in one metadata commit, each checked alone, and returns the outcomes.
 - `producers.py`: producer state from the tier. The small picklable values shipped to executors are
   `compaction.tasks`, below run/, spark/ and rewrite/, which all read them.
 - `stats.py` (a partition's counters), `report.py` (the typed `RunReport`, its text and JSON), `report_html.py`

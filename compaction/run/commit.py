@@ -1,21 +1,32 @@
-"""Commit a staged run: each partition's swap in one atomic metadata commit, outcomes returned.
+"""Commit a staged run: every partition's swap in one atomic metadata commit (`metadata.commit_batch`; one per
+`metadata.BATCH_PARTITIONS` partitions), outcomes returned.
 
-A partition's commit marks its new segments COPY_SEGMENT_FINISHED and the replaced ones DELETE_SEGMENT_STARTED and
+A partition's swap marks its new segments COPY_SEGMENT_FINISHED and the replaced ones DELETE_SEGMENT_STARTED and
 advances the cleaner checkpoint, or is refused with "expected …, found …" (`FencedError`, `CommitConflictError`:
-nothing landed, a rerun is safe) when a newer run or a conflicting commit got there first. One partition's refusal
-never stops the others. `commit` returns every outcome (committed, superseded, or failed at staging); with
-`raise_on_superseded=True` it then raises the first `FencedError`/`CommitConflictError`, carrying the outcomes.
-Idempotent: a swap that already landed (an earlier attempt whose reply was lost) is reported as committed.
+nothing of it landed, a rerun is safe) when a newer run or a conflicting commit got there first; its fencing epoch,
+commit_seq and lineage are checked inside the commit, each partition on its own rows. One partition's refusal never
+stops the others: they land in the same run (the commit is written again without it). `commit` returns every
+outcome (committed, superseded, or failed at staging); with `raise_on_superseded=True` it then raises the first
+`FencedError`/`CommitConflictError`, carrying the outcomes. Idempotent: a swap that already landed (an earlier
+attempt whose reply was lost) is reported as committed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from compaction.errors import CommitConflictError, FencedError, KcompactError
-from compaction.metadata import ChangeSet, MetadataTable, SegmentState, StateChange, table_in_store
-from compaction.metadata import commit as commit_change_set
+from compaction.metadata import (
+    ChangeSet,
+    CommitResult,
+    MetadataTable,
+    SegmentState,
+    StateChange,
+    TopicPartition,
+    table_in_store,
+)
+from compaction.metadata import commit_batch as commit_change_sets
 from compaction.run.plan import RunPlan
 from compaction.run.stage import StagedPartition, StagedRun
 
@@ -47,22 +58,23 @@ class PartitionOutcome:
 
 def commit(staged: StagedRun, now_ms: int | None = None, *, raise_on_superseded: bool = False,
            progress: Callable[[PartitionOutcome], None] | None = None) -> list[PartitionOutcome]:
-    """Commit every staged partition (one atomic metadata commit each); see the module docstring.
+    """Commit every staged partition (their swaps in one atomic metadata commit); see the module docstring.
 
-    `progress` is called after each partition's outcome is known (the CLI prints a line with an ETA).
+    `progress` is called with each partition's outcome once the commit that decides it is known (the CLI prints a
+    line each).
 
     Raises:
         FencedError / CommitConflictError: only with `raise_on_superseded`, after every partition was tried;
             the error's `outcomes` attribute holds them all.
     """
     table = table_in_store(staged.run.store.open())
+    landed = commit_partitions(table, staged.run, staged.partitions, now_ms)
     outcomes = []
     for sp in staged.partitions:
-        try:
-            version = commit_partition(table, staged.run, sp, now_ms)
-            outcome = PartitionOutcome(sp.plan.topic, sp.plan.partition, True, version)
-        except KcompactError as exc:
-            outcome = PartitionOutcome.failed(sp.plan.topic, sp.plan.partition, exc)
+        version = landed[TopicPartition(sp.plan.topic, sp.plan.partition)]
+        outcome = (PartitionOutcome.failed(sp.plan.topic, sp.plan.partition, version)
+                   if isinstance(version, KcompactError) else
+                   PartitionOutcome(sp.plan.topic, sp.plan.partition, True, version))
         outcomes.append(outcome)
         if progress is not None:
             progress(outcome)
@@ -78,13 +90,41 @@ def commit(staged: StagedRun, now_ms: int | None = None, *, raise_on_superseded:
 
 
 def commit_partition(table: MetadataTable, run: RunPlan, sp: StagedPartition, now_ms: int | None = None) -> int:
-    """Land one partition's swap; raises FencedError / CommitConflictError when superseded.
+    """Land one partition's swap (`commit_partitions` of one); raises FencedError / CommitConflictError when
+    superseded."""
+    version = commit_partitions(table, run, [sp], now_ms)[TopicPartition(sp.plan.topic, sp.plan.partition)]
+    if isinstance(version, KcompactError):
+        raise version
+    return version
 
-    Idempotent: if this very swap already landed (an earlier attempt whose reply was lost), returns the
-    table version that holds it instead of refusing. Kept segments are untouched, except that a filter written
-    for one in this run joins its row's object keys, in the same commit.
+
+def commit_partitions(table: MetadataTable, run: RunPlan, staged: Sequence[StagedPartition],
+                      now_ms: int | None = None) -> dict[TopicPartition, int | KcompactError]:
+    """Land the swaps of `staged` together; each partition's table version, or why it was refused (FencedError /
+    CommitConflictError when superseded).
+
+    Idempotent: if a swap already landed (an earlier attempt whose reply was lost), the table version that holds it
+    is returned instead of a refusal. Kept segments are untouched, except that a filter written for one in this run
+    joins its row's object keys, in the same commit.
     """
-    change = ChangeSet.planned_from(
+    results = commit_change_sets(table, [_swap(run, sp) for sp in staged], run.now_ms if now_ms is None else now_ms)
+    landed = {tp: r.version if isinstance(r, CommitResult) else r for tp, r in results.items()}
+    # The outcome may be unknown, not refused: a commit whose reply was lost is reported as a conflict when delta-rs
+    # retries it. Its new segment ids are fresh, so finding them all in the table proves it landed.
+    unknown = [sp for sp in staged if sp.new_segments
+               and isinstance(landed[TopicPartition(sp.plan.topic, sp.plan.partition)], CommitConflictError)]
+    if unknown:
+        current = table.partition_snapshots(TopicPartition(sp.plan.topic, sp.plan.partition) for sp in unknown)
+        for sp in unknown:
+            found = current[TopicPartition(sp.plan.topic, sp.plan.partition)]
+            if all(found.segment(n.segment_id) is not None for n in sp.new_segments):
+                landed[TopicPartition(sp.plan.topic, sp.plan.partition)] = found.version
+    return landed
+
+
+def _swap(run: RunPlan, sp: StagedPartition) -> ChangeSet:
+    """One partition's swap, planned from the snapshot its fencing epoch was taken at."""
+    return ChangeSet.planned_from(
         sp.snapshot,
         fencing_epoch=sp.fencing_epoch,
         writer=run.writer,
@@ -94,15 +134,6 @@ def commit_partition(table: MetadataTable, run: RunPlan, sp: StagedPartition, no
         run_id=run.run_id,
         added_object_keys=sp.added_object_keys,
     )
-    try:
-        return commit_change_set(table, change, run.now_ms if now_ms is None else now_ms).version
-    except CommitConflictError:
-        # The outcome may be unknown, not refused: a commit whose reply was lost is reported as a conflict
-        # when delta-rs retries it. Its new segment ids are fresh, so finding them in the table proves it landed.
-        current = table.partition_snapshot(sp.plan.topic, sp.plan.partition)
-        if sp.new_segments and all(current.segment(n.segment_id) is not None for n in sp.new_segments):
-            return current.version
-        raise
 
 
-__all__ = ["PartitionOutcome", "commit", "commit_partition"]
+__all__ = ["PartitionOutcome", "commit", "commit_partition", "commit_partitions"]

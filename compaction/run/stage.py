@@ -2,9 +2,10 @@
 visible.
 
 First `stage` commits the run's retention (`RunPlan.retention`: the compact,delete segments past retention.ms /
-retention.bytes go to DELETE_SEGMENT_STARTED, one commit per partition, re-decided on its latest rows), since the
-compaction was planned on the log as that leaves it. Then per eligible partition it acquires a new fencing epoch
-(committed on its own, like a new leader epoch), checks that the planned segments are still live, and builds its
+retention.bytes go to DELETE_SEGMENT_STARTED, one commit for every partition, each re-decided on its latest rows),
+since the compaction was planned on the log as that leaves it. Then it acquires a new fencing epoch for every
+eligible partition, like a new leader epoch, in one commit of their own (`acquire_fencing_epochs`; a partition
+refused there fails alone), checks per partition that the planned segments are still live, and builds its
 `PartitionWork` from the plan (with the producer state and aborted transactions the plan read).
 `compaction.spark.pipeline` then scans, decides the winners, tests the filters and rewrites every chunk under a
 fresh segment id. A crash here leaves only unreferenced objects, which `kcompact gc` removes; rerunning is safe.
@@ -28,7 +29,7 @@ from compaction.metadata import (
     SegmentMetadata,
     SegmentState,
     TopicPartition,
-    acquire_fencing_epoch,
+    acquire_fencing_epochs,
     table_in_store,
 )
 from compaction.metadata.change_set import AddedObjectKey
@@ -128,26 +129,31 @@ class _TakenPartition:
 
 def _take_partitions(run: RunPlan, failed: dict[TopicPartition, KcompactError], temp_dir: str | None
                      ) -> list[_TakenPartition]:
-    """Per eligible partition not already failed: a new fencing epoch, a check that its planned segments are still
-    live, and its work; a partition where one of them fails goes into `failed`."""
+    """Every eligible partition not already failed, taken in one commit of new fencing epochs; per partition then a
+    check that its planned segments are still live, and its work. A partition where one of them fails goes into
+    `failed`."""
     store = run.store.open()
     table = table_in_store(store)
     budget = run.disk_budget_bytes if run.disk_budget_bytes is not None else default_disk_budget(temp_dir)
+    wanted = [p for p in run.plan.eligible
+              if (tp := TopicPartition(p.topic, p.partition)) not in failed and tp in run.inputs]
+    acquired = acquire_fencing_epochs(table, [TopicPartition(p.topic, p.partition) for p in wanted], run.writer,
+                                      run.now_ms, run_id=run.run_id)
     taken = []
-    for p in run.plan.eligible:
+    for p in wanted:
         tp = TopicPartition(p.topic, p.partition)
-        if tp in failed or tp not in run.inputs:
+        snap = acquired[tp]
+        if isinstance(snap, KcompactError):
+            failed[tp] = snap
             continue
         try:
-            epoch = acquire_fencing_epoch(table, p.topic, p.partition, run.writer, run.now_ms, run_id=run.run_id)
-            snap = table.partition_snapshot(p.topic, p.partition)
             planned = {s.segment_id for g in p.groups for s in g}
             replaced_since = planned - {s.segment_id for s in snap.live_segments}
             if replaced_since:
                 raise CommitConflictError(f"{p.topic}-{p.partition}: expected planned segments to be live, found "
                                           f"{sorted(replaced_since)} replaced since the plan")
-            taken.append(_TakenPartition(p, snap, epoch, partition_work(run, p, snap.topic_id or "", budget,
-                                                                        temp_dir)))
+            taken.append(_TakenPartition(p, snap, snap.fencing_epoch,
+                                         partition_work(run, p, snap.topic_id or "", budget, temp_dir)))
         except KcompactError as exc:
             failed[tp] = exc
     return taken

@@ -1,10 +1,13 @@
 """KIP-405's copy path: every rolled segment of a Kafka log dir into the store (`kcompact tier`).
 
 Per partition: validate the new segments first (a corrupt one fails the partition before anything is
-committed), record them COPY_SEGMENT_STARTED in one metadata commit, upload every object under a fresh
-segment id, then record COPY_SEGMENT_FINISHED in a second commit. A crash between the two leaves
-STARTED rows that are never live; the next run moves them to DELETE_SEGMENT_STARTED (for gc) in the
-same commit that starts their replacements. A rerun copies only what is new.
+committed), record them COPY_SEGMENT_STARTED, upload every object under a fresh segment id, then record
+COPY_SEGMENT_FINISHED. The partitions go in batches of up to `TIER_BATCH_BYTES` of segments (and
+`BATCH_PARTITIONS` partitions), each batch two metadata commits, whatever its partition count: one records every
+partition's STARTED rows, one their FINISHED (`commit_batch`, `commit_current_batch`: a partition refused in either
+fails alone). A crash between the two leaves STARTED rows that are never live, at most a batch of them; the next
+run moves them to DELETE_SEGMENT_STARTED (for gc) in the same commit that starts their replacements. A rerun copies
+only what is new.
 
 Every segment goes up with a producer snapshot, the producer state at its end, as Kafka's RemoteLogManager
 uploads one: the broker's `<next base>.snapshot` when the log dir has it, else one built here by replaying the
@@ -32,16 +35,20 @@ from compaction.format.producer_snapshot import (
 )
 from compaction.format.segment import SNAPSHOT_SUFFIX, segment_path
 from compaction.metadata import (
+    BATCH_PARTITIONS,
     ChangeSet,
     MetadataTable,
     NewSegment,
     ObjectKey,
+    PartitionSnapshot,
     SegmentMetadata,
     SegmentState,
     StateChange,
-    commit,
-    record_tier_finished,
+    TopicPartition,
+    commit_batch,
+    commit_current_batch,
 )
+from compaction.metadata.commit import tier_finished_plan
 from compaction.run.producers import producer_state
 from compaction.storage.base import ObjectStore
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
@@ -123,43 +130,67 @@ def _state_at(part: LocalPartition, store: ObjectStore, live: Sequence[SegmentMe
     return read_producer_snapshot(path.read_bytes(), obj=str(path)) if path.exists() else []
 
 
-def tier_partition(
-    part: LocalPartition, store: ObjectStore, table: MetadataTable, now_ms: int, writer: str
-) -> PartitionTierResult:
-    """Tier the rolled segments of one partition directory that the store does not hold yet."""
-    result = PartitionTierResult(part.topic, part.partition)
-    topic_id = part.topic_id
-    current = table.partition_snapshot(part.topic, part.partition)
+TIER_BATCH_BYTES = 1 << 30
+"""Segment bytes a tier run uploads between two metadata commits: what a crash there leaves to upload again."""
+
+FINISH_ATTEMPTS = 3
+
+
+@dataclass
+class _Copy:
+    """One partition's share of a batch: its prepared segments, their rows, and the commit that starts them (None:
+    nothing to do)."""
+
+    result: PartitionTierResult
+    prepared: list[PreparedSegment] = field(default_factory=list)
+    new: list[NewSegment] = field(default_factory=list)
+    abandoned: int = 0
+    start: ChangeSet | None = None
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.result.topic, self.result.partition)
+
+    @property
+    def size(self) -> int:
+        return sum(seg.size for seg in self.prepared)
+
+
+def _plan_copy(part: LocalPartition, store: ObjectStore, current: PartitionSnapshot, writer: str) -> _Copy:
+    """What tiering `part` takes, on its rows `current`: the rolled segments the store does not hold yet, validated
+    and prepared, and the change set that records them STARTED and retires abandoned attempts."""
+    copy = _Copy(PartitionTierResult(part.topic, part.partition))
     tiered_end = max((s.end_offset for s in current.live_segments), default=-1)
     abandoned = [s for s in current.segments if s.state is SegmentState.COPY_SEGMENT_STARTED]
-    bases = part.segment_bases()
-    rolled = list(itertools.pairwise(bases))
     todo = []
-    for base, next_base in rolled:
+    for base, next_base in itertools.pairwise(part.segment_bases()):
         if next_base - 1 <= tiered_end:
-            result.already_tiered += 1
+            copy.result.already_tiered += 1
         else:  # a segment the tier reaches into (`kcompact wal roll` cut elsewhere) is tiered from the tier's end
             todo.append((base, next_base, tiered_end + 1 if base <= tiered_end else None))
     if not todo and not abandoned:
-        return result
+        return copy
     epochs = part.leader_epochs()
     carried = open_transactions(producer_state(store, current.live_segments)) if any(t[2] for t in todo) else {}
     prepared = [prepare_segment(part, base, next_base, epochs, start, carried) for base, next_base, start in todo]
     if any(_SNAPSHOT not in seg.companions for seg in prepared):
         at_start = _state_at(part, store, current.live_segments, prepared[0].start_offset)
-        prepared, result.built_snapshots = with_producer_snapshots(prepared, at_start)
-    new = [_new_segment("", part.topic, topic_id, part.partition, seg) for seg in prepared]
-    start = ChangeSet.planned_from(
+        prepared, copy.result.built_snapshots = with_producer_snapshots(prepared, at_start)
+    copy.prepared, copy.abandoned = prepared, len(abandoned)
+    copy.new = [_new_segment("", part.topic, part.topic_id, part.partition, seg) for seg in prepared]
+    copy.start = ChangeSet.planned_from(
         current,
         fencing_epoch=current.fencing_epoch,
         writer=writer,
-        new_segments=tuple(new),
+        new_segments=tuple(copy.new),
         state_changes=tuple(StateChange(s.segment_id, SegmentState.DELETE_SEGMENT_STARTED) for s in abandoned),
-        topic_id=topic_id,
+        topic_id=part.topic_id,
     )
-    landed = commit(table, start, now_ms)
-    result.abandoned_attempts = len(abandoned)
-    for seg, meta in zip(prepared, new, strict=True):
+    return copy
+
+
+def _upload(copy: _Copy, store: ObjectStore) -> None:
+    for seg, meta in zip(copy.prepared, copy.new, strict=True):
         for obj in meta.object_keys:
             if obj.suffix is Suffix.LOG and seg.log_bytes is not None:
                 store.put(obj.key, seg.log_bytes)
@@ -167,15 +198,52 @@ def tier_partition(
                 store.put_file(obj.key, seg.log_path)
             else:
                 store.put(obj.key, seg.companions[obj.suffix.value])
-        result.copied.append(seg.start_offset)
-        result.bytes_copied += seg.size
-        result.rebuilt_indexes += int(seg.rebuilt_indexes)
-    if new:
-        record_tier_finished(
-            table, part.topic, part.partition, [n.segment_id for n in new],
-            fencing_epoch=landed.fencing_epoch, writer=writer, now_ms=now_ms,
-        )
-    return result
+        copy.result.copied.append(seg.start_offset)
+        copy.result.bytes_copied += seg.size
+        copy.result.rebuilt_indexes += int(seg.rebuilt_indexes)
+
+
+def _copy_batch(copies: Sequence[_Copy], store: ObjectStore, table: MetadataTable, now_ms: int, writer: str
+                ) -> dict[TopicPartition, KcompactError]:
+    """Tier a batch: one commit of every partition's STARTED rows, the uploads, one commit of their FINISHED rows.
+    Returns the partitions that failed (their results say why, and only that); nothing of one becomes live."""
+    failed: dict[TopicPartition, KcompactError] = {}
+    started = commit_batch(table, [c.start for c in copies if c.start is not None], now_ms)
+    finishing = {}
+    for c in copies:
+        landed = started[c.tp]
+        if isinstance(landed, KcompactError):
+            failed[c.tp] = landed
+            continue
+        c.result.abandoned_attempts = c.abandoned
+        try:
+            _upload(c, store)
+        except KcompactError as exc:
+            failed[c.tp] = exc
+            continue
+        if c.new:
+            finishing[c.tp] = tier_finished_plan([n.segment_id for n in c.new], fencing_epoch=landed.fencing_epoch,
+                                                 writer=writer)
+    finished = commit_current_batch(table, finishing, now_ms, attempts=FINISH_ATTEMPTS)
+    failed.update({tp: r for tp, r in finished.items() if isinstance(r, KcompactError)})
+    for c in copies:
+        if c.tp in failed:  # what it copied is not live: the result is the failure alone
+            c.result = PartitionTierResult(c.result.topic, c.result.partition, **failed[c.tp].outcome_fields())
+    return failed
+
+
+def tier_partition(
+    part: LocalPartition, store: ObjectStore, table: MetadataTable, now_ms: int, writer: str
+) -> PartitionTierResult:
+    """Tier the rolled segments of one partition directory that the store does not hold yet (a batch of one).
+
+    Raises:
+        KcompactError: what failed the partition (corrupt input, a refused commit, the store); nothing became live.
+    """
+    copy = _plan_copy(part, store, table.partition_snapshot(part.topic, part.partition), writer)
+    if copy.start is not None and (failed := _copy_batch([copy], store, table, now_ms, writer)):
+        raise failed[copy.tp]
+    return copy.result
 
 
 def tier_logdir(
@@ -187,16 +255,42 @@ def tier_logdir(
     writer: str | None = None,
     progress: Callable[[int, int, PartitionTierResult], None] | None = None,
 ) -> list[PartitionTierResult]:
-    """Tier every partition of `logdir`. A partition that fails (corrupt input, conflict) is reported with its
-    error and the others still go on; nothing of a failed partition becomes live."""
+    """Tier every partition of `logdir`, in batches (module docstring), the table read once. A partition that fails
+    (corrupt input, conflict) is reported with its error and the others still go on; nothing of a failed partition
+    becomes live. Results are in the log dir's order; `progress` hears of each once it is final."""
     parts = list(partitions(logdir))
-    results = []
-    for i, part in enumerate(parts, 1):
+    writer = writer or default_writer()
+    current = table.partition_snapshots(TopicPartition(p.topic, p.partition) for p in parts)
+    results: dict[TopicPartition, PartitionTierResult] = {}
+    batch: list[_Copy] = []
+    batch_bytes = 0
+
+    def report(done: Iterable[PartitionTierResult]) -> None:
+        for res in done:
+            results[TopicPartition(res.topic, res.partition)] = res
+            if progress:
+                progress(len(results), len(parts), res)
+
+    def flush() -> None:
+        nonlocal batch_bytes
+        _copy_batch(batch, store, table, now_ms, writer)
+        report(c.result for c in batch)
+        batch.clear()
+        batch_bytes = 0
+
+    for part in parts:
         try:
-            res = tier_partition(part, store, table, now_ms, writer or default_writer())
+            copy = _plan_copy(part, store, current[TopicPartition(part.topic, part.partition)], writer)
         except KcompactError as exc:
-            res = PartitionTierResult(part.topic, part.partition, **exc.outcome_fields())
-        results.append(res)
-        if progress:
-            progress(i, len(parts), res)
-    return results
+            report([PartitionTierResult(part.topic, part.partition, **exc.outcome_fields())])
+            continue
+        if copy.start is None:
+            report([copy.result])
+            continue
+        batch.append(copy)
+        batch_bytes += copy.size
+        if len(batch) >= BATCH_PARTITIONS or batch_bytes >= TIER_BATCH_BYTES:
+            flush()
+    if batch:
+        flush()
+    return [results[TopicPartition(p.topic, p.partition)] for p in parts]

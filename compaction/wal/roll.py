@@ -14,9 +14,10 @@ Per partition, on a Spark executor (`roll_partition`):
    producer state), producer snapshot (the state at the segment's end), leader-epoch checkpoint;
 4. upload its objects under a fresh segment id (unreferenced until the commit; gc removes a failed run's).
 
-The driver acquires a fencing epoch per partition first and commits each partition's new segments in one
-metadata commit that expects the partition unchanged since: concurrent rolls (or a roll and a compaction)
-commit once, the other gets a conflict (exit 4, rerun safe). A partition whose WAL object is missing,
+The driver first acquires a fencing epoch for every partition, in one metadata commit, and at the end commits every
+partition's new segments in one more, each partition expected unchanged since (`commit_batch`): concurrent rolls (or
+a roll and a compaction) commit a partition once, the other gets a conflict or is fenced (exit 4, rerun safe), and
+the partitions it does not share with them land. A partition whose WAL object is missing,
 truncated or corrupt fails alone (exit 3, naming the object and byte position); the others roll.
 """
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -42,12 +43,13 @@ from compaction.format.producer_snapshot import (
 from compaction.format.segment import BatchHeader
 from compaction.metadata import (
     ChangeSet,
+    CommitResult,
     MetadataTable,
     NewSegment,
     ObjectKey,
     SegmentMetadata,
-    acquire_fencing_epoch,
-    commit,
+    acquire_fencing_epochs,
+    commit_batch,
     table_in_store,
 )
 from compaction.metadata.model import TopicPartition
@@ -331,12 +333,15 @@ def roll(
     epochs: dict[TopicPartition, int] = {}
     failed: list[RollOutcome] = []
     if table is not None:
+        acquired = acquire_fencing_epochs(table, [TopicPartition(t.topic, t.partition) for t in candidates], writer,
+                                          now_ms, topic_ids={TopicPartition(t.topic, t.partition): t.topic_id
+                                                             for t in candidates})
         for t in candidates:
-            try:
-                epochs[TopicPartition(t.topic, t.partition)] = acquire_fencing_epoch(
-                    table, t.topic, t.partition, writer, now_ms, topic_id=t.topic_id)
-            except KcompactError as exc:
-                failed.append(RollOutcome(t.topic, t.partition, **exc.outcome_fields()))
+            got = acquired[TopicPartition(t.topic, t.partition)]
+            if isinstance(got, KcompactError):
+                failed.append(RollOutcome(t.topic, t.partition, **got.outcome_fields()))
+            else:
+                epochs[TopicPartition(t.topic, t.partition)] = got.fencing_epoch
     view = store_log(store)  # after the epochs: what this run plans from is what its commits expect
     tasks = [t for t in roll_tasks(view, config, now_ms, topic=topic, partition=partition, dry_run=dry_run)
              if dry_run or TopicPartition(t.topic, t.partition) in epochs]
@@ -347,9 +352,10 @@ def roll(
         rdd = spark.sparkContext.parallelize(tasks, len(tasks))
         outcomes = rdd.map(lambda t: roll_partition(spec, t)).collect()
         report.job_seconds = time.monotonic() - started
-    for t, o in zip(tasks, outcomes, strict=True):
-        if o.error is None and o.new_segments and table is not None:
-            _commit(table, view, t, o, epochs[TopicPartition(t.topic, t.partition)], writer, now_ms)
+    if table is not None:
+        rolled = [(t, o) for t, o in zip(tasks, outcomes, strict=True) if o.error is None and o.new_segments]
+        _commit(table, view, rolled, epochs, writer, now_ms)
+    for o in outcomes:
         report.partitions.append(o)
         if progress is not None:
             progress(o)
@@ -358,14 +364,27 @@ def roll(
     return report
 
 
-def _commit(table: MetadataTable, view: StoreLog, task: RollTask, out: RollOutcome, epoch: int, writer: str,
-            now_ms: int) -> None:
-    """One metadata commit of the partition's new segments, expecting the partition as `view` saw it."""
+def _commit(table: MetadataTable, view: StoreLog, rolled: Sequence[tuple[RollTask, RollOutcome]],
+            epochs: Mapping[TopicPartition, int], writer: str, now_ms: int) -> None:
+    """One metadata commit of every rolled partition's new segments, each expecting its partition as `view` saw it;
+    a partition refused there records why in its outcome."""
     assert view.snapshot is not None
-    snap = view.snapshot.partition(task.topic, task.partition)
+    changes: dict[TopicPartition, ChangeSet] = {}
+    for task, out in rolled:
+        tp = TopicPartition(task.topic, task.partition)
+        try:
+            changes[tp] = ChangeSet.planned_from(view.snapshot.partition(task.topic, task.partition),
+                                                 fencing_epoch=epochs[tp], writer=writer,
+                                                 new_segments=tuple(out.new_segments), topic_id=task.topic_id)
+        except KcompactError as exc:
+            out.fail(exc)
     try:
-        change = ChangeSet.planned_from(snap, fencing_epoch=epoch, writer=writer,
-                                        new_segments=tuple(out.new_segments), topic_id=task.topic_id)
-        out.committed_version = commit(table, change, now_ms).version
-    except KcompactError as exc:
-        out.fail(exc)
+        results: Mapping[TopicPartition, CommitResult | KcompactError] = commit_batch(table, changes.values(), now_ms)
+    except KcompactError as exc:  # the commit as a whole failed: so does every partition of it
+        results = dict.fromkeys(changes, exc)
+    for task, out in rolled:
+        result = results.get(TopicPartition(task.topic, task.partition))
+        if isinstance(result, KcompactError):
+            out.fail(result)
+        elif isinstance(result, CommitResult):
+            out.committed_version = result.version

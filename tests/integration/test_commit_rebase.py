@@ -32,6 +32,7 @@ from tests import factories
 from tests.factories import TOPIC_ID
 
 commit_module = importlib.import_module("compaction.metadata.commit")
+batch_module = importlib.import_module("compaction.metadata.batch")
 
 TOPIC, NOW = "orders", 1_700_000_000_000
 compaction = partial(factories.compaction, topic=TOPIC, max_ts=NOW)
@@ -75,18 +76,18 @@ def live(table: MetadataTable) -> list[tuple[int, int, str]]:
 def before_each_write(monkeypatch: pytest.MonkeyPatch, action: Callable[[int], object]) -> None:
     """Run `action(n)` before the n-th write of a commit (n from 1), after the commit read the partition: the race
     delta-rs's conflict check decides."""
-    real, calls = commit_module.write_deltalake, [0]
+    real, calls = batch_module.write_deltalake, [0]
 
     def racing(*args: Any, **kwargs: Any) -> None:
         calls[0] += 1
-        monkeypatch.setattr(commit_module, "write_deltalake", real)  # the action's own commits write plainly
+        monkeypatch.setattr(batch_module, "write_deltalake", real)  # the action's own commits write plainly
         try:
             action(calls[0])
         finally:
-            monkeypatch.setattr(commit_module, "write_deltalake", racing)
+            monkeypatch.setattr(batch_module, "write_deltalake", racing)
         real(*args, **kwargs)
 
-    monkeypatch.setattr(commit_module, "write_deltalake", racing)
+    monkeypatch.setattr(batch_module, "write_deltalake", racing)
 
 
 def test_a_compaction_lands_over_segments_the_broker_tiered_since_it_planned(table: MetadataTable) -> None:

@@ -1,6 +1,6 @@
 """The metadata table on a local directory: plain Delta, atomic and fenced commits, time travel.
 
-Races are made deterministic by wrapping `write_deltalake` in `compaction.metadata.commit`: every
+Races are made deterministic by wrapping `write_deltalake` in `compaction.metadata.batch`: every
 committer has loaded the partition and passed its preconditions before any of them writes, so only
 delta-rs's own conflict check can decide the winner.
 """
@@ -53,6 +53,7 @@ from tests.factories import TOPIC_ID, new_segment
 
 # The package re-exports the function `commit`, which shadows the submodule's attribute on the package.
 commit_module = importlib.import_module("compaction.metadata.commit")
+batch_module = importlib.import_module("compaction.metadata.batch")  # where every commit's write goes
 
 TOPIC, NOW = "orders", 1_700_000_000_000
 compaction = partial(factories.compaction, topic=TOPIC, max_ts=NOW - 1)
@@ -116,7 +117,7 @@ def race(monkeypatch: pytest.MonkeyPatch) -> Callable[[list[Callable[[], object]
 
     def run(calls: list[Callable[[], object]]) -> list[object]:
         barrier = threading.Barrier(len(calls), timeout=30)
-        real = commit_module.write_deltalake
+        real = batch_module.write_deltalake
 
         gated_calls = iter(range(len(calls)))  # only the first write of each caller waits (retries pass)
 
@@ -125,7 +126,7 @@ def race(monkeypatch: pytest.MonkeyPatch) -> Callable[[list[Callable[[], object]
                 barrier.wait()
             real(*args, **kwargs)
 
-        monkeypatch.setattr(commit_module, "write_deltalake", gated)
+        monkeypatch.setattr(batch_module, "write_deltalake", gated)
         results: list[object] = [None] * len(calls)
 
         def target(i: int) -> None:
@@ -139,7 +140,7 @@ def race(monkeypatch: pytest.MonkeyPatch) -> Callable[[list[Callable[[], object]
             t.start()
         for t in threads:
             t.join(60)
-        monkeypatch.setattr(commit_module, "write_deltalake", real)
+        monkeypatch.setattr(batch_module, "write_deltalake", real)
         return results
 
     return run
@@ -229,7 +230,7 @@ def test_commit_lands_whole_or_not_at_all(table: MetadataTable, monkeypatch: pyt
     delta = DeltaTable(table.table_uri, storage_options=table.storage_options)
     before, files_before = table.version(), set(delta.file_uris())
     cs, merged = compaction(table, [a, b], (0, 199), epoch=0, cleaner_offset=200)
-    real = commit_module.write_deltalake
+    real = batch_module.write_deltalake
 
     def failing(dt: DeltaTable, rows: pa.Table, **kwargs: Any) -> None:
         def batches() -> Iterator[pa.RecordBatch]:
@@ -238,10 +239,10 @@ def test_commit_lands_whole_or_not_at_all(table: MetadataTable, monkeypatch: pyt
 
         real(dt, pa.RecordBatchReader.from_batches(rows.schema, batches()), **kwargs)
 
-    monkeypatch.setattr(commit_module, "write_deltalake", failing)
+    monkeypatch.setattr(batch_module, "write_deltalake", failing)
     with pytest.raises(Exception, match="simulated crash"):
         commit(table, cs, NOW)
-    monkeypatch.setattr(commit_module, "write_deltalake", real)
+    monkeypatch.setattr(batch_module, "write_deltalake", real)
     assert table.version() == before
     assert set(DeltaTable(table.table_uri, storage_options=table.storage_options).file_uris()) == files_before
     assert live_ranges(table) == [(0, 99), (100, 199)] and merged.segment_id not in all_segment_ids(table)

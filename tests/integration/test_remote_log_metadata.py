@@ -21,7 +21,7 @@ from compaction.storage import open_store
 from compaction.storage.layout import Suffix, segment_object_key
 from tests.factories import marker, record
 
-commit_module = importlib.import_module("compaction.metadata.commit")
+batch_module = importlib.import_module("compaction.metadata.batch")
 
 TOPIC_ID = "MWJ6FHTfRYy67jzwZdeqSQ"
 SEGMENT_ID = "tqimKeZwStOEOwRzT3L5oQ"
@@ -227,7 +227,7 @@ def test_a_compaction_taking_the_partition_never_fences_the_broker(tmp_path: Pat
     broker holds no fencing epoch: its commit is planned again under epoch 1 and lands, where it raised FencedError
     (expected fencing epoch 0, found 1) and the broker retried the copy a task round later."""
     _ask(tmp_path, _add())
-    real, raced = commit_module._write, []
+    real, raced = batch_module._write, []
 
     def write_after_a_compaction_took_the_partition(dt: Any, rows: Any) -> Any:
         if not raced:
@@ -236,7 +236,7 @@ def test_a_compaction_taking_the_partition_never_fences_the_broker(tmp_path: Pat
                                              "kcompact compact@test", 10)
         return real(dt, rows)
 
-    monkeypatch.setattr(commit_module, "_write", write_after_a_compaction_took_the_partition)
+    monkeypatch.setattr(batch_module, "_write", write_after_a_compaction_took_the_partition)
     (answer,) = _ask(tmp_path, _update(SegmentState.COPY_SEGMENT_FINISHED))
     assert answer["ok"], answer
     p = table_in_store(open_store(str(tmp_path))).partition_snapshot("orders", 3)

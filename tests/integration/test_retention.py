@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -22,11 +23,11 @@ from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import MetadataTable, PartitionRows, SegmentState, acquire_fencing_epoch, table_in_store
 from compaction.reader import consumer_records, segment_ref
 from compaction.retention import Breach, expire
-from compaction.storage import ObjectStore
+from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 
 execute_module = importlib.import_module("compaction.retention.execute")
-commit_module = importlib.import_module("compaction.metadata.commit")
+batch_module = importlib.import_module("compaction.metadata.batch")
 
 RETENTION_MS = 60_000
 SPEC = WorkloadSpec(topics=(TopicSpec("orders", 1), TopicSpec("users", 1)), records_per_partition=400, keys=60,
@@ -133,16 +134,16 @@ def test_an_expiry_that_loses_a_race_decides_again(local_store: ObjectStore, log
     table = table_in_store(local_store, create=True)
     tier_logdir(logdir, local_store, table, SPEC.start_ms)
     now = clock_expiring(table, 2)
-    real = commit_module._write
+    real = batch_module._write
     races = {"left": 1}
 
-    def write_after_a_race(dt: object, rows: PartitionRows) -> object:
-        if races["left"] and rows.state.writer != "kcompact compact@test":
+    def write_after_a_race(dt: object, rows: Sequence[PartitionRows]) -> object:
+        if races["left"] and rows[0].state.writer != "kcompact compact@test":
             races["left"] -= 1
             acquire_fencing_epoch(table, "orders", 0, "kcompact compact@test", now)
         return real(dt, rows)
 
-    monkeypatch.setattr(commit_module, "_write", write_after_a_race)
+    monkeypatch.setattr(batch_module, "_write", write_after_a_race)
     report = expire(table, CONFIG, now)
     assert report.segments_expired == 2 and races["left"] == 0
     assert table.partition_snapshot("orders", 0).fencing_epoch == 1
@@ -152,3 +153,19 @@ def test_an_expiry_that_loses_a_race_decides_again(local_store: ObjectStore, log
     with pytest.raises(CommitConflictError):
         expire(table, CONFIG, clock_expiring(table, 1))
     assert table.version() == version + execute_module.ATTEMPTS, "only the racing compactions' epochs landed"
+
+
+def test_an_expiry_of_many_partitions_is_one_commit(tmp_path: Path) -> None:
+    """Issue 41: the expiries of every partition in scope land in one Delta commit, not one per partition."""
+    spec = WorkloadSpec(topics=(TopicSpec("orders", 12),), records_per_partition=200, keys=30,
+                        segment_bytes=4 * 1024, seed=8, start_ms=SPEC.start_ms)
+    generate_logdir(tmp_path / "logdir", spec)
+    store = open_store(str(tmp_path / "store"))
+    table = table_in_store(store, create=True)
+    tier_logdir(tmp_path / "logdir", store, table, spec.start_ms)
+    version = table.version()
+    report = expire(table, KcompactConfig(topics={"orders": TopicConfig.from_kafka(
+        {"cleanup.policy": "compact,delete", "retention.ms": -1, "retention.bytes": 1})}), spec.start_ms)
+    assert len([p for p in report.partitions if p.retention.expired]) == 12
+    assert table.version() == version + 1 and {p.version for p in report.partitions} == {version + 1}
+    assert all(len(table.live_segments("orders", p)) == 1 for p in range(12)), "only each last segment stays"

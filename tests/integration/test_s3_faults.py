@@ -158,16 +158,19 @@ def test_tier_through_a_hostile_store_fails_only_what_cannot_pass_and_a_rerun_co
     """One tier run, three partitions, three fates:
 
     - orders-0: every request for its segment objects is refused once (SlowDown); of its metadata commits one
-      lands but loses its reply (delta-rs then reports a conflict; tier re-plans and finds it done) and one is
-      throttled. It is tiered exactly.
+      is throttled and one lands but loses its reply (delta-rs then reports a conflict; tier re-plans and finds it
+      done). It is tiered exactly.
     - orders-1: every write of its metadata rows answers 503 until delta-rs's retries run out:
       TransientStoreError, exit 4 (retries running out on a segment upload take the same path, see
-      test_retries_that_run_out_raise_transient_store_error).
+      test_retries_that_run_out_raise_transient_store_error). The commit that starts all three partitions fails
+      with it, and is split until orders-1 fails alone.
     - users-0: every segment upload is refused with 403 AccessDenied (permanent): StoreAccessError, exit 2.
 
     Nothing of a failed partition is live; without the faults a rerun converges and gc leaves no orphan.
     """
-    commits = {2: "lose", 4: (503, "SlowDown")}  # v1 starts orders-0, v2 finishes it; v4 starts users-0
+    # The start of all three fails on orders-1's rows; its halves: v1 starts orders-0, and [orders-1, users-0] fails
+    # again, whose halves fail orders-1 alone and start users-0 (v2). v3 finishes orders-0 (users-0 uploads nothing).
+    commits = {1: (503, "SlowDown"), 3: "lose"}
 
     def fault(method: str, path: str, seen: int) -> tuple[int, str] | str | None:
         if "/orders-" in path and "/0/" in path and seen == 0:

@@ -108,7 +108,7 @@ def _compact_while_the_broker_tiers(tier: Tier, writer: Writer, spark: SparkSess
     producing.start()
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(run_commit, "commit_change_set", _after_a_broker_commit(tier, run_commit.commit_change_set))
+            patch.setattr(run_commit, "commit_change_sets", _after_a_broker_commit(tier, run_commit.commit_change_sets))
             tier.report = compaction.compact(spark, tier.store, str(config)).to_dict()
     finally:
         stop.set()
@@ -132,10 +132,11 @@ def _after_a_broker_commit(tier: Tier, commit: Callable[..., Any]) -> Callable[.
     def broker_committed_since(version: int) -> bool:
         return any(h["version"] > version and h.get("kcompact.writer") == "broker-1" for h in tier.history())
 
-    def committing(table: Any, change_set: Any, now_ms: int) -> Any:
-        wait_for(f"a broker commit after table version {change_set.base_version}",
-                 lambda: broker_committed_since(change_set.base_version), tier.broker)
-        return commit(table, change_set, now_ms)
+    def committing(table: Any, change_sets: Any, now_ms: int) -> Any:
+        change_sets = list(change_sets)
+        base = min(cs.base_version for cs in change_sets)
+        wait_for(f"a broker commit after table version {base}", lambda: broker_committed_since(base), tier.broker)
+        return commit(table, change_sets, now_ms)
 
     return committing
 

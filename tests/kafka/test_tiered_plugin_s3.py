@@ -134,7 +134,7 @@ def test_a_compaction_killed_before_its_commit_changes_nothing_the_broker_serves
     producing.start()
     try:
         with pytest.MonkeyPatch.context() as patch, pytest.raises(SimulatedCrash):
-            patch.setattr(run_commit, "commit_change_set", died)
+            patch.setattr(run_commit, "commit_change_sets", died)
             compaction.compact(spark, s3_tier.store, s3_tier.config)
     finally:
         stop.set()

@@ -1,5 +1,5 @@
 """`kcompact compact` on a compact,delete topic: as Kafka's cleaner does for such a log, the run applies retention.ms
-first (its own commit per partition), compacts the log that leaves, reports both, and verifies clean against the
+first (its own commit), compacts the log that leaves, reports both, and verifies clean against the
 version it planned from, given the topic's config. `plan` and `--dry-run` show the expiry and change nothing; a
 run with nothing to compact still expires.
 """

@@ -177,21 +177,22 @@ def test_crashes_around_the_commit_converge(spark: SparkSession, store: ObjectSt
     staged = stage(spark, replace(run, store=failing_uploads(run.store, fail_at=2, match=f"/{2}/", transient=True)))
     staged.run = run  # commit through the plain store
     assert sorted(sp.plan.partition for sp in staged.partitions) == [0, 1, 3]
-    real_commit: Callable[..., Any] = cleaner_module.commit_change_set
+    real_commit: Callable[..., Any] = cleaner_module.commit_change_sets
 
-    def commit_with_faults(table: Any, change: Any, now_ms: int) -> Any:
-        if change.partition == 0:
+    def commit_with_faults(table: Any, changes: Any, now_ms: int) -> Any:
+        partitions = {change.partition for change in changes}
+        if 0 in partitions:
             raise SimulatedCrash("simulated: the driver died before the commit landed")
-        result = real_commit(table, change, now_ms)
-        if change.partition == 1:
-            raise CommitConflictError("simulated: the commit landed, its reply was lost")
-        if change.partition == 3:
+        results = real_commit(table, changes, now_ms)
+        if 1 in partitions:  # the reply of the whole commit is lost
+            return {tp: CommitConflictError("simulated: the commit landed, its reply was lost") for tp in results}
+        if 3 in partitions:
             raise SimulatedCrash("simulated: the commit landed, then the driver died")
-        return result
+        return results
 
     by_partition = {sp.plan.partition: sp for sp in staged.partitions}
     with monkeypatch.context() as m:
-        m.setattr(cleaner_module, "commit_change_set", commit_with_faults)
+        m.setattr(cleaner_module, "commit_change_sets", commit_with_faults)
         with pytest.raises(SimulatedCrash, match="before the commit landed"):
             commit_partition(table, run, by_partition[0])
         staged.partitions = [by_partition[1]]

@@ -189,23 +189,20 @@ def _raise(message: str) -> Callable[..., Any]:
 
 
 def _die_around_commit(staged: StagedRun, rng: random.Random, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Commit a random subset of the staged partitions (the driver died after uploading the rest); one of them
+    """Commit a random subset of the staged partitions (the driver died after uploading the rest); their commit
     lands and then the driver dies, never hearing of it (outcome unknown)."""
     if not staged.partitions:
         return
     rng.shuffle(staged.partitions)
     staged.partitions[:] = staged.partitions[: rng.randint(1, len(staged.partitions))]
-    unknown = rng.choice(staged.partitions).plan.topic
-    real = cleaner_module.commit_change_set
+    real = cleaner_module.commit_change_sets
 
-    def commit_change_set(table: Any, change: Any, now_ms: int) -> Any:
-        result = real(table, change, now_ms)
-        if change.topic == unknown:
-            raise SimulatedCrash("the commit landed, then the driver died")
-        return result
+    def commit_change_sets(table: Any, changes: Any, now_ms: int) -> Any:
+        real(table, changes, now_ms)
+        raise SimulatedCrash("the commit landed, then the driver died")
 
     with monkeypatch.context() as m:
-        m.setattr(cleaner_module, "commit_change_set", commit_change_set)
+        m.setattr(cleaner_module, "commit_change_sets", commit_change_sets)
         with contextlib.suppress(SimulatedCrash):
             commit(staged)
 

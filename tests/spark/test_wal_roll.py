@@ -116,6 +116,19 @@ def test_roll_makes_complete_segments_with_kafkas_rules_and_leaves_the_open_tail
         assert latest_view(store, log.topic, log.partition) == before[log.topic, log.partition]
 
 
+def test_a_roll_of_many_partitions_is_two_commits(spark: SparkSession, tmp_path: Path) -> None:
+    """Issue 41: the fencing epochs of every partition in one Delta commit, their new segments in one more."""
+    store = open_store(str(tmp_path / "store"))
+    logs = workload(tmp_path / "logdir", partitions=6)
+    upload_logdir(tmp_path / "logdir", store, NOW)
+    report = roll(spark, store, config(), NOW)
+    assert report.exit_code == 0 and all(p.new_segments for p in report.partitions)
+    table = table_in_store(store)
+    assert table.version() == 2, "version 0 created the table: 1 took the epochs, 2 holds the segments"
+    assert {p.committed_version for p in report.partitions} == {2}
+    assert all(len(table.live_segments(log.topic, log.partition)) >= 3 for log in logs)
+
+
 def test_time_rolls_split_segments_by_segment_ms(spark: SparkSession, tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "store"))
     [log] = workload(tmp_path / "logdir", partitions=1, n=60, step_ms=60_000)  # a batch a minute
@@ -181,18 +194,18 @@ def test_a_roll_that_dies_before_its_commit_converges_on_rerun(
     logs = workload(tmp_path / "logdir")
     upload_logdir(tmp_path / "logdir", store, NOW)
     before = {(log.topic, log.partition): latest_view(store, log.topic, log.partition) for log in logs}
-    real_commit = roll_module.commit
+    real_commit = roll_module.commit_batch
 
     def dying_commit(*args: object, **kwargs: object) -> object:
         raise TransientStoreError("injected: the process died before its metadata commit")
 
-    monkeypatch.setattr(roll_module, "commit", dying_commit)
+    monkeypatch.setattr(roll_module, "commit_batch", dying_commit)
     crashed = roll(spark, store, config(), NOW)
     assert crashed.exit_code == 4 and {p.error_type for p in crashed.partitions} == {"TransientStoreError"}
     assert all(not table_in_store(store).live_segments(log.topic, log.partition) for log in logs)
     uploaded = [o.key for o in store.list("orders-")]
     assert uploaded, "the crashed run uploaded nothing: the test is not testing a crash after uploads"
-    monkeypatch.setattr(roll_module, "commit", real_commit)
+    monkeypatch.setattr(roll_module, "commit_batch", real_commit)
     assert roll(spark, store, config(), NOW).exit_code == 0
     for log in logs:
         assert latest_view(store, log.topic, log.partition) == before[log.topic, log.partition]

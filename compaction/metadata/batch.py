@@ -1,0 +1,256 @@
+"""One Delta commit for many partitions, each still checked as if it were committed alone.
+
+A writer hands `land` a *build* per partition: a function from the partition's latest rows to its complete new row
+set (`PartitionRows`), None when there is nothing to do, or a `KcompactError` raised to refuse (a fencing epoch that
+is not the partition's, a stale change set, a broken invariant). `land` reads every partition of a batch at one
+table version `v` (one read), builds each, and writes all the row sets with one
+`write_deltalake(dt_at_v, rows, mode="overwrite", predicate=...)` whose predicate names exactly the batch's
+partitions (`partitions_predicate`: `topic = 't' AND partition IN (0, 3)`, an OR of such terms across topics).
+
+Conflicts stay per partition. delta-rs checks every commit that landed after `v` against that predicate: one that
+added or removed a file of a partition in the batch fails the write (`CommitFailedError`, nothing of it visible),
+while commits to other partitions, or to partitions the table does not hold yet and the batch does not name, pass
+(tests/integration/test_metadata_batch.py checks both). After a failed write `land` reads the batch again; a
+partition whose rows moved since `v` has used one of its `attempts` and is built again on its new rows (where a
+change set is checked again, rebased or refused), and the rest of the batch is written again without the
+partitions that were refused or ran out of attempts. One partition's refusal never holds back the others, and a
+partition that did not move is never charged for another's conflict.
+
+A read or write that still fails after delta-rs's own retries (`TransientStoreError`) fails the batch it was for.
+The batch is then split in halves, each landed on its own, so that a partition whose files the store keeps refusing
+(a throttled prefix) fails alone, for about two writes per halving; when both halves fail as well, the store is what
+fails, and every partition of both fails with its error, without more writes. A rerun is safe either way.
+
+A batch holds at most `BATCH_PARTITIONS` partitions; `land` commits more in several batches of that size, one after
+the other. Each partition's outcome is returned: `Landed` (its rows and the version that holds them), None, or the
+`KcompactError` that refused it (nothing of it landed; a `TransientStoreError` may hide a commit that landed).
+Builds are called again on every attempt and must be pure but for what they record of their last call.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError
+
+from compaction.errors import CommitConflictError, KcompactError, MetadataInvariantError, TransientStoreError
+from compaction.metadata.change_set import PartitionRows
+from compaction.metadata.model import PartitionState, TopicPartition, check_topic, rows_to_arrow
+from compaction.metadata.snapshot import PartitionSnapshot
+from compaction.metadata.table import MetadataTable, load_partitions
+
+BATCH_PARTITIONS = 1000
+"""The most partitions one Delta commit rewrites: a bigger run commits in batches of this size."""
+
+Build = Callable[[PartitionSnapshot], PartitionRows | None]
+"""A partition's latest rows -> its new row set; None: nothing to do; raising a `KcompactError`: refused."""
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """Where a commit landed: the table version it created and the partition's new commit_seq."""
+
+    topic: str
+    partition: int
+    version: int
+    commit_seq: int
+    fencing_epoch: int
+
+
+@dataclass(frozen=True)
+class Landed:
+    """A partition's new row set and the table version whose commit wrote it."""
+
+    rows: PartitionRows
+    version: int
+
+    @property
+    def result(self) -> CommitResult:
+        s = self.rows.state
+        return CommitResult(s.topic, s.partition, self.version, s.commit_seq, s.fencing_epoch)
+
+    @property
+    def snapshot(self) -> PartitionSnapshot:
+        """The partition at `version`: the commit replaced every row of it with exactly these."""
+        s = self.rows.state
+        return PartitionSnapshot(s.topic, s.partition, self.version, s, self.rows.segments)
+
+
+Outcome = Landed | KcompactError | None
+
+
+def partitions_predicate(partitions: Iterable[TopicPartition]) -> str:
+    """The literal Delta predicate selecting exactly the rows of `partitions`: `topic = 't' AND partition = 0` for
+    one, `topic = 't' AND partition IN (0, 3)` per topic for more, ORed across topics."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in sorted(set(partitions)):
+        by_topic.setdefault(check_topic(tp.topic), []).append(int(tp.partition))
+    if not by_topic:
+        raise MetadataInvariantError("a predicate for no partition would select none, or all")
+    terms = [f"topic = '{topic}' AND partition = {numbers[0]}" if len(numbers) == 1 else
+             f"topic = '{topic}' AND partition IN ({', '.join(map(str, numbers))})"
+             for topic, numbers in by_topic.items()]
+    return terms[0] if len(terms) == 1 else " OR ".join(f"({t})" for t in terms)
+
+
+def _named(states: Sequence[PartitionState]) -> str:
+    first = f"{states[0].topic}-{states[0].partition}"
+    return first if len(states) == 1 else f"{len(states)} partitions ({first}, ...)"
+
+
+def _commit_metadata(states: Sequence[PartitionState]) -> dict[str, str]:
+    """What the Delta log records of a commit beside its files: who wrote it, and for one partition its state."""
+    writers, runs = sorted({s.writer for s in states}), sorted({s.run_id or "" for s in states})
+    metadata = {"kcompact.partitions": str(len(states)), "kcompact.writer": ",".join(writers),
+                "kcompact.run_id": ",".join(runs)}
+    if len(states) == 1:
+        s = states[0]
+        metadata |= {"kcompact.partition": f"{s.topic}-{s.partition}", "kcompact.commit_seq": str(s.commit_seq),
+                     "kcompact.fencing_epoch": str(s.fencing_epoch)}
+    return metadata
+
+
+def _write(dt: DeltaTable, rows: Sequence[PartitionRows]) -> int:
+    """Replace every row of the partitions of `rows` with `rows`, in one Delta commit on top of `dt`'s version; the
+    version it created.
+
+    Raises:
+        CommitConflictError: a commit after `dt`'s version touched one of the partitions; nothing landed.
+        TransientStoreError: the store kept failing under delta-rs's own retries.
+    """
+    states = [r.state for r in rows]
+    base = dt.version()
+    where = _named(states)
+    try:
+        write_deltalake(
+            dt,
+            rows_to_arrow(states, [s for r in rows for s in r.segments]),
+            mode="overwrite",
+            predicate=partitions_predicate(TopicPartition(s.topic, s.partition) for s in states),
+            commit_properties=CommitProperties(custom_metadata=_commit_metadata(states)),
+        )
+    except CommitFailedError as e:
+        raise CommitConflictError(
+            f"{where}: expected no commit to the partition after table version {base}, "
+            f"found one (delta-rs: {str(e).splitlines()[0]}); re-plan and retry"
+        ) from e
+    except (DeltaError, OSError) as e:  # the store kept failing under delta-rs's own retries
+        raise TransientStoreError(
+            f"{where}: writing the metadata commit after table version {base} failed "
+            f"(delta-rs: {str(e).splitlines()[0]}); re-read the partition and rerun"
+        ) from e
+    return int(dt.version())
+
+
+@dataclass(frozen=True)
+class _Lost:
+    """A write that lost to a concurrent commit: the rows it was built on (at table version `base`), and delta-rs's
+    word."""
+
+    seen: Mapping[TopicPartition, PartitionSnapshot]
+    base: int
+    detail: str
+
+    def moved(self, current: Mapping[TopicPartition, PartitionSnapshot]) -> list[TopicPartition]:
+        """The partitions whose rows changed since; all of them when none did (a conflict that is no row's, such as a
+        protocol change: then every partition pays)."""
+        moved = [tp for tp, now in current.items()
+                 if (now.state, now.segments) != (self.seen[tp].state, self.seen[tp].segments)]
+        return moved or list(current)
+
+    def refusal(self, tp: TopicPartition) -> CommitConflictError:
+        return CommitConflictError(f"{tp.topic}-{tp.partition}: expected no commit to the partition after table "
+                                   f"version {self.base}, found one (delta-rs: {self.detail}); re-plan and retry")
+
+
+_Failed = tuple[dict[TopicPartition, Build], TransientStoreError]
+"""A batch the store failed: the builds still pending, and the error."""
+
+
+def _land_batch(table: MetadataTable, builds: Mapping[TopicPartition, Build], attempts: int,
+                outcomes: dict[TopicPartition, Outcome]) -> _Failed | None:
+    """Land one batch, the conflict loop of the module docstring; outcomes go into `outcomes`, but for the pending
+    builds of a batch the store failed, which are returned with the error."""
+    pending = dict(builds)
+    conflicts: Counter[TopicPartition] = Counter()
+    lost: _Lost | None = None
+    while pending:
+        try:
+            dt = table.delta_table()
+            current = load_partitions(dt, pending, table.table_uri, table.storage_options)
+        except TransientStoreError as e:
+            return pending, e
+        if lost is not None:
+            for tp in lost.moved(current):
+                conflicts[tp] += 1
+                if conflicts[tp] >= attempts:
+                    outcomes[tp] = lost.refusal(tp)
+                    del pending[tp]
+        rows: dict[TopicPartition, PartitionRows] = {}
+        for tp, build in list(pending.items()):
+            built: PartitionRows | KcompactError | None
+            try:
+                built = build(current[tp])
+            except KcompactError as e:
+                built = e
+            if isinstance(built, PartitionRows):
+                rows[tp] = built
+            else:
+                outcomes[tp] = built
+                del pending[tp]
+        if not rows:
+            return None
+        base = int(dt.version())
+        try:
+            version = _write(dt, list(rows.values()))
+        except CommitConflictError as e:
+            lost = _Lost(current, base, str(e.__cause__ or e).splitlines()[0])
+            continue
+        except TransientStoreError as e:
+            return pending, e
+        outcomes.update({tp: Landed(r, version) for tp, r in rows.items()})
+        return None
+    return None
+
+
+def _split(table: MetadataTable, failed: _Failed, attempts: int, outcomes: dict[TopicPartition, Outcome]) -> None:
+    """After the store failed a batch: land each half on its own, and halve again the one half that fails alone."""
+    builds, error = failed
+    order = sorted(builds)
+    if len(order) == 1:
+        outcomes[order[0]] = error
+        return
+    middle = len(order) // 2
+    halves = [{tp: builds[tp] for tp in half} for half in (order[:middle], order[middle:])]
+    still = [f for f in (_land_batch(table, half, attempts, outcomes) for half in halves) if f is not None]
+    if len(still) == 2:  # the store, not a partition: stop writing
+        outcomes.update({tp: e for pending, e in still for tp in pending})
+        return
+    for f in still:
+        _split(table, f, attempts, outcomes)
+
+
+def land(table: MetadataTable, builds: Mapping[TopicPartition, Build], attempts: int
+         ) -> dict[TopicPartition, Outcome]:
+    """Land every partition's build, `BATCH_PARTITIONS` to a Delta commit; every partition's outcome (see the module
+    docstring). A build raising anything but a `KcompactError` ends the call at once.
+
+    Raises:
+        MetadataInvariantError: `attempts` < 1.
+    """
+    if attempts < 1:
+        raise MetadataInvariantError(f"attempts must be >= 1, found {attempts}")
+    outcomes: dict[TopicPartition, Outcome] = {}
+    order = sorted(builds)
+    for start in range(0, len(order), BATCH_PARTITIONS):
+        batch = {tp: builds[tp] for tp in order[start:start + BATCH_PARTITIONS]}
+        failed = _land_batch(table, batch, attempts, outcomes)
+        if failed is not None:
+            _split(table, failed, attempts, outcomes)
+    return outcomes
+
+
+__all__ = ["BATCH_PARTITIONS", "Build", "CommitResult", "Landed", "Outcome", "land", "partitions_predicate"]
