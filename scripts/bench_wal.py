@@ -154,8 +154,8 @@ def section(results: list[dict[str, Any]], machine: str) -> str:
             for r in results) + " (more and smaller tasks, each with its own store session, producer-state read and "
         "uploads). The rest of the process (" + " / ".join(
             f"{r['roll']['wall'] - r['roll']['job_seconds']:.1f} s" for r in results) + ") is the Spark session "
-        "start and the driver's metadata commits, two per partition (the fencing epoch, then the segments), hence "
-        "the larger share with more partitions.",
+        "start and the driver's metadata commits (two per roll since the batched commits of issue 41: every "
+        "partition's fencing epoch in one, every partition's segments in the other) and its per-partition planning.",
         "",
     ]
     extra = os.environ.get("KCOMPACT_BENCH_NOTE")
