@@ -1,8 +1,8 @@
 """What the tiered-plugin tests share: the topic, a producer that records what it wrote, consumers, waits, and the
 broker settings that put the plugin on a store (`plugin_overrides`).
 
-A `Tier` is a broker tiering one partition of `TOPIC` into a kcompact store, and everything produced to it; `view`
-is what a consumer must get once kcompact compacted below `cleaned`.
+A `Tier` is a broker (or a cluster of them, tests/kafka_cluster.py) tiering one partition of `TOPIC` into a kcompact
+store, and everything produced to it; `view` is what a consumer must get once kcompact compacted below `cleaned`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -39,11 +39,24 @@ class Produced:
     aborted: bool = False
 
 
-@dataclass
-class Tier:
-    """The module's broker and store, everything produced to the topic, and what was observed around the swap."""
+class Brokers(Protocol):
+    """What a client and a failure message need of a broker or a cluster."""
 
-    broker: KafkaBroker
+    @property
+    def bootstrap(self) -> str: ...
+
+    def tail(self, lines: int = 30) -> str: ...
+
+
+B = TypeVar("B", bound=Brokers)
+
+
+@dataclass
+class Tier(Generic[B]):
+    """The module's broker (or cluster) and store, everything produced to the topic, and what was observed around the
+    swap."""
+
+    broker: B
     store: ObjectStore
     produced: list[Produced]
     cleaned: int = 0
@@ -84,7 +97,7 @@ class Tier:
         return [(r.offset, r.key, r.value) for r in self.produced if not r.aborted]
 
 
-def wait_for(what: str, condition: Callable[[], bool], broker: KafkaBroker, step: Callable[[], None] | None = None,
+def wait_for(what: str, condition: Callable[[], bool], broker: Brokers, step: Callable[[], None] | None = None,
              deadline_s: float = DEADLINE_S) -> None:
     """Poll `condition` (running `step` before each look) until it holds; fail naming `what` and the broker log's
     tail after `deadline_s`."""
@@ -95,14 +108,14 @@ def wait_for(what: str, condition: Callable[[], bool], broker: KafkaBroker, step
         if condition():
             return
         time.sleep(0.3)
-    raise AssertionError(f"not within {deadline_s} s: {what}\n{broker._tail(40)}")
+    raise AssertionError(f"not within {deadline_s} s: {what}\n{broker.tail(40)}")
 
 
 class Writer:
     """Produces to the topic and records each record's offset and timestamp from its delivery report. Every record
     gets its own timestamp (the clock, or one more than the last), so offsetsForTimes has one answer per record."""
 
-    def __init__(self, tier: Tier) -> None:
+    def __init__(self, tier: Tier[Any]) -> None:
         self.tier = tier
         bootstrap = tier.broker.bootstrap
         self.plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
@@ -111,7 +124,8 @@ class Writer:
         self.count = 0
         self.clock = 0
 
-    def _send(self, producer: Producer, n: int, aborted: bool = False, tombstone_every: int = 0) -> None:
+    def _send(self, producer: Producer, n: int, aborted: bool = False, tombstone_every: int = 0,
+              pace_s: float = 0.0, age_ms: int = 0) -> None:
         got: list[Produced] = []
 
         def delivered(err: object, msg: Message) -> None:
@@ -121,14 +135,19 @@ class Writer:
         for _ in range(n):
             self.count += 1
             tombstone = tombstone_every and self.count % tombstone_every == 0
-            self.clock = max(int(time.time() * 1000), self.clock + 1)
+            self.clock = max(int(time.time() * 1000) - age_ms, self.clock + 1)
             producer.produce(TOPIC, key=b"k%d" % (self.count % KEYS), value=None if tombstone else b"v%d" % self.count,
                              timestamp=self.clock, on_delivery=delivered)
+            if pace_s:
+                producer.poll(pace_s)
         assert producer.flush(30) == 0
         self.tier.produced.extend(sorted(got, key=lambda r: r.offset))
 
-    def updates(self, n: int = 50) -> None:
-        self._send(self.plain, n, tombstone_every=9)
+    def updates(self, n: int = 50, pace_s: float = 0.0, age_ms: int = 0, via: Producer | None = None) -> None:
+        """`n` records, every ninth a tombstone; with `pace_s`, one every `pace_s` seconds (a stream rather than one
+        batch); with `age_ms`, timestamped at least that long ago (one more than the last record's at least); `via`
+        another idempotent producer than the writer's own (one that never knew a broker now frozen)."""
+        self._send(via or self.plain, n, tombstone_every=9, pace_s=pace_s, age_ms=age_ms)
 
     def transaction(self, n: int, *, commit: bool) -> None:
         self.txn.begin_transaction()
@@ -144,7 +163,9 @@ class Writer:
         self.transaction(10, commit=False)
 
 
-def create_tiered_topic(broker: KafkaBroker) -> None:
+def create_tiered_topic(broker: Brokers, replicas: int = 1) -> None:
+    """`TOPIC`, one partition on `replicas` brokers (min.insync.replicas 2 when there are several), tiered with a
+    second of local retention and a segment rolled each second of records."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     config = {
         "remote.storage.enable": "true",
@@ -154,8 +175,9 @@ def create_tiered_topic(broker: KafkaBroker) -> None:
         "local.retention.ms": "1000",
         "local.retention.bytes": "1",
         "segment.ms": "1000",
+        **({"min.insync.replicas": "2"} if replicas > 1 else {}),
     }
-    for f in admin.create_topics([NewTopic(TOPIC, 1, 1, config=config)]).values():
+    for f in admin.create_topics([NewTopic(TOPIC, 1, replicas, config=config)]).values():
         f.result(30)
 
 
@@ -164,15 +186,17 @@ def local_log_start(broker: KafkaBroker) -> int:
     return min(bases, default=0)
 
 
-def tier_settled(tier: Tier) -> bool:
-    """The broker is done: local retention rolls a non-empty active segment once it is due
-    (UnifiedLog.deleteOldSegments), so the active segment is empty and every offset below it is tiered."""
-    active = max(tier.broker.partition_dir(TOPIC, 0).glob("*.log"), key=lambda p: int(p.stem))
+def tier_settled(tier: Tier[Any], broker: KafkaBroker | None = None) -> bool:
+    """The broker (`broker`, else the tier's own), leading the partition, is done: local retention rolls a non-empty
+    active segment once it is due (UnifiedLog.deleteOldSegments), so the active segment is empty and every offset
+    below it is tiered."""
+    leader: KafkaBroker = broker or tier.broker
+    active = max(leader.partition_dir(TOPIC, 0).glob("*.log"), key=lambda p: int(p.stem))
     live = tier.live()
     return active.stat().st_size == 0 and bool(live) and live[-1].end_offset + 1 == int(active.stem)
 
 
-def consumer(broker: KafkaBroker, isolation: str = "read_committed", config: dict[str, Any] | None = None
+def consumer(broker: Brokers, isolation: str = "read_committed", config: dict[str, Any] | None = None
              ) -> Consumer:
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "reader", "enable.auto.commit": False,
                   "isolation.level": isolation, **(config or {})})
@@ -205,7 +229,7 @@ def poll_until(c: Consumer, last_offset: int) -> list[Record]:
     return got
 
 
-def read_all(broker: KafkaBroker, count: int, isolation: str = "read_committed") -> list[Record]:
+def read_all(broker: Brokers, count: int, isolation: str = "read_committed") -> list[Record]:
     c = consumer(broker, isolation)
     try:
         return poll(c, count)

@@ -11,6 +11,7 @@ import java.nio.file.attribute.PosixFilePermissions;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.Set;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.Uuid;
@@ -86,6 +87,19 @@ class KcompactRemoteLogMetadataManagerTest {
         rlmm.addRemoteLogSegmentMetadata(SEGMENT);
         assertTrue(rlmm.listRemoteLogSegments(TP).hasNext());
         assertEquals(List.of("segments", "write", "segments"), Files.readAllLines(ops));
+    }
+
+    @Test
+    void aLeadershipChangeDropsTheListingReadBefore() throws Exception {
+        Path ops = tmp.resolve("ops");
+        configure(logging(ops), "60000");
+        rlmm.highestOffsetForEpoch(TP, 0);
+        rlmm.onPartitionLeadershipChanges(Set.of(TP), Set.of());
+        rlmm.highestOffsetForEpoch(TP, 0);
+        rlmm.onPartitionLeadershipChanges(Set.of(), Set.of(TP));
+        rlmm.highestOffsetForEpoch(TP, 0);
+        rlmm.highestOffsetForEpoch(TP, 0);
+        assertEquals(List.of("segments", "segments", "segments"), Files.readAllLines(ops));
     }
 
     @Test
