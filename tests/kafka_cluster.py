@@ -73,6 +73,7 @@ class KafkaCluster:
     heap: str = "640m"
     nodes: dict[int, KafkaBroker] = field(init=False)
     _admin: tuple[str, AdminClient] | None = field(default=None, init=False, repr=False)
+    _frozen: set[int] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         chosen: set[int] = set()
@@ -88,9 +89,10 @@ class KafkaCluster:
 
     @property
     def bootstrap(self) -> str:
-        """The nodes running now (all of them if none is)."""
-        up = [self.nodes[n].bootstrap for n in self.running()] or [b.bootstrap for b in self.nodes.values()]
-        return ",".join(up)
+        """The nodes running now and not frozen (all of them if none is): a frozen one holds a request until the
+        client's timeout."""
+        up = [self.nodes[n].bootstrap for n in self.running() if n not in self._frozen]
+        return ",".join(up or [b.bootstrap for b in self.nodes.values()])
 
     def start_all(self) -> KafkaCluster:
         """Formats and launches every node at once (a voter waits for a quorum), then waits until each serves."""
@@ -117,15 +119,18 @@ class KafkaCluster:
     def kill(self, node: int) -> None:
         """SIGKILL node `node` and its children (the plugin's Python processes): a crash."""
         self.nodes[node].kill()
+        self._frozen.discard(node)
 
     def freeze(self, node: int) -> None:
         """SIGSTOP the node and its children: it does nothing (and tiers nothing) until `thaw`; the controller fences
         it once `broker.session.timeout.ms` passes without a heartbeat."""
         self._signal(node, signal.SIGSTOP)
+        self._frozen.add(node)
 
     def thaw(self, node: int, *, plugin: bool = True) -> None:
         """SIGCONT the frozen node, and its plugin processes unless `plugin` is False: those stay stopped (as by
         `freeze_plugin`)."""
+        self._frozen.discard(node)
         if plugin:
             self._signal(node, signal.SIGCONT)
         else:

@@ -22,6 +22,8 @@ import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadataUpdate;
 import org.apache.kafka.server.log.remote.storage.RemotePartitionDeleteMetadata;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * KIP-405's {@link RemoteLogMetadataManager} backed by kcompact's metadata table ({@code <store>/_kcompact_metadata},
@@ -60,6 +62,8 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * reused.
  */
 public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadataManager, Monitorable {
+
+    private static final Logger LOG = LoggerFactory.getLogger(KcompactRemoteLogMetadataManager.class);
 
     public static final String STORE_CONFIG = "kcompact.store";
     public static final String PYTHON_CONFIG = "kcompact.python";
@@ -128,10 +132,16 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         return CompletableFuture.completedFuture(null);
     }
 
-    /** Commits {@code req}; whatever the outcome, the partition's listing is read afresh next time. */
+    /** Commits {@code req}; whatever the outcome, the partition's listing is read afresh next time. A refusal is
+     * logged here: RemoteLogManager logs a failed copy only while its task is not cancelled, and a deposed leader's
+     * copy refused by leader epoch ({@code FencedError}) is usually answered after its task was. */
     private void write(TopicIdPartition tp, ObjectNode req) throws RemoteStorageException {
         try {
             timed(req);
+        } catch (RemoteStorageException e) {
+            LOG.warn("{} of {} for {} refused: {}", req.get("op").asText(), req.path("segment_id").asText(), tp,
+                    e.getMessage());
+            throw e;
         } finally {
             changes.incrementAndGet();
             listings.remove(tp);
