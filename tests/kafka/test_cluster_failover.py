@@ -22,8 +22,9 @@ restarts the node the one before left down):
 - a leader frozen (SIGSTOP) past its session, woken up after its successor tiered under a newer epoch: nothing it
   writes goes live (a copy it tries is refused by leader epoch), it rejoins the ISR;
 - the leader SIGKILLed while a copy is in flight: the same as the first;
-- `kcompact compact` while the successor holds records below the cleaner offset, then the leader killed, and the same
-  with a preferred-leader election instead of a kill: once local retention ran on the new leader, consumers get
+- `kcompact compact` while the successor holds records below the cleaner offset, then the leader killed; the leader
+  killed between a run's stage and its commit (the run must still commit: the new leader's rows are above what it
+  replaces); a preferred-leader election instead of a kill: once local retention ran on the new leader, consumers get
   exactly the compacted view;
 - a replica taken off a node and put back by reassignments rebuilds from the compacted tier, joins the ISR, and once
   elected serves the compacted view.
@@ -456,6 +457,28 @@ def test_after_a_compaction_a_new_leader_serves_the_compacted_view(cluster_tier:
     _compact(tier, spark)
     assert caught.straddling is not None and caught.straddling[0] < tier.cleaned, (caught, tier.cleaned)
     _kill(tier, caught)
+    _tiers_on(tier, caught.successor)
+    assert tier.contiguous(), tier.rows()
+    _the_compacted_view(tier)
+    _restart(tier, caught.leader)
+
+
+def test_a_leader_killed_between_a_compactions_stage_and_commit(cluster_tier: ClusterTier,
+                                                               spark: SparkSession) -> None:
+    """kcompact plans and stages a run while the leader's successor straddles the tier's end; the leader is killed;
+    the new leader's first copy goes live trimmed above the tier's end while the run waits; then the run commits: the
+    broker's rows are above everything it replaces, so it is rebased onto them. Once local retention ran on the new
+    leader, consumers get the compacted view."""
+    tier = cluster_tier
+    caught = _halt_tiering_where_the_successor_straddles(tier)
+    staged = compaction.stage(spark, compaction.plan(spark, tier.store, tier.config))
+    _kill(tier, caught)
+    successor = broker_writer(caught.successor)
+    wait_for(f"node {caught.successor}'s first copy is live", lambda: any(s.writer == successor for s in tier.live()),
+             tier.cluster)
+    compaction.commit(staged)
+    tier.cleaned = tier.partition().lineage.current
+    assert caught.straddling is not None and caught.straddling[0] < tier.cleaned, (caught, tier.cleaned)
     _tiers_on(tier, caught.successor)
     assert tier.contiguous(), tier.rows()
     _the_compacted_view(tier)
