@@ -9,7 +9,10 @@ every change since V is of that kind, comparing the partition at V with the late
   zombie is fenced, never rebased); its leader-epoch lineage may grow;
 - every segment row of V is unchanged, except one that was still being uploaded at V (COPY_SEGMENT_STARTED, which
   nothing reads) above the change set's range, which may since have finished or been abandoned;
-- every segment row added since V starts above the change set's range.
+- every segment row added since V starts above the change set's range, or is already being deleted: a new leader's
+  copy over the tier goes to DELETE_SEGMENT_STARTED at its finish, its part above the tier's end live as a row of
+  its own (`compaction.tier.overlap`). Such a row never served a reader: added live below the range, it would have
+  overlapped the live rows the change set replaces. An upload still in progress in the range stays a conflict.
 
 The range ends at the highest offset the change set touches: the last offset of each row it changes or adds a file
 to, of each segment it adds, and the offset below its new cleaner offset. Anything else (another compaction, a new
@@ -64,7 +67,8 @@ def _why_not(cs: ChangeSet, planned: PartitionSnapshot, current: PartitionSnapsh
         if old.state is not SegmentState.COPY_SEGMENT_STARTED or old.start_offset <= end:
             return f"{_describe(old)} became {new.state.name} (writer {new.writer!r})"
     for new in current.segments:
-        if planned.segment(new.segment_id) is None and new.start_offset <= end:
+        if (planned.segment(new.segment_id) is None and new.start_offset <= end
+                and new.state in (SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED)):
             return f"{_describe(new)} was added by {new.writer!r}"
     return None
 

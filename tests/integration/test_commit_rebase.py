@@ -22,6 +22,7 @@ from compaction.metadata import (
     MetadataTable,
     SegmentState,
     StateChange,
+    TopicPartition,
     acquire_fencing_epoch,
     commit,
     new_kafka_uuid,
@@ -88,6 +89,25 @@ def before_each_write(monkeypatch: pytest.MonkeyPatch, action: Callable[[int], o
         real(*args, **kwargs)
 
     monkeypatch.setattr(batch_module, "write_deltalake", racing)
+
+
+def test_a_compaction_lands_over_a_new_leaders_superseded_copy(table: MetadataTable) -> None:
+    """Issue 40: the leader dies between a compaction's stage and its commit; its successor's first copy [150, 299]
+    overlaps the tier, so at its finish it is superseded (DELETE_SEGMENT_STARTED) and its part above the tier's end
+    goes live as a row of its own. The superseded row lies below the compaction's range but never served a reader:
+    the compaction rebases over it and lands, where it was refused as a conflict."""
+    a, b = broker_tiers(table, (0, 99), (100, 199))
+    cs, _ = compaction(table, [a, b], (0, 199), cleaner_offset=200)
+    copy = broker_add(table, 150, 299, leader_epoch=1)
+    trimmed = factories.new_segment(200, 299, topic=TOPIC, leader_epoch=1)
+    commit_module.commit_current(table, TopicPartition(TOPIC, 0), NOW, lambda current: ChangeSet.planned_from(
+        current, fencing_epoch=current.fencing_epoch, writer="broker-2", new_segments=[trimmed],
+        state_changes=[StateChange(copy, SegmentState.DELETE_SEGMENT_STARTED)]))
+
+    commit(table, cs, NOW)
+
+    assert live(table) == [(0, 199, "kcompact"), (200, 299, "broker-2")]
+    assert table.partition_snapshot(TOPIC, 0).lineage.current == 200
 
 
 def test_a_compaction_lands_over_segments_the_broker_tiered_since_it_planned(table: MetadataTable) -> None:
