@@ -83,7 +83,9 @@ def commit(staged: StagedRun, now_ms: int | None = None, *, raise_on_superseded:
         first = next((o for o in outcomes if o.superseded), None)
         if first is not None:
             error_type = FencedError if first.error_type == FencedError.__name__ else CommitConflictError
-            error = error_type(f"{first.topic}-{first.partition}: {first.error}")
+            where = f"{first.topic}-{first.partition}"
+            message = first.error or ""
+            error = error_type(message if message.startswith(f"{where}: ") else f"{where}: {message}")
             error.outcomes = outcomes  # type: ignore[attr-defined]
             raise error
     return outcomes
