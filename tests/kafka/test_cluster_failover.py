@@ -447,6 +447,15 @@ def _the_compacted_view(tier: ClusterTier) -> None:
                                  f"superseded below the cleaner offset {tier.cleaned}: {superseded[:5]}")
 
 
+def _the_successor_serves_the_compacted_view(tier: ClusterTier, caught: Caught) -> None:
+    """After the kill: the successor tiers on with the live rows contiguous, consumers get the compacted view, and
+    the killed node is started again for the next test."""
+    _tiers_on(tier, caught.successor)
+    assert tier.contiguous(), tier.rows()
+    _the_compacted_view(tier)
+    _restart(tier, caught.leader)
+
+
 def test_after_a_compaction_a_new_leader_serves_the_compacted_view(cluster_tier: ClusterTier,
                                                                     spark: SparkSession) -> None:
     """kcompact compacts the tier while the leader's successor holds records below the cleaner offset, then the
@@ -457,10 +466,7 @@ def test_after_a_compaction_a_new_leader_serves_the_compacted_view(cluster_tier:
     _compact(tier, spark)
     assert caught.straddling is not None and caught.straddling[0] < tier.cleaned, (caught, tier.cleaned)
     _kill(tier, caught)
-    _tiers_on(tier, caught.successor)
-    assert tier.contiguous(), tier.rows()
-    _the_compacted_view(tier)
-    _restart(tier, caught.leader)
+    _the_successor_serves_the_compacted_view(tier, caught)
 
 
 def test_a_leader_killed_between_a_compactions_stage_and_commit(cluster_tier: ClusterTier,
@@ -479,10 +485,7 @@ def test_a_leader_killed_between_a_compactions_stage_and_commit(cluster_tier: Cl
     compaction.commit(staged)
     tier.cleaned = tier.partition().lineage.current
     assert caught.straddling is not None and caught.straddling[0] < tier.cleaned, (caught, tier.cleaned)
-    _tiers_on(tier, caught.successor)
-    assert tier.contiguous(), tier.rows()
-    _the_compacted_view(tier)
-    _restart(tier, caught.leader)
+    _the_successor_serves_the_compacted_view(tier, caught)
 
 
 def test_after_a_compaction_a_preferred_leader_election_serves_the_compacted_view(cluster_tier: ClusterTier,
