@@ -16,7 +16,14 @@ Requests (`op` and its fields; every answer is `{"ok": true, "result": ...}` or
   `compaction.storage.layout`, the `.txnindex` only when the broker says the segment has one.
 - `update`: updateRemoteLogSegmentMetadata: `segment_id` moves to `state`.
 - `segments`: every segment row of a partition, each with `live` (COPY_SEGMENT_FINISHED and not a zombie),
-  and the table version read.
+  and the table version they are the rows of.
+- `follow`: the newest version, and the partitions asked for before whose rows changed after the request's `since`
+  (each as `segments` answers it), or `reset` when `since` is older than this process's first version.
+
+`add` and `update` answer as `segments` does, at a version holding their commit: a broker knows its own write at
+once. The process follows the table (`compaction.metadata.follower`): every request first reads the commits since
+the last one, if any, and a partition's rows are read again only when a commit changed them; the broker's plugin
+keeps each partition's answer with its version and asks `follow` for what changed (docs/broker.md).
 
 Two epochs, kept apart. The broker's rows carry the leader epochs Kafka gives each segment
 (`RemoteLogSegmentMetadata.segmentLeaderEpochs`), which also grow the partition's leader-epoch lineage, and a broker
@@ -58,6 +65,7 @@ from compaction.metadata import (
     new_kafka_uuid,
     table_in_store,
 )
+from compaction.metadata.follower import TableFollower
 from compaction.storage import ObjectStore, open_store
 from compaction.storage.layout import Suffix, segment_object_key
 from compaction.tier.overlap import tier_end, trim_copy
@@ -69,11 +77,19 @@ _SUFFIXES = (Suffix.LOG, Suffix.OFFSET_INDEX, Suffix.TIME_INDEX, Suffix.PRODUCER
 
 @dataclass(frozen=True)
 class RemoteTier:
-    """What the requests are answered on: the metadata table, and the store holding the segments' objects (read and
-    written only to trim a copy that overlaps the tier, `compaction.tier.overlap`)."""
+    """What the requests are answered on: the metadata table as followed, and the store holding the segments'
+    objects (read and written only to trim a copy that overlaps the tier, `compaction.tier.overlap`)."""
 
-    table: MetadataTable
+    follower: TableFollower
     store: ObjectStore
+
+    @classmethod
+    def of(cls, table: MetadataTable, store: ObjectStore) -> RemoteTier:
+        return cls(TableFollower(table), store)
+
+    @property
+    def table(self) -> MetadataTable:
+        return self.follower.table
 
 
 def new_segment(req: Mapping[str, Any], prefix: str = "") -> NewSegment:
@@ -111,16 +127,20 @@ def check_leader_epoch(current: PartitionSnapshot, segment: NewSegment, writer: 
         )
 
 
-def _committed(tier: RemoteTier, req: Mapping[str, Any], plan: Callable[[PartitionSnapshot], ChangeSet]) -> int:
-    """Commit under the partition's current state (`commit_current`): the broker holds no fencing epoch, so a
-    compaction taking the partition meanwhile makes it plan again, never refuses it. The new table version."""
+def _committed(tier: RemoteTier, req: Mapping[str, Any], plan: Callable[[PartitionSnapshot], ChangeSet]
+               ) -> dict[str, Any]:
+    """Commit under the partition's current state (`commit_current`, on the followed rows): the broker holds no
+    fencing epoch, so a compaction taking the partition meanwhile makes it plan again, never refuses it. The
+    partition's rows at a version holding the commit."""
     tp = TopicPartition(req["topic"], req["partition"])
-    result = commit_current(tier.table, tp, req["event_timestamp_ms"], plan, attempts=_ATTEMPTS)
+    result = commit_current(tier.table, tp, req["event_timestamp_ms"], plan, attempts=_ATTEMPTS,
+                            reader=tier.follower)
     assert result is not None  # every plan here returns a change set
-    return result.version
+    tier.follower.follow()
+    return _partition_json(tier.follower.partitions([tp])[tp])
 
 
-def add(tier: RemoteTier, req: Mapping[str, Any]) -> int:
+def add(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
     segment, writer = new_segment(req), broker_writer(req["broker_id"])
 
     def plan(current: PartitionSnapshot) -> ChangeSet:
@@ -131,7 +151,7 @@ def add(tier: RemoteTier, req: Mapping[str, Any]) -> int:
     return _committed(tier, req, plan)
 
 
-def update(tier: RemoteTier, req: Mapping[str, Any]) -> int:
+def update(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
     """updateRemoteLogSegmentMetadata. A copy going COPY_SEGMENT_FINISHED that overlaps the live segments (a new
     leader's first copy after a failover, whose replica rolled elsewhere) goes live trimmed to the offsets above the
     tier's end, or is superseded when it holds none (`compaction.tier.overlap`); the trimmed objects are written once
@@ -174,15 +194,31 @@ def _segment_json(s: SegmentMetadata, live: bool) -> dict[str, Any]:
     }
 
 
-def segments(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
-    snap = tier.table.partition_snapshot(req["topic"], req["partition"])
+def _partition_json(snap: PartitionSnapshot) -> dict[str, Any]:
     live = {s.segment_id for s in snap.live_segments}
-    return {"version": snap.version,
+    return {"topic": snap.topic, "partition": snap.partition, "version": snap.version,
             "segments": [_segment_json(s, s.segment_id in live) for s in snap.segments]}
 
 
+def segments(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
+    tier.follower.follow()
+    tp = TopicPartition(req["topic"], req["partition"])
+    return _partition_json(tier.follower.partitions([tp])[tp])
+
+
+def follow(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
+    """The newest version and the partitions asked for before that changed after `since`; `reset` (and no
+    partitions) when `since` is older than the follower's first version: the client drops what it holds."""
+    version, since = tier.follower.follow(), int(req["since"])
+    if since < tier.follower.first_version:
+        return {"version": version, "reset": True, "partitions": []}
+    changed = tier.follower.changed_since(since)
+    snapshots = tier.follower.partitions(changed)
+    return {"version": version, "reset": False, "partitions": [_partition_json(snapshots[tp]) for tp in changed]}
+
+
 _OPS: dict[str, Callable[[RemoteTier, Mapping[str, Any]], Any]] = {
-    "add": add, "update": update, "segments": segments,
+    "add": add, "update": update, "segments": segments, "follow": follow,
 }
 
 
@@ -195,18 +231,10 @@ def answer(tier: RemoteTier, line: str) -> dict[str, Any]:
         return {"ok": True, "result": _OPS[req["op"]](tier, req)}
     except KcompactError as e:
         return {"ok": False, "error": str(e).replace("\n", " "), "type": type(e).__name__,
-                "version": _version(tier.table)}
+                "version": tier.follower.version}
     except Exception as e:
         return {"ok": False, "error": f"{type(e).__name__}: {e} (request: {line.strip()[:200]})".replace("\n", " "),
-                "type": "InternalError", "version": _version(tier.table)}
-
-
-def _version(table: MetadataTable) -> int | None:
-    """The table's latest version, which an error answer names; None if the table cannot be read either."""
-    try:
-        return table.version()
-    except KcompactError:
-        return None
+                "type": "InternalError", "version": tier.follower.version}
 
 
 def serve(tier: RemoteTier, requests: IO[str], answers: IO[str]) -> None:
@@ -225,8 +253,8 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     store = open_store(args.store, endpoint_url=args.endpoint_url)
-    tier = RemoteTier(table_in_store(store, create=True), store)
-    sys.stdout.write(json.dumps({"ok": True, "result": {"ready": tier.table.version()}}) + "\n")
+    tier = RemoteTier.of(table_in_store(store, create=True), store)
+    sys.stdout.write(json.dumps({"ok": True, "result": {"ready": tier.follower.version}}) + "\n")
     sys.stdout.flush()
     serve(tier, sys.stdin, sys.stdout)
 

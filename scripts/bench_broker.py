@@ -75,8 +75,8 @@ CONSUME_TIMEOUT_S = 0.05
 end-of-partition event): a long timeout would be added to every read whose last batch is short (a compacted tier
 of 8000 records took 1.0 s with 1 s), so a short one bounds the delay."""
 STOCK_RLMM = "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager"
-LISTING_CACHE_S = 5.0
-"""kcompact's metadata manager reuses a partition's listing for `kcompact.metadata.cache.ms` (5000 by default), so
+LISTING_CACHE_S = 2.0
+"""kcompact's metadata manager reads the table's new commits every `kcompact.metadata.follow.ms` (1000 by default), so
 the broker serves a compaction's swap within that time: the compacted read starts after it (else its first fetches
 walk the replaced segments, which stay readable until `kcompact gc`)."""
 COPY_LINE = re.compile(r"^\[(\S+ \S+)\] INFO .*(Copying|Copied) (\d{20})\.log to remote storage")

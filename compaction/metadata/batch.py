@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
@@ -47,6 +48,30 @@ BATCH_PARTITIONS = 1000
 
 Build = Callable[[PartitionSnapshot], PartitionRows | None]
 """A partition's latest rows -> its new row set; None: nothing to do; raising a `KcompactError`: refused."""
+
+
+class Reader(Protocol):
+    """Where a batch reads its partitions' latest rows: the table at a version and the partitions at it, the commit
+    written on top of that `DeltaTable`. By default the table opened afresh (`fresh_reader`); a process that keeps
+    the table followed reuses its state (`compaction.metadata.follower.TableFollower`)."""
+
+    def read(self, partitions: Iterable[TopicPartition]
+             ) -> tuple[DeltaTable, dict[TopicPartition, PartitionSnapshot]]: ...
+
+
+@dataclass(frozen=True)
+class _Fresh:
+    table: MetadataTable
+
+    def read(self, partitions: Iterable[TopicPartition]
+             ) -> tuple[DeltaTable, dict[TopicPartition, PartitionSnapshot]]:
+        dt = self.table.delta_table()
+        return dt, load_partitions(dt, partitions, self.table.table_uri, self.table.storage_options)
+
+
+def fresh_reader(table: MetadataTable) -> Reader:
+    """The table's latest version, opened afresh for every read."""
+    return _Fresh(table)
 
 
 @dataclass(frozen=True)
@@ -170,7 +195,7 @@ _Failed = tuple[dict[TopicPartition, Build], TransientStoreError]
 """A batch the store failed: the builds still pending, and the error."""
 
 
-def _land_batch(table: MetadataTable, builds: Mapping[TopicPartition, Build], attempts: int,
+def _land_batch(reader: Reader, builds: Mapping[TopicPartition, Build], attempts: int,
                 outcomes: dict[TopicPartition, Outcome]) -> _Failed | None:
     """Land one batch, the conflict loop of the module docstring; outcomes go into `outcomes`, but for the pending
     builds of a batch the store failed, which are returned with the error."""
@@ -179,8 +204,7 @@ def _land_batch(table: MetadataTable, builds: Mapping[TopicPartition, Build], at
     lost: _Lost | None = None
     while pending:
         try:
-            dt = table.delta_table()
-            current = load_partitions(dt, pending, table.table_uri, table.storage_options)
+            dt, current = reader.read(pending)
         except TransientStoreError as e:
             return pending, e
         if lost is not None:
@@ -216,7 +240,7 @@ def _land_batch(table: MetadataTable, builds: Mapping[TopicPartition, Build], at
     return None
 
 
-def _split(table: MetadataTable, failed: _Failed, attempts: int, outcomes: dict[TopicPartition, Outcome]) -> None:
+def _split(reader: Reader, failed: _Failed, attempts: int, outcomes: dict[TopicPartition, Outcome]) -> None:
     """After the store failed a batch: land each half on its own, and halve again the one half that fails alone."""
     builds, error = failed
     order = sorted(builds)
@@ -225,18 +249,19 @@ def _split(table: MetadataTable, failed: _Failed, attempts: int, outcomes: dict[
         return
     middle = len(order) // 2
     halves = [{tp: builds[tp] for tp in half} for half in (order[:middle], order[middle:])]
-    still = [f for f in (_land_batch(table, half, attempts, outcomes) for half in halves) if f is not None]
+    still = [f for f in (_land_batch(reader, half, attempts, outcomes) for half in halves) if f is not None]
     if len(still) == 2:  # the store, not a partition: stop writing
         outcomes.update({tp: e for pending, e in still for tp in pending})
         return
     for f in still:
-        _split(table, f, attempts, outcomes)
+        _split(reader, f, attempts, outcomes)
 
 
-def land(table: MetadataTable, builds: Mapping[TopicPartition, Build], attempts: int
-         ) -> dict[TopicPartition, Outcome]:
+def land(table: MetadataTable, builds: Mapping[TopicPartition, Build], attempts: int,
+         reader: Reader | None = None) -> dict[TopicPartition, Outcome]:
     """Land every partition's build, `BATCH_PARTITIONS` to a Delta commit; every partition's outcome (see the module
-    docstring). A build raising anything but a `KcompactError` ends the call at once.
+    docstring). A build raising anything but a `KcompactError` ends the call at once. `reader`: where the latest
+    rows come from (default: `table` opened afresh each time).
 
     Raises:
         MetadataInvariantError: `attempts` < 1.
@@ -247,10 +272,11 @@ def land(table: MetadataTable, builds: Mapping[TopicPartition, Build], attempts:
     order = sorted(builds)
     for start in range(0, len(order), BATCH_PARTITIONS):
         batch = {tp: builds[tp] for tp in order[start:start + BATCH_PARTITIONS]}
-        failed = _land_batch(table, batch, attempts, outcomes)
+        failed = _land_batch(reader or fresh_reader(table), batch, attempts, outcomes)
         if failed is not None:
-            _split(table, failed, attempts, outcomes)
+            _split(reader or fresh_reader(table), failed, attempts, outcomes)
     return outcomes
 
 
-__all__ = ["BATCH_PARTITIONS", "Build", "CommitResult", "Landed", "Outcome", "land", "partitions_predicate"]
+__all__ = ["BATCH_PARTITIONS", "Build", "CommitResult", "Landed", "Outcome", "Reader", "fresh_reader", "land",
+           "partitions_predicate"]

@@ -53,7 +53,7 @@ from compaction.errors import (
     MetadataInvariantError,
     MetadataVersionNotFoundError,
 )
-from compaction.metadata.batch import CommitResult, Landed, Outcome, land
+from compaction.metadata.batch import CommitResult, Landed, Outcome, Reader, land
 from compaction.metadata.change_set import (
     ChangeSet,
     PartitionRows,
@@ -239,6 +239,7 @@ def commit_current(
     plan: Plan,
     *,
     attempts: int = 5,
+    reader: Reader | None = None,
 ) -> CommitResult | None:
     """Commit a change planned on the partition's latest rows; plan it again if another commit lands first.
 
@@ -256,7 +257,7 @@ def commit_current(
         `apply_change_set` raises for a change set that breaks a rule (a fencing epoch `plan` took from elsewhere
         included: that one is `FencedError`, not retried).
     """
-    return _one(commit_current_batch(table, {tp: plan}, now_ms, attempts=attempts)[tp])
+    return _one(commit_current_batch(table, {tp: plan}, now_ms, attempts=attempts, reader=reader)[tp])
 
 
 def commit_current_batch(
@@ -265,6 +266,7 @@ def commit_current_batch(
     now_ms: int,
     *,
     attempts: int = 5,
+    reader: Reader | None = None,
 ) -> dict[TopicPartition, CommitResult | KcompactError | None]:
     """`commit_current` for many partitions, in one Delta commit (`batch.land`): each partition's plan sees its latest
     rows and is planned again, alone, when a commit to it lands first.
@@ -272,6 +274,7 @@ def commit_current_batch(
     Returns every partition's outcome: its `CommitResult`, None when its plan found nothing to do, or the
     `KcompactError` `commit_current` would have raised for it (nothing of it landed; the others did). A plan raising
     anything else ends the call at once. Idempotent as far as the plans are (each sees the rows its last run left).
+    `reader`: where the latest rows come from (`batch.Reader`; default: the table opened afresh for each attempt).
     """
     def build(plan: Plan) -> Callable[[PartitionSnapshot], PartitionRows | None]:
         def rows(current: PartitionSnapshot) -> PartitionRows | None:
@@ -280,7 +283,7 @@ def commit_current_batch(
 
         return rows
 
-    outcomes = land(table, {tp: build(plan) for tp, plan in plans.items()}, attempts)
+    outcomes = land(table, {tp: build(plan) for tp, plan in plans.items()}, attempts, reader)
     return {tp: _result(outcome) for tp, outcome in outcomes.items()}
 
 

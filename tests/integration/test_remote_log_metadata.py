@@ -33,7 +33,7 @@ def _ask(store: Path, *requests: dict[str, Any]) -> list[dict[str, Any]]:
     opened = open_store(str(store))
     out = io.StringIO()
     lines = "".join(json.dumps(r) + "\n" for r in requests)
-    serve(RemoteTier(table_in_store(opened, create=True), opened), io.StringIO(lines), out)
+    serve(RemoteTier.of(table_in_store(opened, create=True), opened), io.StringIO(lines), out)
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
@@ -106,7 +106,7 @@ def test_a_bad_request_is_answered_and_the_next_one_served(tmp_path: Path) -> No
     bad, good = _ask(tmp_path, {"op": "add", **PARTITION}, {"op": "segments", **PARTITION})
     assert (bad["ok"], bad["type"]) == (False, "InternalError")
     assert "KeyError" in bad["error"] and '"op": "add"' in bad["error"]
-    assert good == {"ok": True, "result": {"version": 0, "segments": []}}
+    assert good == {"ok": True, "result": {"topic": "orders", "partition": 3, "version": 0, "segments": []}}
 
 
 def test_an_empty_segment_shows_the_broker_no_timestamp(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 run_commit = importlib.import_module("compaction.run.commit")
 
 pytestmark = pytest.mark.s3
-LISTING_CACHE_S = 5.5  # the metadata manager's listing cache (kcompact.metadata.cache.ms, 5 s) and a margin
+FOLLOW_S = 2.0  # the metadata manager follows the table every kcompact.metadata.follow.ms (1 s), and a margin
 CONFIG = f"topics:\n  {TOPIC}:\n    cleanup.policy: compact\n    min.cleanable.dirty.ratio: 0.01\n"
 
 
@@ -156,7 +156,7 @@ def test_the_rerun_commits_and_a_consumer_gets_the_compacted_view(s3_tier: S3Tie
     assert s3_tier.cleaned > 0
     expected = s3_tier.view(committed=True)
     assert len(expected) < len(s3_tier.uncompacted())
-    time.sleep(LISTING_CACHE_S)  # the broker reads the swap once its listing of the partition is older than this
+    time.sleep(FOLLOW_S)  # the broker serves the swap once its follower has read the commit
     assert read_all(s3_tier.broker, len(expected)) == expected
 
 

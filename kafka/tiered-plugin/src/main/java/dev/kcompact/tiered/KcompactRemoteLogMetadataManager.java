@@ -12,9 +12,12 @@ import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.common.TopicIdPartition;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.metrics.Monitorable;
 import org.apache.kafka.common.metrics.PluginMetrics;
 import org.apache.kafka.server.log.remote.storage.RemoteLogMetadataManager;
@@ -29,7 +32,7 @@ import org.slf4j.LoggerFactory;
  * KIP-405's {@link RemoteLogMetadataManager} backed by kcompact's metadata table ({@code <store>/_kcompact_metadata},
  * {@code compaction.metadata.model}): the broker's segments are kcompact's segment rows, and a compaction's swap
  * (new rows COPY_SEGMENT_FINISHED, replaced ones DELETE_SEGMENT_STARTED, in one Delta commit) is what the broker
- * reads without a restart (within the listing cache time below).
+ * reads without a restart.
  *
  * <p>The table is read and written by kcompact's own commit path (delta-rs: conditional commits, fencing, the
  * row invariants), in a Python process this class starts ({@link MetadataPipe}), rather than by a second Delta
@@ -38,18 +41,22 @@ import org.slf4j.LoggerFactory;
  * kcompact's commit rules (the partition's row set replaced in one commit, the fencing and lineage checks)
  * written a second time in Java.
  *
- * <p>A partition's listing is reused for {@code kcompact.metadata.cache.ms} (default 5000) and dropped at once when
- * this broker writes to the partition: Kafka asks for one segment after another (a read_committed fetch walks every
- * later remote segment's transaction index, {@code RemoteLogManager.collectAbortedTransactions}), and one table read
- * per question made a fetch from a tier of ~70 segments take longer than {@code remote.fetch.max.wait.ms}, until
- * retried fetches filled the remote reader pool ({@code RejectedExecutionException}); with a 1 s cache, a loaded
- * machine (a listing read taking ~1 s) still stalled read_committed consumers, each retried fetch redoing the walk. A compaction's swap is served
- * within that time; a replaced segment's objects outlive it by {@code kcompact gc}'s grace (file.delete.delay.ms).
+ * <p>The broker's questions are answered from memory, as Kafka's own topic-based manager answers from the state it
+ * consumed off its topic: each partition's rows are held with the table version they are the rows of ({@link View}),
+ * so a call never waits on the Python process or on another partition's call. The process follows the table's log
+ * ({@code compaction.metadata.follower}); a partition's view comes from its first question, from the answer to each
+ * of this broker's own writes (the rows at a version holding the write: the broker knows its write at once), and from
+ * a follower thread asking every {@code kcompact.metadata.follow.ms} which partitions changed after the version it
+ * followed last ({@code op=follow}). A view is only ever replaced by one of a newer version, so which of two
+ * answers wins is decided by version, not by arrival. Another writer's commit (a compaction's swap, gc, retention)
+ * reaches the views within one follow interval; a replaced segment's objects outlive that by {@code kcompact gc}'s
+ * grace ({@code file.delete.delay.ms}, 60 s by default).
  *
- * <p>A change of leadership drops the partition's listing too, and a listing whose read overlapped one is not kept: a
- * broker becoming leader decides where its tiering resumes from the listing
- * ({@code RemoteLogManager.findHighestRemoteOffset}, once per leadership), and one read while it followed lacks what
- * the old leader tiered since. From that stale end it would copy again segments the tier already holds.
+ * <p>A change of leadership drops the partition's view, and a first read that overlapped one is not kept: a broker
+ * becoming leader decides where its tiering resumes from the partition's rows
+ * ({@code RemoteLogManager.findHighestRemoteOffset}, once per leadership), so it reads them afresh, at the table's
+ * newest version, with every row the old leader wrote before the change. From a view read while it followed it
+ * would copy again segments the tier already holds.
  *
  * <p>Which rows the broker sees is {@link RemoteSegments}'s: live rows, and for
  * {@link #listRemoteLogSegments(TopicIdPartition)} the COPY_SEGMENT_STARTED ones too; never a zombie row nor one
@@ -58,8 +65,8 @@ import org.slf4j.LoggerFactory;
  * <p>Configuration (under {@code remote.log.metadata.manager.impl.prefix}, {@code rlmm.config.}):
  * {@code kcompact.store} the store's directory or {@code s3://bucket/prefix}, {@code kcompact.python} the Python with
  * kcompact installed, {@code kcompact.endpoint.url} an S3 endpoint other than AWS's (else boto3's own resolution;
- * credentials from the broker's environment), {@code kcompact.metadata.cache.ms} how long a partition's listing is
- * reused.
+ * credentials from the broker's environment), {@code kcompact.metadata.follow.ms} how often the table's new commits
+ * are read (default 1000; one listing of the log after the version followed, on S3 one LIST request).
  */
 public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadataManager, Monitorable {
 
@@ -67,18 +74,23 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
 
     public static final String STORE_CONFIG = "kcompact.store";
     public static final String PYTHON_CONFIG = "kcompact.python";
-    public static final String CACHE_MS_CONFIG = "kcompact.metadata.cache.ms";
+    public static final String FOLLOW_MS_CONFIG = "kcompact.metadata.follow.ms";
     public static final String ENDPOINT_CONFIG = "kcompact.endpoint.url";
 
     private MetadataPipe pipe;
     private int brokerId = -1;
-    private long cacheNanos = TimeUnit.SECONDS.toNanos(5);
-    private final Map<TopicIdPartition, Listing> listings = new ConcurrentHashMap<>();
-    /** Counts this broker's writes and leadership changes: a listing read across one of them is not kept. */
-    private final AtomicLong changes = new AtomicLong();
+    private long followMs = 1000;
+    private final Map<TopicPartition, View> views = new ConcurrentHashMap<>();
+    /** The table version the follower read last; what changed after it is what it asks for next. */
+    private final AtomicLong followed = new AtomicLong(-1);
+    /** Counts leadership changes: a first read across one of them is not kept. */
+    private final AtomicLong leadershipChanges = new AtomicLong();
     private final TierMetrics metrics = new TierMetrics();
+    private ScheduledExecutorService follower;
+    private long lastFollowFailureLogNanos;
 
-    private record Listing(RemoteSegments segments, long readAtNanos) {
+    /** A partition's rows at table version {@code version}, as asked about under {@code tp}'s topic id. */
+    private record View(TopicIdPartition tp, long version, RemoteSegments segments) {
     }
 
     @Override
@@ -89,9 +101,12 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         if (broker != null) {
             brokerId = Integer.parseInt(broker.toString());
         }
-        Object cacheMs = configs.get(CACHE_MS_CONFIG);
-        if (cacheMs != null) {
-            cacheNanos = TimeUnit.MILLISECONDS.toNanos(Long.parseLong(cacheMs.toString()));
+        Object follow = configs.get(FOLLOW_MS_CONFIG);
+        if (follow != null) {
+            followMs = Long.parseLong(follow.toString().trim());
+            if (followMs <= 0) {
+                throw new IllegalArgumentException(FOLLOW_MS_CONFIG + " must be positive, found " + followMs);
+            }
         }
         try {
             Object endpoint = configs.get(ENDPOINT_CONFIG);
@@ -100,6 +115,13 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         } catch (IOException | RemoteStorageException e) {
             throw new IllegalStateException("starting kcompact's metadata process for " + store + " failed: " + e, e);
         }
+        followed.set(pipe.lastVersion());
+        follower = Executors.newSingleThreadScheduledExecutor(r -> {
+            Thread t = new Thread(r, "kcompact-metadata-follower-" + brokerId);
+            t.setDaemon(true);
+            return t;
+        });
+        follower.scheduleWithFixedDelay(this::followOnce, followMs, followMs, TimeUnit.MILLISECONDS);
     }
 
     private ObjectNode request(String op, TopicIdPartition tp) {
@@ -132,54 +154,81 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         return CompletableFuture.completedFuture(null);
     }
 
-    /** Commits {@code req}; whatever the outcome, the partition's listing is read afresh next time. A refusal is
-     * logged here: RemoteLogManager logs a failed copy only while its task is not cancelled, and a deposed leader's
-     * copy refused by leader epoch ({@code FencedError}) is usually answered after its task was. */
+    /** Commits {@code req}; its answer, the partition's rows at a version holding the commit, becomes the view. A
+     * refusal is logged here and drops the view (it is read afresh next time): RemoteLogManager logs a failed copy
+     * only while its task is not cancelled, and a deposed leader's copy refused by leader epoch
+     * ({@code FencedError}) is usually answered after its task was. */
     private void write(TopicIdPartition tp, ObjectNode req) throws RemoteStorageException {
         try {
-            timed(req);
+            install(tp, timed(req));
         } catch (RemoteStorageException e) {
+            views.remove(tp.topicPartition());
             LOG.warn("{} of {} for {} refused: {}", req.get("op").asText(), req.path("segment_id").asText(), tp,
                     e.getMessage());
             throw e;
-        } finally {
-            changes.incrementAndGet();
-            listings.remove(tp);
         }
     }
 
-    /** The partition's segments: the listing read less than the cache time ago, else a fresh one. A listing whose
-     * read overlapped one of this broker's writes or a leadership change is used once and not kept. Threads wanting
-     * a stale listing read it once, one after the other (the pipe serializes them anyway): the first reads it, the
-     * others find it fresh. */
+    /** {@code answer} (a partition's rows and their version) as {@code tp}'s view, unless the view is newer. */
+    private RemoteSegments install(TopicIdPartition tp, JsonNode answer) {
+        View fresh = view(tp, answer);
+        return views.merge(tp.topicPartition(), fresh, (old, now) -> newer(old, now)).segments();
+    }
+
+    private static View newer(View old, View now) {
+        return old.version() > now.version() && old.tp().equals(now.tp()) ? old : now;
+    }
+
+    private static View view(TopicIdPartition tp, JsonNode answer) {
+        List<SegmentRow> rows = new ArrayList<>();
+        for (JsonNode row : answer.get("segments")) {
+            rows.add(SegmentRow.of(tp, row));
+        }
+        return new View(tp, answer.get("version").asLong(), new RemoteSegments(rows));
+    }
+
+    /** The partition's segments: its view, or, for a partition not asked about since its last leadership change, its
+     * rows read now at the table's newest version. A first read that overlapped a leadership change is used once and
+     * not kept. */
     private RemoteSegments segments(TopicIdPartition tp) throws RemoteStorageException {
-        Listing kept = listings.get(tp);
-        boolean hit = kept != null && System.nanoTime() - kept.readAtNanos() < cacheNanos;
+        View kept = views.get(tp.topicPartition());
+        boolean hit = kept != null && kept.tp().equals(tp);
         metrics.cache("listing", hit);
         if (hit) {
             return kept.segments();
         }
-        synchronized (listings) {
-            return readListing(tp);
+        long changesBefore = leadershipChanges.get();
+        JsonNode answer = timed(request("segments", tp));
+        if (leadershipChanges.get() != changesBefore) {
+            return view(tp, answer).segments();
         }
+        return install(tp, answer);
     }
 
-    private RemoteSegments readListing(TopicIdPartition tp) throws RemoteStorageException {
-        long now = System.nanoTime();
-        Listing kept = listings.get(tp);
-        if (kept != null && now - kept.readAtNanos() < cacheNanos) {
-            return kept.segments();
+    /** One round of the follower thread: the partitions with a view that changed after the version followed last
+     * take their new rows (a view dropped meanwhile stays dropped). A process that started after that version (the
+     * old one died) cannot say what changed: every view is dropped, to be read afresh. A failure is logged (at most
+     * once a minute) and the next round tries again from the same version. */
+    private void followOnce() {
+        try {
+            JsonNode answer = timed(pipe.request("follow").put("since", followed.get()));
+            if (answer.get("reset").asBoolean()) {
+                views.clear();
+            }
+            for (JsonNode partition : answer.get("partitions")) {
+                TopicPartition tp = new TopicPartition(partition.get("topic").asText(),
+                        partition.get("partition").asInt());
+                views.computeIfPresent(tp, (key, old) -> newer(old, view(old.tp(), partition)));
+            }
+            followed.set(answer.get("version").asLong());
+        } catch (RemoteStorageException | RuntimeException e) {
+            long now = System.nanoTime();
+            if (now - lastFollowFailureLogNanos > TimeUnit.MINUTES.toNanos(1)) {
+                lastFollowFailureLogNanos = now;
+                LOG.warn("following kcompact's metadata table failed (retried every {} ms): {}", followMs,
+                        e.getMessage());
+            }
         }
-        long changesBefore = changes.get();
-        List<SegmentRow> rows = new ArrayList<>();
-        for (JsonNode row : timed(request("segments", tp)).get("segments")) {
-            rows.add(SegmentRow.of(tp, row));
-        }
-        RemoteSegments fresh = new RemoteSegments(rows);
-        if (changes.get() == changesBefore) {
-            listings.put(tp, new Listing(fresh, now));
-        }
-        return fresh;
     }
 
     /** {@code pipe.call(req)}, its time and outcome recorded under its op. */
@@ -246,16 +295,16 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
 
     @Override
     public void onPartitionLeadershipChanges(Set<TopicIdPartition> leaders, Set<TopicIdPartition> followers) {
-        // Nothing to load (a listing is read when first asked for), but nothing read before may decide for the new
-        // role: RemoteLogManager calls this before it starts the new leader's copy task.
-        changes.incrementAndGet();
-        leaders.forEach(listings::remove);
-        followers.forEach(listings::remove);
+        // Nothing to load (a partition's rows are read when first asked for), but nothing read before may decide for
+        // the new role: RemoteLogManager calls this before it starts the new leader's copy task.
+        leadershipChanges.incrementAndGet();
+        leaders.forEach(tp -> views.remove(tp.topicPartition()));
+        followers.forEach(tp -> views.remove(tp.topicPartition()));
     }
 
     @Override
     public void onStopPartitions(Set<TopicIdPartition> partitions) {
-        partitions.forEach(listings::remove);
+        partitions.forEach(tp -> views.remove(tp.topicPartition()));
     }
 
     @Override
@@ -265,6 +314,9 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
 
     @Override
     public void close() {
+        if (follower != null) {
+            follower.shutdownNow();
+        }
         if (pipe != null) {
             pipe.close();
         }

@@ -95,6 +95,11 @@ final class MetadataPipe implements AutoCloseable {
         return pending.get();
     }
 
+    /** The table version the last answer named (-1 before any). */
+    synchronized long lastVersion() {
+        return lastVersion;
+    }
+
     /** Processes started to replace one that died. */
     long restarts() {
         return restarts.get();

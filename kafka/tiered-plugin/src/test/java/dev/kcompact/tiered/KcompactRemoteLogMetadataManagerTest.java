@@ -12,6 +12,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
+import java.util.concurrent.TimeUnit;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.Uuid;
@@ -48,51 +49,67 @@ class KcompactRemoteLogMetadataManagerTest {
         return tmp.resolve("store").toString();
     }
 
-    /** Configures the manager with {@code body} as its "python": a script given the same arguments. */
+    /** Configures the manager with {@code body} as its "python": a script given the same arguments. Its follower
+     * thread waits an hour before it first asks, so a scripted exchange sees only the calls the test makes. */
     private void configure(String body) throws IOException {
-        configure(body, "1000");
+        configure(body, "3600000");
     }
 
-    private void configure(String body, String cacheMs) throws IOException {
+    private void configure(String body, String followMs) throws IOException {
         Path script = tmp.resolve("metadata-process");
         Files.writeString(script, "#!/bin/sh\n" + body);
         Files.setPosixFilePermissions(script, PosixFilePermissions.fromString("rwx------"));
         rlmm.configure(Map.of(KcompactRemoteLogMetadataManager.STORE_CONFIG, store(),
                 KcompactRemoteLogMetadataManager.PYTHON_CONFIG, script.toString(), "broker.id", "1",
-                KcompactRemoteLogMetadataManager.CACHE_MS_CONFIG, cacheMs));
+                KcompactRemoteLogMetadataManager.FOLLOW_MS_CONFIG, followMs));
     }
 
-    /** A stand-in that logs each request's op to {@code ops} and answers it: a listing of one live segment, or a
-     * commit's new version. */
+    private static String row(long end, String state) {
+        return "{\"segment_id\": \"tqimKeZwStOEOwRzT3L5oQ\", \"topic_id\": \"MWJ6FHTfRYy67jzwZdeqSQ\", "
+                + "\"start_offset\": 100, \"end_offset\": " + end + ", \"max_timestamp_ms\": 5, "
+                + "\"event_timestamp_ms\": 6, \"segment_size_bytes\": 10, \"state\": \"" + state + "\", "
+                + "\"live\": " + state.equals("COPY_SEGMENT_FINISHED") + ", \"writer\": \"broker-1\", "
+                + "\"leader_epochs\": [[0, 100]], \"txn_index\": false}";
+    }
+
+    private static String partition(long version, String row) {
+        return "{\"topic\": \"orders\", \"partition\": 0, \"version\": " + version + ", \"segments\": [" + row
+                + "]}";
+    }
+
+    /** A stand-in that logs each request's op to {@code ops} and answers it: a first read with one live segment
+     * ending at 199 (version 8); a write with the segment ending at 299 (version 9); a follow with the segment ending
+     * at 399 (version 10: another writer's commit). */
     private String logging(Path ops) {
-        String row = "{\"segment_id\": \"tqimKeZwStOEOwRzT3L5oQ\", \"topic_id\": \"MWJ6FHTfRYy67jzwZdeqSQ\", "
-                + "\"start_offset\": 100, \"end_offset\": 199, \"max_timestamp_ms\": 5, \"event_timestamp_ms\": 6, "
-                + "\"segment_size_bytes\": 10, \"state\": \"COPY_SEGMENT_FINISHED\", \"live\": true, "
-                + "\"writer\": \"broker-1\", \"leader_epochs\": [[0, 100]], \"txn_index\": false}";
         return READY + "while read line; do case \"$line\" in\n"
                 + "  *'\"op\":\"segments\"'*) echo segments >> " + ops + "; "
-                + "echo '{\"ok\": true, \"result\": {\"version\": 8, \"segments\": [" + row + "]}}' ;;\n"
-                + "  *) echo write >> " + ops + "; echo '{\"ok\": true, \"result\": 9}' ;;\n"
+                + "echo '{\"ok\": true, \"result\": " + partition(8, row(199, "COPY_SEGMENT_FINISHED")) + "}' ;;\n"
+                + "  *'\"op\":\"follow\"'*) echo follow >> " + ops + "; "
+                + "echo '{\"ok\": true, \"result\": {\"version\": 10, \"reset\": false, \"partitions\": ["
+                + partition(10, row(399, "COPY_SEGMENT_FINISHED")) + "]}}' ;;\n"
+                + "  *) echo write >> " + ops + "; "
+                + "echo '{\"ok\": true, \"result\": " + partition(9, row(299, "COPY_SEGMENT_FINISHED")) + "}' ;;\n"
                 + "esac; done\n";
     }
 
     @Test
-    void aListingIsReusedForTheCacheTimeAndReadAfreshAfterTheBrokersOwnWrite() throws Exception {
+    void aPartitionIsReadOnceAndTheBrokersOwnWriteAnswersWithItsNewRows() throws Exception {
         Path ops = tmp.resolve("ops");
-        configure(logging(ops), "60000");
+        configure(logging(ops));
         assertEquals(Optional.of(199L), rlmm.highestOffsetForEpoch(TP, 0));
         assertTrue(rlmm.remoteLogSegmentMetadata(TP, 0, 150).isPresent());
         assertEquals(10L, rlmm.remoteLogSize(TP, 0));
         assertEquals(List.of("segments"), Files.readAllLines(ops));
         rlmm.addRemoteLogSegmentMetadata(SEGMENT);
+        assertEquals(Optional.of(299L), rlmm.highestOffsetForEpoch(TP, 0));
         assertTrue(rlmm.listRemoteLogSegments(TP).hasNext());
-        assertEquals(List.of("segments", "write", "segments"), Files.readAllLines(ops));
+        assertEquals(List.of("segments", "write"), Files.readAllLines(ops));
     }
 
     @Test
-    void aLeadershipChangeDropsTheListingReadBefore() throws Exception {
+    void aLeadershipChangeDropsTheRowsReadBefore() throws Exception {
         Path ops = tmp.resolve("ops");
-        configure(logging(ops), "60000");
+        configure(logging(ops));
         rlmm.highestOffsetForEpoch(TP, 0);
         rlmm.onPartitionLeadershipChanges(Set.of(TP), Set.of());
         rlmm.highestOffsetForEpoch(TP, 0);
@@ -103,12 +120,31 @@ class KcompactRemoteLogMetadataManagerTest {
     }
 
     @Test
-    void withoutACacheTimeEveryQuestionReadsTheTable() throws Exception {
+    void theFollowerTakesInAnotherWritersCommitWithoutReadingThePartitionAgain() throws Exception {
         Path ops = tmp.resolve("ops");
-        configure(logging(ops), "0");
+        configure(logging(ops), "20");
+        assertEquals(Optional.of(199L), rlmm.highestOffsetForEpoch(TP, 0));
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (!rlmm.highestOffsetForEpoch(TP, 0).equals(Optional.of(399L)) && System.nanoTime() < deadline) {
+            Thread.sleep(10);
+        }
+        assertEquals(Optional.of(399L), rlmm.highestOffsetForEpoch(TP, 0));
+        assertTrue(Files.readAllLines(ops).stream().filter(op -> op.equals("segments")).count() == 1,
+                "one first read, then only follows: " + Files.readAllLines(ops));
+    }
+
+    @Test
+    void anOlderAnswerNeverReplacesANewerView() throws Exception {
+        Path ops = tmp.resolve("ops");
+        // the follower answers version 10 first; a write then answers version 9 (it was committed before)
+        configure(logging(ops), "20");
         rlmm.highestOffsetForEpoch(TP, 0);
-        rlmm.highestOffsetForEpoch(TP, 0);
-        assertEquals(List.of("segments", "segments"), Files.readAllLines(ops));
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (!rlmm.highestOffsetForEpoch(TP, 0).equals(Optional.of(399L)) && System.nanoTime() < deadline) {
+            Thread.sleep(10);
+        }
+        rlmm.addRemoteLogSegmentMetadata(SEGMENT);
+        assertEquals(Optional.of(399L), rlmm.highestOffsetForEpoch(TP, 0));
     }
 
     @Test
@@ -125,11 +161,11 @@ class KcompactRemoteLogMetadataManagerTest {
     @Test
     void aListingThenAFailureNamesTheLastVersionRead() throws Exception {
         configure(READY + "read line; echo '{\"ok\": true, \"result\": {\"version\": 8, \"segments\": []}}'\n"
-                + "read line; exit 3\n", "0");
+                + "read line; exit 3\n");
         assertTrue(rlmm.highestOffsetForEpoch(TP, 0).isEmpty());
         RemoteStorageException e = assertThrows(RemoteStorageException.class,
-                () -> rlmm.listRemoteLogSegments(TP, 0));
-        assertTrue(e.getMessage().contains("/_kcompact_metadata (segments, last table version read 8): "
+                () -> rlmm.addRemoteLogSegmentMetadata(SEGMENT));
+        assertTrue(e.getMessage().contains("/_kcompact_metadata (add, last table version read 8): "
                 + "the metadata process exited with 3"), e.getMessage());
     }
 
@@ -147,7 +183,7 @@ class KcompactRemoteLogMetadataManagerTest {
         Path ops = tmp.resolve("ops");
         Path died = tmp.resolve("died-once");
         configure("if [ ! -e " + died + " ]; then touch " + died + "; " + READY + "read line; exit 9; fi\n"
-                + logging(ops), "0");
+                + logging(ops));
         RemoteStorageException e = assertThrows(RemoteStorageException.class,
                 () -> rlmm.highestOffsetForEpoch(TP, 0));
         assertTrue(e.getMessage().contains("(segments, last table version read 7): the metadata process exited with 9"),

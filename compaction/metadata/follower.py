@@ -1,0 +1,128 @@
+"""The metadata table followed commit by commit, for a process that answers many reads between its writes: the
+broker's metadata process (`compaction.remote_log_metadata`), as Kafka's own topic-based manager answers from the
+state it consumed off its topic.
+
+A `TableFollower` holds one `DeltaTable`, which delta-rs brings up to date incrementally (`update_incremental`: a
+listing of the log after its version, and only the commits found there), the data files of that version per
+partition (delta-rs's file list), and every partition it was asked for, loaded once and loaded again only when
+its files change. Every commit replaces the files of the partitions it writes (`compaction.metadata.batch`), so a
+partition whose files did not change between two versions has the same rows at both: its snapshot is the one
+loaded, at the newer version. A read costs one look for newer commits and no data file unless the partition
+changed; a table of 10,000 partitions costs a diff of its file list per version followed.
+
+What a follower answers is exact for its version and says which (`version`): staleness is a version number, never
+a time. `changed_since` tells a client holding partitions at an older version which of them moved (a client that
+saw versions older than this follower's first must drop everything it holds: the follower cannot say what changed
+before it started).
+
+The follower is also the `batch.Reader` of the process's own commits, so they plan on the followed rows and write
+on top of the followed version (delta-rs checks the commits in between, as for any writer), never reopening the
+table. Not thread-safe: one process, one thread of requests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from compaction.metadata.model import TopicPartition
+from compaction.metadata.snapshot import PartitionSnapshot
+from compaction.metadata.table import MetadataTable, load_partitions, reading
+
+
+class TableFollower:
+    """The table at the newest version followed, and the partitions asked for, at that version."""
+
+    def __init__(self, table: MetadataTable) -> None:
+        self._table = table
+        self._dt = table.delta_table()
+        self._first = int(self._dt.version())
+        self._version = self._first
+        self._files = self._files_of(self._dt)
+        self._loaded: dict[TopicPartition, PartitionSnapshot] = {}
+        self._watched: set[TopicPartition] = set()
+        self._changed_at: dict[TopicPartition, int] = {}
+
+    @property
+    def table(self) -> MetadataTable:
+        return self._table
+
+    @property
+    def version(self) -> int:
+        """The newest table version followed."""
+        return self._version
+
+    @property
+    def first_version(self) -> int:
+        """The version this follower started from: it knows what changed after it, not before."""
+        return self._first
+
+    def follow(self) -> int:
+        """Read the commits after the version followed, if any; the newest version.
+
+        Raises:
+            TransientStoreError: the log could not be read after delta-rs's retries (the state stays at its version).
+        """
+        with reading(self._table.table_uri):
+            self._dt.update_incremental()
+        self._advance()
+        return self._version
+
+    def partitions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionSnapshot]:
+        """Each of `partitions` at the version followed (no new look at the log): those whose files changed since
+        they were loaded are read again, together, in one read of just their files."""
+        wanted = set(partitions)
+        self._watched |= wanted
+        missing = [tp for tp in wanted if tp not in self._loaded]
+        if missing:
+            self._loaded.update(load_partitions(self._dt, missing, self._table.table_uri,
+                                                self._table.storage_options))
+        return {tp: self._at_version(self._loaded[tp]) for tp in wanted}
+
+    def read(self, partitions: Iterable[TopicPartition]) -> tuple[DeltaTable, dict[TopicPartition, PartitionSnapshot]]:
+        """`batch.Reader`: follow, then `partitions` at the newest version, with the followed `DeltaTable` a commit
+        writes on top of (delta-rs advances it to the commit's version; the next `follow` picks that up)."""
+        self.follow()
+        return self._dt, self.partitions(partitions)
+
+    def changed_since(self, version: int) -> list[TopicPartition]:
+        """The partitions asked for before whose rows changed after `version`.
+
+        Raises:
+            ValueError: `version` is older than `first_version` (what changed then is unknown here).
+        """
+        if version < self._first:
+            raise ValueError(f"expected a version of {self._first} or newer (this follower's first), found {version}")
+        return sorted(tp for tp in self._watched if self._changed_at.get(tp, -1) > version)
+
+    def _at_version(self, snapshot: PartitionSnapshot) -> PartitionSnapshot:
+        if snapshot.version == self._version:
+            return snapshot
+        return dataclasses.replace(snapshot, version=self._version)
+
+    def _advance(self) -> None:
+        """Take in the `DeltaTable`'s version (moved by `follow` or by a commit written on it): the partitions whose
+        files changed are dropped, to be loaded again when asked for."""
+        version = int(self._dt.version())
+        if version == self._version:
+            return
+        files = self._files_of(self._dt)
+        for tp in files.keys() | self._files.keys():
+            if files.get(tp) != self._files.get(tp):
+                self._changed_at[tp] = version
+                self._loaded.pop(tp, None)
+        self._files, self._version = files, version
+
+    @staticmethod
+    def _files_of(dt: DeltaTable) -> dict[TopicPartition, frozenset[str]]:
+        adds = pa.table(dt.get_add_actions(flatten=True)).select(["path", "partition.topic", "partition.partition"])
+        by_partition: dict[TopicPartition, set[str]] = {}
+        for path, topic, partition in zip(*(adds.column(i).to_pylist() for i in range(3)), strict=True):
+            by_partition.setdefault(TopicPartition(topic, partition), set()).add(path)
+        return {tp: frozenset(paths) for tp, paths in by_partition.items()}
+
+
+__all__ = ["TableFollower"]

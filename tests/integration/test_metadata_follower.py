@@ -1,0 +1,101 @@
+"""`compaction.metadata.follower`: the table followed commit by commit, and the metadata process's answers from it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compaction.metadata import ChangeSet, TopicPartition, acquire_fencing_epoch, commit_current, table_in_store
+from compaction.metadata.follower import TableFollower
+from compaction.metadata.snapshot import PartitionSnapshot
+from compaction.remote_log_metadata import RemoteTier, answer
+from compaction.storage import open_store
+
+A, B, C = TopicPartition("orders", 0), TopicPartition("orders", 1), TopicPartition("orders", 2)
+TOPIC_ID = "MWJ6FHTfRYy67jzwZdeqSQ"
+
+
+def _touch(current: PartitionSnapshot) -> ChangeSet:
+    return ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer="other", topic_id=TOPIC_ID)
+
+
+def test_only_the_partitions_a_commit_changed_are_read_again(tmp_path: Path) -> None:
+    table = table_in_store(open_store(str(tmp_path)), create=True)
+    for tp in (A, B, C):
+        acquire_fencing_epoch(table, tp.topic, tp.partition, "setup", 1, topic_id=TOPIC_ID)
+    follower = TableFollower(table)
+    start = follower.version
+    before = follower.partitions([A, B])
+    assert follower.changed_since(start) == []
+
+    acquire_fencing_epoch(table, A.topic, A.partition, "a-run", 2)  # another process's commit to A
+    acquire_fencing_epoch(table, C.topic, C.partition, "a-run", 3)  # and to C, never asked for here
+    assert follower.version == start  # nothing read until asked to follow
+    assert follower.follow() == start + 2 == table.version()
+    assert follower.changed_since(start) == [A]
+    after = follower.partitions([A, B])
+    assert (after[A].fencing_epoch, before[A].fencing_epoch) == (2, 1)
+    assert after[B].version == start + 2 and after[B].state == before[B].state
+    with pytest.raises(ValueError, match=f"expected a version of {start} or newer"):
+        follower.changed_since(start - 1)
+
+
+def test_a_commit_on_the_followed_table_sees_every_commit_before_it(tmp_path: Path) -> None:
+    """The follower's own commit lands on top of commits it had not followed (delta-rs checks them, and they touch
+    other partitions): afterwards it holds both, none lost from its state."""
+    table = table_in_store(open_store(str(tmp_path)), create=True)
+    follower = TableFollower(table)
+    follower.partitions([A, B])
+    acquire_fencing_epoch(table, B.topic, B.partition, "elsewhere", 1, topic_id=TOPIC_ID)
+    result = commit_current(table, A, 2, _touch, reader=follower)
+    assert result is not None and result.version == table.version() == 2
+    follower.follow()
+    assert follower.version == 2 and follower.changed_since(0) == [A, B]
+    now = follower.partitions([A, B])
+    assert (now[A].state.writer, now[B].state.writer) == ("other", "elsewhere")  # type: ignore[union-attr]
+    assert {tp: s.state for tp, s in now.items()} == {tp: table.partition_snapshot(tp.topic, tp.partition).state
+                                                      for tp in (A, B)}
+
+
+def test_a_conflicting_commit_replans_on_the_followed_rows(tmp_path: Path) -> None:
+    """Another writer commits to the same partition after the follower read it: the commit is planned again on
+    the new rows (commit_current's rule), through the follower."""
+    table = table_in_store(open_store(str(tmp_path)), create=True)
+    acquire_fencing_epoch(table, A.topic, A.partition, "setup", 1, topic_id=TOPIC_ID)
+    follower = TableFollower(table)
+    seen: list[int] = []
+
+    def plan(current: PartitionSnapshot) -> ChangeSet:
+        seen.append(current.fencing_epoch)
+        if len(seen) == 1:  # a compaction takes the partition between this read and the write
+            acquire_fencing_epoch(table, A.topic, A.partition, "a-run", 2)
+        return _touch(current)
+
+    result = commit_current(table, A, 3, plan, reader=follower)
+    assert seen == [1, 2] and result is not None and result.fencing_epoch == 2
+
+
+def test_the_process_answers_follow_with_what_changed(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path))
+    table = table_in_store(store, create=True)
+    tier = RemoteTier.of(table, store)
+    first = tier.follower.version
+
+    def ask(request: dict[str, Any]) -> dict[str, Any]:
+        answered = answer(tier, json.dumps(request))
+        assert answered["ok"], answered
+        return answered["result"]
+
+    listed = ask({"op": "segments", "topic": "orders", "partition": 0})
+    assert (listed["version"], listed["segments"]) == (first, [])
+    acquire_fencing_epoch(table, "orders", 0, "a-run", 5, topic_id=TOPIC_ID)
+    acquire_fencing_epoch(table, "orders", 1, "a-run", 5, topic_id=TOPIC_ID)  # never asked for by the broker
+    followed = ask({"op": "follow", "since": first})
+    assert followed["version"] == table.version() and not followed["reset"]
+    assert [(p["topic"], p["partition"], p["version"]) for p in followed["partitions"]] == [
+        ("orders", 0, table.version())]
+    assert ask({"op": "follow", "since": followed["version"]})["partitions"] == []
+    assert ask({"op": "follow", "since": first - 1}) == {"version": table.version(), "reset": True, "partitions": []}
