@@ -58,6 +58,9 @@ class Reader(Protocol):
     def read(self, partitions: Iterable[TopicPartition]
              ) -> tuple[DeltaTable, dict[TopicPartition, PartitionSnapshot]]: ...
 
+    def landed(self, snapshots: Sequence[PartitionSnapshot]) -> None:
+        """The partitions a commit written on the last `read`'s `DeltaTable` just landed, at its version."""
+
 
 @dataclass(frozen=True)
 class _Fresh:
@@ -67,6 +70,9 @@ class _Fresh:
              ) -> tuple[DeltaTable, dict[TopicPartition, PartitionSnapshot]]:
         dt = self.table.delta_table()
         return dt, load_partitions(dt, partitions, self.table.table_uri, self.table.storage_options)
+
+    def landed(self, snapshots: Sequence[PartitionSnapshot]) -> None:
+        pass
 
 
 def fresh_reader(table: MetadataTable) -> Reader:
@@ -235,7 +241,9 @@ def _land_batch(reader: Reader, builds: Mapping[TopicPartition, Build], attempts
             continue
         except TransientStoreError as e:
             return pending, e
-        outcomes.update({tp: Landed(r, version) for tp, r in rows.items()})
+        landed = {tp: Landed(r, version) for tp, r in rows.items()}
+        reader.landed([outcome.snapshot for outcome in landed.values()])
+        outcomes.update(landed)
         return None
     return None
 

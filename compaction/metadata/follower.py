@@ -23,14 +23,13 @@ table. Not thread-safe: one process, one thread of requests.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-import pyarrow as pa
 from deltalake import DeltaTable
 
 from compaction.metadata.model import TopicPartition
 from compaction.metadata.snapshot import PartitionSnapshot
-from compaction.metadata.table import MetadataTable, load_partitions, reading
+from compaction.metadata.table import DataFile, MetadataTable, data_files, reading, snapshot_of_files
 
 
 class TableFollower:
@@ -78,8 +77,10 @@ class TableFollower:
         self._watched |= wanted
         missing = [tp for tp in wanted if tp not in self._loaded]
         if missing:
-            self._loaded.update(load_partitions(self._dt, missing, self._table.table_uri,
-                                                self._table.storage_options))
+            files: list[DataFile] = [(path, {"topic": tp.topic, "partition": tp.partition})
+                                     for tp in missing for path in self._files.get(tp, ())]
+            read = snapshot_of_files(self._dt, files, self._table.table_uri, self._table.storage_options)
+            self._loaded.update({tp: read.partition(tp.topic, tp.partition) for tp in missing})
         return {tp: self._at_version(self._loaded[tp]) for tp in wanted}
 
     def read(self, partitions: Iterable[TopicPartition]) -> tuple[DeltaTable, dict[TopicPartition, PartitionSnapshot]]:
@@ -87,6 +88,16 @@ class TableFollower:
         writes on top of (delta-rs advances it to the commit's version; the next `follow` picks that up)."""
         self.follow()
         return self._dt, self.partitions(partitions)
+
+    def landed(self, snapshots: Sequence[PartitionSnapshot]) -> None:
+        """`batch.Reader`: a commit written on the followed `DeltaTable` landed these rows, at its version: they are
+        the partitions' rows there, with no read."""
+        self._advance()
+        for snapshot in snapshots:
+            if snapshot.version == self._version:
+                tp = TopicPartition(snapshot.topic, snapshot.partition)
+                self._loaded[tp] = snapshot
+                self._watched.add(tp)
 
     def changed_since(self, version: int) -> list[TopicPartition]:
         """The partitions asked for before whose rows changed after `version`.
@@ -118,10 +129,10 @@ class TableFollower:
 
     @staticmethod
     def _files_of(dt: DeltaTable) -> dict[TopicPartition, frozenset[str]]:
-        adds = pa.table(dt.get_add_actions(flatten=True)).select(["path", "partition.topic", "partition.partition"])
+        """The paths of `dt`'s data files, by partition (its partition values are the topic and the partition)."""
         by_partition: dict[TopicPartition, set[str]] = {}
-        for path, topic, partition in zip(*(adds.column(i).to_pylist() for i in range(3)), strict=True):
-            by_partition.setdefault(TopicPartition(topic, partition), set()).add(path)
+        for path, values in data_files(dt):
+            by_partition.setdefault(TopicPartition(values["topic"], values["partition"]), set()).add(path)
         return {tp: frozenset(paths) for tp, paths in by_partition.items()}
 
 

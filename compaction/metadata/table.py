@@ -207,6 +207,15 @@ def load_partition(dt: DeltaTable, topic: str, partition: int, where: str = "met
     return _snapshot_of(dt, rows, where).partition(topic, partition)
 
 
+def snapshot_of_files(dt: DeltaTable, files: Sequence[DataFile], where: str = "metadata",
+                      storage_options: Mapping[str, str] | None = None) -> MetadataSnapshot:
+    """The rows of `files` (of `dt`'s version: a caller that already knows which files hold the partitions it wants)
+    as a snapshot at `dt`'s version."""
+    with reading(f"{where} ({len(files)} files)"):
+        rows = read_files(dt, storage_options, files)
+    return _snapshot_of(dt, rows, where)
+
+
 def load_partitions(dt: DeltaTable, partitions: Iterable[TopicPartition], where: str = "metadata",
                     storage_options: Mapping[str, str] | None = None) -> dict[TopicPartition, PartitionSnapshot]:
     """Each of `partitions` (an empty snapshot for one the table does not know) at `dt`'s version, in one read whose
@@ -241,17 +250,27 @@ def read_rows(dt: DeltaTable, storage_options: Mapping[str, str] | None, filters
     unwind through a C++ destructor calls `std::terminate`: exit 134 after a read that succeeded. A native
     filesystem holds no Python object.
     """
-    schema = pa.schema(dt.schema().to_arrow())
-    partition_columns = tuple(dt.metadata().partition_columns)
     conjunctions = _conjunctions(filters)
-    files = [(path, values) for path, values in _data_files(dt, partition_columns)
+    files = [(path, values) for path, values in data_files(dt)
              if any(_may_match(values, c) for c in conjunctions)]
+    return read_files(dt, storage_options, files, pq.filters_to_expression(filters) if filters else None)
+
+
+DataFile = tuple[str, Mapping[str, Any]]
+"""A data file of a table version: its path relative to the table, and its partition values."""
+
+
+def read_files(dt: DeltaTable, storage_options: Mapping[str, str] | None, files: Sequence[DataFile],
+               row_filter: pc.Expression | None = None) -> pa.Table:
+    """The rows of `files` (of `dt`'s version, as `data_files` lists them), their partition columns filled from
+    their partition values, read through Arrow's filesystem for the table (`read_rows` says why)."""
+    schema = pa.schema(dt.schema().to_arrow())
     fragments = ds.FileSystemDataset.from_paths(
         [path for path, _ in files], schema=schema, format=ds.ParquetFileFormat(),
         filesystem=arrow_filesystem(dt.table_uri, storage_options or {}),
         partitions=[_partition_expression(schema, values) for _, values in files],
     )
-    return fragments.to_table(filter=pq.filters_to_expression(filters) if filters else None)
+    return fragments.to_table(filter=row_filter)
 
 
 _Conjunction = Sequence[tuple[str, str, Any]]
@@ -264,8 +283,9 @@ def _conjunctions(filters: Any) -> list[_Conjunction]:
     return [filters] if isinstance(filters[0], tuple) else list(filters)
 
 
-def _data_files(dt: DeltaTable, partition_columns: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
-    """Every data file of `dt`'s version, relative to the table, with its partition values."""
+def data_files(dt: DeltaTable) -> list[DataFile]:
+    """Every data file of `dt`'s version (delta-rs's list of its add actions), with its partition values."""
+    partition_columns = tuple(dt.metadata().partition_columns)
     columns = ["path", *(f"partition.{c}" for c in partition_columns)]
     adds = pa.table(dt.get_add_actions(flatten=True)).select(columns).to_pydict()
     return [(unquote(path), {c: adds[f"partition.{c}"][i] for c in partition_columns})
