@@ -14,9 +14,10 @@ The step-by-step path (`_step_by_step`), which every run can take:
    rewritten, and each segment is still fetched once.
 5. **Rewrite** (`compaction.spark.rewrite_job`): the driver regroups what is left (kept segments end groups,
    chunks within the disk budget), gives each chunk the transaction-marker state at its start (from the
-   transactional and control batches the scans saw: `compaction.strategies.transactions.states_at`) and each
-   chunk becomes a task of its own, so one hot partition uses every core. Nothing is visible until the driver
-   commits the metadata.
+   transactional and control batches the scans saw: `compaction.strategies.transactions.states_at`) and the
+   chunks are packed into tasks by bytes (`rewrite_slots`): small partitions' chunks share a task, a large chunk
+   has one of its own, so one hot partition uses every core. Nothing is visible until the driver commits the
+   metadata.
 
 Jobs per run: the scan with its aggregate (collected as per-partition key counts), the filter test when there
 are clean segments with filters, the rescan when some of them must be rewritten, and the rewrite.
@@ -45,6 +46,7 @@ from compaction.bloom.filter import FilterFacts
 from compaction.bloom.skipping import Verdict, merge_small, verdict
 from compaction.errors import KcompactError
 from compaction.metadata.model import ObjectSuffix, SegmentMetadata, TopicPartition
+from compaction.packing import pack_for
 from compaction.rewrite.cache import SegmentCache, cache_fits
 from compaction.rewrite.upload import ChunkResult, check_budget
 from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, WinnerRows, run_rewrites
@@ -428,11 +430,13 @@ def concurrent_chunks(parallelism: int, largest_chunk: int, budget: int | None) 
 
 
 def rewrite_slots(units: Sequence[RewriteUnit], concurrency: int, parallelism: int) -> list[list[RewriteUnit]]:
-    """The rewrite tasks: a unit each while all cores may rewrite at once; else `concurrency` tasks, each running
-    its units one after the other, the largest first into the lightest task (so at most `concurrency` chunks are
-    on local disk at any time). Pure."""
+    """The rewrite tasks, each running its units one after the other. While all cores may rewrite at once, units
+    packed by bytes (`compaction.packing`): many small partitions' chunks share a task, since Spark's cost is per
+    task, while a chunk above a task's budget (a hot partition's) has one of its own, so one partition still uses
+    every core. Else `concurrency` tasks, the largest unit first into the lightest task (so at most `concurrency`
+    chunks are on local disk at any time). Pure."""
     if concurrency >= parallelism:
-        return [[u] for u in units]
+        return [[units[i] for i in task] for task in pack_for([u.groups[0].size for u in units], parallelism)]
     slots: list[list[RewriteUnit]] = [[] for _ in range(min(concurrency, len(units)))]
     loads = [0] * len(slots)
     for u in sorted(units, key=lambda u: -u.groups[0].size):

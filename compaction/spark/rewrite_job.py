@@ -1,5 +1,6 @@
-"""The rewrite job: one Spark task per rewrite chunk, or fewer tasks running several chunks each in turn when the
-disk budget does not hold a chunk per core (`compaction.spark.pipeline.rewrite_slots`).
+"""The rewrite job: Spark tasks each running one or several rewrite chunks in turn, chunks packed into tasks by bytes
+(many small partitions' chunks share a task, a large chunk has its own), or as many tasks as the disk budget holds
+chunks at once when that is fewer than the cores (`compaction.spark.pipeline.rewrite_slots`).
 
 Each task receives its chunks' winning offsets (`compaction.spark.winners.chunk_winners`), opens the store from
 its spec and calls the pyspark-free `compaction.rewrite.upload.rewrite_groups`, which takes the inputs from the
@@ -59,7 +60,7 @@ class UnitOutcome:
     rewrite: PartitionRewrite | None = None
     error: KcompactError | None = None
     requests: StoreStats = field(default_factory=StoreStats)
-    keys: int = 0  # winners received
+    keys: int = 0  # winners received for its chunks
     crashed: Exception | None = None  # an assumed unit's unexpected error (its executor traceback in a note),
     # decided on by the driver: a wrong assumed state, or a bug
     learned: tuple[int, TransactionState] | None = None  # (group id, state): an assumed unit's state, found
@@ -145,13 +146,13 @@ class _Rewriter:
     def _run(self, unit: RewriteUnit, slot: int, offsets: np.ndarray) -> UnitOutcome:
         """Rewrite one unit from the winning `offsets` its task received for it (-1: a chunk's marker)."""
         store = self.spec.open()
-        keys = int((offsets >= 0).sum())
         state = learned_state(unit)
         learned = None if state is None else (unit.groups[0].group_id, state)
         if state is not None:  # the true state: no longer an assumption
             unit = replace(unit, groups=(replace(unit.groups[0], txn_state=state), *unit.groups[1:]), assumed=False)
         try:
-            winners = split_winners(offsets, unit.groups)
+            winners = split_winners(offsets, unit.groups)  # a task may hold several units of one partition
+            keys = sum(len(w) for w in winners.values())
             return UnitOutcome(unit.partition_index, slot, rewrite_groups(store, unit.task, unit.groups, winners),
                                keys=keys, learned=learned)
         except KcompactError as exc:  # quarantine this partition: what it uploaded stays unreferenced (gc)

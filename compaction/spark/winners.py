@@ -5,8 +5,9 @@ offset), compared left to right) over the scan rows of a whole run: a `groupBy(t
 full bytes (Spark's binary ordering), so two keys can never be confused; no key-count limit, no driver-side map.
 
 `chunk_winners` assigns each winning offset to its rewrite chunk (a search among the chunks' offset ranges), packs
-each chunk's offsets into few rows and lays the chunks out so that each lands in a Spark partition of its own
-(`slot_keys`): one rewrite task per chunk, on every core, whatever the number of topic-partitions.
+each chunk's offsets into few rows and lays the chunks out so that each rewrite task's (slot's) chunks land in a Spark
+partition of their own (`slot_keys`): the tasks are exactly the ones `compaction.spark.pipeline.rewrite_slots`
+packed, on every core, whatever the number of topic-partitions.
 """
 
 from __future__ import annotations

@@ -117,7 +117,8 @@ def test_one_partition_is_rewritten_by_more_than_one_task(rounds: Rounds) -> Non
     first = rounds.first
     s = first["partitions"][0]["stats"]
     assert s["chunks"] == first["partitions"][0]["segments_written"] > 1
-    assert s["rewrite_tasks"] == s["chunks"]
+    # its small chunks packed by bytes (`compaction.packing`): a few tasks a core, each running several chunks
+    assert 2 <= s["rewrite_tasks"] < s["chunks"]
 
 
 def test_the_api_takes_what_a_user_types_and_refuses_the_rest(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """How the Spark scan cuts segments into tasks (`compaction.spark.scan.scan_slices`): every segment in
 exactly one task, as many tasks as the bytes and cores call for, each task whole runs of one partition's
 consecutive segments (so it can reduce them to one row per key). And how the
-rewrite tasks get their chunks: one Spark partition per chunk (`slot_keys`), winners split by group. And the
+rewrite tasks get their chunks: packed by bytes into tasks (`rewrite_slots`), one Spark partition per task
+(`slot_keys`), winners split by group. And the
 values that cross to the executors: scan rows in their `RowLayout`, a crashed unit's error."""
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compaction.config import CompactionStrategy
-from compaction.spark.rewrite_job import UnitOutcome, _portable, split_winners
+from compaction.packing import MAX_TASK_BYTES, OPEN_COST_BYTES
+from compaction.spark.pipeline import rewrite_slots
+from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, _portable, split_winners
 from compaction.spark.scan import (
     SCAN_TASK_BYTES,
     SCAN_TASK_RECORDS,
@@ -27,7 +30,7 @@ from compaction.spark.scan import (
 )
 from compaction.spark.winners import slot_keys, spark_hash_long
 from compaction.strategies.winner import SegmentBest
-from compaction.tasks import GroupTask, SegmentScanTask
+from compaction.tasks import GroupTask, InputSegment, PartitionTask, SegmentScanTask
 
 
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2 * SCAN_TASK_BYTES), st.integers(0, SCAN_TASK_RECORDS)),
@@ -190,3 +193,23 @@ def test_a_crashed_unit_carries_its_error_typed_with_the_executor_traceback() ->
             assert type(outcome.crashed) is KeyError and outcome.crashed.args == ("segment 7",)
         else:
             assert type(outcome.crashed) is RuntimeError and str(outcome.crashed) == "Unpicklable: boom"
+
+
+def _unit(index: int, group_id: int, size: int) -> RewriteUnit:
+    task = PartitionTask("t", "id", index, 10, 0, 0, 4096, (), {}, ())
+    return RewriteUnit(index, task, (GroupTask(group_id, 0, 9, (InputSegment("s", 0, 9, {}, size),)),))
+
+
+def test_rewrite_tasks_pack_small_partitions_and_spread_a_hot_one() -> None:
+    """Issue 41: 400 partitions of one 400 KB chunk each and one hot partition of six 200 MB chunks on 2 cores: the
+    small chunks share a few tasks (Spark's cost is per task), each hot chunk has a task of its own (the partition
+    still uses every core), every chunk runs once. With the disk budget below a chunk per core, `concurrency` tasks."""
+    units = [_unit(p, 0, 400_000) for p in range(400)] + [_unit(400, g, 200 << 20) for g in range(6)]
+    slots = rewrite_slots(units, concurrency=2, parallelism=2)
+    assert sorted((u.partition_index, u.groups[0].group_id) for s in slots for u in s) == sorted(
+        (u.partition_index, u.groups[0].group_id) for u in units)
+    hot = [s for s in slots if any(u.partition_index == 400 for u in s)]
+    assert len(hot) == 6 and all(len(s) == 1 for s in hot)
+    assert len(slots) - 6 <= -(-400 * (400_000 + OPEN_COST_BYTES) // MAX_TASK_BYTES)
+    assert len(rewrite_slots(units[:8], concurrency=2, parallelism=2)) <= 8
+    assert len(rewrite_slots(units, concurrency=1, parallelism=2)) == 1
