@@ -17,6 +17,8 @@ Requests (`op` and its fields; every answer is `{"ok": true, "result": ...}` or
 - `update`: updateRemoteLogSegmentMetadata: `segment_id` moves to `state`.
 - `segments`: every segment row of a partition, each with `live` (COPY_SEGMENT_FINISHED and not a zombie),
   and the table version they are the rows of.
+- `batch`: `requests`, writes (`add`, `update`) of different partitions committed in one Delta commit, each
+  planned and refused alone; `answers`, one per request in order, each as its own request would be answered.
 - `follow`: the newest version, and the partitions asked for before whose rows changed after the request's `since`
   (each as `segments` answers it), or `reset` when `since` is older than this process's first version.
 
@@ -62,9 +64,12 @@ from compaction.metadata import (
     TopicPartition,
     broker_writer,
     commit_current,
+    commit_current_batch,
     new_kafka_uuid,
     table_in_store,
 )
+from compaction.metadata.batch import CommitResult
+from compaction.metadata.commit import Plan
 from compaction.metadata.follower import TableFollower
 from compaction.storage import ObjectStore, open_store
 from compaction.storage.layout import Suffix, segment_object_key
@@ -127,7 +132,7 @@ def check_leader_epoch(current: PartitionSnapshot, segment: NewSegment, writer: 
         )
 
 
-def _committed(tier: RemoteTier, req: Mapping[str, Any], plan: Callable[[PartitionSnapshot], ChangeSet]
+def _committed(tier: RemoteTier, req: Mapping[str, Any], plan: Plan
                ) -> dict[str, Any]:
     """Commit under the partition's current state (`commit_current`, on the followed rows): the broker holds no
     fencing epoch, so a compaction taking the partition meanwhile makes it plan again, never refuses it. The
@@ -136,11 +141,46 @@ def _committed(tier: RemoteTier, req: Mapping[str, Any], plan: Callable[[Partiti
     result = commit_current(tier.table, tp, req["event_timestamp_ms"], plan, attempts=_ATTEMPTS,
                             reader=tier.follower)
     assert result is not None  # every plan here returns a change set
-    tier.follower.follow()
     return _partition_json(tier.follower.partitions([tp])[tp])
 
 
 def add(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
+    return _committed(tier, req, _add_plan(tier, req))
+
+
+def update(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
+    return _committed(tier, req, _update_plan(tier, req))
+
+
+_WRITES: dict[str, Callable[[RemoteTier, Mapping[str, Any]], Plan]] = {}
+
+
+def batch(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
+    """Writes (`add`, `update`) of different partitions, committed together (`commit_current_batch`: one Delta
+    commit, each partition planned and refused alone): the plugin's group commit of the writes its threads make at
+    once. Answers each request in order, as its own request would be answered."""
+    requests = req["requests"]
+    tps = [TopicPartition(r["topic"], r["partition"]) for r in requests]
+    if len(set(tps)) != len(tps):
+        raise ValueError(f"expected one write per partition in a batch, found {len(tps)} writes to {len(set(tps))}")
+    plans: dict[TopicPartition, Plan] = {}
+    answers: dict[TopicPartition, dict[str, Any]] = {}
+    for tp, r in zip(tps, requests, strict=True):
+        try:
+            plans[tp] = _WRITES[r["op"]](tier, r)
+        except KcompactError as e:
+            answers[tp] = _error(tier, e)
+    now_ms = max((int(r["event_timestamp_ms"]) for r in requests), default=0)
+    outcomes = commit_current_batch(tier.table, plans, now_ms, attempts=_ATTEMPTS, reader=tier.follower)
+    landed = [tp for tp, outcome in outcomes.items() if isinstance(outcome, CommitResult)]
+    snapshots = tier.follower.partitions(landed)
+    for tp, outcome in outcomes.items():
+        answers[tp] = _error(tier, outcome) if isinstance(outcome, KcompactError) else {
+            "ok": True, "result": _partition_json(snapshots[tp])}
+    return {"answers": [answers[tp] for tp in tps]}
+
+
+def _add_plan(tier: RemoteTier, req: Mapping[str, Any]) -> Plan:
     segment, writer = new_segment(req), broker_writer(req["broker_id"])
 
     def plan(current: PartitionSnapshot) -> ChangeSet:
@@ -148,10 +188,10 @@ def add(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
         return ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
                                       new_segments=(segment,), topic_id=req["topic_id"])
 
-    return _committed(tier, req, plan)
+    return plan
 
 
-def update(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
+def _update_plan(tier: RemoteTier, req: Mapping[str, Any]) -> Plan:
     """updateRemoteLogSegmentMetadata. A copy going COPY_SEGMENT_FINISHED that overlaps the live segments (a new
     leader's first copy after a failover, whose replica rolled elsewhere) goes live trimmed to the offsets above the
     tier's end, or is superseded when it holds none (`compaction.tier.overlap`); the trimmed objects are written once
@@ -176,7 +216,10 @@ def update(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
         return ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
                                       new_segments=(trimmed[end],), state_changes=(superseded,))
 
-    return _committed(tier, req, plan)
+    return plan
+
+
+_WRITES.update(add=_add_plan, update=_update_plan)
 
 
 def _segment_json(s: SegmentMetadata, live: bool) -> dict[str, Any]:
@@ -218,8 +261,13 @@ def follow(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _OPS: dict[str, Callable[[RemoteTier, Mapping[str, Any]], Any]] = {
-    "add": add, "update": update, "segments": segments, "follow": follow,
+    "add": add, "update": update, "batch": batch, "segments": segments, "follow": follow,
 }
+
+
+def _error(tier: RemoteTier, e: KcompactError) -> dict[str, Any]:
+    return {"ok": False, "error": str(e).replace("\n", " "), "type": type(e).__name__,
+            "version": tier.follower.version}
 
 
 def answer(tier: RemoteTier, line: str) -> dict[str, Any]:
@@ -230,8 +278,7 @@ def answer(tier: RemoteTier, line: str) -> dict[str, Any]:
         req = json.loads(line)
         return {"ok": True, "result": _OPS[req["op"]](tier, req)}
     except KcompactError as e:
-        return {"ok": False, "error": str(e).replace("\n", " "), "type": type(e).__name__,
-                "version": tier.follower.version}
+        return _error(tier, e)
     except Exception as e:
         return {"ok": False, "error": f"{type(e).__name__}: {e} (request: {line.strip()[:200]})".replace("\n", " "),
                 "type": "InternalError", "version": tier.follower.version}

@@ -242,3 +242,23 @@ def test_a_compaction_taking_the_partition_never_fences_the_broker(tmp_path: Pat
     p = table_in_store(open_store(str(tmp_path))).partition_snapshot("orders", 3)
     assert raced == [1] and p.fencing_epoch == 1
     assert [(s.state, s.fencing_epoch) for s in p.segments] == [(SegmentState.COPY_SEGMENT_FINISHED, 1)]
+
+
+def test_a_batch_commits_its_partitions_writes_together_and_refuses_each_alone(tmp_path: Path) -> None:
+    """The plugin's group commit: writes of two partitions in one request, one Delta commit; a deposed leader's
+    copy among them is refused alone, and each answer is the one its own request would have had."""
+    newer = _add(segment_id=LATER_ID, start=200, leader_epochs=((3, 200),))
+    (first,) = _ask(tmp_path, newer)
+    other = {**PARTITION, "partition": 4}
+    writes = [_add(start=300, leader_epochs=((2, 300),)),  # partition 3: a deposed leader's copy
+              {**_add(), **other}]  # partition 4: a first copy
+    (bad,) = _ask(tmp_path, {"op": "batch", "requests": [*writes, {**_add(), **other}]})
+    assert not bad["ok"] and "one write per partition" in bad["error"]
+    (answered,) = _ask(tmp_path, {"op": "batch", "requests": writes})
+    fenced, copied = answered["result"]["answers"]
+    assert (fenced["ok"], fenced["type"]) == (False, "FencedError")
+    assert copied["ok"] and copied["result"]["version"] == first["result"]["version"] + 1
+    assert [(s["start_offset"], s["state"]) for s in copied["result"]["segments"]] == [(100, "COPY_SEGMENT_STARTED")]
+    table = table_in_store(open_store(str(tmp_path)))
+    assert table.version() == first["result"]["version"] + 1  # one commit for the batch
+    assert [s.segment_id for s in table.partition_snapshot("orders", 3).segments] == [LATER_ID]

@@ -78,6 +78,25 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
     public static final String ENDPOINT_CONFIG = "kcompact.endpoint.url";
 
     private MetadataPipe pipe;
+    /** The writes, committed together when threads make them at once. */
+    private final GroupCommit writes = new GroupCommit(new GroupCommit.Pipe() {
+        @Override
+        public JsonNode call(ObjectNode request) throws RemoteStorageException {
+            return timed(request);
+        }
+
+        @Override
+        public ObjectNode request(String op) {
+            return pipe.request(op);
+        }
+
+        @Override
+        public RemoteStorageException refusal(String op, JsonNode answer) {
+            MetadataPipe.CallFailed failed = pipe.refusal(op, answer);
+            metrics.error(op, failed.kind());
+            return failed;
+        }
+    });
     private int brokerId = -1;
     private long followMs = 1000;
     private final Map<TopicPartition, View> views = new ConcurrentHashMap<>();
@@ -160,7 +179,7 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
      * ({@code FencedError}) is usually answered after its task was. */
     private void write(TopicIdPartition tp, ObjectNode req) throws RemoteStorageException {
         try {
-            install(tp, timed(req));
+            install(tp, writes.write(tp.topicPartition(), req));
         } catch (RemoteStorageException e) {
             views.remove(tp.topicPartition());
             LOG.warn("{} of {} for {} refused: {}", req.get("op").asText(), req.path("segment_id").asText(), tp,

@@ -153,14 +153,20 @@ final class MetadataPipe implements AutoCloseable {
             throw new RemoteStorageException(where(op) + ": not an answer: " + line, e);
         }
         if (!answer.path("ok").asBoolean()) {
-            long version = versionOf(answer, lastVersion);
-            String kind = answer.path("type").asText();
-            throw new CallFailed(kind, table(op, "table version " + version) + ": " + kind + ": "
-                    + answer.path("error").asText(), null);
+            throw refusal(op, answer);
         }
         JsonNode result = answer.get("result");
         lastVersion = versionOf(result, lastVersion);
         return result;
+    }
+
+    /** The failure an error answer to {@code op} stands for (a whole answer's, or one element of a {@code batch}'s),
+     * naming the table version the process read. */
+    CallFailed refusal(String op, JsonNode answer) {
+        long version = versionOf(answer, lastVersion);
+        String kind = answer.path("type").asText();
+        return new CallFailed(kind, table(op, "table version " + version) + ": " + kind + ": "
+                + answer.path("error").asText(), null);
     }
 
     /** The table version an answer's result names (an add's or update's new version, a listing's, the start's), or an
