@@ -38,6 +38,7 @@ from compaction.metadata import (
     commit_current_batch,
     mark_deleted_finished,
 )
+from compaction.metadata.upkeep import expire_log
 from compaction.storage.base import ObjectStore
 from compaction.wal.model import WAL_TABLE_NAME
 from compaction.wal.table import WalTable
@@ -60,7 +61,8 @@ def collect_garbage(
     """Delete the objects no reader needs any more and record it in the metadata table.
 
     Lists the store first, then reads the metadata snapshot, plans (`compaction.gc.plan`, and for combined WAL
-    objects `compaction.gc.wal`) and, unless `dry_run`, executes it. Idempotent: a rerun after success changes
+    objects `compaction.gc.wal`) and, unless `dry_run`, executes it, then expires the metadata table's old log
+    entries (`metadata.upkeep.expire_log`, docs/metadata-table.md). Idempotent: a rerun after success changes
     nothing, a rerun after a crash at any point converges. Never deletes an object of a live segment, of the
     metadata table, a combined object an entry still needs, or a key that is not a segment object key.
 
@@ -86,6 +88,7 @@ def collect_garbage(
     else:
         report = execute_gc(plan, store, table, grace_ms=grace_ms, writer=writer or default_writer()).report(
             dry_run=False)
+        report = replace(report, metadata_log=expire_log(table).summary())
         if wal_plan.deletions:
             wal_plan = execute_wal_gc(wal_plan, store, wal_table, now_ms)
     if not wal_table.exists():

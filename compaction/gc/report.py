@@ -63,6 +63,7 @@ class GcReport:
     unknown_objects: tuple[str, ...]
     wal: dict[str, object] | None = None  # the combined WAL objects' part (`compaction.gc.wal`), if any
     wal_summary: str | None = None
+    metadata_log: str | None = None  # the metadata table's log upkeep (`metadata.upkeep.expire_log`), in summary only
 
     @property
     def totals(self) -> GcCounts:
@@ -95,6 +96,8 @@ class GcReport:
         lines.append(f"{prefix}total: {self.totals.describe(self.dry_run)} (metadata v{self.metadata_version})")
         if self.wal_summary is not None:
             lines.append(prefix + self.wal_summary)
+        if self.metadata_log is not None:
+            lines.append(self.metadata_log)
         if self.unknown_objects:
             n = len(self.unknown_objects)
             shown = ", ".join(self.unknown_objects[:_SHOWN_UNKNOWN])

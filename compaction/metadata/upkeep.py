@@ -1,16 +1,28 @@
-"""Delta table upkeep shared by kcompact's tables: vacuuming what is really stale, compacting many small files.
+"""Delta table upkeep shared by kcompact's tables: vacuuming what is really stale, compacting many small files, and
+keeping the metadata table's log bounded.
 
 delta-rs lists a removed data file as stale (`DeltaTable.vacuum(dry_run=True)`) until a checkpoint expires its
 tombstone, whether or not a vacuum already deleted it, and a vacuum is two commits (VACUUM START, VACUUM END): a
 table vacuumed on every run would grow its log by two commits a run for nothing. `vacuum` deletes only when a stale
 file is still in the store.
+
+The metadata table's log is expired here rather than by delta-rs after each commit (`expire_log`): its automatic
+cleanup (`delta.enableExpiredLogCleanup`, on by default) lists the whole `_delta_log` after every commit, so a commit
+would cost more the longer the log. With it off (`table.LOG_CONFIGURATION`) a commit and a read touch only the last
+checkpoint and the commits after it (on S3 the listing starts after the checkpoint's version), and `expire_log`, from
+`kcompact gc`, deletes the entries older than `delta.logRetentionDuration`; docs/metadata-table.md states the bound.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
+import pyarrow.fs as pa_fs
 from deltalake import DeltaTable
+
+from compaction.metadata.table import LOG_CONFIGURATION, MetadataTable, arrow_filesystem, reading
 
 
 def relative_path(table_uri: str, path: str) -> str:
@@ -37,4 +49,59 @@ def compact_if_crowded(table: DeltaTable, max_files: int) -> int:
     return int(table.optimize.compact().get("numFilesRemoved", 0))
 
 
-__all__ = ["compact_if_crowded", "relative_path", "vacuum"]
+_LOG_ENTRY = re.compile(r"^(\d{20})\.(json|checkpoint(?:\.\d+\.\d+)?\.parquet)$")
+
+
+def log_files(table_uri: str, storage_options: Mapping[str, str] | None = None) -> list[tuple[int, str]]:
+    """The entries of the table's `_delta_log` as (version, `commit` or `checkpoint`), by version: one listing of
+    the whole directory (`_last_checkpoint` and temporary files left out)."""
+    fs = arrow_filesystem(table_uri, storage_options or {})
+    found = []
+    for info in fs.get_file_info(pa_fs.FileSelector("_delta_log", allow_not_found=True)):
+        if m := _LOG_ENTRY.match(info.base_name):
+            found.append((int(m.group(1)), "commit" if m.group(2) == "json" else "checkpoint"))
+    return sorted(found)
+
+
+@dataclass(frozen=True)
+class LogUpkeep:
+    """What `expire_log` did: the table properties it set (an older table's), and the log entries before and after."""
+
+    properties_set: tuple[str, ...]
+    entries_before: int
+    entries_after: int
+
+    @property
+    def entries_expired(self) -> int:
+        return self.entries_before - self.entries_after
+
+    def summary(self) -> str:
+        settings = f"; set {', '.join(self.properties_set)}" if self.properties_set else ""
+        return (f"metadata table log: {self.entries_after} entries, {self.entries_expired} expired "
+                f"(older than delta.logRetentionDuration){settings}")
+
+
+def expire_log(table: MetadataTable, configuration: Mapping[str, str] = LOG_CONFIGURATION) -> LogUpkeep:
+    """Keep the metadata table's Delta log bounded: give a table created before `configuration` its properties (one
+    commit, once), then delete the log entries older than `delta.logRetentionDuration` (delta-rs's
+    `cleanup_metadata`: commits and checkpoints below the newest checkpoint older than the retention, so every
+    version inside it can still be loaded). Idempotent; a concurrent commit is unaffected (only entries below a
+    checkpoint are deleted, and no reader of the latest version opens them).
+
+    Raises:
+        TransientStoreError: the store kept failing; rerun.
+    """
+    options = table.storage_options
+    with reading(f"{table.table_uri} (log upkeep)"):
+        dt = table.delta_table()
+        current = dt.metadata().configuration
+        wrong = {k: v for k, v in configuration.items() if current.get(k) != v}
+        if wrong:
+            dt.alter.set_table_properties(wrong)
+        before = len(log_files(table.table_uri, options))
+        table.delta_table().cleanup_metadata()
+        after = len(log_files(table.table_uri, options))
+    return LogUpkeep(tuple(sorted(wrong)), before, after)
+
+
+__all__ = ["LogUpkeep", "compact_if_crowded", "expire_log", "log_files", "relative_path", "vacuum"]
