@@ -688,6 +688,34 @@ SPARK_ALONE = ("from pyspark.sql import SparkSession; s = SparkSession.builder.m
 """As bench_measure.SPARK_ALONE (this module renders without importing the measuring one)."""
 
 
+def _p11(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
+    runs = r["runs"]
+    names = [s["command"] for s in runs[0]["steps"]]
+    lines = [
+        f"The same ~{_mb(runs[0]['log_bytes'])} of `kcompact generate --bulk` (100-byte values, "
+        f"{r['segment_bytes'] // 1024} KiB segments, {r['total_records']:,} records) over N partitions of one topic; "
+        "each command a fresh process on a fresh store (`scripts/bench_partitions.py`). Seconds, and in brackets the "
+        "Delta commits it made to the metadata table. verify is one partition's (it takes one); gc deletes what the "
+        "compaction replaced (grace 0).",
+        "",
+        "| partitions | " + " | ".join(names) + " | load (1/5/15 min) |",
+        "|---" * (len(names) + 2) + "|",
+    ]
+    for run in runs:
+        cells = [f"{s['seconds']:.1f} ({s['commits']})" for s in run["steps"]]
+        lines.append(f"| {run['partitions']:,} | " + " | ".join(cells) + " | "
+                     + " / ".join(f"{x:.1f}" for x in run["load"]) + " |")
+    first, last = runs[0], runs[-1]
+    for name in ("tier", "compact"):
+        a = next(s for s in first["steps"] if s["command"] == name)["seconds"]
+        b = next(s for s in last["steps"] if s["command"] == name)["seconds"]
+        lines += ["", f"- {name}: {last['partitions']:,} partitions at {b / a:.2f}x the wall of {first['partitions']} "
+                      f"(goal <= 1.5x)."]
+    worst = max(next(s for s in run["steps"] if s["command"] == "compact")["commits"] for run in runs)
+    lines.append(f"- commits per compaction: at most {worst} at any partition count (goal <= 3).")
+    return lines
+
+
 SECTIONS: dict[str, tuple[str, Callable[[Any, dict[str, Any]], list[str]]]] = {
     "P0": ("P0 — a small run vs Spark's own start (issue 27 b)", _p0),
     "P0C": ("P0c — a fresh clone's first run vs its second; the shipped kernels' speed (issue 27 a)", _p0c),
@@ -706,6 +734,7 @@ SECTIONS: dict[str, tuple[str, Callable[[Any, dict[str, Any]], list[str]]]] = {
            "stock metadata manager (issue 29 item 4)", _p9),
     "P9S": ("P9 on S3 — the Java consumer reading the tier through the plugin's chunk cache on a loopback S3 server, "
             "beside the broker's local log (issue 40 item 4)", _p9s),
+    "P11": ("P11 — the same bytes over 8, 100 and 1,000 partitions (issue 41 item 7)", _p11),
 }
 
 
@@ -713,7 +742,8 @@ PREVIOUS = "<!-- previous version: figures measured before the run refactor; rep
 
 
 WAL_SECTION = "## W — "
-"""The WAL's section, written by scripts/bench_wal.py (`make bench-wal`); this harness carries it over as it is."""
+"""The WAL's section, written by scripts/bench_wal.py (`make bench-wal`). Like every section this harness does not
+write (the metadata table's and the broker's at scale, written by their own scripts), it is carried over as it is."""
 
 
 def section_span(text: str, heading: str) -> tuple[int, int] | None:
@@ -724,6 +754,11 @@ def section_span(text: str, heading: str) -> tuple[int, int] | None:
         return None
     ends = [i for i in (text.find("\n## ", start + 1), text.find(PREVIOUS, start)) if i >= 0]
     return start, min(ends, default=len(text))
+
+
+def _headings(text: str) -> list[str]:
+    """The `## ` section headings of `text`, in order."""
+    return [line[3:] for line in text.split("\n") if line.startswith("## ")]
 
 
 def kept_section(text: str, heading: str) -> list[str]:
@@ -758,7 +793,10 @@ def write_report(path: Path, results: Path) -> None:
         else:
             lines += [f"Not measured yet by this harness (`make bench BENCH_ARGS=\"--only {figure}\"`).", ""]
     existing = path.read_text() if path.exists() else ""
-    lines += kept_section(existing, WAL_SECTION)
+    written = {"Summary", "Fetch ratio on every shape (goal a)", *(title for title, _ in SECTIONS.values())}
+    for heading in _headings(existing.split(PREVIOUS, 1)[0]):
+        if heading not in written:
+            lines += kept_section(existing, f"## {heading}")
     previous = existing.split(PREVIOUS, 1) if existing else []
     if len(previous) == 2 and len(saved_files) < len(SECTIONS):
         lines += [PREVIOUS, previous[1].lstrip("\n")]
