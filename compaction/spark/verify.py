@@ -1,10 +1,10 @@
 """`kcompact verify` on Spark: the same comparison as `compaction.verify`'s reference path, with a flat driver.
 
-1. **Views** (`mapInArrow`, one task per segment of either version): executors open the store from its
-   picklable spec and turn each segment into the rows a read_committed consumer could receive below the
-   compared log end (`verify.columnar.view_rows`: the numba scan, ranks, headers). Each task reports its
-   segment's transaction summary; the driver folds them into the open transactions of each view (a handful
-   of producers) and the rows of those transactions are filtered out, as the reader does.
+1. **Views** (`mapInArrow`, the segments of either version packed into tasks by bytes, `packed_frame`):
+   executors open the store from its picklable spec and turn each segment into the rows a read_committed consumer
+   could receive below the compared log end (`verify.columnar.view_rows`: the numba scan, ranks, headers). Each
+   task reports each segment's transaction summary; the driver folds them into the open transactions of each view
+   (a handful of producers) and the rows of those transactions are filtered out, as the reader does.
 2. **Latest per key** (a shuffle): `groupBy(key)` keeps each version's greatest (has_version, version,
    offset) (`compaction.spark.ranking.best`). Keys are compared by their **full bytes**: no hash decides identity.
 3. **Judge**: a key whose winner changed, vanished or appeared is flagged in Spark. A vanished tombstone below
@@ -43,6 +43,7 @@ from compaction.errors import KcompactError, MissingObjectError
 from compaction.format.batch import Header, Record
 from compaction.metadata import ObjectSuffix, PartitionSnapshot, SegmentState
 from compaction.reader import SegmentRef, aborted_ranges, segment_ref
+from compaction.spark.packed import packed_frame
 from compaction.spark.ranking import best
 from compaction.storage.base import ObjectStore, StoreSpec
 from compaction.strategies.winner import AbortedRange
@@ -159,7 +160,8 @@ def verify_on_spark(spark: SparkSession, store: ObjectStore, span: VerifySpan, *
     aborted[AFTER] = _flat(aborted_ranges(store, refs[AFTER]))
     reports = spark.sparkContext.accumulator({}, _Reports())
     segments = [(side, r.start_offset, r.log_key) for side in (BEFORE, AFTER) for r in refs[side]]
-    descriptors = spark.createDataFrame(spark.sparkContext.parallelize(segments, max(1, len(segments))), _SEGMENTS)
+    sizes = _sizes(span.before, span.log_end_offset) + _sizes(span.after, span.log_end_offset)
+    descriptors = packed_frame(spark, segments, sizes, _SEGMENTS)
     ranking = span.ranking
     header = ranking.header if ranking.strategy is CompactionStrategy.HEADER else None
     rows = descriptors.mapInArrow(
@@ -202,6 +204,11 @@ def verify_on_spark(spark: SparkSession, store: ObjectStore, span: VerifySpan, *
 
 def _refs(snapshot: PartitionSnapshot, below: int) -> list[SegmentRef]:
     return [segment_ref(s) for s in snapshot.live_segments if s.start_offset < below]
+
+
+def _sizes(snapshot: PartitionSnapshot, below: int) -> list[int]:
+    """The bytes of each segment `_refs` gives, in its order."""
+    return [s.segment_size_bytes for s in snapshot.live_segments if s.start_offset < below]
 
 
 def _flat(ranges: Mapping[int, Sequence[tuple[int, int]]]) -> list[AbortedRange]:
@@ -297,11 +304,11 @@ def _evidence(spark: SparkSession, store: ObjectStore, after: PartitionSnapshot,
               last: int | None, reports: Accumulator) -> DataFrame:
     """(key, offset, horizon_ms, dropped_ms) per tombstone that replaced segments holding offsets in
     [first, last] carried: the greatest horizon among its carriers and the latest clock that replaced one."""
-    replaced = [] if first is None or last is None else [
-        (s.object_key(ObjectSuffix.LOG), s.event_timestamp_ms) for s in after.segments
-        if s.state is SegmentState.DELETE_SEGMENT_STARTED and s.start_offset <= last and s.end_offset >= first
-        and s.object_key(ObjectSuffix.LOG) is not None]
-    described = spark.createDataFrame(spark.sparkContext.parallelize(replaced, max(1, len(replaced))), _REPLACED)
+    carriers = [] if first is None or last is None else [
+        s for s in after.segments if s.state is SegmentState.DELETE_SEGMENT_STARTED and s.start_offset <= last
+        and s.end_offset >= first and s.object_key(ObjectSuffix.LOG) is not None]
+    replaced = [(s.object_key(ObjectSuffix.LOG), s.event_timestamp_ms) for s in carriers]
+    described = packed_frame(spark, replaced, [s.segment_size_bytes for s in carriers], _REPLACED)
     carried = described.mapInArrow(_tombstone_reader(store.spec, reports), _TOMBSTONES)
     return carried.groupBy("key", "offset").agg(F.max("horizon_ms").alias("horizon_ms"),
                                                  F.max("dropped_ms").alias("dropped_ms"))

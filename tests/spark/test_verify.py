@@ -42,12 +42,14 @@ from compaction.metadata import (
     table_in_store,
 )
 from compaction.metadata import commit as commit_change_set
+from compaction.packing import MAX_TASK_BYTES, OPEN_COST_BYTES
 from compaction.reader import ConsumerRead, Isolation, SegmentRef, log_transactions, segment_records, segment_ref
 from compaction.retention import expire
 from compaction.run.commit import commit
 from compaction.run.plan import plan
 from compaction.run.stage import stage
-from compaction.spark.verify import key_counts
+from compaction.spark.packed import packed_frame
+from compaction.spark.verify import _SEGMENTS, key_counts
 from compaction.storage import ObjectStore, open_store
 from compaction.storage.layout import new_segment_id, parse_segment_object_key
 from compaction.tier import tier_logdir
@@ -361,3 +363,17 @@ def test_key_counts_come_from_the_observation_or_else_from_a_query_of_their_own(
     started = time.monotonic()
     assert key_counts(pending, latest, wait_s=0.5) == (2, 3)
     assert time.monotonic() - started < 30, "waited for an observation that never came"
+
+
+def test_many_small_segments_are_read_by_a_few_tasks(spark: SparkSession) -> None:
+    """Issue 41: the view tasks take segments packed by bytes (`compaction.packing`): 500 segments of 100 KB make
+    one task per `MAX_TASK_BYTES` of their weight (bytes plus `OPEN_COST_BYTES` each), not 500; a segment larger
+    than a task's budget has one of its own; every segment is read once."""
+    rows = [(i % 2, 100 * i, f"t/{i}.log") for i in range(500)]
+    frame = packed_frame(spark, rows, [100_000] * 500, _SEGMENTS)
+    per_task = MAX_TASK_BYTES // (100_000 + OPEN_COST_BYTES)
+    assert frame.rdd.getNumPartitions() == -(-500 // per_task) < 500 / 16
+    assert sorted(tuple(r) for r in frame.collect()) == sorted(rows)
+    large = packed_frame(spark, rows[:3], [1 << 30, 1 << 30, 10], _SEGMENTS)
+    assert sorted(len(part) for part in large.rdd.glom().collect()) == [1, 1, 1]
+    assert packed_frame(spark, [], [], _SEGMENTS).count() == 0
