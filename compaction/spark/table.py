@@ -1,12 +1,13 @@
 """The table run's data path on Spark: new records → winners per key → old rows marked deleted → files.
 
 A partition to **rebuild** (its rows replaced by the winners over its whole log) takes the shuffle-free path,
-`rebuild_files`: a task per partition and key bucket (`rebuild_buckets`: one, or a few for a partition larger than
-`REBUILD_TASK_BYTES` or when a few large partitions would leave cores idle) decodes the partition's read_committed
-records with the scan's kernels, keeps those of its bucket's keys (XXH64 of the key, decided before values are
-built), folds each key's winner with the compaction's `KeyFold` (`compaction.topic_table.winners`) and writes the
-rows as Parquet in offset order. Nothing crosses a shuffle; each bucket decodes the whole partition, so past
-`MAX_REBUILD_BUCKETS` a partition takes the Spark path instead.
+`rebuild_files`: each partition and key bucket (`rebuild_buckets`: one, or a few for a partition larger than
+`REBUILD_TASK_BYTES` or when a few large partitions would leave cores idle) is an item of work, packed into tasks
+by bytes (`compaction.packing`: many small partitions share a task, a large one has its own). For each item the
+task decodes the partition's read_committed records with the scan's kernels, keeps those of its bucket's keys
+(XXH64 of the key, decided before values are built), folds each key's winner with the compaction's `KeyFold`
+(`compaction.topic_table.winners`) and writes the rows as Parquet in offset order. Nothing crosses a shuffle; each
+bucket decodes the whole partition, so past `MAX_REBUILD_BUCKETS` a partition takes the Spark path instead.
 
 An **update** of a partition whose table files and new segments fit `UPDATE_TASK_BYTES` takes no shuffle either
 (`update_files`; a task per core, each taking a share of the partitions, `compaction.tasks.task_groups`): for each
@@ -55,8 +56,9 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from compaction.bloom.hashing import key_hashes
 from compaction.config import CompactionStrategy
+from compaction.packing import pack_for
 from compaction.reader import ConsumerRead, Isolation, SegmentRef, segment_batches
-from compaction.spark.local import local_frame
+from compaction.spark.packed import packed_frame
 from compaction.spark.ranking import best, rank_columns
 from compaction.spark.read import RECORD_STRUCT, partition_read, read_refs
 from compaction.storage.base import ObjectStore, StoreSpec
@@ -167,6 +169,10 @@ def _file_reader(location: Location, columns: Sequence[str] | None, positions: b
     return read
 
 
+_FILE_DESCRIPTOR = StructType([StructField("path", StringType(), False), StructField("partition", IntegerType(), False),
+                               StructField("vector", StringType(), True)])
+
+
 def table_rows(spark: SparkSession, location: Location, files: Sequence[DataFile], schema: StructType,
                columns: Sequence[str] | None = None, *, positions: bool = False) -> DataFrame:
     """The live rows of `files` (their deletion vectors applied; only `columns`, all if None) with their `partition`
@@ -178,8 +184,7 @@ def table_rows(spark: SparkSession, location: Location, files: Sequence[DataFile
                       StructField("_file", StringType(), False)])
     wanted = None if columns is None else [f.name for f in fields]
     rows = [(f.path, f.partition, None if f.vector is None else json.dumps(f.vector.to_json())) for f in files]
-    descriptors = local_frame(spark, rows, "path string, partition int, vector string").repartition(
-        max(1, len(rows)))
+    descriptors = packed_frame(spark, rows, [f.size for f in files], _FILE_DESCRIPTOR)
     return descriptors.mapInArrow(_file_reader(location, wanted, positions), out)
 
 
@@ -359,18 +364,19 @@ def _bucket(bucket: int, buckets: int) -> Callable[[pa.Array], np.ndarray]:
 
 
 def _rebuilder(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: CompactionStrategy,
-               header: str | None, tasks: Sequence[tuple[PartitionSpan, ConsumerRead, Sequence[SegmentRef], int, int]]
+               header: str | None,
+               groups: Sequence[Sequence[tuple[PartitionSpan, ConsumerRead, Sequence[SegmentRef], int, int]]]
                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A rebuild task (one of `tasks`: a span, its consumer read and pieces, the bucket and bucket count): decode
-    the partition's pieces, keep the keyed records below `to_offset` whose key hashes to the bucket, and write the
-    table's rows of those keys (`table_rows_of`) as files; yields what it wrote."""
+    """A rebuild task (one of `groups`, each of whose items is a span, its consumer read and pieces, the bucket and
+    bucket count): for each item, decode the partition's pieces, keep the keyed records below `to_offset` whose key
+    hashes to the bucket, and write the table's rows of those keys (`table_rows_of`) as files; yields what it
+    wrote."""
     def rebuild(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         store = spec.open()
         with tempfile.TemporaryDirectory(prefix="kcompact-table-") as tmp:
             sink = _FileSink(location, schema, tmp)
             for ids in batches:
-                for i in ids.column(0).to_pylist():
-                    span, read, pieces, bucket, buckets = tasks[i]
+                for span, read, pieces, bucket, buckets in (t for i in ids.column(0).to_pylist() for t in groups[i]):
                     held = _held_records(store, read, pieces, _bucket(bucket, buckets))
                     sink.add(table_rows_of(held, span.partition, span.from_offset, strategy, header, schema))
             yield sink.files()
@@ -423,11 +429,8 @@ def update_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Seq
     `PURGE_SHARE` of a file) or rewrites the file without them, and writes the winners. The tasks run on Spark's
     executors, or in this process when they hold `DRIVER_UPDATE_BYTES` at most. Nothing is visible until
     committed."""
-    tasks = []
-    for span in spans:
-        read, pieces = partition_read(store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED,
-                                      stable_offset=span.to_offset)
-        tasks.append((span, read, pieces, tuple(files.get(span.partition, ()))))
+    tasks = [(span, read, pieces, tuple(files.get(span.partition, ())))
+             for span, (read, pieces) in zip(spans, partition_reads(store, refs, spans), strict=True)]
     sizes = [span.segment_bytes + sum(f.size for f in old) for span, _, _, old in tasks]
     on_driver = sum(sizes) <= DRIVER_UPDATE_BYTES
     cores = spark.sparkContext.defaultParallelism
@@ -508,14 +511,32 @@ def rebuild_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Se
     `refs` with no shuffle: a task per (partition, bucket) decodes the partition's read_committed records, folds
     its keys' winners and writes them; returns each file's path, partition, size and row count. Nothing is
     visible until committed."""
-    tasks = []
-    for span, buckets in spans:
-        read, pieces = partition_read(store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED,
-                                      stable_offset=span.to_offset)
-        tasks += [(span, read, pieces, bucket, buckets) for bucket in range(buckets)]
-    ids = spark.range(0, len(tasks), 1, max(1, len(tasks)))
-    rebuild = _rebuilder(store.spec, location, schema, strategy, header, tasks)
+    reads = partition_reads(store, refs, [span for span, _ in spans])
+    tasks = [(span, read, pieces, bucket, buckets)
+             for (span, buckets), (read, pieces) in zip(spans, reads, strict=True) for bucket in range(buckets)]
+    groups = [[tasks[i] for i in group] for group in pack_for([t[0].segment_bytes for t in tasks],
+                                                              spark.sparkContext.defaultParallelism)]
+    ids = spark.range(0, len(groups), 1, max(1, len(groups)))
+    rebuild = _rebuilder(store.spec, location, schema, strategy, header, groups)
     return [r.asDict() for r in ids.mapInArrow(rebuild, _FILE_ROW).collect()]
+
+
+DRIVER_READ_THREADS = 16
+"""Partitions whose consumer read the driver finds at once (`partition_reads`): each waits on the store."""
+
+
+def partition_reads(store: ObjectStore, refs: Mapping[int, Sequence[SegmentRef]], spans: Sequence[PartitionSpan]
+                    ) -> list[tuple[ConsumerRead, list[SegmentRef]]]:
+    """Per span how its partition is read at read_committed from `read_from` (`partition_read`: the driver reads the
+    transaction indexes of the pieces), the partitions read at once, in threads: they wait on the store."""
+    def read(span: PartitionSpan) -> tuple[ConsumerRead, list[SegmentRef]]:
+        return partition_read(store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED,
+                              stable_offset=span.to_offset)
+
+    if len(spans) < 2:
+        return [read(span) for span in spans]
+    with ThreadPoolExecutor(min(DRIVER_READ_THREADS, len(spans)), thread_name_prefix="kcompact-read") as pool:
+        return list(pool.map(read, spans))
 
 
 __all__ = ["PURGE_SHARE", "Updated", "deleted_rows", "kept_rows", "mark_rows",

@@ -20,6 +20,7 @@ import compaction
 from compaction.cli import main
 from compaction.config import CompactionStrategy, KcompactConfig, TopicConfig
 from compaction.errors import CommitConflictError
+from compaction.packing import pack_for
 from compaction.storage import ObjectStore, open_store
 from compaction.topic_table import Location, Reason, TopicTable, execute, plan_run
 from tests.faults import SimulatedCrash
@@ -46,12 +47,12 @@ def config_for(kind: str, **extra: object) -> KcompactConfig:
 
 
 class Topic:
-    """Two partitions of random appends, tiered into one store, and the clock of the next step."""
+    """Two partitions (or `partitions`) of random appends, tiered into one store, and the clock of the next step."""
 
-    def __init__(self, root: Path, seed: int, store: ObjectStore | None = None) -> None:
+    def __init__(self, root: Path, seed: int, store: ObjectStore | None = None, partitions: int = 2) -> None:
         self.root = root
         self.rng = random.Random(seed)
-        self.producers = [RandomProducer(ScenarioLog(TOPIC, T, partition=p), self.rng) for p in range(2)]
+        self.producers = [RandomProducer(ScenarioLog(TOPIC, T, partition=p), self.rng) for p in range(partitions)]
         self.store = store or open_store(str(root / "store"))
         self.now = T
 
@@ -132,6 +133,32 @@ def test_a_rebuild_by_tasks_in_key_buckets_or_by_spark_writes_the_same_table(
         files = pa.table(DeltaTable(uri).get_add_actions(flatten=True)).to_pydict()
         if buckets is not None:  # a file per (partition, bucket) holding a key
             assert len(files["path"]) <= 2 * buckets
+
+
+@pytest.mark.spark
+def test_many_small_partitions_are_rebuilt_by_a_few_tasks(spark: SparkSession, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41: the rebuild's items (a partition and key bucket each) are packed into tasks by bytes
+    (`compaction.packing`): twelve small partitions make a few tasks a core, and the table is the plainly computed
+    one."""
+    from compaction.spark import table as data
+
+    topic = Topic(tmp_path, seed=41, partitions=12)
+    topic.append()
+    packed: list[tuple[int, int]] = []
+
+    def spy(sizes: list[int], parallelism: int) -> list[list[int]]:
+        tasks = pack_for(sizes, parallelism)
+        packed.append((len(sizes), len(tasks)))
+        return tasks
+
+    monkeypatch.setattr(data, "pack_for", spy)
+    uri = table_uri(tmp_path)
+    report = run_table(spark, topic, "offset", uri)
+    assert {s.reason for s in report.run.plan.spans} == {Reason.NEW} and len(report.run.plan.spans) == 12
+    assert table_rows(uri) == topic.expected("offset")
+    [(items, tasks)] = packed
+    assert items == 12 and tasks <= 2 * 2 * spark.sparkContext.defaultParallelism < items
 
 
 @pytest.mark.spark
