@@ -1,6 +1,7 @@
 """`kcompact wal roll`: the WAL above each partition's tier becomes tiered segments, as Kafka rolls a log.
 
-Per partition, on a Spark executor (`roll_partition`):
+Per partition, on a Spark executor (`roll_partition`; partitions packed into tasks by their WAL bytes,
+`roll_packing`, so that many small partitions share a task):
 
 1. fetch the partition's WAL slices (one ranged GET each), check every batch's CRC;
 2. cut the batches into segments with Kafka's `LogSegment.shouldRoll` rules: a new segment when the next
@@ -53,6 +54,7 @@ from compaction.metadata import (
     table_in_store,
 )
 from compaction.metadata.model import TopicPartition
+from compaction.packing import pack_for
 from compaction.reader import SegmentRef, slice_bytes, wal_headers, wal_ref
 from compaction.run.producers import producer_state
 from compaction.storage.base import ObjectStore, StoreSpec
@@ -349,8 +351,10 @@ def roll(
     outcomes: list[RollOutcome] = []
     if tasks:
         started = time.monotonic()
-        rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-        outcomes = rdd.map(lambda t: roll_partition(spec, t)).collect()
+        packed = [[(i, tasks[i]) for i in ids] for ids in roll_packing(tasks, spark.sparkContext.defaultParallelism)]
+        rdd = spark.sparkContext.parallelize(packed, len(packed))  # a packed list per Spark task
+        done = rdd.flatMap(lambda part: [(i, roll_partition(spec, t)) for i, t in part]).collect()
+        outcomes = [o for _i, o in sorted(done, key=lambda io: io[0])]
         report.job_seconds = time.monotonic() - started
     if table is not None:
         rolled = [(t, o) for t, o in zip(tasks, outcomes, strict=True) if o.error is None and o.new_segments]
@@ -362,6 +366,17 @@ def roll(
     report.partitions.extend(failed)
     report.metadata_version = table.version() if table is not None else None
     return report
+
+
+def roll_packing(tasks: Sequence[RollTask], parallelism: int) -> list[list[int]]:
+    """The roll's Spark tasks, each a list of indexes into `tasks`: partitions packed by their WAL bytes
+    (`compaction.packing`), so that many small partitions share a task and a large one has its own. Pure."""
+    return pack_for([task_wal_bytes(t) for t in tasks], parallelism)
+
+
+def task_wal_bytes(task: RollTask) -> int:
+    """The WAL bytes `task` reads: the sum of its slices' lengths (a slice without an end counts as none)."""
+    return sum(max(0, (r.end_position or r.start_position) - r.start_position) for r in task.slices)
 
 
 def _commit(table: MetadataTable, view: StoreLog, rolled: Sequence[tuple[RollTask, RollOutcome]],

@@ -129,6 +129,29 @@ def test_a_roll_of_many_partitions_is_two_commits(spark: SparkSession, tmp_path:
     assert all(len(table.live_segments(log.topic, log.partition)) >= 3 for log in logs)
 
 
+def test_many_small_partitions_share_the_rolls_tasks(spark: SparkSession, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41: partitions are packed into Spark tasks by their WAL bytes (`roll_packing`), a few tasks a core
+    however many small partitions, and each outcome still comes back for its own partition."""
+    store = open_store(str(tmp_path / "store"))
+    logs = workload(tmp_path / "logdir", partitions=16, n=50)
+    upload_logdir(tmp_path / "logdir", store, NOW)
+    packings: list[list[list[int]]] = []
+    real = roll_module.roll_packing
+    monkeypatch.setattr(roll_module, "roll_packing", lambda tasks, cores: packings.append(real(tasks, cores))
+                        or packings[-1])
+    report = roll(spark, store, config(), NOW)
+    assert report.exit_code == 0 and len(report.partitions) == 16
+    [packed] = packings
+    assert sorted(i for task in packed for i in task) == list(range(16))
+    assert len(packed) <= 2 * 2 * spark.sparkContext.defaultParallelism < 16
+    assert [(p.topic, p.partition) for p in report.partitions] == [(log.topic, log.partition) for log in logs]
+    table = table_in_store(store)
+    for p in report.partitions:
+        assert p.new_segments and [s.segment_id for s in table.live_segments(p.topic, p.partition)] == [
+            s.segment_id for s in p.new_segments]
+
+
 def test_time_rolls_split_segments_by_segment_ms(spark: SparkSession, tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "store"))
     [log] = workload(tmp_path / "logdir", partitions=1, n=60, step_ms=60_000)  # a batch a minute
