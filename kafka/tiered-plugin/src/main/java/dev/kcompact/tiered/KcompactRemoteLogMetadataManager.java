@@ -16,6 +16,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Function;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.metrics.Monitorable;
@@ -160,14 +161,15 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
                 .put("txn_index_empty", segment.isTxnIdxEmpty());
         ArrayNode epochs = req.putArray("leader_epochs");
         segment.segmentLeaderEpochs().forEach((epoch, start) -> epochs.addArray().add(epoch).add(start));
-        write(segment.topicIdPartition(), req);
+        write("addRemoteLogSegmentMetadata", segment.topicIdPartition(), req);
         return CompletableFuture.completedFuture(null);
     }
 
     @Override
     public CompletableFuture<Void> updateRemoteLogSegmentMetadata(RemoteLogSegmentMetadataUpdate update)
             throws RemoteStorageException {
-        write(update.topicIdPartition(), request("update", update.topicIdPartition())
+        TopicIdPartition tp = update.topicIdPartition();
+        write("updateRemoteLogSegmentMetadata", tp, request("update", tp)
                 .put("segment_id", update.remoteLogSegmentId().id().toString())
                 .put("state", update.state().name()).put("event_timestamp_ms", update.eventTimestampMs()));
         return CompletableFuture.completedFuture(null);
@@ -176,10 +178,13 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
     /** Commits {@code req}; its answer, the partition's rows at a version holding the commit, becomes the view. A
      * refusal is logged here and drops the view (it is read afresh next time): RemoteLogManager logs a failed copy
      * only while its task is not cancelled, and a deposed leader's copy refused by leader epoch
-     * ({@code FencedError}) is usually answered after its task was. */
-    private void write(TopicIdPartition tp, ObjectNode req) throws RemoteStorageException {
+     * ({@code FencedError}) is usually answered after its task was. Its whole time, waiting for a batch included,
+     * is recorded under {@code method} (Kafka's method). */
+    private void write(String method, TopicIdPartition tp, ObjectNode req) throws RemoteStorageException {
+        long start = System.nanoTime();
         try {
             install(tp, writes.write(tp.topicPartition(), req));
+            metrics.call(method, System.nanoTime() - start, 0);
         } catch (RemoteStorageException e) {
             views.remove(tp.topicPartition());
             LOG.warn("{} of {} for {} refused: {}", req.get("op").asText(), req.path("segment_id").asText(), tp,
@@ -264,6 +269,17 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         }
     }
 
+    /** {@code answer} of {@code tp}'s segments, the whole call's time recorded under {@code op} (the name of the
+     * method Kafka called; {@code listRemoteLogSegments-epoch} for the overload given a leader epoch): microseconds
+     * from memory, a {@code segments} call more on a partition's first read. */
+    private <T> T read(String op, TopicIdPartition tp, Function<RemoteSegments, T> answer)
+            throws RemoteStorageException {
+        long start = System.nanoTime();
+        T result = answer.apply(segments(tp));
+        metrics.call(op, System.nanoTime() - start, 0);
+        return result;
+    }
+
     /** Kafka's KIP-877 hook ({@link TierMetrics} lists what is published). */
     @Override
     public void withPluginMetrics(PluginMetrics pluginMetrics) {
@@ -277,7 +293,7 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
     @Override
     public Optional<RemoteLogSegmentMetadata> remoteLogSegmentMetadata(TopicIdPartition tp, int leaderEpoch,
                                                                        long offset) throws RemoteStorageException {
-        return segments(tp).segmentFor(leaderEpoch, offset);
+        return read("remoteLogSegmentMetadata", tp, s -> s.segmentFor(leaderEpoch, offset));
     }
 
     /** KIP-1058 (Kafka 4.0): answered from the rows' transaction-index flag, not by Kafka's default (the segment
@@ -285,12 +301,12 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
     @Override
     public Optional<RemoteLogSegmentMetadata> nextSegmentWithTxnIndex(TopicIdPartition tp, int leaderEpoch, long offset)
             throws RemoteStorageException {
-        return segments(tp).nextWithTxnIndex(leaderEpoch, offset);
+        return read("nextSegmentWithTxnIndex", tp, s -> s.nextWithTxnIndex(leaderEpoch, offset));
     }
 
     @Override
     public Optional<Long> highestOffsetForEpoch(TopicIdPartition tp, int leaderEpoch) throws RemoteStorageException {
-        return segments(tp).highestOffsetForEpoch(leaderEpoch);
+        return read("highestOffsetForEpoch", tp, s -> s.highestOffsetForEpoch(leaderEpoch));
     }
 
     @Override
@@ -303,22 +319,48 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
 
     @Override
     public Iterator<RemoteLogSegmentMetadata> listRemoteLogSegments(TopicIdPartition tp) throws RemoteStorageException {
-        return segments(tp).listed().iterator();
+        return read("listRemoteLogSegments", tp, s -> s.listed().iterator());
     }
 
     @Override
     public Iterator<RemoteLogSegmentMetadata> listRemoteLogSegments(TopicIdPartition tp, int leaderEpoch)
             throws RemoteStorageException {
-        return segments(tp).live(leaderEpoch).map(SegmentRow::metadata).iterator();
+        return read("listRemoteLogSegments-epoch", tp, s -> s.live(leaderEpoch).map(SegmentRow::metadata).iterator());
     }
 
     @Override
     public void onPartitionLeadershipChanges(Set<TopicIdPartition> leaders, Set<TopicIdPartition> followers) {
-        // Nothing to load (a partition's rows are read when first asked for), but nothing read before may decide for
-        // the new role: RemoteLogManager calls this before it starts the new leader's copy task.
-        leadershipChanges.incrementAndGet();
+        // Nothing read before may decide for the new role: RemoteLogManager calls this before it starts the new
+        // leader's copy task. The new leader's partitions are read again at once, together, on the follower thread
+        // (a first question before that reads its partition alone).
+        long change = leadershipChanges.incrementAndGet();
         leaders.forEach(tp -> views.remove(tp.topicPartition()));
         followers.forEach(tp -> views.remove(tp.topicPartition()));
+        if (follower != null && !leaders.isEmpty()) {
+            List<TopicIdPartition> led = List.copyOf(leaders);
+            follower.execute(() -> preload(led, change));
+        }
+    }
+
+    /** The views of {@code leaders}, read in one {@code load} request at one table version; dropped if another
+     * leadership change came meanwhile (a partition is then read when first asked for). A failure is logged. */
+    private void preload(List<TopicIdPartition> leaders, long change) {
+        try {
+            ObjectNode req = pipe.request("load");
+            ArrayNode partitions = req.putArray("partitions");
+            leaders.forEach(tp -> partitions.addObject().put("topic", tp.topic()).put("partition", tp.partition()));
+            JsonNode answer = timed(req);
+            if (leadershipChanges.get() != change) {
+                return;
+            }
+            JsonNode loaded = answer.get("partitions");
+            for (int i = 0; i < leaders.size(); i++) {
+                install(leaders.get(i), loaded.get(i));
+            }
+        } catch (RemoteStorageException | RuntimeException e) {
+            LOG.warn("reading the rows of {} new leader partitions failed (each is read when first asked for): {}",
+                    leaders.size(), e.getMessage());
+        }
     }
 
     @Override
@@ -328,7 +370,7 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
 
     @Override
     public long remoteLogSize(TopicIdPartition tp, int leaderEpoch) throws RemoteStorageException {
-        return segments(tp).sizeForEpoch(leaderEpoch);
+        return read("remoteLogSize", tp, s -> s.sizeForEpoch(leaderEpoch));
     }
 
     @Override

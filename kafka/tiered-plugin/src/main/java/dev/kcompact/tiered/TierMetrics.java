@@ -15,6 +15,9 @@ import org.apache.kafka.common.metrics.stats.Avg;
 import org.apache.kafka.common.metrics.stats.CumulativeCount;
 import org.apache.kafka.common.metrics.stats.CumulativeSum;
 import org.apache.kafka.common.metrics.stats.Max;
+import org.apache.kafka.common.metrics.stats.Percentile;
+import org.apache.kafka.common.metrics.stats.Percentiles;
+import org.apache.kafka.common.metrics.stats.Percentiles.BucketSizing;
 
 /**
  * What an operator watches of one of the plugin's managers, published as KIP-877 plugin metrics: Kafka (4.1 and
@@ -24,9 +27,17 @@ import org.apache.kafka.common.metrics.stats.Max;
  * remote.log.metadata.manager.class.name>,class=<the class>,<the tags below>}.
  *
  * <ul>
- *   <li>per call kind ({@code op}: copy, fetch, fetch-index, delete for the storage manager; add, update, segments for
- *       the metadata manager): {@code calls-total}, {@code latency-avg-ms} and {@code latency-max-ms} (Kafka's default
- *       sample window), {@code bytes-total} where the call moves bytes;</li>
+ *   <li>per call kind ({@code op}: copy, fetch, fetch-index, delete for the storage manager; for the metadata manager
+ *       every call Kafka makes, remoteLogSegmentMetadata, listRemoteLogSegments, listRemoteLogSegments-epoch (the
+ *       overload given a leader epoch), highestOffsetForEpoch, nextSegmentWithTxnIndex, remoteLogSize (answered from
+ *       memory, or after a {@code segments} call on a partition's first read), addRemoteLogSegmentMetadata and
+ *       updateRemoteLogSegmentMetadata (a write's whole time, its wait for a batch included), and its calls of the
+ *       Python process: add, update (a write sent alone), batch (writes committed together), segments, follow):
+ *       {@code calls-total}, {@code latency-avg-ms}, {@code latency-max-ms}, {@code latency-p50-ms} and
+ *       {@code latency-p99-ms} (Kafka's default sample window, two of 30 s; percentiles from a histogram of
+ *       {@value #PERCENTILE_BUCKETS} buckets up to {@value #PERCENTILE_MAX_MS} ms, each wider than the one before: a
+ *       bucket is 5 µs wide at 0, 0.7 ms at 50 ms, 10 ms at 10 s; a call longer counts as 10 s), {@code bytes-total}
+ *       where the call moves bytes;</li>
  *   <li>{@code errors-total} by {@code op} and {@code kind} (the kcompact error type the Python side answered, or
  *       the Java exception's class);</li>
  *   <li>{@code cache-hits-total} / {@code cache-misses-total} by {@code cache};</li>
@@ -38,6 +49,9 @@ import org.apache.kafka.common.metrics.stats.Max;
  * nothing. Sensors are named per instance, so two managers in one broker never share one.
  */
 final class TierMetrics {
+
+    static final int PERCENTILE_BUCKETS = 2000;
+    static final int PERCENTILE_MAX_MS = 10_000;
 
     private final String instance = Integer.toHexString(System.identityHashCode(this));
     private final Map<String, Sensor> sensors = new ConcurrentHashMap<>();
@@ -72,6 +86,9 @@ final class TierMetrics {
             s.add(m.metricName("calls-total", "calls of " + op, tags), new CumulativeCount());
             s.add(m.metricName("latency-avg-ms", "average time of a call of " + op, tags), new Avg());
             s.add(m.metricName("latency-max-ms", "longest call of " + op, tags), new Max());
+            s.add(new Percentiles(4 * PERCENTILE_BUCKETS, PERCENTILE_MAX_MS, BucketSizing.LINEAR,
+                    new Percentile(m.metricName("latency-p50-ms", "median call of " + op, tags), 50),
+                    new Percentile(m.metricName("latency-p99-ms", "99th percentile call of " + op, tags), 99)));
         }).record(nanos / 1e6);
         bytes(op, bytes);
     }

@@ -12,10 +12,14 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.Uuid;
+import org.apache.kafka.common.metrics.KafkaMetric;
+import org.apache.kafka.common.metrics.Metrics;
+import org.apache.kafka.common.metrics.internals.PluginMetricsImpl;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentId;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
@@ -92,6 +96,42 @@ class KcompactRemoteLogMetadataManagerTest {
                 + "esac; done\n";
     }
 
+    /** Every call Kafka makes is timed under its method's name, the Python process's calls under their op, each
+     * with its percentiles; a read from memory is recorded in well under a millisecond. */
+    @Test
+    void everyCallIsTimedWithItsPercentiles() throws Exception {
+        configure(logging(tmp.resolve("ops")));
+        try (Metrics registry = new Metrics()) {
+            rlmm.withPluginMetrics(new PluginMetricsImpl(registry, Map.of()));
+            rlmm.highestOffsetForEpoch(TP, 0);
+            for (int i = 0; i < 1000; i++) {
+                rlmm.remoteLogSegmentMetadata(TP, 0, 150);
+            }
+            rlmm.listRemoteLogSegments(TP);
+            rlmm.listRemoteLogSegments(TP, 0);
+            rlmm.nextSegmentWithTxnIndex(TP, 0, 100);
+            rlmm.remoteLogSize(TP, 0);
+            rlmm.addRemoteLogSegmentMetadata(SEGMENT);
+            Map<String, Double> calls = new TreeMap<>();
+            Map<String, Double> p99 = new TreeMap<>();
+            for (KafkaMetric metric : registry.metrics().values()) {
+                String op = metric.metricName().tags().get("op");
+                double value = ((Number) metric.metricValue()).doubleValue();
+                if (metric.metricName().name().equals("calls-total")) {
+                    calls.put(op, value);
+                } else if (metric.metricName().name().equals("latency-p99-ms")) {
+                    p99.put(op, value);
+                }
+            }
+            assertEquals(Map.of("add", 1.0, "addRemoteLogSegmentMetadata", 1.0, "highestOffsetForEpoch", 1.0,
+                    "listRemoteLogSegments", 1.0, "listRemoteLogSegments-epoch", 1.0, "nextSegmentWithTxnIndex", 1.0,
+                    "remoteLogSegmentMetadata", 1000.0, "remoteLogSize", 1.0, "segments", 1.0), calls);
+            assertEquals(calls.keySet(), p99.keySet());
+            assertTrue(p99.get("remoteLogSegmentMetadata") < 1, "a read from memory: " + p99);
+            assertTrue(p99.get("segments") > 0, "a call of the process: " + p99);
+        }
+    }
+
     @Test
     void aPartitionIsReadOnceAndTheBrokersOwnWriteAnswersWithItsNewRows() throws Exception {
         Path ops = tmp.resolve("ops");
@@ -104,6 +144,26 @@ class KcompactRemoteLogMetadataManagerTest {
         assertEquals(Optional.of(299L), rlmm.highestOffsetForEpoch(TP, 0));
         assertTrue(rlmm.listRemoteLogSegments(TP).hasNext());
         assertEquals(List.of("segments", "write"), Files.readAllLines(ops));
+    }
+
+    @Test
+    void aNewLeadersPartitionsAreReadTogetherAtOnce() throws Exception {
+        Path ops = tmp.resolve("ops");
+        String row = row(199, "COPY_SEGMENT_FINISHED");
+        configure(READY + "while read line; do case \"$line\" in\n"
+                + "  *'\"op\":\"load\"'*) echo load >> " + ops + "; "
+                + "echo '{\"ok\": true, \"result\": {\"version\": 8, \"partitions\": [" + partition(8, row)
+                + "]}}' ;;\n"
+                + "  *) echo other >> " + ops + "; echo '{\"ok\": false, \"type\": \"X\", \"error\": \"x\"}' ;;\n"
+                + "esac; done\n");
+        rlmm.onPartitionLeadershipChanges(Set.of(TP), Set.of());
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (!Files.exists(ops) && System.nanoTime() < deadline) {
+            Thread.sleep(10);
+        }
+        Thread.sleep(100);
+        assertEquals(Optional.of(199L), rlmm.highestOffsetForEpoch(TP, 0));
+        assertEquals(List.of("load"), Files.readAllLines(ops));
     }
 
     @Test
