@@ -19,6 +19,8 @@ Requests (`op` and its fields; every answer is `{"ok": true, "result": ...}` or
   and the table version they are the rows of.
 - `batch`: `requests`, writes (`add`, `update`) of different partitions committed in one Delta commit, each
   planned and refused alone; `answers`, one per request in order, each as its own request would be answered.
+- `load`: `segments` for many `partitions` at one version, their files read together (a broker that just became
+  leader of them).
 - `follow`: the newest version, and the partitions asked for before whose rows changed after the request's `since`
   (each as `segments` answers it), or `reset` when `since` is older than this process's first version.
 
@@ -249,6 +251,15 @@ def segments(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
     return _partition_json(tier.follower.partitions([tp])[tp])
 
 
+def load(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
+    """`segments` for many partitions at once (a broker that just became leader of them), at one version: one look
+    at the log, and the partitions' files read together."""
+    tier.follower.follow()
+    tps = [TopicPartition(p["topic"], p["partition"]) for p in req["partitions"]]
+    snapshots = tier.follower.partitions(tps)
+    return {"version": tier.follower.version, "partitions": [_partition_json(snapshots[tp]) for tp in tps]}
+
+
 def follow(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
     """The newest version and the partitions asked for before that changed after `since`; `reset` (and no
     partitions) when `since` is older than the follower's first version: the client drops what it holds."""
@@ -261,7 +272,7 @@ def follow(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _OPS: dict[str, Callable[[RemoteTier, Mapping[str, Any]], Any]] = {
-    "add": add, "update": update, "batch": batch, "segments": segments, "follow": follow,
+    "add": add, "update": update, "batch": batch, "segments": segments, "load": load, "follow": follow,
 }
 
 

@@ -99,3 +99,8 @@ def test_the_process_answers_follow_with_what_changed(tmp_path: Path) -> None:
         ("orders", 0, table.version())]
     assert ask({"op": "follow", "since": followed["version"]})["partitions"] == []
     assert ask({"op": "follow", "since": first - 1}) == {"version": table.version(), "reset": True, "partitions": []}
+    loaded = ask({"op": "load", "partitions": [{"topic": "orders", "partition": p} for p in (1, 0, 7)]})
+    assert loaded["version"] == table.version()
+    assert [(p["partition"], p["version"], p["segments"]) for p in loaded["partitions"]] == [
+        (1, table.version(), []), (0, table.version(), []), (7, table.version(), [])]
+    assert ask({"op": "segments", "topic": "orders", "partition": 1}) == loaded["partitions"][0]

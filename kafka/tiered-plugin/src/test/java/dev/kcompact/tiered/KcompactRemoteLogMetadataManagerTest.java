@@ -168,10 +168,11 @@ class KcompactRemoteLogMetadataManagerTest {
 
     @Test
     void aLeadershipChangeDropsTheRowsReadBefore() throws Exception {
+        // becoming a follower (a leader's partitions are read again at once: the test above)
         Path ops = tmp.resolve("ops");
         configure(logging(ops));
         rlmm.highestOffsetForEpoch(TP, 0);
-        rlmm.onPartitionLeadershipChanges(Set.of(TP), Set.of());
+        rlmm.onPartitionLeadershipChanges(Set.of(), Set.of(TP));
         rlmm.highestOffsetForEpoch(TP, 0);
         rlmm.onPartitionLeadershipChanges(Set.of(), Set.of(TP));
         rlmm.highestOffsetForEpoch(TP, 0);
