@@ -3,11 +3,11 @@
 Per partition: validate the new segments first (a corrupt one fails the partition before anything is
 committed), record them COPY_SEGMENT_STARTED, upload every object under a fresh segment id, then record
 COPY_SEGMENT_FINISHED. The partitions go in batches of up to `TIER_BATCH_BYTES` of segments (and
-`BATCH_PARTITIONS` partitions), each batch two metadata commits, whatever its partition count: one records every
-partition's STARTED rows, one their FINISHED (`commit_batch`, `commit_current_batch`: a partition refused in either
-fails alone). A crash between the two leaves STARTED rows that are never live, at most a batch of them; the next
-run moves them to DELETE_SEGMENT_STARTED (for gc) in the same commit that starts their replacements. A rerun copies
-only what is new.
+`BATCH_PARTITIONS` partitions, uploaded `UPLOAD_THREADS` at once), each batch two metadata commits, whatever its
+partition count: one records every partition's STARTED rows, one their FINISHED (`commit_batch`,
+`commit_current_batch`: a partition refused in either fails alone). A crash between the two leaves STARTED rows
+that are never live, at most a batch of them; the next run moves them to DELETE_SEGMENT_STARTED (for gc) in the
+same commit that starts their replacements. A rerun copies only what is new.
 
 Every segment goes up with a producer snapshot, the producer state at its end, as Kafka's RemoteLogManager
 uploads one: the broker's `<next base>.snapshot` when the log dir has it, else one built here by replaying the
@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import socket
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -203,6 +204,30 @@ def _upload(copy: _Copy, store: ObjectStore) -> None:
         copy.result.rebuilt_indexes += int(seg.rebuilt_indexes)
 
 
+UPLOAD_THREADS = 16
+"""Partitions of a batch uploaded at once: each put waits on the store (an S3 round trip, a local fsync), so with
+many small partitions the waits, not the bytes, would set a tier's wall."""
+
+
+def _upload_all(copies: Sequence[_Copy], store: ObjectStore) -> dict[TopicPartition, KcompactError]:
+    """`_upload` every copy, `UPLOAD_THREADS` partitions at once (a partition's objects one after the other); the
+    partitions whose upload failed, with the error."""
+    if len(copies) < 2:
+        uploads = [_attempt(c, store) for c in copies]
+    else:
+        with ThreadPoolExecutor(min(UPLOAD_THREADS, len(copies)), thread_name_prefix="kcompact-tier") as pool:
+            uploads = list(pool.map(lambda c: _attempt(c, store), copies))
+    return {c.tp: exc for c, exc in zip(copies, uploads, strict=True) if exc is not None}
+
+
+def _attempt(copy: _Copy, store: ObjectStore) -> KcompactError | None:
+    try:
+        _upload(copy, store)
+    except KcompactError as exc:
+        return exc
+    return None
+
+
 def _copy_batch(copies: Sequence[_Copy], store: ObjectStore, table: MetadataTable, now_ms: int, writer: str
                 ) -> dict[TopicPartition, KcompactError]:
     """Tier a batch: one commit of every partition's STARTED rows, the uploads, one commit of their FINISHED rows.
@@ -210,19 +235,19 @@ def _copy_batch(copies: Sequence[_Copy], store: ObjectStore, table: MetadataTabl
     failed: dict[TopicPartition, KcompactError] = {}
     started = commit_batch(table, [c.start for c in copies if c.start is not None], now_ms)
     finishing = {}
+    epochs: dict[TopicPartition, int] = {}
     for c in copies:
         landed = started[c.tp]
         if isinstance(landed, KcompactError):
             failed[c.tp] = landed
             continue
         c.result.abandoned_attempts = c.abandoned
-        try:
-            _upload(c, store)
-        except KcompactError as exc:
-            failed[c.tp] = exc
-            continue
-        if c.new:
-            finishing[c.tp] = tier_finished_plan([n.segment_id for n in c.new], fencing_epoch=landed.fencing_epoch,
+        epochs[c.tp] = landed.fencing_epoch
+    uploading = [c for c in copies if c.tp in epochs]
+    failed.update(_upload_all(uploading, store))
+    for c in uploading:
+        if c.tp not in failed and c.new:
+            finishing[c.tp] = tier_finished_plan([n.segment_id for n in c.new], fencing_epoch=epochs[c.tp],
                                                  writer=writer)
     finished = commit_current_batch(table, finishing, now_ms, attempts=FINISH_ATTEMPTS)
     failed.update({tp: r for tp, r in finished.items() if isinstance(r, KcompactError)})
