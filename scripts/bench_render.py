@@ -706,11 +706,12 @@ def _p11(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
         lines.append(f"| {run['partitions']:,} | " + " | ".join(cells) + " | "
                      + " / ".join(f"{x:.1f}" for x in run["load"]) + " |")
     first, last = runs[0], runs[-1]
+    lines.append("")
     for name in ("tier", "compact"):
         a = next(s for s in first["steps"] if s["command"] == name)["seconds"]
         b = next(s for s in last["steps"] if s["command"] == name)["seconds"]
-        lines += ["", f"- {name}: {last['partitions']:,} partitions at {b / a:.2f}x the wall of {first['partitions']} "
-                      f"(goal <= 1.5x)."]
+        lines.append(f"- {name}: {last['partitions']:,} partitions at {b / a:.2f}x the wall of {first['partitions']} "
+                     f"(goal <= 1.5x).")
     worst = max(next(s for s in run["steps"] if s["command"] == "compact")["commits"] for run in runs)
     lines.append(f"- commits per compaction: at most {worst} at any partition count (goal <= 3).")
     return lines
