@@ -46,7 +46,7 @@ def table(tmp_path: Path) -> MetadataTable:
 
 def _tier(table: MetadataTable) -> RemoteTier:
     """The metadata process's view: the table, and a store its requests here never touch (no copy overlaps)."""
-    return RemoteTier(table, open_store(str(Path(table.table_uri).parent)))
+    return RemoteTier.of(table, open_store(str(Path(table.table_uri).parent)))
 
 
 def broker_add(table: MetadataTable, start: int, end: int, *, leader_epoch: int = 0) -> str:
