@@ -43,7 +43,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compaction.storage import open_store
-from tests.kafka.tiered import plugin_overrides
+from tests.kafka.tiered import plugin_overrides, tiered_topic_config
 from tests.kafka_runtime import KafkaBroker, free_port, run_tool
 
 TOPIC = "p11b"
@@ -56,16 +56,9 @@ COPY_LINE = re.compile(r"^\[(\S+ \S+)\] INFO (.*)(Copying|Copied) (\d{20})\.log 
 
 
 def topic_config(segment_ms: int) -> dict[str, str]:
-    return {
-        "remote.storage.enable": "true",
-        "cleanup.policy": "delete",
-        "retention.ms": "-1",
-        "retention.bytes": "-1",
-        "local.retention.ms": "1000",
-        "local.retention.bytes": "1",
-        "segment.ms": str(segment_ms),
-        "segment.jitter.ms": str(segment_ms // 2),
-    }
+    """The tests' tiered topic, its rolls spread by a jitter of half the roll time (partitions do not all roll at
+    once)."""
+    return {**tiered_topic_config(segment_ms), "segment.jitter.ms": str(segment_ms // 2)}
 
 
 def jmx(port: int, logs: Path) -> dict[str, float]:

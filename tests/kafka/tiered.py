@@ -163,20 +163,25 @@ class Writer:
         self.transaction(10, commit=False)
 
 
-def create_tiered_topic(broker: Brokers, replicas: int = 1) -> None:
-    """`TOPIC`, one partition on `replicas` brokers (min.insync.replicas 2 when there are several), tiered with a
-    second of local retention and a segment rolled each second of records."""
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    config = {
+def tiered_topic_config(segment_ms: int) -> dict[str, str]:
+    """A topic tiered as soon as the broker can: remote storage on, kept forever, a second of local retention, a
+    segment rolled every `segment_ms`."""
+    return {
         "remote.storage.enable": "true",
         "cleanup.policy": "delete",
         "retention.ms": "-1",
         "retention.bytes": "-1",
         "local.retention.ms": "1000",
         "local.retention.bytes": "1",
-        "segment.ms": "1000",
-        **({"min.insync.replicas": "2"} if replicas > 1 else {}),
+        "segment.ms": str(segment_ms),
     }
+
+
+def create_tiered_topic(broker: Brokers, replicas: int = 1) -> None:
+    """`TOPIC`, one partition on `replicas` brokers (min.insync.replicas 2 when there are several), tiered with a
+    second of local retention and a segment rolled each second of records."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    config = {**tiered_topic_config(1000), **({"min.insync.replicas": "2"} if replicas > 1 else {})}
     for f in admin.create_topics([NewTopic(TOPIC, 1, replicas, config=config)]).values():
         f.result(30)
 
