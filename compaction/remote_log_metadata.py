@@ -246,9 +246,9 @@ def _partition_json(snap: PartitionSnapshot) -> dict[str, Any]:
 
 
 def segments(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
-    tier.follower.follow()
-    tp = TopicPartition(req["topic"], req["partition"])
-    return _partition_json(tier.follower.partitions([tp])[tp])
+    """One partition's `load`."""
+    (partition,) = load(tier, {"partitions": [req]})["partitions"]
+    return partition
 
 
 def load(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:

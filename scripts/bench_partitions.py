@@ -62,7 +62,7 @@ def _timed(name: str, cmd: list[str], store: Path, ok: tuple[int, ...] = (0,)) -
     if done.returncode not in ok:
         raise SystemExit(f"{name} exited {done.returncode}: {done.stderr[-2000:]}")
     return {"command": name, "seconds": seconds, "exit": done.returncode,
-            "commits": _version(store) - max(before, 0) if before >= 0 else _version(store)}
+            "commits": _version(store) - max(before, 0)}
 
 
 def one(partitions: int, scale: float) -> dict[str, Any]:
