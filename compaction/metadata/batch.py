@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from compaction.errors import CommitConflictError, KcompactError, MetadataInvariantError, TransientStoreError
@@ -61,10 +61,17 @@ class Reader(Protocol):
     def landed(self, snapshots: Sequence[PartitionSnapshot]) -> None:
         """The partitions a commit written on the last `read`'s `DeltaTable` just landed, at its version."""
 
+    @property
+    def checkpoints_inline(self) -> bool:
+        """Whether a commit on a version that is a multiple of `delta.checkpointInterval` writes that checkpoint
+        before it returns (delta-rs's post-commit hook); False for a reader that writes checkpoints itself, off the
+        commit's path (the follower, whose commits a broker waits for)."""
+
 
 @dataclass(frozen=True)
 class _Fresh:
     table: MetadataTable
+    checkpoints_inline: bool = True
 
     def read(self, partitions: Iterable[TopicPartition]
              ) -> tuple[DeltaTable, dict[TopicPartition, PartitionSnapshot]]:
@@ -144,9 +151,10 @@ def _commit_metadata(states: Sequence[PartitionState]) -> dict[str, str]:
     return metadata
 
 
-def _write(dt: DeltaTable, rows: Sequence[PartitionRows]) -> int:
+def _write(dt: DeltaTable, rows: Sequence[PartitionRows], checkpoint: bool) -> int:
     """Replace every row of the partitions of `rows` with `rows`, in one Delta commit on top of `dt`'s version; the
-    version it created.
+    version it created. `checkpoint`: whether delta-rs writes the version's checkpoint when it is due
+    (`Reader.checkpoints_inline`).
 
     Raises:
         CommitConflictError: a commit after `dt`'s version touched one of the partitions; nothing landed.
@@ -162,6 +170,7 @@ def _write(dt: DeltaTable, rows: Sequence[PartitionRows]) -> int:
             mode="overwrite",
             predicate=partitions_predicate(TopicPartition(s.topic, s.partition) for s in states),
             commit_properties=CommitProperties(custom_metadata=_commit_metadata(states)),
+            post_commithook_properties=PostCommitHookProperties(create_checkpoint=checkpoint),
         )
     except CommitFailedError as e:
         raise CommitConflictError(
@@ -235,7 +244,7 @@ def _land_batch(reader: Reader, builds: Mapping[TopicPartition, Build], attempts
             return None
         base = int(dt.version())
         try:
-            version = _write(dt, list(rows.values()))
+            version = _write(dt, list(rows.values()), reader.checkpoints_inline)
         except CommitConflictError as e:
             lost = _Lost(current, base, str(e.__cause__ or e).splitlines()[0])
             continue

@@ -17,19 +17,31 @@ before it started).
 
 The follower is also the `batch.Reader` of the process's own commits, so they plan on the followed rows and write
 on top of the followed version (delta-rs checks the commits in between, as for any writer), never reopening the
-table. Not thread-safe: one process, one thread of requests.
+table. Its commits do not write checkpoints themselves (a broker's copier thread would wait a whole checkpoint, up to
+a second at 10,000 partitions, on every `delta.checkpointInterval`-th commit): when a commit it landed, or one it
+followed, passes a multiple of the interval with no checkpoint written for it, the follower writes that
+version's checkpoint on a background thread, one at a time, while requests go on (delta-rs releases the GIL). A
+checkpoint that fails is reported on stderr and written at the next due version instead: the table stays correct
+without it, a fresh reader only reads more commits.
+
+Not thread-safe: one process, one thread of requests.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+import threading
 from collections.abc import Iterable, Sequence
+from urllib.parse import unquote
 
+import pyarrow as pa
 from deltalake import DeltaTable
 
+from compaction.errors import plain_text
 from compaction.metadata.model import TopicPartition
 from compaction.metadata.snapshot import PartitionSnapshot
-from compaction.metadata.table import DataFile, MetadataTable, data_files, reading, snapshot_of_files
+from compaction.metadata.table import DataFile, MetadataTable, reading, snapshot_of_files
 
 
 class TableFollower:
@@ -40,10 +52,14 @@ class TableFollower:
         self._dt = table.delta_table()
         self._first = int(self._dt.version())
         self._version = self._first
-        self._files = self._files_of(self._dt)
+        self._checkpointed = self._first  # the newest version a checkpoint is known for, or nothing is due before
+        self._checkpointing: threading.Thread | None = None
         self._loaded: dict[TopicPartition, PartitionSnapshot] = {}
         self._watched: set[TopicPartition] = set()
         self._changed_at: dict[TopicPartition, int] = {}
+        self._files: dict[TopicPartition, set[str]] = {}
+        self._partition_of: dict[str, TopicPartition] = {}
+        self._take_files(self._first)
 
     @property
     def table(self) -> MetadataTable:
@@ -53,6 +69,11 @@ class TableFollower:
     def version(self) -> int:
         """The newest table version followed."""
         return self._version
+
+    @property
+    def checkpoints_inline(self) -> bool:
+        """`batch.Reader`: no, the follower writes them off the commit's path (the module docstring)."""
+        return False
 
     @property
     def first_version(self) -> int:
@@ -116,24 +137,64 @@ class TableFollower:
 
     def _advance(self) -> None:
         """Take in the `DeltaTable`'s version (moved by `follow` or by a commit written on it): the partitions whose
-        files changed are dropped, to be loaded again when asked for."""
+        files changed are dropped, to be loaded again when asked for; a due checkpoint is started."""
         version = int(self._dt.version())
         if version == self._version:
             return
-        files = self._files_of(self._dt)
-        for tp in files.keys() | self._files.keys():
-            if files.get(tp) != self._files.get(tp):
-                self._changed_at[tp] = version
-                self._loaded.pop(tp, None)
-        self._files, self._version = files, version
+        self._take_files(version)
+        self._version = version
+        self._checkpoint_if_due()
 
-    @staticmethod
-    def _files_of(dt: DeltaTable) -> dict[TopicPartition, frozenset[str]]:
-        """The paths of `dt`'s data files, by partition (its partition values are the topic and the partition)."""
-        by_partition: dict[TopicPartition, set[str]] = {}
-        for path, values in data_files(dt):
-            by_partition.setdefault(TopicPartition(values["topic"], values["partition"]), set()).add(path)
-        return {tp: frozenset(paths) for tp, paths in by_partition.items()}
+    def _take_files(self, version: int) -> None:
+        """Diff the file list of the `DeltaTable` (at `version`) against the one held, by path: only the files
+        added or removed are looked at one by one, so a version costs its changes plus one listing."""
+        adds = pa.table(self._dt.get_add_actions(flatten=True))
+        paths = [unquote(path) for path in adds.column("path").to_pylist()]
+        now = set(paths)
+        changed: set[TopicPartition] = set()
+        for path in self._partition_of.keys() - now:
+            tp = self._partition_of.pop(path)
+            self._files[tp].discard(path)
+            changed.add(tp)
+        added = [(i, path) for i, path in enumerate(paths) if path not in self._partition_of]
+        if added:
+            topics, numbers = adds.column("partition.topic"), adds.column("partition.partition")
+            for i, path in added:
+                tp = TopicPartition(topics[i].as_py(), numbers[i].as_py())
+                self._partition_of[path] = tp
+                self._files.setdefault(tp, set()).add(path)
+                changed.add(tp)
+        for tp in changed:
+            if not self._files[tp]:
+                del self._files[tp]
+            self._changed_at[tp] = version
+            self._loaded.pop(tp, None)
+
+    def _checkpoint_if_due(self) -> None:
+        """Start writing the checkpoint of the newest version when a version delta-rs would have checkpointed (every
+        `delta.checkpointInterval`-th) was passed since the last one known and no checkpoint is being written."""
+        interval = int(self._dt.metadata().configuration.get("delta.checkpointInterval", "100"))
+        if (self._version + 1) // interval <= (self._checkpointed + 1) // interval:  # delta-rs's: 9, 19, ... at 10
+            return
+        if self._checkpointing is not None and self._checkpointing.is_alive():
+            return
+        version, uri, options = self._version, self._table.table_uri, self._table.storage_options
+
+        def write() -> None:
+            try:
+                DeltaTable(uri, version=version, storage_options=options or None).create_checkpoint()
+            except Exception as e:  # a checkpoint only speeds reads up: report, never fail a call
+                print(f"kcompact: {uri}: writing the checkpoint of version {version} failed, the next due version "
+                      f"will have one: {plain_text(e)}", file=sys.stderr)
+
+        self._checkpointed = version
+        self._checkpointing = threading.Thread(target=write, name=f"kcompact-checkpoint-{version}", daemon=True)
+        self._checkpointing.start()
+
+    def wait_for_checkpoint(self) -> None:
+        """Return when no checkpoint is being written (tests; a process about to exit)."""
+        if self._checkpointing is not None:
+            self._checkpointing.join()
 
 
 __all__ = ["TableFollower"]

@@ -225,11 +225,11 @@ def test_a_partition_whose_files_the_store_refuses_fails_alone(
     batch = [tp(p) for p in range(8)]
     real, writes = batch_module._write, []
 
-    def throttled(dt: Any, rows: Any) -> int:
+    def throttled(dt: Any, rows: Any, checkpoint: bool) -> int:
         writes.append([TopicPartition(r.state.topic, r.state.partition) for r in rows])
         if tp(5) in writes[-1]:
             raise TransientStoreError("orders-5: writing the metadata commit failed (simulated: SlowDown)")
-        return int(real(dt, rows))
+        return int(real(dt, rows, checkpoint))
 
     monkeypatch.setattr(batch_module, "_write", throttled)
     acquired = acquire_fencing_epochs(table, batch, "run", NOW, topic_ids=dict.fromkeys(batch, TOPIC_ID))
@@ -242,7 +242,7 @@ def test_a_partition_whose_files_the_store_refuses_fails_alone(
 def test_a_failing_store_stops_after_both_halves_fail(table: MetadataTable, monkeypatch: pytest.MonkeyPatch) -> None:
     writes = []
 
-    def down(dt: Any, rows: Any) -> int:
+    def down(dt: Any, rows: Any, checkpoint: bool) -> int:
         writes.append(len(rows))
         raise TransientStoreError("simulated: the store is down")
 

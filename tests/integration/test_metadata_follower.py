@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
 from compaction.metadata import ChangeSet, TopicPartition, acquire_fencing_epoch, commit_current, table_in_store
 from compaction.metadata.follower import TableFollower
 from compaction.metadata.snapshot import PartitionSnapshot
+from compaction.metadata.table import LOG_CONFIGURATION
+from compaction.metadata.upkeep import log_files
 from compaction.remote_log_metadata import RemoteTier, answer
 from compaction.storage import open_store
 
@@ -104,3 +108,39 @@ def test_the_process_answers_follow_with_what_changed(tmp_path: Path) -> None:
     assert [(p["partition"], p["version"], p["segments"]) for p in loaded["partitions"]] == [
         (1, table.version(), []), (0, table.version(), []), (7, table.version(), [])]
     assert ask({"op": "segments", "topic": "orders", "partition": 1}) == loaded["partitions"][0]
+
+
+def test_the_followers_commits_leave_checkpoints_to_a_background_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit through the follower never waits for a checkpoint: the one due at the table's interval is written
+    on the follower's thread while commits go on, and lands in the log."""
+    table = table_in_store(open_store(str(tmp_path)), create=True)
+    interval = int(LOG_CONFIGURATION["delta.checkpointInterval"])
+    follower = TableFollower(table)
+    started, release = threading.Event(), threading.Event()
+    checkpoint = DeltaTable.create_checkpoint
+
+    def held(self: DeltaTable) -> None:
+        started.set()
+        assert release.wait(60)
+        checkpoint(self)
+
+    monkeypatch.setattr(DeltaTable, "create_checkpoint", held)
+    while table.version() < interval + 2:  # past the due version (delta-rs's: interval - 1), its checkpoint held
+        commit_current(table, A, 2, _touch, reader=follower)
+    assert started.is_set()
+    assert [v for v, kind in log_files(table.table_uri) if kind == "checkpoint"] == []
+    release.set()
+    follower.wait_for_checkpoint()
+    assert [v for v, kind in log_files(table.table_uri) if kind == "checkpoint"] == [interval - 1]
+    assert TableFollower(table).partitions([A])[A].state == follower.partitions([A])[A].state
+
+
+def test_a_commit_of_a_fresh_reader_writes_its_due_checkpoint(tmp_path: Path) -> None:
+    """Without a follower (a `kcompact` run), delta-rs writes the checkpoint with the commit that is due: the
+    interval-th commit, version interval - 1."""
+    table = table_in_store(open_store(str(tmp_path)), create=True)
+    interval = int(LOG_CONFIGURATION["delta.checkpointInterval"])
+    while table.version() < interval:
+        acquire_fencing_epoch(table, A.topic, A.partition, "a-run", table.version() + 1, topic_id=TOPIC_ID)
+    assert [v for v, kind in log_files(table.table_uri) if kind == "checkpoint"] == [interval - 1]
