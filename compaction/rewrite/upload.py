@@ -233,22 +233,11 @@ class _FilterParts:
         return joined_filter([f.result() for f in self.parts], fpp)
 
 
-PUT_THREADS = 8
-"""A chunk's objects put at once: each put waits on the store (an S3 round trip, a local fsync), so a chunk's half
-dozen objects cost about one wait rather than six; with many small partitions those waits are most of a rewrite."""
-
-
 def _put_all(store: ObjectStore, objects: Mapping[str, bytes]) -> float:
-    """Put every object, at once (`PUT_THREADS`; nothing references them before the commit, so their order does not
-    matter); the seconds it took. Raises the first put's error."""
+    """Put every object at once (`ObjectStore.put_many`: nothing references them before the commit); the seconds it
+    took."""
     started = time.monotonic()
-    if len(objects) < 2:
-        for key, data in objects.items():
-            store.put(key, data)
-    else:
-        with ThreadPoolExecutor(min(PUT_THREADS, len(objects)), thread_name_prefix="kcompact-put") as pool:
-            for put in [pool.submit(store.put, key, data) for key, data in objects.items()]:
-                put.result()
+    store.put_many(objects)
     return time.monotonic() - started
 
 

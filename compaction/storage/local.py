@@ -17,7 +17,7 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -31,6 +31,7 @@ from compaction.storage.base import (
     check_key,
     check_prefix,
     check_range,
+    put_pool,
 )
 
 if TYPE_CHECKING:
@@ -73,6 +74,21 @@ class LocalStore(ObjectStore):
     def put(self, key: str, data: bytes) -> None:
         self._create(key, lambda out: out.write(data))
         self._count(puts=1, bytes_written=len(data))
+
+    def put_many(self, objects: Mapping[str, bytes]) -> None:
+        """As `put` for each, but every new directory entry is made durable once per directory, after all are linked
+        (a segment's half dozen objects share a directory: one directory fsync instead of six)."""
+        if len(objects) < 2:
+            super().put_many(objects)
+            return
+        puts = {key: put_pool().submit(self._create, key, _writing(data), sync_parent=False)
+                for key, data in objects.items()}
+        created = [key for key, put in puts.items() if put.exception() is None]
+        for parent in {self._path(key).parent for key in created}:  # durable before anything is reported
+            _fsync_dir(parent)
+        self._count(puts=len(created), bytes_written=sum(len(objects[key]) for key in created))
+        for put in puts.values():
+            put.result()
 
     def put_file(self, key: str, path: str | PathLike[str]) -> None:
         with open(path, "rb") as src:
@@ -159,8 +175,9 @@ class LocalStore(ObjectStore):
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise MissingObjectError("object does not exist", obj=self.object_uri(key)) from None
 
-    def _create(self, key: str, write: Callable[[IO[bytes]], object]) -> int:
-        """Write a temp file with `write`, then link it to `key` unless `key` exists; returns its size."""
+    def _create(self, key: str, write: Callable[[IO[bytes]], object], sync_parent: bool = True) -> int:
+        """Write a temp file with `write`, then link it to `key` unless `key` exists; returns its size.
+        `sync_parent`: fsync the directory now (else the caller does, before it reports the object written)."""
         target = self._path(key)
         if target.exists():
             raise ObjectExistsError(self.object_uri(key))
@@ -178,7 +195,8 @@ class LocalStore(ObjectStore):
                 raise ObjectExistsError(self.object_uri(key)) from None
         finally:
             tmp.unlink(missing_ok=True)
-        _fsync_dir(target.parent)
+        if sync_parent:
+            _fsync_dir(target.parent)
         return size
 
     def _walk(self, prefix: str) -> Iterator[str]:
@@ -192,6 +210,10 @@ class LocalStore(ObjectStore):
                 key = dir_key + name
                 if key.startswith(prefix) and not name.startswith(TEMP_PREFIX):
                     yield key
+
+
+def _writing(data: bytes) -> Callable[[IO[bytes]], object]:
+    return lambda out: out.write(data)
 
 
 def _may_match(dir_key: str, prefix: str) -> bool:

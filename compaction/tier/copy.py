@@ -192,13 +192,15 @@ def _plan_copy(part: LocalPartition, store: ObjectStore, current: PartitionSnaps
 
 def _upload(copy: _Copy, store: ObjectStore) -> None:
     for seg, meta in zip(copy.prepared, copy.new, strict=True):
+        in_memory = {}
         for obj in meta.object_keys:
             if obj.suffix is Suffix.LOG and seg.log_bytes is not None:
-                store.put(obj.key, seg.log_bytes)
+                in_memory[obj.key] = seg.log_bytes
             elif obj.suffix is Suffix.LOG:
                 store.put_file(obj.key, seg.log_path)
             else:
-                store.put(obj.key, seg.companions[obj.suffix.value])
+                in_memory[obj.key] = seg.companions[obj.suffix.value]
+        store.put_many(in_memory)
         copy.result.copied.append(seg.start_offset)
         copy.result.bytes_copied += seg.size
         copy.result.rebuilt_indexes += int(seg.rebuilt_indexes)

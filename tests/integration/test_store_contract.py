@@ -114,6 +114,19 @@ def test_put_never_overwrites(store: ObjectStore) -> None:
     assert store.get(SEGMENT_KEY) == b"first"
 
 
+def test_put_many_creates_every_object_and_never_overwrites(store: ObjectStore) -> None:
+    objects = {f"t/0/{i:020d}-seg.{suffix}": bytes([i]) * (i + 1) for i, suffix in enumerate(("log", "index", "bloom"))}
+    store.put_many(objects)
+    assert {k: store.get(k) for k in objects} == objects
+    before = store.stats.puts
+    with pytest.raises(ObjectExistsError) as refused:
+        store.put_many({"t/0/new.log": b"new", next(iter(objects)): b"second"})
+    assert refused.value.uri == store.object_uri(next(iter(objects)))
+    assert store.get(next(iter(objects))) == bytes([0])
+    assert store.get("t/0/new.log") == b"new"  # the others of the call were created, and counted
+    assert store.stats.puts >= before + 1  # (S3 also counts its refused conditional PUT: a request was made)
+
+
 def test_put_file_never_overwrites(store: ObjectStore, tmp_path: Path) -> None:
     source = tmp_path / "segment.log"
     source.write_bytes(b"second")
