@@ -170,6 +170,12 @@ class MetadataTableNotFoundError(ConfigError):
     """No Delta table at the metadata table URI: fix the URI, or create the table first."""
 
 
+class UnsupportedDeltaProtocolError(ConfigError):
+    """A Delta table kcompact writes (the topic, metadata or WAL table) requires a protocol version or table feature
+    the kcompact writer that opened it does not implement (`compaction.delta_protocol`), typically turned on by
+    another writer: nothing was written to it. Turn the feature off where Delta allows it, or use another table."""
+
+
 class UnknownPartitionError(ConfigError):
     """The store holds nothing of the named topic-partition (no metadata rows, no WAL objects): a misspelt topic or
     partition, or the wrong store; Kafka's UNKNOWN_TOPIC_OR_PARTITION."""

@@ -25,7 +25,10 @@ in the commit of its data); a file past a fifth deleted is rewritten without the
 also removes the rows of partitions the store no longer has, compacts a partition split into many small files
 (OPTIMIZE) and vacuums files removed, and deletion vector files unused, longer ago than the table's
 delta.deletedFileRetentionDuration (one week by default). The table opens with delta-rs (DeltaTable.scan), DuckDB
-or Spark (delta-spark); delta-rs's to_pyarrow_table reads no deletion vectors and refuses it.
+or Spark (delta-spark); delta-rs's to_pyarrow_table reads no deletion vectors and refuses it. A table whose protocol
+another writer moved past what kcompact implements (a table feature other than deletionVectors, such as rowTracking
+or domainMetadata, or appendOnly, change data feed, constraints, invariants, generated columns or column mapping in
+use) is refused with exit code 2, naming the features, before anything is read or written.
 """
 
 
@@ -46,12 +49,16 @@ def register(sub: options.Subcommands) -> None:
 def run_table(args: argparse.Namespace) -> int:
     from compaction.config import load_config
     from compaction.progress import Progress
-    from compaction.topic_table import Location, update_table
+    from compaction.topic_table import Location, TopicTable, update_table
 
     config = load_config(args.config)
     clock = options.now_ms(args)
     store = options.open_store(args)
     location = Location.parse(args.table, endpoint_url=args.endpoint_url)
+    topic = config.for_topic(args.topic)
+    # a table another writer moved past what kcompact implements is refused before Spark starts (exit 2); the run
+    # checks it again where it opens the table
+    TopicTable(location, args.topic, topic.compaction_strategy, topic.compaction_strategy_header).check_protocol()
     progress = Progress(sys.stderr)
     with options.spark_session(args.master) as spark:
         report = update_table(spark, store, config, args.topic, location, clock, rebuild=args.rebuild,

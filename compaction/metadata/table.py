@@ -7,6 +7,15 @@ per topic naming its partitions).
 `MetadataTable` holds nothing but the URI and storage options: it is small, picklable and safe to share between
 threads; every read opens the Delta log afresh.
 
+Opening the table checks its Delta protocol first (`compaction.delta_protocol.METADATA_TABLE`). kcompact reads the
+data files itself, so a reader feature (deletion vectors, column mapping in use, ...) is refused on every open; a
+writer feature kcompact's delta-rs writes do not honour (`rowTracking`, `domainMetadata`, ...) is refused on an open
+for writing, the default. `segments`, `read`, `verify` and the metadata reads of `kcompact table` and `kcompact wal
+upload`, which never write the table, open it with `write=False`; `kcompact plan` shares `compact`'s open for
+writing. A refusal is `UnsupportedDeltaProtocolError`, exit 2. The check is made when a process opens the table: a
+feature turned on while a long-lived process (the broker's metadata process) holds it open is refused by delta-rs
+at that process's next commit if delta-rs does not implement it, and otherwise only at the process's next open.
+
 A read that still fails after delta-rs's own retries (the log or a parquet file unreachable: throttling, 5xx,
 timeouts) raises `TransientStoreError`, like a failed commit: the caller fails what the read was for (one
 partition, when it read one) and a rerun is safe.
@@ -28,6 +37,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from compaction.delta_protocol import METADATA_TABLE, refused_by_delta_rs
 from compaction.errors import (
     KcompactError,
     MetadataSchemaError,
@@ -108,21 +118,26 @@ class MetadataTable(DeltaTableRef):
 
     @classmethod
     def open(cls, table_uri: str, storage_options: Mapping[str, str] | None = None,
-             diagnose: Diagnose | None = None) -> MetadataTable:
-        """Open an existing metadata table and check that it is kcompact's.
+             diagnose: Diagnose | None = None, *, write: bool = True) -> MetadataTable:
+        """Open an existing metadata table and check that it is kcompact's, and that its protocol is one kcompact
+        reads and, unless `write` is False (a command that only reads the table), writes.
 
         Raises:
             MetadataTableNotFoundError: no Delta table at `table_uri`.
+            UnsupportedDeltaProtocolError: the table requires a reader feature, or (`write`) a writer feature,
+                kcompact's metadata-table writer does not implement (exit 2; nothing was written).
             MetadataSchemaError: a Delta table with other columns, types or partition columns.
         """
         table = cls(table_uri, storage_options, diagnose)
-        table._check_schema(table.delta_table())
+        dt = table.delta_table()
+        METADATA_TABLE.check(dt, table_uri, write=write)
+        table._check_schema(dt)
         return table
 
     @classmethod
     def create_if_missing(cls, table_uri: str, storage_options: Mapping[str, str] | None = None,
                           diagnose: Diagnose | None = None) -> MetadataTable:
-        """Open the metadata table, creating it (empty, version 0) if there is none. Idempotent.
+        """Open the metadata table for writing, creating it (empty, version 0) if there is none. Idempotent.
 
         Two processes creating it at once is fine: the loser of the race to version 0 opens the winner's.
         """
@@ -340,7 +355,8 @@ def arrow_filesystem(table_uri: str, storage_options: Mapping[str, str]) -> pa_f
 @contextlib.contextmanager
 def reading(where: str, diagnose: Diagnose | None = None) -> Iterator[None]:
     """delta-rs's and pyarrow's read failures (after delta-rs's retries) as `TransientStoreError`, naming `where`,
-    in plain text; or, when `diagnose` (the store's) finds a cause a rerun cannot fix, as that error.
+    in plain text; or, when `diagnose` (the store's) finds a cause a rerun cannot fix, as that error; or, when
+    delta-rs cannot read the table's protocol, as `UnsupportedDeltaProtocolError` (`delta_protocol`, exit 2).
 
     `TableNotFoundError` passes through: the caller knows what a missing table means.
     """
@@ -349,7 +365,9 @@ def reading(where: str, diagnose: Diagnose | None = None) -> Iterator[None]:
     except TableNotFoundError:
         raise
     except (DeltaError, OSError) as e:
-        found = diagnose() if diagnose is not None else None
+        found: KcompactError | None = refused_by_delta_rs(e, where) if isinstance(e, DeltaError) else None
+        if found is None and diagnose is not None:
+            found = diagnose()
         if found is not None:
             raise found from e
         raise TransientStoreError(f"{where}: reading the table failed after delta-rs's retries "
@@ -369,8 +387,10 @@ def _snapshot_of(dt: DeltaTable, rows: pa.Table, where: str) -> MetadataSnapshot
 METADATA_TABLE_NAME = "_kcompact_metadata"
 
 
-def table_in_store(store: ObjectStoreLike, *, create: bool = False) -> MetadataTable:
-    """The metadata table kept inside an object store, at `<store>/_kcompact_metadata`."""
+def table_in_store(store: ObjectStoreLike, *, create: bool = False, write: bool = True) -> MetadataTable:
+    """The metadata table kept inside an object store, at `<store>/_kcompact_metadata`, opened for writing unless
+    `write` is False (`MetadataTable.open`; `create` opens it for writing)."""
     uri, options = store.delta_uri(METADATA_TABLE_NAME), store.delta_storage_options()
-    opened = MetadataTable.create_if_missing if create else MetadataTable.open
-    return opened(uri, options, store.diagnose)
+    if create:
+        return MetadataTable.create_if_missing(uri, options, store.diagnose)
+    return MetadataTable.open(uri, options, store.diagnose, write=write)

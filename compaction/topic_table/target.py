@@ -6,7 +6,9 @@ run that updates a partition already in the table turns on the `deletionVectors`
 deleted instead of rewriting their files (`deletion_vectors`). delta-spark, delta-rs's `DeltaTable.scan` and
 DuckDB read it; delta-rs's `to_pyarrow_table`, which reads no deletion vectors, refuses it. Its name is the topic
 and its description records the strategy it was built under; a table of another topic or strategy is refused
-rather than silently mixed.
+rather than silently mixed. A table whose protocol another writer raised past what kcompact implements (another
+table feature than `deletionVectors`, or one of the features `compaction.delta_protocol` lets by only while unused, in
+use) is refused when opened, before a run reads or writes anything (`UnsupportedDeltaProtocolError`, exit 2).
 
 **What has been applied** lives in the table itself: every run that applies offsets of a partition commits,
 in the same Delta commit as its data files, an application transaction (Delta's `txn` action) with app id
@@ -34,6 +36,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from compaction.config import CompactionStrategy
+from compaction.delta_protocol import DELETION_VECTORS, LEGACY_WRITER_FEATURES, TOPIC_TABLE
 from compaction.errors import ConfigError
 from compaction.metadata.table import reading
 from compaction.metadata.upkeep import vacuum
@@ -89,7 +92,6 @@ class Applied:
     log_start: int | None = None
 
 
-DELETION_VECTORS = "deletionVectors"
 CHECKPOINT_INTERVAL = 100
 """A checkpoint every this many versions unless the table's `delta.checkpointInterval` says otherwise (Delta's
 default, which delta-rs's own commits follow)."""
@@ -190,6 +192,7 @@ class TopicTable:
         self._table: DeltaTable | None = None
         self._log: LogFiles | None = None
         self._turn_on_vectors = False
+        self._committed: int | None = None
 
     def exists(self) -> bool:
         # Not `DeltaTable.is_deltatable`: its listing hangs for minutes against some S3 servers (moto).
@@ -205,11 +208,29 @@ class TopicTable:
         with reading(self.uri, self._store.diagnose):
             return DeltaTable(self.uri, storage_options=self._options)
 
+    def check_protocol(self, table: DeltaTable | None = None) -> None:
+        """Refuse the table (`table`, or the latest version; none yet is fine) if its protocol requires a feature
+        kcompact's topic-table writer does not implement (`compaction.delta_protocol.TOPIC_TABLE`).
+
+        Raises:
+            UnsupportedDeltaProtocolError: naming the features (exit 2).
+        """
+        if table is None:
+            try:
+                table = self._delta_table()
+            except TableNotFoundError:
+                return
+        after = ("" if self._committed is None else
+                 f" after this run's commit (version {self._committed}), which the feature's commit followed")
+        TOPIC_TABLE.check(table, self.uri, consequence=f"nothing was written to it{after}")
+
     def open(self, partitions: Sequence[int], *, create: bool) -> TableState:
         """Read the table's state (what it applied of each of `partitions`); create it empty first (version 0)
         if `create` and there is none.
 
         Raises:
+            UnsupportedDeltaProtocolError: the table requires a table feature kcompact does not implement (a
+                `ConfigError`; checked first, before anything is written).
             ConfigError: the table belongs to another topic, was built under another strategy or has other
                 columns (recreate it elsewhere, or delete it), or does not exist and `create` is False.
         """
@@ -221,6 +242,7 @@ class TopicTable:
             table = self._delta_table()
         except TableNotFoundError:
             raise ConfigError(f"no table at {self.uri}: the first run creates it") from None
+        self.check_protocol(table)
         self._check(table)
         self._table, self._turn_on_vectors = table, False
         return self._state(table, partitions)
@@ -314,6 +336,7 @@ class TopicTable:
         paths = {f.path for f in removes} | {f.path for f, _ in marked}
         version = write_commit(self._store, self.location.name, self._table.version(), actions,
                                lambda found: _conflict(found, ids, paths))
+        self._committed = version
         interval = int(self._table.metadata().configuration.get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
         if version % interval == 0:
             self._delta_table().create_checkpoint()
@@ -367,12 +390,6 @@ def retention_ms(configuration: Mapping[str, str]) -> int:
                       "'interval 7 days')")
 
 
-_LEGACY_WRITER_FEATURES = {2: ["appendOnly", "invariants"], 3: ["checkConstraints"],
-                           4: ["changeDataFeed", "generatedColumns"], 5: ["columnMapping"], 6: ["identityColumns"]}
-"""The features each legacy writer version brings (Delta's protocol, "Table Features"), listed explicitly once a
-table moves to writer 7."""
-
-
 def upgraded_protocol(reader: int, writer: int, reader_features: Sequence[str], writer_features: Sequence[str]
                       ) -> dict[str, object]:
     """A table's protocol action (`minReaderVersion` `reader`, ...) with the `deletionVectors` feature added: reader
@@ -380,7 +397,7 @@ def upgraded_protocol(reader: int, writer: int, reader_features: Sequence[str], 
     delta-spark refuses a writer-7 table without). Pure."""
     readers = set(reader_features) | ({"columnMapping"} if reader == 2 else set()) | {DELETION_VECTORS}
     writers = set(writer_features) | {DELETION_VECTORS}
-    for version, features in _LEGACY_WRITER_FEATURES.items():
+    for version, features in LEGACY_WRITER_FEATURES.items():
         if version <= writer < 7:
             writers.update(features)
     return {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": sorted(readers),

@@ -96,7 +96,7 @@ def verify_span(
     UnknownPartitionError if the metadata table holds no row of the partition at `after_version` or `before_version`
     (a misspelt topic or partition, or a version before it was tiered, verifies nothing: it must not pass),
     and MetadataVersionNotFoundError for a version that does not exist."""
-    table = table_in_store(store)
+    table = table_in_store(store, write=False)  # verify only reads
     after = table.partition_snapshot(topic, partition, after_version)
     if not after.exists:
         raise UnknownPartitionError(f"the metadata table of {store.uri} holds no partition {topic}-{partition} at "

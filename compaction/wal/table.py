@@ -9,7 +9,10 @@
   so an uploader's FINISHED and gc's DELETE_SEGMENT_STARTED of one object can never both land. A refused
   commit is re-planned from the latest version a bounded number of times.
 
-Like the segment metadata table, `WalTable` holds only a URI and storage options: it pickles and shares.
+Like the segment metadata table, `WalTable` holds only a URI and storage options: it pickles and shares. Each open
+checks the table's Delta protocol as the metadata table's (`compaction.delta_protocol.WAL_TABLE`): a reader feature
+kcompact does not implement is refused on every read, a writer feature before each write
+(`UnsupportedDeltaProtocolError`, exit 2; nothing written).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
+from compaction.delta_protocol import WAL_TABLE
 from compaction.errors import (
     CommitConflictError,
     MetadataInvariantError,
@@ -63,7 +67,7 @@ class WalTable(DeltaTableRef):
 
     def _create_if_missing(self) -> None:
         if self.exists():
-            self._check_schema(self._delta_table())
+            self._check_schema(self._delta_table(write=True))
             return
         with contextlib.suppress(DeltaError):  # lost the race to version 0: the other creator's table is fine
             DeltaTable.create(
@@ -74,14 +78,21 @@ class WalTable(DeltaTableRef):
                 description="kcompact combined WAL objects (KIP-1176)",
                 storage_options=self._options or None,
             )
-        self._check_schema(self._delta_table())
+        self._check_schema(self._delta_table(write=True))
 
-    def _delta_table(self) -> DeltaTable:
+    def _delta_table(self, *, write: bool = False) -> DeltaTable:
+        """The latest version, its protocol checked for reading or (`write`) writing it.
+
+        Raises:
+            MetadataTableNotFoundError, TransientStoreError, UnsupportedDeltaProtocolError.
+        """
         try:
             with reading(self._uri, self._diagnose):
-                return DeltaTable(self._uri, storage_options=self._options or None)
+                dt = DeltaTable(self._uri, storage_options=self._options or None)
         except TableNotFoundError as e:
             raise MetadataTableNotFoundError(f"{self._uri}: no WAL table here ({e})") from e
+        WAL_TABLE.check(dt, self._uri, write=write)
+        return dt
 
     def _check_schema(self, dt: DeltaTable) -> None:
         found = pa.schema(dt.schema().to_arrow())
@@ -120,7 +131,7 @@ class WalTable(DeltaTableRef):
         """Append `objects` in COPY_SEGMENT_STARTED (before their bytes are written); returns the version."""
         started = [replace(o, state=SegmentState.COPY_SEGMENT_STARTED, created_ms=now_ms, event_timestamp_ms=now_ms)
                    for o in objects]
-        dt = self._delta_table()
+        dt = self._delta_table(write=True)
         try:
             write_deltalake(dt, objects_to_arrow(started), mode="append",
                             commit_properties=CommitProperties(custom_metadata={"kcompact.wal": "started"}))
@@ -150,7 +161,7 @@ class WalTable(DeltaTableRef):
         if not wanted:
             return []
         for attempt in range(1, attempts + 1):
-            dt = self._delta_table()
+            dt = self._delta_table(write=True)
             current = {o.object_id: o for o in self._objects_of(dt)}
             unknown = [i for i in wanted if i not in current]
             if unknown:
@@ -190,8 +201,8 @@ class WalTable(DeltaTableRef):
         change adds one), then vacuum the files removed longer ago than its retention; `exists` tells whether a
         path relative to the table is still in the store. Returns (files compacted, files vacuumed). A state change
         racing the compaction is refused by delta-rs and re-planned, as against any other commit."""
-        compacted = compact_if_crowded(self._delta_table(), max_files)
-        return compacted, len(vacuum(self._delta_table(), self._uri, exists))
+        compacted = compact_if_crowded(self._delta_table(write=True), max_files)
+        return compacted, len(vacuum(self._delta_table(write=True), self._uri, exists))
 
 def _strings(values: Iterable[str]) -> pa.Array:
     return pa.array(list(values), pa.string())

@@ -80,7 +80,8 @@ def partition_log(store: ObjectStoreLike, topic: str, partition: int, *, metadat
     if partition < 0:
         raise UnknownPartitionError(f"partition {partition}: partitions are numbered from 0")
     try:
-        p: PartitionSnapshot | None = table_in_store(store).partition_snapshot(topic, partition, metadata_version)
+        tier = table_in_store(store, write=False)  # read only: a writer feature another writer turned on is fine
+        p: PartitionSnapshot | None = tier.partition_snapshot(topic, partition, metadata_version)
     except MetadataTableNotFoundError:
         p = None
     objects = WalTable.in_store(store).partition_objects(topic, partition)
@@ -99,7 +100,7 @@ def store_log(store: ObjectStoreLike, *, metadata_version: int | None = None) ->
     never has a hole between the tier and the WAL (at worst an entry the tier already covers, which is skipped).
     """
     try:
-        snapshot: MetadataSnapshot | None = table_in_store(store).snapshot(metadata_version)
+        snapshot: MetadataSnapshot | None = table_in_store(store, write=False).snapshot(metadata_version)
     except MetadataTableNotFoundError:
         snapshot = None
     objects = tuple(WalTable.in_store(store).objects())

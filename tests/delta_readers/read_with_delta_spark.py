@@ -6,10 +6,11 @@ project's pyspark 4.3) and .delta-jars (delta-spark and hadoop-aws from Maven Ce
 file and compares its answer with what delta-rs reads.
 
 Request (JSON): `jars` (paths for the driver's class path), `s3` (null, or `endpoint`, `region`, `access_key`,
-`secret_key` for `s3a://` through hadoop-aws), `reads`: a list of `{"name", "uri", "versions": [int, ...] | null}`; null
-reads the latest snapshot only. Answer (JSON, to the given path): per name, `latest_version` (from
-`DeltaTable.history`), `detail` (`DeltaTable.detail`'s protocol, features and partitioning) and `rows` per version
-read, each row a JSON object with binary values as {"hex": ...}.
+`secret_key` for `s3a://` through hadoop-aws), `statements` (optional: Spark SQL run in order before the reads, as
+another writer's job would, e.g. an `ALTER TABLE ... SET TBLPROPERTIES`), `reads`: a list of `{"name", "uri",
+"versions": [int, ...] | null}`; null reads the latest snapshot only. Answer (JSON, to the given path): per name,
+`latest_version` (from `DeltaTable.history`), `detail` (`DeltaTable.detail`'s protocol, features and partitioning) and
+`rows` per version read, each row a JSON object with binary values as {"hex": ...}.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ def main(request_path: str, answer_path: str) -> None:
         request = json.load(f)
     spark = session(request["jars"], request["s3"])
     try:
+        for statement in request.get("statements", []):
+            spark.sql(statement)
         answer = {r["name"]: read(spark, r["uri"], r["versions"]) for r in request["reads"]}
     finally:
         spark.stop()

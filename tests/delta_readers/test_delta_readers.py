@@ -6,6 +6,9 @@ The project's code (pyspark 4.3, delta-rs) writes both stores the same way: two 
 again (the swap removes segment rows and Parquet files and adds others: Delta remove actions) and tabled again.
 `read_with_delta_spark.py` then reads every table in one delta-spark session of .venv-delta, at the latest version
 and at the one after the first round, and this test compares its rows and versions with delta-rs's.
+
+One more test has delta-spark write: it turns on row tracking on a topic table, as a user's job may, and `kcompact
+table` then refuses the table with exit 2 before writing anything (`compaction.delta_protocol`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 import compaction
+from compaction.cli import main
 from compaction.config import CompactionStrategy, KcompactConfig, TopicConfig
 from compaction.metadata.table import METADATA_TABLE_NAME, read_rows
 from compaction.spark import table as table_data
@@ -117,13 +121,18 @@ def delta_rs_rows(table: Table, version: int) -> list[str]:
 
 def read_with_delta_spark(tmp: Path, tables: dict[str, Table], s3_endpoint: str) -> dict[str, Any]:
     """One delta-spark session of .venv-delta reads every table at its first-round and latest versions."""
-    request = {
-        "jars": sorted(str(p) for p in DELTA_JARS.glob("*.jar")),
+    return delta_spark(tmp, {
         "s3": {"endpoint": s3_endpoint, "region": REGION, "access_key": FAKE_AWS_ENV["AWS_ACCESS_KEY_ID"],
                "secret_key": FAKE_AWS_ENV["AWS_SECRET_ACCESS_KEY"]},
         "reads": [{"name": name, "uri": t.spark_uri, "versions": [t.first_round, DeltaTable(
             t.uri, storage_options=t.options).version()]} for name, t in tables.items()],
-    }
+    })
+
+
+def delta_spark(tmp: Path, request: dict[str, Any]) -> dict[str, Any]:
+    """Run `read_with_delta_spark.py` in .venv-delta on `request` (its jars added); returns its answer."""
+    assert DELTA_PYTHON.exists() and (DELTA_JARS / ".resolved").exists(), "run `make delta-readers-test`"
+    request = {"jars": sorted(str(p) for p in DELTA_JARS.glob("*.jar")), **request}
     (tmp / "request.json").write_text(json.dumps(request))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "AWS_"))}
     env.update(PYSPARK_PYTHON=str(DELTA_PYTHON), SPARK_LOCAL_IP="127.0.0.1")
@@ -197,3 +206,47 @@ def test_delta_spark_reads_the_topic_tables_deletion_vectors(
     location = Location.parse(table.uri, table.options.get("AWS_ENDPOINT_URL"), table.options.get("AWS_REGION"))
     topic = TopicTable(location, TOPIC, CompactionStrategy.HEADER, VERSION_HEADER)
     assert any(f.vector is not None for f in topic.open([0, 1], create=False).files)
+
+
+def test_kcompact_table_refuses_a_topic_table_delta_spark_turned_row_tracking_on(
+        spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 42: delta-spark's `delta.enableRowTracking` adds the `rowTracking` and `domainMetadata` features, which
+    kcompact's topic-table writer does not implement; the next `kcompact table` exits 2 naming them, and commits
+    nothing (it used to run its work, then die with exit 1 in delta-rs)."""
+    store = open_store(str(tmp_path / "store"))
+    producer = RandomProducer(ScenarioLog(TOPIC, T, partition=0), random.Random(42), keys=40)
+    uri = str(tmp_path / "tables" / TOPIC)
+    now = T
+    for _ in range(2):  # a rebuild, then an update that turns deletion vectors on
+        now += MINUTE
+        producer.log.timestamp = now
+        producer.append(8)
+        tier([producer.log], tmp_path / "logdir", store, now)
+        now += MINUTE
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(table_data, "PURGE_SHARE", 1.0)
+            compaction.table(spark, store, CONFIG, TOPIC, uri, now_ms=now)
+    assert "deletionVectors" in (DeltaTable(uri).protocol().reader_features or [])
+    answer = delta_spark(tmp_path, {"s3": None, "reads": [{"name": "topic", "uri": uri, "versions": None}],
+                                    "statements": [f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES "
+                                                   "('delta.enableRowTracking' = 'true')"]})
+    assert {"deletionVectors", "domainMetadata", "rowTracking"} <= set(answer["topic"]["detail"]["tableFeatures"])
+    version = DeltaTable(uri).version()
+    assert answer["topic"]["latest_version"] == version
+
+    now += MINUTE
+    producer.log.timestamp = now
+    producer.append(8)
+    tier([producer.log], tmp_path / "logdir", store, now)
+    config = tmp_path / "kcompact.yaml"
+    config.write_text(f"defaults:\n  cleanup.policy: compact\n  compaction.strategy: header\n"
+                      f"  compaction.strategy.header: {VERSION_HEADER}\n")
+    capsys.readouterr()
+    assert main(["table", "--store", store.uri, "--config", str(config), "--topic", TOPIC, "--table", uri,
+                 "--now", str(now + MINUTE)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kcompact table: UnsupportedDeltaProtocolError: {uri}: the table requires writer "
+                          "feature(s) domainMetadata, rowTracking, which kcompact writing the topic table does not "
+                          "implement"), err
+    assert err.rstrip().endswith("nothing was written to it") and "Traceback" not in err
+    assert DeltaTable(uri).version() == version
