@@ -233,11 +233,11 @@ class _FilterParts:
         return joined_filter([f.result() for f in self.parts], fpp)
 
 
-def _put_all(store: ObjectStore, objects: Mapping[str, bytes]) -> float:
-    """Put every object at once (`ObjectStore.put_many`: nothing references them before the commit); the seconds it
-    took."""
+def _put_all(store: ObjectStore, objects: Mapping[str, bytes], copied_from: Mapping[str, str] | None = None) -> float:
+    """Put every object at once (`ObjectStore.put_many`: nothing references them before the commit), the carried
+    companions as copies; the seconds it took."""
     started = time.monotonic()
-    store.put_many(objects)
+    store.put_many(objects, copied_from)
     return time.monotonic() - started
 
 
@@ -256,12 +256,11 @@ def _upload(store: ObjectStore, task: PartitionTask, group: GroupTask, output: A
     if output.txn_index:
         objects[Suffix.TXN_INDEX] = output.txn_index
     last = group.inputs[-1]
-    for suffix in _CARRIED:
-        if suffix.value in last.keys:
-            objects[suffix] = store.get(last.keys[suffix.value])
+    carried = {suffix: last.keys[suffix.value] for suffix in _CARRIED if suffix.value in last.keys}
     filtering = time.monotonic()
     with ThreadPoolExecutor(1, thread_name_prefix="kcompact-upload") as pool:  # upload while the filter is built
-        uploaded = pool.submit(_put_all, store, {key(suffix): data for suffix, data in objects.items()})
+        uploaded = pool.submit(_put_all, store, {key(suffix): data for suffix, data in objects.items()},
+                               {key(suffix): source for suffix, source in carried.items()})
         bloom = parts.filter(task.bloom_fpp).to_bytes()
         filtered = time.monotonic()
         upload_seconds = uploaded.result()
@@ -278,7 +277,7 @@ def _upload(store: ObjectStore, task: PartitionTask, group: GroupTask, output: A
         max_timestamp_ms=stats.max_timestamp,
         first_batch_max_timestamp_ms=stats.first_batch_max_timestamp,
         record_count=stats.records_written,
-        object_keys={s.value: key(s) for s in objects},
+        object_keys={s.value: key(s) for s in [*objects, *carried]},
         stats={**stats.to_dict(), **times, "upload_task_ms": round(1000 * upload_seconds)},
         seconds=time.monotonic() - started,
     )

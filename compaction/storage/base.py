@@ -283,20 +283,30 @@ class ObjectStore(ABC):
             TransientStoreError: the store kept failing transiently.
         """
 
-    def put_many(self, objects: Mapping[str, bytes]) -> None:
-        """`put` every object of `objects`, at once (`PUT_THREADS`, each put waits on the store: an S3 round trip, a
-        local fsync): for a writer whose objects are referenced by nothing before a later commit, so their order
-        does not matter. Some may have been created when it raises. Never call it from a `put_pool` thread.
+    def put_many(self, objects: Mapping[str, bytes], copied_from: Mapping[str, str] | None = None) -> None:
+        """`put` every object of `objects`, and every key of `copied_from` as a copy of the object its value names,
+        at once (`PUT_THREADS`; each put waits on the store: an S3 round trip, a local fsync): for a writer whose
+        objects are referenced by nothing before a later commit, so their order does not matter. Some may have
+        been created when it raises. Never call it from a `put_pool` thread.
 
         Raises:
-            the first failing put's error (`ObjectExistsError`, `TransientStoreError`, ...).
+            the first failing put's error (`ObjectExistsError`, `MissingObjectError` for a copy's source,
+            `TransientStoreError`, ...).
         """
-        if len(objects) < 2:
+        copies = dict(copied_from or {})
+        if len(objects) + len(copies) < 2:
             for key, data in objects.items():
                 self.put(key, data)
+            for key, source in copies.items():
+                self._copy(source, key)
             return
-        for put in [put_pool().submit(self.put, key, data) for key, data in objects.items()]:
+        puts = [put_pool().submit(self.put, key, data) for key, data in objects.items()]
+        puts += [put_pool().submit(self._copy, source, key) for key, source in copies.items()]
+        for put in puts:
             put.result()
+
+    def _copy(self, source: str, key: str) -> None:
+        self.put(key, self.get(source))
 
     @abstractmethod
     def put_file(self, key: str, path: str | PathLike[str]) -> None:

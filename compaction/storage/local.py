@@ -18,6 +18,7 @@ import shutil
 import stat
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -75,20 +76,36 @@ class LocalStore(ObjectStore):
         self._create(key, lambda out: out.write(data))
         self._count(puts=1, bytes_written=len(data))
 
-    def put_many(self, objects: Mapping[str, bytes]) -> None:
+    def put_many(self, objects: Mapping[str, bytes], copied_from: Mapping[str, str] | None = None) -> None:
         """As `put` for each, but every new directory entry is made durable once per directory, after all are linked
-        (a segment's half dozen objects share a directory: one directory fsync instead of six)."""
-        if len(objects) < 2:
+        (a segment's objects share a directory: one directory fsync instead of one per object), and a copy is a
+        hard link to its source (an object is never rewritten in place: no bytes move, no data to fsync)."""
+        copies = dict(copied_from or {})
+        if len(objects) + len(copies) < 2 and not copies:
             super().put_many(objects)
             return
-        puts = {key: put_pool().submit(self._create, key, _writing(data), sync_parent=False)
-                for key, data in objects.items()}
-        created = [key for key, put in puts.items() if put.exception() is None]
+        puts: dict[str, Future[object]] = {
+            key: put_pool().submit(self._create, key, _writing(data), sync_parent=False)
+            for key, data in objects.items()}
+        links: dict[str, Future[object]] = {
+            key: put_pool().submit(self._link, source, key) for key, source in copies.items()}
+        created = [key for key, put in {**puts, **links}.items() if put.exception() is None]
         for parent in {self._path(key).parent for key in created}:  # durable before anything is reported
             _fsync_dir(parent)
-        self._count(puts=len(created), bytes_written=sum(len(objects[key]) for key in created))
-        for put in puts.values():
+        self._count(puts=len(created), bytes_written=sum(len(objects[key]) for key in created if key in objects))
+        for put in [*puts.values(), *links.values()]:
             put.result()
+
+    def _link(self, source: str, key: str) -> None:
+        """`key` as a second name of the file of `source` (create-only, as `_create`); its directory not synced."""
+        target, origin = self._path(key), self._path(source)
+        if not origin.is_file():
+            raise MissingObjectError("object does not exist", obj=self.object_uri(source))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(origin, target)
+        except FileExistsError:
+            raise ObjectExistsError(self.object_uri(key)) from None
 
     def put_file(self, key: str, path: str | PathLike[str]) -> None:
         with open(path, "rb") as src:

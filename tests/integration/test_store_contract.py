@@ -127,6 +127,18 @@ def test_put_many_creates_every_object_and_never_overwrites(store: ObjectStore) 
     assert store.stats.puts >= before + 1  # (S3 also counts its refused conditional PUT: a request was made)
 
 
+def test_put_many_copies_objects(store: ObjectStore) -> None:
+    store.put("t/0/a.snapshot", b"state")
+    store.put_many({"t/0/b.log": b"log"}, {"t/0/b.snapshot": "t/0/a.snapshot"})
+    store.delete("t/0/a.snapshot")  # the copy is an object of its own
+    assert (store.get("t/0/b.snapshot"), store.get("t/0/b.log")) == (b"state", b"log")
+    with pytest.raises(ObjectExistsError):
+        store.put_many({}, {"t/0/b.log": "t/0/b.snapshot"})
+    with pytest.raises(MissingObjectError):
+        store.put_many({}, {"t/0/c.snapshot": "t/0/a.snapshot"})
+    assert store.get("t/0/b.log") == b"log" and not store.exists("t/0/c.snapshot")
+
+
 def test_put_file_never_overwrites(store: ObjectStore, tmp_path: Path) -> None:
     source = tmp_path / "segment.log"
     source.write_bytes(b"second")
