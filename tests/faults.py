@@ -9,6 +9,8 @@ Every store opened from it, on the driver or in a task, counts its own create-on
 from __future__ import annotations
 
 import sys
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from os import PathLike
 
@@ -46,6 +48,7 @@ class FailingUploadStore(LocalStore):
         super().__init__(spec)
         self._fault = spec
         self._uploads = 0
+        self._inside = threading.local()
 
     def _count_upload(self, key: str) -> None:
         if self._fault.match not in key:
@@ -56,8 +59,20 @@ class FailingUploadStore(LocalStore):
             raise TransientStoreError(message) if self._fault.transient else SimulatedCrash(message)
 
     def put(self, key: str, data: bytes) -> None:
-        self._count_upload(key)
+        if not getattr(self._inside, "put_many", False):
+            self._count_upload(key)
         super().put(key, data)
+
+    def put_many(self, objects: Mapping[str, bytes], copied_from: Mapping[str, str] | None = None) -> None:
+        """Each key counts as an upload, in order (objects, then copies); the failing one fails the call before it
+        writes anything."""
+        for key in [*objects, *(copied_from or {})]:
+            self._count_upload(key)
+        self._inside.put_many = True  # a one-object call goes through `put`: counted here already
+        try:
+            super().put_many(objects, copied_from)
+        finally:
+            self._inside.put_many = False
 
     def put_file(self, key: str, path: str | PathLike[str]) -> None:
         self._count_upload(key)

@@ -20,6 +20,7 @@ boundary; each executor calls `spec.open()` and gets its own store with its own 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import uuid
@@ -304,6 +305,12 @@ class ObjectStore(ABC):
         puts += [put_pool().submit(self._copy, source, key) for key, source in copies.items()]
         for put in puts:
             put.result()
+
+    def deferred_sync(self) -> contextlib.AbstractContextManager[None]:
+        """Within it, puts may defer making their objects durable until it is left (a local store fsyncs them then,
+        together); every object put inside is durable when it returns. A store whose puts are durable when they
+        return (S3) does nothing."""
+        return contextlib.nullcontext()
 
     def _copy(self, source: str, key: str) -> None:
         self.put(key, self.get(source))

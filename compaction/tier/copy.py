@@ -213,12 +213,14 @@ many small partitions the waits, not the bytes, would set a tier's wall."""
 
 def _upload_all(copies: Sequence[_Copy], store: ObjectStore) -> dict[TopicPartition, KcompactError]:
     """`_upload` every copy, `UPLOAD_THREADS` partitions at once (a partition's objects one after the other); the
-    partitions whose upload failed, with the error."""
-    if len(copies) < 2:
-        uploads = [_attempt(c, store) for c in copies]
-    else:
-        with ThreadPoolExecutor(min(UPLOAD_THREADS, len(copies)), thread_name_prefix="kcompact-tier") as pool:
-            uploads = list(pool.map(lambda c: _attempt(c, store), copies))
+    partitions whose upload failed, with the error. Every object is durable when it returns (`deferred_sync`: a
+    local store fsyncs them together, not one after the other), before the commit that makes them live."""
+    with store.deferred_sync():
+        if len(copies) < 2:
+            uploads = [_attempt(c, store) for c in copies]
+        else:
+            with ThreadPoolExecutor(min(UPLOAD_THREADS, len(copies)), thread_name_prefix="kcompact-tier") as pool:
+                uploads = list(pool.map(lambda c: _attempt(c, store), copies))
     return {c.tp: exc for c, exc in zip(copies, uploads, strict=True) if exc is not None}
 
 

@@ -261,6 +261,44 @@ def test_the_run_cache_fetches_an_object_whole(store: ObjectStore, tmp_path: Pat
     assert store.stats.gets == before + 1
 
 
+def test_objects_put_under_deferred_sync_are_objects(store: ObjectStore, tmp_path: Path) -> None:
+    source = tmp_path / "in.log"
+    source.write_bytes(PAYLOAD)
+    with store.deferred_sync():
+        store.put("t/0/a.log", b"a")
+        store.put_many({"t/0/b.log": b"b", "t/0/b.index": b"i"}, {"t/0/b.snapshot": "t/0/a.log"})
+        store.put_file("t/1/c.log", source)
+        assert store.get("t/0/b.index") == b"i"  # readable at once; durable when the block is left
+        with pytest.raises(ObjectExistsError):
+            store.put("t/0/a.log", b"again")
+    assert [o.key for o in store.list("t/")] == ["t/0/a.log", "t/0/b.index", "t/0/b.log", "t/0/b.snapshot",
+                                                 "t/1/c.log"]
+
+
+def test_the_local_store_fsyncs_deferred_objects_on_leaving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside `deferred_sync` no put waits on an fsync; leaving it fsyncs every file written and every directory
+    that got a new entry, once each."""
+    store = open_store(str(tmp_path / "store"))
+    store.put("t/0/old.log", b"old")
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr("compaction.storage.local.os.fsync", fsync)
+    root = tmp_path / "store"
+    with store.deferred_sync():
+        store.put("t/0/a.log", b"a")
+        store.put_many({"t/1/b.log": b"b", "t/1/b.index": b"i"}, {"t/1/b.snapshot": "t/0/old.log"})
+        assert synced == []
+    assert sorted(synced) == sorted(str(p) for p in (root / "t/0/a.log", root / "t/1/b.log", root / "t/1/b.index",
+                                                     root / "t/0", root / "t/1"))
+    with pytest.raises(RuntimeError, match="already active"), store.deferred_sync(), store.deferred_sync():
+        pass
+
+
 def test_local_copies_without_sendfile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the kernel cannot `sendfile` between two files, the local store copies in user space."""
     def refuse(*_a: object) -> int:
