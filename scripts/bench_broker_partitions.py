@@ -16,6 +16,10 @@ What is measured, and how:
   deadline that precedes it not counted.
 - Memory: VmRSS of the broker's JVM and of the Python metadata process (`compaction.remote_log_metadata`).
 
+`--manager stock` runs the same with Kafka's own `TopicBasedRemoteLogMetadataManager` in place of kcompact's (the
+storage manager stays kcompact's): the referee for what the copies cost the broker, where only the copy times, the
+copier pool's idle share and the broker's memory compare (the stock manager has no per-call metrics).
+
 Segments roll by time (`segment.ms`, with jitter so the partitions do not roll at once), so every partition tiers a
 few segments during the run; the producer sends small records round-robin to every partition at `--rate` records/s.
 """
@@ -39,11 +43,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench_broker import overrides as manager_overrides
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compaction.storage import open_store
-from tests.kafka.tiered import plugin_overrides, tiered_topic_config
+from tests.kafka.tiered import tiered_topic_config
 from tests.kafka_runtime import KafkaBroker, free_port, run_tool
 
 TOPIC = "p11b"
@@ -118,10 +123,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run(partitions: int, minutes: float, interval_ms: int, segment_ms: int, rate: int, poll_s: float,
-        workdir: Path) -> dict[str, Any]:
+        workdir: Path, manager: str = "kcompact") -> dict[str, Any]:
     store = open_store(str(workdir / "store"))
     port = free_port()
-    overrides = {**plugin_overrides(store), "remote.log.manager.task.interval.ms": str(interval_ms)}
+    overrides = {**manager_overrides(manager, store), "remote.log.manager.task.interval.ms": str(interval_ms)}
     broker = KafkaBroker(workdir / "kafka", jars=["tiered-plugin"], overrides=overrides, heap="1g", jvm_args=[
         f"-Dcom.sun.management.jmxremote.port={port}", f"-Dcom.sun.management.jmxremote.rmi.port={port}",
         "-Dcom.sun.management.jmxremote.authenticate=false", "-Dcom.sun.management.jmxremote.ssl=false",
@@ -160,8 +165,8 @@ def run(partitions: int, minutes: float, interval_ms: int, segment_ms: int, rate
         copy_s = copies(broker)
     finally:
         broker.stop()
-    return {"partitions": partitions, "minutes": minutes, "task_interval_ms": interval_ms, "segment_ms": segment_ms,
-            "rate": rate, "records": sent, "polls": polls, "copy_seconds": copy_s}
+    return {"partitions": partitions, "manager": manager, "minutes": minutes, "task_interval_ms": interval_ms,
+            "segment_ms": segment_ms, "rate": rate, "records": sent, "polls": polls, "copy_seconds": copy_s}
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -203,18 +208,21 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=2000, help="records per second over all partitions")
     parser.add_argument("--poll-s", type=float, default=30.0)
     parser.add_argument("--json", type=Path, help="write every poll and the summary here")
+    parser.add_argument("--manager", choices=("kcompact", "stock"), default="kcompact",
+                        help="the metadata manager: kcompact's, or Kafka's TopicBasedRemoteLogMetadataManager")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="p11b-"))
     try:
         result = run(args.partitions, args.minutes, args.task_interval_ms, args.segment_ms, args.rate, args.poll_s,
-                     workdir)
+                     workdir, args.manager)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     result["summary"] = summary(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     s = result["summary"]
-    print(f"{args.partitions} partitions, {result['records']} records, load median {s['load_median']:.1f}")
+    print(f"{args.partitions} partitions, {args.manager} metadata manager, {result['records']} records, "
+          f"load median {s['load_median']:.1f}")
     print(f"{'op':28} {'calls':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'worst p99':>9} {'worst max':>9}")
     for op, f in s["ops"].items():
         cells = [f"{f[k]:.3f}" if f[k] is not None else "-" for k in ("p50_ms", "p99_ms", "max_ms")]
