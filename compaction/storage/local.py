@@ -3,8 +3,9 @@
 Create-only writes go to a temporary file in the target's directory, are fsynced, then published with
 `os.link`, which fails atomically if the name exists: two concurrent writers of one key cannot both
 win, and readers never see a partial file. Inside `deferred_sync` the fsyncs wait until the block is left, and are
-then made together (a writer that reports its objects only then, such as a rewrite task before its commit). Temporary names start with `TEMP_PREFIX` and are never
-listed. Empty directories left by `delete` stay; they hold no object and are not listed.
+then made together (a writer that reports its objects only then, such as a rewrite task before its commit).
+Temporary names start with `TEMP_PREFIX` and are never listed. Empty directories left by `delete` stay; they hold no
+object and are not listed.
 
 Unlike S3, a directory cannot hold both an object `a` and an object `a/b`; kcompact's layout never
 needs that. The root directory is created on the first write.
