@@ -42,8 +42,9 @@ test: venv java cds kafka
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not spark and not kafka" tests
 
-# Kafka's own jars (kafka/runtime/pom.xml, pinned) from Maven Central into .kafka/libs, and the Java harnesses
-# under kafka/ built against them into .kafka/: what tests/kafka/ runs as the referee. Cached; fails at once,
+# Kafka's own jars (kafka/runtime/pom.xml, the version pinned in kafka/pom.xml) from Maven Central into
+# .kafka/libs, and the Java harnesses under kafka/ built against them into .kafka/: what tests/kafka/ runs as the
+# referee. Cached; fails at once,
 # naming the artifact, when Maven Central cannot serve it.
 kafka: java
 	bash scripts/kafka_runtime.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make kafka`: Kafka's own jars from Maven Central into .kafka/libs (kafka/runtime/pom.xml, pinned), then the
-# Java harnesses under kafka/ (each a Maven module against the same pinned Kafka) into .kafka/. Cached: a rerun
+# `make kafka`: Kafka's own jars from Maven Central into .kafka/libs (kafka/runtime/pom.xml, at the version pinned
+# in kafka/pom.xml), then the Java harnesses under kafka/ (each a Maven module against the same pinned Kafka) into
+# .kafka/. Cached: a rerun
 # with unchanged poms and sources does nothing. If Maven Central cannot serve an artifact, this fails at once
 # (no retries), naming the artifact; the tests that need Kafka fail with it rather than being skipped.
 set -euo pipefail
@@ -24,7 +25,7 @@ fail_naming_artifact() {  # $1: Maven's log
 
 stamp_of() { sha256sum "$@" | sha256sum | cut -c1-16; }
 
-want=$(stamp_of kafka/runtime/pom.xml)
+want=$(stamp_of kafka/pom.xml kafka/runtime/pom.xml)
 if [[ "$(cat "$LIBS/.resolved" 2>/dev/null)" != "$want" ]]; then
     echo "make kafka: resolving Kafka's jars from Maven Central into $LIBS (~55 MB the first time)"
     rm -rf "$LIBS"; mkdir -p "$LIBS"
@@ -40,7 +41,7 @@ for pom in kafka/*/pom.xml; do
     name=$(basename "$(dirname "$pom")")
     [[ "$name" == runtime ]] && continue
     jar=$OUT/$name.jar
-    want=$(stamp_of "$pom" kafka/runtime/pom.xml $(find "kafka/$name/src" -type f | sort))
+    want=$(stamp_of "$pom" kafka/pom.xml kafka/runtime/pom.xml $(find "kafka/$name/src" -type f | sort))
     [[ -f "$jar" && "$(cat "$jar.built" 2>/dev/null)" == "$want" ]] && continue
     echo "make kafka: building $jar"
     log=$(mktemp)

@@ -1,4 +1,4 @@
-"""Kafka itself, from the jars `make kafka` resolves into .kafka/libs (kafka/runtime/pom.xml, pinned).
+"""Kafka itself, from the jars `make kafka` resolves into .kafka/libs (kafka/runtime/pom.xml, kafka/pom.xml's version).
 
 `KafkaBroker` is a KRaft node (broker and controller in one JVM) on 127.0.0.1 with free ports, its log dirs under a
 directory of the caller's: a single-node cluster by default, or one voter of several (`voters`, a shared
@@ -19,12 +19,23 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA_HOME = ROOT / ".kafka"
 LIBS = KAFKA_HOME / "libs"
 LOG4J = ROOT / "kafka" / "runtime" / "log4j2.properties"
-KAFKA_VERSION = "4.2.1"
+
+
+def _pinned_kafka_version() -> str:
+    """`kafka.version` of kafka/pom.xml, the one place it is pinned (every Maven module under kafka/ inherits it)."""
+    namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
+    found = ElementTree.parse(ROOT / "kafka" / "pom.xml").find("m:properties/m:kafka.version", namespace)
+    assert found is not None and found.text, "kafka/pom.xml pins kafka.version"
+    return found.text
+
+
+KAFKA_VERSION = _pinned_kafka_version()
 
 
 class KafkaRuntimeMissing(RuntimeError):
