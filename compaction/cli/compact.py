@@ -163,7 +163,7 @@ def run_compact(args: argparse.Namespace) -> int:
                   f"nothing to compact; {len(report.failed)} partitions quarantined (see above)")
         _write_outputs(args, report)
         return report.exit_code  # a partition quarantined at planning is a failure an orchestrator sees
-    with options.spark_session(args.master) as spark:
+    with options.spark_session(args.master, progress) as spark:
         staged = stage(spark, run)
     phases["stage"] = progress.elapsed() - phases["plan"]
     progress.phase(f"stage: {len(staged.partitions)} partitions rewritten and uploaded, {len(staged.failed)} failed")

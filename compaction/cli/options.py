@@ -20,6 +20,7 @@ from compaction.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from compaction.progress import Progress
     from compaction.storage import ObjectStore
 
 Subcommands = argparse._SubParsersAction
@@ -124,14 +125,21 @@ def usage(message: str) -> ConfigError:
 
 
 @contextmanager
-def spark_session(master: str | None) -> Iterator[SparkSession]:
-    """The Spark session of a command: built here (and stopped after) unless a notebook's or test's is active."""
+def spark_session(master: str | None, progress: Progress | None = None) -> Iterator[SparkSession]:
+    """The Spark session of a command: built here (and stopped after) unless a notebook's or test's is active.
+    With `progress`, a session started here says how long its start took, so that time is not read as the first
+    partitions' work."""
     from pyspark.sql import SparkSession as Session
 
     from compaction.spark.session import build_session
 
     started_here = Session.getActiveSession() is None
+    began = time.monotonic()
     spark = build_session(master)
+    if progress is not None and started_here:
+        sc = spark.sparkContext
+        progress.phase(f"spark: session started in {time.monotonic() - began:.1f} s "
+                       f"({sc.master}, {sc.defaultParallelism} task slots)")
     try:
         yield spark
     finally:

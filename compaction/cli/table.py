@@ -60,7 +60,7 @@ def run_table(args: argparse.Namespace) -> int:
     # checks it again where it opens the table
     TopicTable(location, args.topic, topic.compaction_strategy, topic.compaction_strategy_header).check_protocol()
     progress = Progress(sys.stderr)
-    with options.spark_session(args.master) as spark:
+    with options.spark_session(args.master, progress) as spark:
         report = update_table(spark, store, config, args.topic, location, clock, rebuild=args.rebuild,
                               dry_run=args.dry_run, progress=progress)
     options.print_result(args.json, report.to_dict(), report.summary())

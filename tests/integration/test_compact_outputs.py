@@ -1,4 +1,5 @@
-"""`kcompact compact` with nothing to do still writes its report, HTML page and metrics (no Spark is started)."""
+"""`kcompact compact`: with nothing to do it still writes its report, HTML page and metrics (no Spark is started); a
+fresh process with work says when Spark started and rates each partition by its own work."""
 
 from __future__ import annotations
 
@@ -63,3 +64,30 @@ def test_a_dry_run_writes_nothing(tiered_store: Path, tmp_path: Path) -> None:
     code = main(["compact", "--dry-run", "--store", str(tiered_store), "--config", str(tmp_path / "config.yaml"),
                  "--metrics-file", str(tmp_path / "kcompact.prom")])
     assert code == 0 and not (tmp_path / "kcompact.prom").exists()
+
+
+@pytest.mark.spark
+def test_a_fresh_process_says_when_spark_started_and_rates_each_partition_by_its_own_work(
+        tiered_store: Path, tmp_path: Path) -> None:
+    """As a user runs it, a fresh `kcompact compact`: its progress says how long the Spark session took to start
+    (before `stage:`), and the partition's Kafka-style lines count its own executor time, not that start."""
+    import shutil
+    import subprocess
+    import sys
+
+    store = tmp_path / "store"
+    shutil.copytree(tiered_store, store)
+    (tmp_path / "config.yaml").write_text("defaults:\n  cleanup.policy: compact\n  min.cleanable.dirty.ratio: 0.01\n")
+    done = subprocess.run([sys.executable, "-m", "compaction.cli", "compact", "--store", str(store), "--config",
+                           str(tmp_path / "config.yaml"), "--now", str(NOW)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    progress = [line for line in done.stderr.splitlines() if line.startswith("[kcompact +")]
+    started = next(i for i, line in enumerate(progress) if "] spark: session started in " in line)
+    assert "local[2], 2 task slots)" in progress[started]
+    assert started < next(i for i, line in enumerate(progress) if "] stage: 1 partitions rewritten" in line)
+    seconds = float(progress[started].split("session started in ")[1].split(" s ")[0])
+    processed = next(line for line in done.stdout.splitlines() if "MB of log processed in" in line)
+    own = float(processed.split("processed in ")[1].split(" seconds")[0])
+    assert own < seconds, (processed, progress[started])  # a small partition's work, not Spark's start
+    assert "(each partition's seconds above are its own executor time; the run's wall clock is below)" in done.stdout
