@@ -12,7 +12,7 @@ export NUMBA_CACHE_DIR := $(abspath .numba-cache)
 .PHONY: venv cds test test-fast lint demo bench bench-wal soak clean java airflow-test kafka delta-readers-test
 
 # The venv, and the numba kernels compiled into compaction/**/__pycache__ for this CPU and a generic one
-# (compaction/kernels/build.py, ~1 min), so that no run compiles them.
+# (compaction/prebuild/kernels.py, ~1 min), so that no run compiles them.
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -20,13 +20,13 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
-	$(BIN)/python -m compaction.kernels.build
+	$(BIN)/python -m compaction.prebuild.kernels
 	@touch $(STAMP)
 
 # The Spark driver JVM's class-data-sharing archive (compaction/spark/cds.py: ~1-2 min once, ~160 MB under
 # ~/.cache/kcompact), so that a fresh kcompact process starts its JVM from mapped classes. Cached per java + pyspark.
 cds: venv java
-	$(BIN)/python -m compaction.spark.cds_build
+	$(BIN)/python -m compaction.prebuild.cds
 
 java:
 	@command -v javac >/dev/null || { echo "installing a JDK (apt)"; apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless; }

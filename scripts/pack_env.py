@@ -5,7 +5,7 @@ and an executor has no checkout to point at) and kcompact's runtime dependencies
 pyspark: executors import the cluster's own pyspark (Spark puts `$SPARK_HOME/python/lib/pyspark.zip` on their
 PYTHONPATH), which must be the driver's version anyway, and leaving it out saves ~450 MB per executor. venv-pack
 then packs it with relative paths, so it works wherever Spark unpacks it (`#env` -> ./env/bin/python). The kernels
-are compiled into the environment's `compaction/**/__pycache__` before packing (`compaction.kernels.build`, for the
+are compiled into the environment's `compaction/**/__pycache__` before packing (`compaction.prebuild.kernels`, for the
 build machine's CPU and a generic one), so that executors load them instead of compiling them in every application.
 
 venv-pack does not copy the interpreter itself: `bin/python` links to the base Python the environment was made
@@ -72,7 +72,7 @@ def main() -> None:
     (wheel,) = wheels.glob("kcompact-*.whl")
     run(env / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", wheel)
     run(env / "bin" / "python", "-I", "-c", SMOKE)  # -I: no PYTHONPATH, no checkout: what an executor sees
-    run(env / "bin" / "python", "-I", "-m", "compaction.kernels.build")  # compiled kernels, shipped in the archive
+    run(env / "bin" / "python", "-I", "-m", "compaction.prebuild.kernels")  # compiled kernels, shipped in the archive
     args.output.parent.mkdir(parents=True, exist_ok=True)
     run(tools / "bin" / "venv-pack", "--prefix", env, "--output", args.output, "--force", "--quiet")
     print(f"{args.output} ({args.output.stat().st_size / 2**20:.0f} MiB)")

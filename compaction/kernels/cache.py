@@ -52,7 +52,7 @@ class KernelCache(FunctionCache):
         data = self._cache_file.load((signature, (triple, GENERIC_CPU, ""), code))
         if data is None and os.environ.get(PREBUILT_ONLY) == "1":
             raise KernelNotBuilt(f"{self._name} has no compiled code for {sig} in {self._cache_path} and "
-                                 f"{PREBUILT_ONLY}=1 forbids compiling it: `python -m compaction.kernels.build` "
+                                 f"{PREBUILT_ONLY}=1 forbids compiling it: `python -m compaction.prebuild.kernels` "
                                  "compiles what a run's calls need")
         return None if data is None else self._impl.rebuild(target_context, data)
 

@@ -20,8 +20,8 @@ from compaction.errors import ConfigError, CorruptInputError, TransientStoreErro
 from compaction.format.producer_snapshot import ProducerStateEntry
 from compaction.metadata import MetadataSnapshot, TopicPartition, table_in_store
 from compaction.planner import CompactionPlan, build_plan
+from compaction.producers import PartitionInputs, aborted_transactions, first_unstable_offset, producer_state
 from compaction.retention.plan import RetentionPlan, after_expiry, plan_retention
-from compaction.run.producers import PartitionInputs, aborted_transactions, first_unstable_offset, producer_state
 from compaction.storage.base import ObjectStore, StoreSpec
 
 Unreadable = CorruptInputError | TransientStoreError

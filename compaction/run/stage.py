@@ -34,11 +34,11 @@ from compaction.metadata import (
 )
 from compaction.metadata.change_set import AddedObjectKey
 from compaction.planner import PartitionPlan
+from compaction.producers import active_producers
 from compaction.retention import RetentionReport, execute_retention
 from compaction.rewrite.cache import cache_dir
 from compaction.rewrite.upload import ChunkResult
 from compaction.run.plan import RunPlan
-from compaction.run.producers import active_producers
 from compaction.run.stats import PartitionStats, partition_stats
 from compaction.tasks import PartitionTask, PartitionWork, group_task
 

@@ -2,7 +2,7 @@
 
 A fresh `kcompact compact` process starts a JVM that loads and verifies some 20,000 classes of Spark, Arrow and
 Scala, most of them on the way to its first query. JDK class data sharing (AppCDS, JEP 350) maps them from an
-archive written by an earlier JVM instead: `make cds` runs `python -m compaction.spark.cds_build`, which compacts a
+archive written by an earlier JVM instead: `make cds` runs `python -m compaction.prebuild.cds`, which compacts a
 small generated topic in a JVM started with `-XX:ArchiveClassesAtExit`, and every session that
 `compaction.spark.session` launches afterwards starts with `-XX:SharedArchiveFile` (measured in BENCHMARKS.md, P0).
 

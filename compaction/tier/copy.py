@@ -14,7 +14,7 @@ uploads one: the broker's `<next base>.snapshot` when the log dir has it, else o
 segment's batches on top of the state at its start (the previous segment's snapshot; for the first segment
 of a run, the snapshot of the tier's last segment in the store, or the log dir's `<base>.snapshot` for a
 partition the store does not hold yet). Without it every compaction would replay the whole tier to find the
-producer state (`compaction.run.producers.producer_state`).
+producer state (`compaction.producers.producer_state`).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from compaction.metadata import (
     commit_current_batch,
 )
 from compaction.metadata.commit import tier_finished_plan
-from compaction.run.producers import producer_state
+from compaction.producers import producer_state
 from compaction.storage.base import ObjectStore
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
 from compaction.tier.logdir import LocalPartition, PreparedSegment, partitions, prepare_segment

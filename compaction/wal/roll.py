@@ -55,8 +55,8 @@ from compaction.metadata import (
 )
 from compaction.metadata.model import TopicPartition
 from compaction.packing import pack_for
+from compaction.producers import producer_state
 from compaction.reader import SegmentRef, slice_bytes, wal_headers, wal_ref
-from compaction.run.producers import producer_state
 from compaction.storage.base import ObjectStore, StoreSpec
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
 from compaction.wal.log import PartitionLog

@@ -14,7 +14,7 @@ and jobs/wal_roll.py (exit 0, every partition's WAL tail rolled into a committed
 of ~1 min; after each step the latest record per key of every partition is what it was before compaction
 (`tests/latest_view.py`, the property of the other end-to-end tests).
 Last, that no executor compiled a kernel: each unpacked environment holds exactly the numba caches the archive
-ships (`compaction.kernels.build`), and the executors' NUMBA_CACHE_DIR stays empty.
+ships (`compaction.prebuild.kernels`), and the executors' NUMBA_CACHE_DIR stays empty.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import ObjectSuffix, SegmentMetadata, table_in_store
+from compaction.producers import producer_state
 from compaction.run.plan import first_unstable_offsets
-from compaction.run.producers import producer_state
 from compaction.storage import open_store
 from compaction.tier import tier_logdir
 

@@ -1,4 +1,4 @@
-"""A fresh process compiles no kernel: every signature a run calls is in the caches `compaction.kernels.build` fills.
+"""A fresh process compiles no kernel: every signature a run calls is in the caches `compaction.prebuild.kernels` fills.
 
 One fresh interpreter, with `KCOMPACT_PREBUILT_KERNELS_ONLY=1` in its environment (its local-mode executors inherit
 it), tiers a generated log and uploads its active segments as WAL objects, then runs what users run on it: compact

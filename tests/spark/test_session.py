@@ -54,8 +54,8 @@ spark.stop()
 def test_a_built_session_starts_its_jvm_from_the_class_data_sharing_archive() -> None:
     """The archive `make cds` writes (written here if missing) is mapped by the JVM a session launches, and not
     with KCOMPACT_CDS=0; the session works either way and says nothing about it on stderr."""
+    from compaction.prebuild.cds import build
     from compaction.spark import cds
-    from compaction.spark.cds_build import build
 
     archive = build()
     assert archive is not None and archive.is_file()

@@ -1,5 +1,5 @@
 """Write the class-data-sharing archive of the Spark driver JVM (`compaction.spark.cds`): `make cds` runs
-`python -m compaction.spark.cds_build`, which does nothing when the archive for this java and pyspark exists."""
+`python -m compaction.prebuild.cds`, which does nothing when the archive for this java and pyspark exists."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def build(force: bool = False) -> Path | None:
     partial = path.with_suffix(f".{os.getpid()}.partial")
     partial.unlink(missing_ok=True)
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "compaction.spark.cds_build", "--write", str(partial)], check=True)
+    subprocess.run([sys.executable, "-m", "compaction.prebuild.cds", "--write", str(partial)], check=True)
     if not partial.is_file() or partial.stat().st_size == 0:
         raise RuntimeError(f"the training JVM wrote no class-data-sharing archive at {partial}")
     partial.replace(path)

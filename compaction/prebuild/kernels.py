@@ -1,4 +1,4 @@
-"""Compile every kernel into the caches beside their modules: `python -m compaction.kernels.build`.
+"""Compile every kernel into the caches beside their modules: `python -m compaction.prebuild.kernels`.
 
 `make venv` runs it in the checkout and `make dist` (scripts/pack_env.py) in the environment it packs, so that no
 run compiles: not a fresh clone's first `kcompact compact`, not an executor of a new Spark application. numba
@@ -106,7 +106,7 @@ def build(cpu: str) -> float:
         env["NUMBA_CPU_NAME"] = cpu
     started = time.perf_counter()
     isolated = ["-I"] if sys.flags.isolated else []  # pack_env.py: the packed environment's compaction, no other
-    subprocess.run([sys.executable, *isolated, "-m", "compaction.kernels.build", "--warm-up"], env=env, check=True)
+    subprocess.run([sys.executable, *isolated, "-m", "compaction.prebuild.kernels", "--warm-up"], env=env, check=True)
     return time.perf_counter() - started
 
 
