@@ -22,14 +22,14 @@ from compaction.bloom.segment import filter_key
 from compaction.bloom.skipping import clean_segments, regroup_around
 from compaction.config import CompactionStrategy
 from compaction.format.indexes import AbortedTxn
-from compaction.metadata.model import ObjectSuffix, SegmentMetadata, TopicPartition
+from compaction.metadata.model import ObjectSuffix, OfPartition, SegmentMetadata, TopicPartition
 from compaction.planner.grouping import estimated_index_sizes
 from compaction.strategies.retention import ActiveProducer
 from compaction.strategies.transactions import TransactionState
 
 
 @dataclass(frozen=True)
-class SegmentScanTask:
+class SegmentScanTask(OfPartition):
     """One segment for the Spark scan; `dirty` marks its keys as the run's dirty keys.
 
     `cache` asks the scan to keep the downloaded bytes for the rewrite (`compaction.rewrite.cache`), so the
@@ -46,10 +46,6 @@ class SegmentScanTask:
     size: int = 0  # the segment's bytes, to balance scan tasks
     cache: bool = False
     offsets: int = 0  # the offsets it spans: at least its records, to bound a scan task's rows
-
-    @property
-    def tp(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
 
 
 @dataclass(frozen=True)
@@ -78,7 +74,7 @@ class GroupTask:
 
 
 @dataclass(frozen=True)
-class PartitionTask:
+class PartitionTask(OfPartition):
     topic: str
     topic_id: str
     partition: int
@@ -95,10 +91,6 @@ class PartitionTask:
     disk_budget_bytes: int | None = None  # the most temporary disk one chunk may use; None: no limit
     temp_dir: str | None = None  # where chunks are downloaded; None: the system's temporary directory
     cache_dir: str | None = None  # where the scan left the segments it fetched (`compaction.rewrite.cache`)
-
-    @property
-    def tp(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
 
 
 def group_task(group_id: int, segments: Sequence[SegmentMetadata]) -> GroupTask:

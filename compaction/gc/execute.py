@@ -111,7 +111,7 @@ def execute_gc(plan: GcPlan, store: ObjectStore, table: MetadataTable, *, grace_
                                writer)
     done = []
     for p in plan.partitions:
-        tp = TopicPartition(p.topic, p.partition)
+        tp = p.tp
         if tp in refused:
             continue
         ids = retired.get(tp, frozenset())
@@ -145,7 +145,7 @@ def _retire(table: MetadataTable, partitions: Iterable[PartitionGcPlan], now_ms:
     retired: dict[TopicPartition, frozenset[str]] = {}
 
     def retiring(p: PartitionGcPlan) -> Callable[[PartitionSnapshot], ChangeSet | None]:
-        tp, grace_ms = TopicPartition(p.topic, p.partition), grace(p.topic)
+        tp, grace_ms = p.tp, grace(p.topic)
 
         def plan(current: PartitionSnapshot) -> ChangeSet | None:
             rows = [s for s in map(current.segment, p.retire) if s is not None]
@@ -163,7 +163,7 @@ def _retire(table: MetadataTable, partitions: Iterable[PartitionGcPlan], now_ms:
 
         return plan
 
-    plans = {TopicPartition(p.topic, p.partition): retiring(p) for p in partitions}
+    plans = {p.tp: retiring(p) for p in partitions}
     outcomes = commit_current_batch(table, plans, now_ms, attempts=attempts)
     refused = {tp: o for tp, o in sorted(outcomes.items()) if isinstance(o, KcompactError)}
     return {tp: ids for tp, ids in retired.items() if tp not in refused}, refused

@@ -41,6 +41,7 @@ from compaction.metadata import (
     TopicPartition,
     referenced_object_keys,
 )
+from compaction.metadata.model import OfPartition
 from compaction.storage.base import ObjectInfo
 from compaction.storage.layout import parse_segment_object_key
 from compaction.wal.model import WAL_TABLE_NAME, parse_wal_object_key
@@ -109,7 +110,7 @@ class SegmentDeletion:
 
 
 @dataclass(frozen=True)
-class PartitionGcPlan:
+class PartitionGcPlan(OfPartition):
     """gc's decisions for one partition: rows to retire, rows whose objects go, orphans."""
 
     topic: str

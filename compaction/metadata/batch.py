@@ -168,7 +168,7 @@ def _write(dt: DeltaTable, rows: Sequence[PartitionRows], checkpoint: bool) -> i
             dt,
             rows_to_arrow(states, [s for r in rows for s in r.segments]),
             mode="overwrite",
-            predicate=partitions_predicate(TopicPartition(s.topic, s.partition) for s in states),
+            predicate=partitions_predicate(s.tp for s in states),
             commit_properties=CommitProperties(custom_metadata=_commit_metadata(states)),
             post_commithook_properties=PostCommitHookProperties(create_checkpoint=checkpoint),
         )

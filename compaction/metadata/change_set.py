@@ -40,6 +40,7 @@ from compaction.metadata.model import (
     EpochEntry,
     ObjectKey,
     ObjectSuffix,
+    OfPartition,
     PartitionState,
     SegmentMetadata,
     SegmentState,
@@ -82,7 +83,7 @@ class AddedObjectKey:
 
 
 @dataclass(frozen=True)
-class ChangeSet:
+class ChangeSet(OfPartition):
     """Everything one commit changes in one partition, and the state it was planned from.
 
     `cleaner_offset`, if set, becomes the entry of `fencing_epoch` in the partition's cleaner-offset

@@ -103,7 +103,7 @@ def commit(table: MetadataTable, change_set: ChangeSet, now_ms: int) -> CommitRe
     Not idempotent by design: a replay after success fails with CommitConflictError (expected commit_seq
     n, found n + 1), which is how a caller that lost the outcome finds out; then read the partition.
     """
-    result = _one(commit_batch(table, [change_set], now_ms)[TopicPartition(change_set.topic, change_set.partition)])
+    result = _one(commit_batch(table, [change_set], now_ms)[change_set.tp])
     assert result is not None  # a change set always has rows to write
     return result
 
@@ -121,7 +121,7 @@ def commit_batch(table: MetadataTable, change_sets: Iterable[ChangeSet], now_ms:
     """
     by_tp: dict[TopicPartition, ChangeSet] = {}
     for cs in change_sets:
-        tp = TopicPartition(cs.topic, cs.partition)
+        tp = cs.tp
         if tp in by_tp:
             raise MetadataInvariantError(f"{cs.topic}-{cs.partition}: two change sets for one partition in one commit")
         by_tp[tp] = cs
@@ -161,7 +161,7 @@ class _PlannedVersions:
 
     def partition(self, cs: ChangeSet, stale: CommitConflictError) -> PartitionSnapshot:
         """The partition at `cs.base_version`; a version time travel cannot read any more is the plain conflict."""
-        key = (cs.base_version, TopicPartition(cs.topic, cs.partition))
+        key = (cs.base_version, cs.tp)
         if key not in self._read:
             try:
                 if cs.base_version not in self._opened:

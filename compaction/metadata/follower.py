@@ -116,7 +116,7 @@ class TableFollower:
         self._advance()
         for snapshot in snapshots:
             if snapshot.version == self._version:
-                tp = TopicPartition(snapshot.topic, snapshot.partition)
+                tp = snapshot.tp
                 self._loaded[tp] = snapshot
                 self._watched.add(tp)
 

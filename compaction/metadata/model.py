@@ -106,6 +106,19 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
+class OfPartition:
+    """A value of one topic-partition (its `topic` and `partition` fields): `tp` names it as a `TopicPartition`, so
+    no caller rebuilds one from the two fields."""
+
+    __slots__ = ()
+    topic: str
+    partition: int
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
 @dataclass(frozen=True)
 class CleanerOffset:
     """Under fencing epoch `epoch`, the partition is clean below `offset` (the first dirty offset)."""
@@ -121,7 +134,7 @@ class ObjectKey:
 
 
 @dataclass(frozen=True)
-class SegmentMetadata:
+class SegmentMetadata(OfPartition):
     """One remote segment upload attempt (KIP-405 `RemoteLogSegmentMetadata`), as stored in a segment row."""
 
     segment_id: str
@@ -168,7 +181,7 @@ def broker_writer(broker_id: int) -> str:
 
 
 @dataclass(frozen=True)
-class PartitionState:
+class PartitionState(OfPartition):
     """The partition row: fencing epoch, commit sequence number and lineages of one Kafka partition."""
 
     topic: str

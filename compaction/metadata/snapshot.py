@@ -18,11 +18,11 @@ from functools import cached_property
 
 from compaction.errors import CorruptMetadataError
 from compaction.metadata.lineage import CleanerOffsetLineage, valid_cleaner_offsets
-from compaction.metadata.model import PartitionState, SegmentMetadata, SegmentState, TopicPartition
+from compaction.metadata.model import OfPartition, PartitionState, SegmentMetadata, SegmentState, TopicPartition
 
 
 @dataclass(frozen=True)
-class PartitionSnapshot:
+class PartitionSnapshot(OfPartition):
     """One partition at table version `version`.
 
     `state` is None if no commit ever touched the partition (then `commit_seq` and `fencing_epoch` are 0).
@@ -118,13 +118,13 @@ def build_snapshot(
     """
     by_tp: dict[TopicPartition, PartitionState] = {}
     for p in states:
-        tp = TopicPartition(p.topic, p.partition)
+        tp = p.tp
         if tp in by_tp:
             raise CorruptMetadataError("two partition rows", obj=f"{where} v{version} {p.topic}-{p.partition}")
         by_tp[tp] = p
     segs: dict[TopicPartition, list[SegmentMetadata]] = defaultdict(list)
     for s in segments:
-        segs[TopicPartition(s.topic, s.partition)].append(s)
+        segs[s.tp].append(s)
     partitions = {
         tp: PartitionSnapshot(
             tp.topic,

@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import Any
 
 from compaction.config import TopicConfig
-from compaction.metadata.model import SegmentMetadata
+from compaction.metadata.model import OfPartition, SegmentMetadata
 from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.planner import explain
 from compaction.planner.grouping import estimated_index_sizes, group_segments_by_size
@@ -17,7 +17,7 @@ _CONFIG_SHOWN = ("cleanup.policy", "min.cleanable.dirty.ratio", "min.compaction.
 
 
 @dataclass(frozen=True)
-class PartitionPlan:
+class PartitionPlan(OfPartition):
     """The plan for one partition at one metadata table version.
 
     `regions` is None when the topic is not compacted or nothing is tiered. `groups` (eligible

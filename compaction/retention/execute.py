@@ -63,12 +63,12 @@ def execute_retention(table: MetadataTable, plan: RetentionPlan, config_of: Call
     error is raised, after the other partitions' expiries landed.
     """
     decided: dict[TopicPartition, PartitionRetention] = {}
-    plans = {TopicPartition(p.topic, p.partition): _expiry(config_of(p.topic), plan.now_ms, writer, decided)
+    plans = {p.tp: _expiry(config_of(p.topic), plan.now_ms, writer, decided)
              for p in plan.partitions if p.expired}
     outcomes = commit_current_batch(table, plans, plan.now_ms, attempts=ATTEMPTS)
     done, refused = [], []
     for p in plan.partitions:
-        tp = TopicPartition(p.topic, p.partition)
+        tp = p.tp
         outcome = outcomes.get(tp)
         if isinstance(outcome, KcompactError):
             if failed is None or not isinstance(outcome, SUPERSEDED):
@@ -87,7 +87,7 @@ def _expiry(config: TopicConfig, now_ms: int, writer: str, decided: dict[TopicPa
     """The expiry of one partition, decided again on its latest rows; what it decided last goes into `decided`."""
 
     def plan(current: PartitionSnapshot) -> ChangeSet | None:
-        retention = decided[TopicPartition(current.topic, current.partition)] = plan_partition_retention(
+        retention = decided[current.tp] = plan_partition_retention(
             current, config, now_ms)
         if not retention.expired:
             return None

@@ -36,6 +36,7 @@ from enum import StrEnum
 
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.metadata import MetadataSnapshot, PartitionSnapshot, SegmentMetadata, SegmentState
+from compaction.metadata.model import OfPartition
 
 
 class Breach(StrEnum):
@@ -58,7 +59,7 @@ class ExpiredSegment:
 
 
 @dataclass(frozen=True)
-class PartitionRetention:
+class PartitionRetention(OfPartition):
     """One partition's expired prefix (oldest first) and the log start offset it leaves."""
 
     topic: str

@@ -71,7 +71,7 @@ def commit(staged: StagedRun, now_ms: int | None = None, *, raise_on_superseded:
     landed = commit_partitions(table, staged.run, staged.partitions, now_ms)
     outcomes = []
     for sp in staged.partitions:
-        version = landed[TopicPartition(sp.plan.topic, sp.plan.partition)]
+        version = landed[sp.plan.tp]
         outcome = (PartitionOutcome.failed(sp.plan.topic, sp.plan.partition, version)
                    if isinstance(version, KcompactError) else
                    PartitionOutcome(sp.plan.topic, sp.plan.partition, True, version))
@@ -94,7 +94,7 @@ def commit(staged: StagedRun, now_ms: int | None = None, *, raise_on_superseded:
 def commit_partition(table: MetadataTable, run: RunPlan, sp: StagedPartition, now_ms: int | None = None) -> int:
     """Land one partition's swap (`commit_partitions` of one); raises FencedError / CommitConflictError when
     superseded."""
-    version = commit_partitions(table, run, [sp], now_ms)[TopicPartition(sp.plan.topic, sp.plan.partition)]
+    version = commit_partitions(table, run, [sp], now_ms)[sp.plan.tp]
     if isinstance(version, KcompactError):
         raise version
     return version
@@ -114,13 +114,13 @@ def commit_partitions(table: MetadataTable, run: RunPlan, staged: Sequence[Stage
     # The outcome may be unknown, not refused: a commit whose reply was lost is reported as a conflict when delta-rs
     # retries it. Its new segment ids are fresh, so finding them all in the table proves it landed.
     unknown = [sp for sp in staged if sp.new_segments
-               and isinstance(landed[TopicPartition(sp.plan.topic, sp.plan.partition)], CommitConflictError)]
+               and isinstance(landed[sp.plan.tp], CommitConflictError)]
     if unknown:
-        current = table.partition_snapshots(TopicPartition(sp.plan.topic, sp.plan.partition) for sp in unknown)
+        current = table.partition_snapshots(sp.plan.tp for sp in unknown)
         for sp in unknown:
-            found = current[TopicPartition(sp.plan.topic, sp.plan.partition)]
+            found = current[sp.plan.tp]
             if all(found.segment(n.segment_id) is not None for n in sp.new_segments):
-                landed[TopicPartition(sp.plan.topic, sp.plan.partition)] = found.version
+                landed[sp.plan.tp] = found.version
     return landed
 
 

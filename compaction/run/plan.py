@@ -81,7 +81,7 @@ def plan(
                                  first_unstable_offsets=unstable)
     inputs: dict[TopicPartition, PartitionInputs] = {}
     for p in compaction_plan.eligible:
-        tp = TopicPartition(p.topic, p.partition)
+        tp = p.tp
         if tp in unreadable or p.regions is None:
             continue
         live = snapshot.partitions[tp].live_segments
@@ -91,8 +91,8 @@ def plan(
             unreadable[tp] = exc
             continue
         inputs[tp] = PartitionInputs(tuple(producers.get(tp, ())), aborted)
-    quarantined = tuple((p.topic, p.partition, unreadable[TopicPartition(p.topic, p.partition)])
-                        for p in compaction_plan.partitions if TopicPartition(p.topic, p.partition) in unreadable)
+    quarantined = tuple((p.topic, p.partition, unreadable[p.tp])
+                        for p in compaction_plan.partitions if p.tp in unreadable)
     notes = tuple(f"{t}-{p} quarantined, not compacted: {e}" for t, p, e in quarantined)
     compaction_plan = replace(compaction_plan, notes=compaction_plan.notes + notes)
     return RunPlan(store.spec, compaction_plan, uuid.uuid4().hex[:12], f"kcompact@{socket.gethostname()}",

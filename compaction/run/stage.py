@@ -136,12 +136,12 @@ def _take_partitions(run: RunPlan, failed: dict[TopicPartition, KcompactError], 
     table = table_in_store(store)
     budget = run.disk_budget_bytes if run.disk_budget_bytes is not None else default_disk_budget(temp_dir)
     wanted = [p for p in run.plan.eligible
-              if (tp := TopicPartition(p.topic, p.partition)) not in failed and tp in run.inputs]
-    acquired = acquire_fencing_epochs(table, [TopicPartition(p.topic, p.partition) for p in wanted], run.writer,
+              if (tp := p.tp) not in failed and tp in run.inputs]
+    acquired = acquire_fencing_epochs(table, [p.tp for p in wanted], run.writer,
                                       run.now_ms, run_id=run.run_id)
     taken = []
     for p in wanted:
-        tp = TopicPartition(p.topic, p.partition)
+        tp = p.tp
         snap = acquired[tp]
         if isinstance(snap, KcompactError):
             failed[tp] = snap
@@ -185,7 +185,7 @@ def partition_work(run: RunPlan, p: PartitionPlan, topic_id: str, budget: int, t
                    ) -> PartitionWork:
     """The round of one eligible partition, as the Spark side runs it."""
     assert p.regions is not None
-    inputs = run.inputs[TopicPartition(p.topic, p.partition)]
+    inputs = run.inputs[p.tp]
     members = tuple(s for g in p.groups for s in g)
     task = PartitionTask(
         topic=p.topic,

@@ -50,6 +50,7 @@ from compaction.metadata import (
     commit_current_batch,
 )
 from compaction.metadata.commit import tier_finished_plan
+from compaction.metadata.model import OfPartition
 from compaction.producers import producer_state
 from compaction.storage.base import ObjectStore
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
@@ -57,7 +58,7 @@ from compaction.tier.logdir import LocalPartition, PreparedSegment, partitions, 
 
 
 @dataclass
-class PartitionTierResult(Failure):
+class PartitionTierResult(Failure, OfPartition):
     """What one partition's tiering did (or why it failed)."""
 
     topic: str
@@ -150,7 +151,7 @@ class _Copy:
 
     @property
     def tp(self) -> TopicPartition:
-        return TopicPartition(self.result.topic, self.result.partition)
+        return self.result.tp
 
     @property
     def size(self) -> int:
@@ -289,14 +290,14 @@ def tier_logdir(
     becomes live. Results are in the log dir's order; `progress` hears of each once it is final."""
     parts = list(partitions(logdir))
     writer = writer or default_writer()
-    current = table.partition_snapshots(TopicPartition(p.topic, p.partition) for p in parts)
+    current = table.partition_snapshots(p.tp for p in parts)
     results: dict[TopicPartition, PartitionTierResult] = {}
     batch: list[_Copy] = []
     batch_bytes = 0
 
     def report(done: Iterable[PartitionTierResult]) -> None:
         for res in done:
-            results[TopicPartition(res.topic, res.partition)] = res
+            results[res.tp] = res
             if progress:
                 progress(len(results), len(parts), res)
 
@@ -309,7 +310,7 @@ def tier_logdir(
 
     for part in parts:
         try:
-            copy = _plan_copy(part, store, current[TopicPartition(part.topic, part.partition)], writer)
+            copy = _plan_copy(part, store, current[part.tp], writer)
         except KcompactError as exc:
             report([PartitionTierResult(part.topic, part.partition, **exc.outcome_fields())])
             continue
@@ -322,4 +323,4 @@ def tier_logdir(
             flush()
     if batch:
         flush()
-    return [results[TopicPartition(p.topic, p.partition)] for p in parts]
+    return [results[p.tp] for p in parts]

@@ -33,12 +33,13 @@ from compaction.format.segment import (
     iter_batch_headers,
     segment_path,
 )
+from compaction.metadata.model import OfPartition
 
 PARTITION_METADATA = "partition.metadata"
 
 
 @dataclass(frozen=True)
-class LocalPartition:
+class LocalPartition(OfPartition):
     """A `<topic>-<partition>` directory of a log dir."""
 
     topic: str

@@ -46,7 +46,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from compaction.metadata.model import SegmentState, TopicPartition
+from compaction.metadata.model import OfPartition, SegmentState
 
 WAL_TABLE_NAME = "_kcompact_wal"
 WAL_OBJECT_PREFIX = "wal/"
@@ -66,7 +66,7 @@ def parse_wal_object_key(key: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class WalEntry:
+class WalEntry(OfPartition):
     """The batches of one partition (one leader epoch) inside a combined object."""
 
     topic: str
@@ -79,10 +79,6 @@ class WalEntry:
     end_position: int
     max_timestamp_ms: int
     record_count: int
-
-    @property
-    def tp(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
 
     @property
     def size(self) -> int:

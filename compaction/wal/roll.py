@@ -53,7 +53,7 @@ from compaction.metadata import (
     commit_batch,
     table_in_store,
 )
-from compaction.metadata.model import TopicPartition
+from compaction.metadata.model import OfPartition, TopicPartition
 from compaction.packing import pack_for
 from compaction.producers import producer_state
 from compaction.reader import SegmentRef, slice_bytes, wal_headers, wal_ref
@@ -117,7 +117,7 @@ def cut(batches: Sequence[_Batch], rules: RollRules, now_ms: int) -> tuple[list[
 
 
 @dataclass(frozen=True)
-class RollTask:
+class RollTask(OfPartition):
     """One partition's roll, as shipped to an executor."""
 
     topic: str
@@ -335,18 +335,18 @@ def roll(
     epochs: dict[TopicPartition, int] = {}
     failed: list[RollOutcome] = []
     if table is not None:
-        acquired = acquire_fencing_epochs(table, [TopicPartition(t.topic, t.partition) for t in candidates], writer,
-                                          now_ms, topic_ids={TopicPartition(t.topic, t.partition): t.topic_id
+        acquired = acquire_fencing_epochs(table, [t.tp for t in candidates], writer,
+                                          now_ms, topic_ids={t.tp: t.topic_id
                                                              for t in candidates})
         for t in candidates:
-            got = acquired[TopicPartition(t.topic, t.partition)]
+            got = acquired[t.tp]
             if isinstance(got, KcompactError):
                 failed.append(RollOutcome(t.topic, t.partition, **got.outcome_fields()))
             else:
-                epochs[TopicPartition(t.topic, t.partition)] = got.fencing_epoch
+                epochs[t.tp] = got.fencing_epoch
     view = store_log(store)  # after the epochs: what this run plans from is what its commits expect
     tasks = [t for t in roll_tasks(view, config, now_ms, topic=topic, partition=partition, dry_run=dry_run)
-             if dry_run or TopicPartition(t.topic, t.partition) in epochs]
+             if dry_run or t.tp in epochs]
     spec = store.spec
     outcomes: list[RollOutcome] = []
     if tasks:
@@ -386,7 +386,7 @@ def _commit(table: MetadataTable, view: StoreLog, rolled: Sequence[tuple[RollTas
     assert view.snapshot is not None
     changes: dict[TopicPartition, ChangeSet] = {}
     for task, out in rolled:
-        tp = TopicPartition(task.topic, task.partition)
+        tp = task.tp
         try:
             changes[tp] = ChangeSet.planned_from(view.snapshot.partition(task.topic, task.partition),
                                                  fencing_epoch=epochs[tp], writer=writer,
@@ -398,7 +398,7 @@ def _commit(table: MetadataTable, view: StoreLog, rolled: Sequence[tuple[RollTas
     except KcompactError as exc:  # the commit as a whole failed: so does every partition of it
         results = dict.fromkeys(changes, exc)
     for task, out in rolled:
-        result = results.get(TopicPartition(task.topic, task.partition))
+        result = results.get(task.tp)
         if isinstance(result, KcompactError):
             out.fail(result)
         elif isinstance(result, CommitResult):

@@ -42,7 +42,7 @@ from compaction.errors import (
 )
 from compaction.format.checkpoints import EpochEntry
 from compaction.format.segment import LOG_SUFFIX, BatchHeader, iter_batch_headers, segment_path
-from compaction.metadata.model import SegmentState, TopicPartition, new_kafka_uuid
+from compaction.metadata.model import OfPartition, SegmentState, TopicPartition, new_kafka_uuid
 from compaction.storage.base import ObjectStore
 from compaction.tier.logdir import LocalPartition, partitions
 from compaction.wal.log import PartitionLog, epoch_end
@@ -57,7 +57,7 @@ PUT_THREADS = 4
 
 
 @dataclass
-class PartitionUpload(Failure):
+class PartitionUpload(Failure, OfPartition):
     """What one partition's upload did, or why it did nothing."""
 
     topic: str
@@ -342,7 +342,7 @@ def _fail_unfinished(report: UploadReport, exc: KcompactError) -> None:
         for e in o.entries:
             done[e.tp] = max(done.get(e.tp, -1), e.end_offset + 1)
     for p in report.partitions:
-        if p.status == "uploaded" and done.get(TopicPartition(p.topic, p.partition), -1) < (p.end_offset or 0):
+        if p.status == "uploaded" and done.get(p.tp, -1) < (p.end_offset or 0):
             p.status = "failed"
             p.fail(exc)
 
