@@ -1,8 +1,8 @@
 """Every planned byte fetched once, skipping that works with no option tuned, and one partition on several tasks.
 
-- A first compaction (nothing clean yet) over N segments issues one GET per segment, plus the two companions
-  (producer snapshot, epoch checkpoint) each output copies: the rewrite takes what the scan fetched from the
-  run's segment cache. `fetch_ratio` (fetched / needed) is 1 within the companions.
+- A first compaction (nothing clean yet) over N segments issues one GET per segment: the rewrite takes what the
+  scan fetched from the run's segment cache, and the two companions each output copies (producer snapshot, epoch
+  checkpoint) are hard links on the local store. `fetch_ratio` (fetched / needed) is 1.
 - After a 1% update of a contiguous key range, a round with only `cleanup.policy` and the ratio set (filters
   sized from the data) fetches at most: the dirty bytes + the clean segments that really hold a changed key
   + 2% of the clean region.
