@@ -69,7 +69,7 @@ class LocalStore(ObjectStore):
             raise ValueError(f"LocalStore needs a file:// spec, got {spec.uri!r}")
         super().__init__(spec)
         self._root = Path(spec.uri[len("file://") :])
-        self._deferred: set[Path] | None = None  # within `deferred_sync`: what to fsync on leaving it
+        self._deferred: tuple[set[Path], set[Path]] | None = None  # within `deferred_sync`: files, directories
         self._deferred_lock = threading.Lock()
 
     @property
@@ -86,7 +86,7 @@ class LocalStore(ObjectStore):
         (a segment's objects share a directory: one directory fsync instead of one per object), and a copy is a
         hard link to its source (an object is never rewritten in place: no bytes move, no data to fsync)."""
         copies = dict(copied_from or {})
-        if len(objects) + len(copies) < 2 and not copies:
+        if not copies and len(objects) < 2:
             super().put_many(objects)
             return
         puts: dict[str, Future[object]] = {
@@ -109,30 +109,30 @@ class LocalStore(ObjectStore):
         with self._deferred_lock:
             if self._deferred is not None:
                 raise RuntimeError(f"{self!r}: deferred_sync is already active")
-            self._deferred = set()
+            self._deferred = (set(), set())
         try:
             yield
         finally:
             with self._deferred_lock:
-                written, self._deferred = self._deferred, None
-            files = [p for p in written if not p.is_dir()]
-            dirs = {p for p in written if p.is_dir()} | {p.parent for p in files}
+                (files, dirs), self._deferred = self._deferred, None
             for done in [put_pool().submit(_fsync, p) for p in files]:  # (a file deleted since needs nothing)
                 done.result()
             for done in [put_pool().submit(_fsync_dir, p) for p in dirs]:
                 done.result()
 
-    def _defer(self, path: Path) -> bool:
-        """Record `path` for the active `deferred_sync`; False when none is active (sync it now)."""
+    def _defer(self, path: Path, *, directory: bool = False) -> bool:
+        """Record the file (or `directory`) `path` for the active `deferred_sync`; False when none is active (sync it
+        now)."""
         with self._deferred_lock:
             if self._deferred is None:
                 return False
-            self._deferred.add(path)
+            files, dirs = self._deferred
+            (dirs if directory else files).add(path)
             return True
 
     def _sync_dirs(self, dirs: set[Path]) -> None:
         for parent in dirs:
-            if not self._defer(parent):
+            if not self._defer(parent, directory=True):
                 _fsync_dir(parent)
 
     def _link(self, source: str, key: str) -> None:
