@@ -1,4 +1,4 @@
-"""kcompact on a Spark standalone cluster, as README's "Running on a cluster" runs it, step for step.
+"""kcompact on a Spark standalone cluster, as docs/operating.md's "Running on a cluster" runs it, step for step.
 
 A master and two workers (separate JVMs, `scripts/standalone_cluster.py`: `spark-class` from the venv's pyspark,
 on 127.0.0.1, stopped at the end whatever happens). Their environment holds no AWS_*, PYSPARK_* or PYTHONPATH
@@ -158,8 +158,8 @@ def executor_compilations(cluster: Cluster) -> list[str]:
 
 
 def spark_submit(master: Cluster, target: Target, script: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """README's spark-submit line for `jobs/<script>`, from the checkout, with the venv's launcher on PATH. The
-    executors' NUMBA_CACHE_DIR is the cluster's `numba_cache`."""
+    """docs/operating.md's spark-submit line for `jobs/<script>`, from the checkout, with the venv's launcher on PATH.
+    The executors' NUMBA_CACHE_DIR is the cluster's `numba_cache`."""
     conf = {**SIZING, **DRIVER_PYTHON, "spark.executorEnv.NUMBA_CACHE_DIR": str(master.numba_cache),
             **{f"spark.executorEnv.{k}": v for k, v in target.executor_env.items()}}
     command = ["spark-submit", "--master", master.url, "--properties-file", "conf/spark-defaults.conf",

@@ -1,4 +1,4 @@
-"""README's broker section, run as pasted: its commands start a single-node broker from `make kafka`'s jars with
+"""docs/broker.md, run as pasted: its commands start a single-node broker from `make kafka`'s jars with
 `conf/kafka-broker.properties`, which tiers a topic through kcompact's plugin into a local store; its properties
 block keeps every comment on a line of its own; and a broker whose store setting carries a trailing `# comment`
 (what the block had before) stops at start-up naming it, instead of tiering into a directory called
@@ -21,14 +21,15 @@ from tests.kafka.tiered import plugin_overrides
 from tests.kafka_runtime import KafkaBroker
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+DOC = (ROOT / "docs" / "broker.md").read_text()
 HOME = Path("/tmp/kcompact-broker")  # conf/kafka-broker.properties's log.dirs and store live here
 BOOTSTRAP = "127.0.0.1:9092"
 
 
 def _section() -> str:
-    start = README.index("### A Kafka broker on the tier")
-    return README[start:README.index("\n## ", start)]
+    """The page's start-one-broker and settings sections: from its first heading to "## Metrics"."""
+    start = DOC.index("## One broker, from the checkout")
+    return DOC[start:DOC.index("\n## Metrics", start)]
 
 
 def _blocks(kind: str) -> list[str]:
@@ -59,7 +60,7 @@ def test_the_properties_block_keeps_comments_on_lines_of_their_own() -> None:
         assert props[key] == shipped[key]
 
 
-def test_the_readme_broker_starts_tiers_and_stops_as_pasted() -> None:
+def test_the_documented_broker_starts_tiers_and_stops_as_pasted() -> None:
     (start,) = [b for b in _blocks("bash") if "kafka.Kafka conf/kafka-broker.properties" in b]
     (stop,) = re.findall(r"`(pkill -f '[^']+')`", _section())
     shutil.rmtree(HOME, ignore_errors=True)

@@ -213,7 +213,7 @@ def test_the_broker_tiers_on_above_the_compacted_region_with_no_gap_or_overlap(t
 def test_retention_leaves_a_partition_the_broker_tiers_to_the_broker(tier: Tier, tmp_path: Path) -> None:
     """Named compact,delete with retention.bytes 0 in kcompact's config, the partition the broker tiers is held back
     with a note and nothing is committed: a broker's log start does not follow kcompact's expiry, and its consumers
-    would loop on OFFSET_OUT_OF_RANGE until it restarts (README, "Retention of compact,delete topics")."""
+    would loop on OFFSET_OUT_OF_RANGE until it restarts (docs/operating.md, "Retention of compact,delete topics")."""
     config = tmp_path / "kcompact.yaml"
     config.write_text(f"topics:\n  {TOPIC}:\n    cleanup.policy: compact,delete\n    retention.bytes: 0\n")
     report = json.loads(tier.cli("expire", "--config", str(config), "--json").stdout)

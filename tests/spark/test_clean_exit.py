@@ -59,7 +59,8 @@ def run_fresh(code: str, runs: int = RUNS) -> list[str]:
 
 @pytest.mark.spark
 def test_documented_reads_exit_cleanly(written: tuple[Path, Path]) -> None:
-    """README's table query, and the API's reads of the metadata and WAL tables, in one process each run."""
+    """docs/topic-table.md's table query, and the API's reads of the metadata and WAL tables, in one process each
+    run."""
     store, table = written
     outs = run_fresh(f"""
         import pyarrow as pa
@@ -84,8 +85,8 @@ def test_documented_reads_exit_cleanly(written: tuple[Path, Path]) -> None:
 
 @pytest.mark.spark
 def test_the_readme_api_on_spark_exits_cleanly(written: tuple[Path, Path]) -> None:
-    """README's API tour (plan, stage, commit, compact, verify, gc) in a fresh process with its own Spark session:
-    one run (~20 s of Spark start): the reads above, run 20 times, are where the abort lived."""
+    """docs/operating.md's API tour (plan, stage, commit, compact, verify, gc) in a fresh process with its own Spark
+    session: one run (~20 s of Spark start): the reads above, run 20 times, are where the abort lived."""
     store, _ = written
     run_fresh(f"""
         import compaction
