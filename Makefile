@@ -9,7 +9,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN))/python
 export SPARK_LOCAL_IP := 127.0.0.1
 export NUMBA_CACHE_DIR := $(abspath .numba-cache)
 
-.PHONY: venv cds test test-fast lint demo bench bench-wal soak clean java airflow-test kafka delta-readers-test
+.PHONY: venv cds test test-fast lint demo bench bench-wal soak clean java airflow-test kafka delta
 
 # The venv, and the numba kernels compiled into compaction/**/__pycache__ for this CPU and a generic one
 # (compaction/prebuild/kernels.py, ~1 min), so that no run compiles them.
@@ -24,8 +24,8 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # The Spark driver JVM's class-data-sharing archive (compaction/spark/cds.py: ~1-2 min once, ~160 MB under
-# ~/.cache/kcompact), so that a fresh kcompact process starts its JVM from mapped classes. Cached per java + pyspark.
-cds: venv java
+# ~/.cache/kcompact), so that a fresh kcompact process starts its JVM from mapped classes. Cached per java + jars.
+cds: venv java delta
 	$(BIN)/python -m compaction.prebuild.cds
 
 java:
@@ -34,7 +34,7 @@ java:
 
 # --durations: the slowest tests close the log, so a test that starts waiting on something (a store retrying a
 # request until its timeout) shows up in CI's output before it eats the 45-minute budget
-test: venv java cds kafka
+test: venv java delta cds kafka
 	$(BIN)/python -m pytest -q --durations=12 tests
 
 # Everything but the tests marked `spark` (tests/conftest.py marks every user of the Spark fixture) or `kafka`
@@ -49,17 +49,23 @@ test-fast: venv
 kafka: java
 	bash scripts/kafka_runtime.sh
 
+# delta-spark's JVM half (delta/pom.xml: delta-spark, delta-storage, hadoop-aws and the AWS SDK bundle) from Maven
+# Central into .delta-jars, which every session kcompact launches puts on its class path (compaction/spark/delta.py).
+# ~720 MB the first time; cached; fails at once, naming the artifact, when Maven Central cannot serve it.
+delta: venv java
+	bash scripts/delta_runtime.sh
+
 lint: venv
 	$(BIN)/ruff check compaction tests jobs scripts examples
 	$(BIN)/mypy
 
-demo: venv java cds
+demo: venv java delta cds
 	bash scripts/demo.sh
 
 # Issue 13's goals a-f into BENCHMARKS.md (workloads cached under bench-data/). BENCH_ARGS="--only P2K,P6"
 # refreshes some sections; BENCH_ARGS=--quick checks the harness on ~1/64 sizes into bench-data/quick/.
 # P9 runs a Kafka broker with the tiered plugin: `make kafka`'s jars.
-bench: venv java cds kafka
+bench: venv java delta cds kafka
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
 # The WAL's figures (issue 15): upload, read and roll on two >= 1 GiB shapes, into BENCHMARKS.md's "W" section.
@@ -79,13 +85,6 @@ airflow-test:
 	PYTHONPATH=$(CURDIR) $(AIRFLOW_VENV)/bin/python -m pytest -q --noconftest -p no:cacheprovider \
 		tests/integration/test_airflow_dag.py
 
-# delta-spark reads the metadata table and a topic table, local and through hadoop-aws's s3a:// (moto), and sees
-# what delta-rs sees (tests/delta_readers/). delta-spark needs pyspark <= 4.2, so it runs from a venv of its own,
-# .venv-delta, with its jars in .delta-jars (scripts/delta_readers_runtime.sh; ~2 min and ~1.2 GB the first time).
-delta-readers-test: venv java
-	bash scripts/delta_readers_runtime.sh
-	KCOMPACT_DELTA_READERS_TEST=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/delta_readers
-
 # The Python environment executors unpack from spark.archives (conf/spark-defaults.conf): a venv-pack of a
 # wheel install of kcompact and its dependencies but pyspark (scripts/pack_env.py), cached under .dist-cache/.
 .PHONY: dist cluster-test
@@ -98,4 +97,4 @@ cluster-test: venv java dist
 	KCOMPACT_CLUSTER_TEST=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/cluster
 
 clean:
-	rm -rf $(VENV) $(AIRFLOW_VENV) .venv-delta .delta-jars .kafka .dist-cache dist build .numba-cache kcompact-store kcompact-tables demo-logdir .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(AIRFLOW_VENV) .delta-jars .kafka .dist-cache dist build .numba-cache kcompact-store kcompact-tables demo-logdir .pytest_cache .mypy_cache

@@ -8,12 +8,12 @@ small generated topic in a JVM started with `-XX:ArchiveClassesAtExit`, and ever
 
 An archive is only valid for the JVM and the class path that wrote it (the JVM checks each jar's size and
 modification time), so its file name is a hash of the java binary, its version and the jars of the pyspark install
-with their sizes and modification times (`archive_path`): a reinstalled pyspark, even the same release at the same
-path, finds no archive until `make cds` writes its own (and deletes the one it replaces) instead of a stale one
-that the JVM would skip; a JVM that finds the archive unusable anyway starts without it (`-Xshare:auto`, the
-default), with the warning silenced. Under spark-submit the JVM runs before Python does, and a cluster's executors
-start their own: there the archive is the deployment's choice (`spark.driver.extraJavaOptions` /
-`spark.executor.extraJavaOptions`).
+and of delta-spark (compaction/spark/delta.py) with their sizes and modification times (`archive_path`): a
+reinstalled pyspark, even the same release at the same path, finds no archive until `make cds` writes its own (and
+deletes the one it replaces) instead of a stale one that the JVM would skip; a JVM that finds the archive unusable
+anyway starts without it (`-Xshare:auto`, the default), with the warning silenced. Under spark-submit the JVM runs
+before Python does, and a cluster's executors start their own: there the archive is the deployment's choice
+(`spark.driver.extraJavaOptions` / `spark.executor.extraJavaOptions`).
 
 Set KCOMPACT_CDS=0 to start sessions without it. The archive is ~160 MB under KCOMPACT_CACHE_DIR (default
 ~/.cache/kcompact).
@@ -62,8 +62,11 @@ def archive_path() -> Path | None:
     java = java_binary()
     if java is None:
         return None
+    from compaction.spark import delta
+
     jars = Path(pyspark.__file__).parent / "jars"
-    files = sorted(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in jars.glob("*.jar"))
+    on_class_path = [*jars.glob("*.jar"), *delta.jars()]
+    files = sorted(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in on_class_path)
     return cache_dir() / f"{_install_prefix(java, jars)}{_digest(files)}.jsa"
 
 

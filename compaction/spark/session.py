@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from compaction.spark import cds
+from compaction.spark import cds, delta
 
 REQUIRED: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -83,6 +83,8 @@ def build_session(
     settings = {**(REQUIRED if under_submit else LOCAL_DEFAULTS), **(conf or {})}
     if not under_submit and log4j2_config is not None and log4j2_config.is_file():
         settings[DRIVER_JAVA_OPTIONS] = with_log4j2_config(settings.get(DRIVER_JAVA_OPTIONS, ""), log4j2_config)
+    if not under_submit:
+        settings = delta.local_options(settings)
     if not under_submit and SparkSession.getActiveSession() is None:
         options = cds.session_options(settings.get(DRIVER_JAVA_OPTIONS, ""))
         if options:

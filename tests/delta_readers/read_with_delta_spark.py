@@ -1,7 +1,7 @@
-"""Read Delta tables with delta-spark and write what it sees as JSON: run by `.venv-delta/bin/python`, not pytest.
+"""Read Delta tables with delta-spark and write what it sees as JSON: run by the project's python in a process of its
+own (a session apart from the writers', as another team's job would be), not by pytest.
 
-`make delta-readers-test` builds .venv-delta (pyspark 4.2.0 + delta-spark: no delta-spark release supports the
-project's pyspark 4.3) and .delta-jars (delta-spark and hadoop-aws from Maven Central, `tests/delta_readers/pom.xml`).
+Its jars are .delta-jars (delta-spark and hadoop-aws from Maven Central, `make delta`, delta/pom.xml).
 `test_delta_readers.py` writes the tables with the project's own code (delta-rs), runs this script on a request
 file and compares its answer with what delta-rs reads.
 

@@ -1,10 +1,10 @@
 """delta-spark reads kcompact's two Delta tables as delta-rs does: the metadata table and a topic table (`kcompact
 table`), from a local store and, through hadoop-aws's `s3a://`, from S3 (the moto server of `tests/moto_s3.py`).
 
-The project's code (pyspark 4.3, delta-rs) writes both stores the same way: two partitions of random appends
+The project's code (delta-rs for the metadata table) writes both stores the same way: two partitions of random appends
 (tombstones, transactions, a version header) tiered, compacted and tabled, then more appends tiered, compacted
 again (the swap removes segment rows and Parquet files and adds others: Delta remove actions) and tabled again.
-`read_with_delta_spark.py` then reads every table in one delta-spark session of .venv-delta, at the latest version
+`read_with_delta_spark.py` then reads every table in a delta-spark session of its own process, at the latest version
 and at the one after the first round, and this test compares its rows and versions with delta-rs's.
 
 One more test has delta-spark write: it turns on row tracking on a topic table, as a user's job may, and `kcompact
@@ -17,6 +17,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ import compaction
 from compaction.cli import main
 from compaction.config import CompactionStrategy, KcompactConfig, TopicConfig
 from compaction.metadata.table import METADATA_TABLE_NAME, read_rows
+from compaction.spark import delta
 from compaction.spark import table as table_data
 from compaction.storage import ObjectStore, open_store
 from compaction.topic_table import Location, TopicTable
@@ -38,8 +40,6 @@ from tests.scenario_log import ScenarioLog, clean, tier
 from tests.topic_table import VERSION_HEADER, RandomProducer
 
 REPO = Path(__file__).resolve().parents[2]
-DELTA_PYTHON = REPO / ".venv-delta" / "bin" / "python"
-DELTA_JARS = REPO / ".delta-jars"
 READER = Path(__file__).with_name("read_with_delta_spark.py")
 T = 1_800_000_000_000
 MINUTE = 60_000
@@ -120,7 +120,7 @@ def delta_rs_rows(table: Table, version: int) -> list[str]:
 
 
 def read_with_delta_spark(tmp: Path, tables: dict[str, Table], s3_endpoint: str) -> dict[str, Any]:
-    """One delta-spark session of .venv-delta reads every table at its first-round and latest versions."""
+    """One delta-spark session in a process of its own reads every table at its first-round and latest versions."""
     return delta_spark(tmp, {
         "s3": {"endpoint": s3_endpoint, "region": REGION, "access_key": FAKE_AWS_ENV["AWS_ACCESS_KEY_ID"],
                "secret_key": FAKE_AWS_ENV["AWS_SECRET_ACCESS_KEY"]},
@@ -130,13 +130,13 @@ def read_with_delta_spark(tmp: Path, tables: dict[str, Table], s3_endpoint: str)
 
 
 def delta_spark(tmp: Path, request: dict[str, Any]) -> dict[str, Any]:
-    """Run `read_with_delta_spark.py` in .venv-delta on `request` (its jars added); returns its answer."""
-    assert DELTA_PYTHON.exists() and (DELTA_JARS / ".resolved").exists(), "run `make delta-readers-test`"
-    request = {"jars": sorted(str(p) for p in DELTA_JARS.glob("*.jar")), **request}
+    """Run `read_with_delta_spark.py` in a fresh process on `request` (delta-spark's jars added); its answer."""
+    assert delta.jars(), "run `make delta`"
+    request = {"jars": [str(p) for p in delta.jars()], **request}
     (tmp / "request.json").write_text(json.dumps(request))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "AWS_"))}
-    env.update(PYSPARK_PYTHON=str(DELTA_PYTHON), SPARK_LOCAL_IP="127.0.0.1")
-    done = subprocess.run([str(DELTA_PYTHON), str(READER), str(tmp / "request.json"), str(tmp / "answer.json")],
+    env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    done = subprocess.run([sys.executable, str(READER), str(tmp / "request.json"), str(tmp / "answer.json")],
                           env=env, capture_output=True, text=True, timeout=900)
     (tmp / "delta-spark.log").write_text(done.stderr)
     assert done.returncode == 0, f"delta-spark's reader exited {done.returncode}: {done.stderr[-3000:]}"
@@ -145,9 +145,8 @@ def delta_spark(tmp: Path, request: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def both_readers(spark: SparkSession, moto_endpoint: str,
+def both_readers(spark: SparkSession, moto_endpoint: str, fake_aws_everywhere: None,
                  tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Table], dict[str, Any]]:
-    assert DELTA_PYTHON.exists() and (DELTA_JARS / ".resolved").exists(), "run `make delta-readers-test`"
     local_root = tmp_path_factory.mktemp("local")
     local = write_store(spark, open_store(str(local_root / "store")), local_root, str(local_root / "tables" / TOPIC))
     s3_store = fresh_s3_store(moto_endpoint, "delta-readers")

@@ -1,0 +1,64 @@
+"""delta-spark in the sessions kcompact launches: its jars on the driver's class path, its SQL extension and catalog.
+
+The Python half of delta-spark (`delta`, pinned in pyproject.toml with the pyspark it supports) comes with the
+venv; its JVM half (delta-spark, delta-storage, and hadoop-aws with the AWS SDK bundle for `s3a://`) is resolved
+from Maven Central by `make delta` into the checkout's `.delta-jars` (delta/pom.xml), or wherever
+KCOMPACT_DELTA_JARS names. Nothing is downloaded at run time: a session launched without the jars has no Delta
+extension, and what needs delta-spark says so (`require`).
+
+In local mode the driver is the executor, so the jars go on the driver JVM's class path
+(`spark.driver.extraClassPath`) before it starts, where class-data sharing (compaction/spark/cds.py) can map their
+classes too. Under spark-submit the JVM is running before Python: there the jars come from spark-submit's `--jars`
+(conf/spark-defaults.conf shows how), and `SQL` is still set on the session Python builds.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+JARS_ENV = "KCOMPACT_DELTA_JARS"
+"""A directory of delta-spark's jars other than the checkout's `.delta-jars`."""
+
+CHECKOUT_JARS = Path(__file__).resolve().parents[2] / ".delta-jars"
+
+EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+SQL: dict[str, str] = {
+    "spark.sql.extensions": EXTENSION,
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+"""What a session needs to run Delta's SQL and DeltaTable API (delta-spark's `configure_spark_with_delta_pip` sets
+the same two, and Ivy packages kcompact does not download)."""
+
+CLASS_PATH = "spark.driver.extraClassPath"
+
+
+def jars_dir() -> Path:
+    return Path(os.environ.get(JARS_ENV) or CHECKOUT_JARS)
+
+
+def jars() -> list[Path]:
+    """delta-spark's jars, sorted; empty when `make delta` has not run (or KCOMPACT_DELTA_JARS names no jars)."""
+    return sorted(jars_dir().glob("*.jar"))
+
+
+def local_options(settings: dict[str, str]) -> dict[str, str]:
+    """The settings of a session this process launches, with delta-spark's jars and `SQL` added when the jars are
+    there (a class path or extension already in `settings` is kept first)."""
+    found = jars()
+    if not found:
+        return settings
+    merged = dict(settings)
+    paths = [str(p) for p in found]
+    merged[CLASS_PATH] = os.pathsep.join([*filter(None, [settings.get(CLASS_PATH, "")]), *paths])
+    return with_sql(merged)
+
+
+def with_sql(settings: dict[str, str]) -> dict[str, str]:
+    """`settings` with delta-spark's extension appended to any others, and its catalog unless one is set."""
+    merged = dict(settings)
+    extensions = [e for e in merged.get("spark.sql.extensions", "").split(",") if e]
+    if EXTENSION not in extensions:
+        merged["spark.sql.extensions"] = ",".join([*extensions, EXTENSION])
+    merged.setdefault("spark.sql.catalog.spark_catalog", SQL["spark.sql.catalog.spark_catalog"])
+    return merged
