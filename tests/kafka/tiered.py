@@ -198,7 +198,11 @@ def tier_settled(tier: Tier[Any], broker: KafkaBroker | None = None) -> bool:
     leader: KafkaBroker = broker or tier.broker
     active = max(leader.partition_dir(TOPIC, 0).glob("*.log"), key=lambda p: int(p.stem))
     live = tier.live()
-    return active.stat().st_size == 0 and bool(live) and live[-1].end_offset + 1 == int(active.stem)
+    try:
+        size = active.stat().st_size
+    except FileNotFoundError:  # rolled and deleted by the broker between the listing and the stat: not settled yet
+        return False
+    return size == 0 and bool(live) and live[-1].end_offset + 1 == int(active.stem)
 
 
 def consumer(broker: Brokers, isolation: str = "read_committed", config: dict[str, Any] | None = None
