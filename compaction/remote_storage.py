@@ -18,7 +18,7 @@ Requests (`op` and its fields; every answer is a line `{"id": N, "ok": true, "re
 - `put`: create `key` holding `data` (base64: the leader-epoch checkpoint Kafka passes as bytes);
 - `get`: the bytes `[start, end)` of `key` (`end` null: to the end), cut short at the object's end: the answer's
   result is `{"length": N}` and the N bytes follow its line as they are, so that neither side encodes or parses
-  megabytes of base64 (README's plugin section has the figures). The plugin asks for chunks, so a fetch that reads
+  megabytes of base64 (docs/broker.md has the figures). The plugin asks for chunks, so a fetch that reads
   a little of a segment downloads a little, and keeps a segment's chunks for the broker's next fetches of it (its
   `ChunkCache`), several requests in flight ahead of the reader;
 - `delete`: remove `key`; idempotent;

@@ -1,7 +1,7 @@
 """P0c (issue 27 a): a fresh clone's first `kcompact compact` against its second, and the shipped kernels' speed.
 
-What a new user does: clone, the README's setup (`make venv java cds`), then run `kcompact compact` on a schedule,
-each run a fresh process. Nothing may compile at run time, so the first process must cost what the second does.
+What a new user does: clone, the documented setup (`make venv java cds`, docs/operating.md), then run `kcompact
+compact` on a schedule, each run a fresh process. Nothing may compile at run time, so the first process must cost what the second does.
 The clone is of this checkout's HEAD (committed code only) into a temporary directory, set up with its own class
 archive directory (`KCOMPACT_CACHE_DIR`) and without this process's NUMBA_CACHE_DIR or PYTHONPATH, as a user's
 shell would be. One clone per shape, so that each shape's first process is a first run.
@@ -36,7 +36,7 @@ def _user_env(cache: Path) -> dict[str, str]:
 
 
 def fresh_clone_runs(pristine: Path, workload: str, runs: int = 3) -> dict[str, Any]:
-    """Clone HEAD, run the README's setup in it, then `runs` fresh `kcompact compact` processes on copies of
+    """Clone HEAD, run the documented setup in it, then `runs` fresh `kcompact compact` processes on copies of
     `pristine` (a tiered store): the first against the second."""
     with tempfile.TemporaryDirectory(prefix="kcompact-clone-") as tmp:
         clone, env = Path(tmp) / "kcompact", _user_env(Path(tmp) / "cache")

@@ -463,7 +463,7 @@ def _p0(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
 
 def _p0c(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
     lines = ["A new user's first run: a clone of the checkout's HEAD (committed code) into an empty directory, the "
-             "README's setup in it (`make venv java cds`, with the class archive in a directory of its own and no "
+             "documented setup in it (`make venv java cds`, with the class archive in a directory of its own and no "
              "NUMBA_CACHE_DIR or PYTHONPATH, as in a user's shell), then three fresh `kcompact compact` processes "
              "on fresh copies of a tiered ~10 MB store (P0's shapes, config: cleanup.policy compact, "
              "min.cleanable.dirty.ratio 0.01). One clone per shape, so each shape's first process is the clone's "
