@@ -1,10 +1,10 @@
 """P0c (issue 27 a): a fresh clone's first `kcompact compact` against its second, and the shipped kernels' speed.
 
 What a new user does: clone, the documented setup (`make venv java cds`, docs/operating.md), then run `kcompact
-compact` on a schedule, each run a fresh process. Nothing may compile at run time, so the first process must cost what the second does.
-The clone is of this checkout's HEAD (committed code only) into a temporary directory, set up with its own class
-archive directory (`KCOMPACT_CACHE_DIR`) and without this process's NUMBA_CACHE_DIR or PYTHONPATH, as a user's
-shell would be. One clone per shape, so that each shape's first process is a first run.
+compact` on a schedule, each run a fresh process. Nothing may compile at run time, so the first process must cost
+what the second does. The clone is of this checkout's HEAD (committed code only) into a temporary directory, set up
+with its own class archive directory (`KCOMPACT_CACHE_DIR`) and without this process's NUMBA_CACHE_DIR or
+PYTHONPATH, as a user's shell would be. One clone per shape, so that each shape's first process is a first run.
 
 The kernels' speed with and without the code compiled for this CPU: `make venv` compiles every kernel for the host
 CPU and for a generic one of the architecture (what an executor on another CPU loads). Both are timed on the same
