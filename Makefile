@@ -86,7 +86,8 @@ airflow-test:
 		tests/integration/test_airflow_dag.py
 
 # The Python environment executors unpack from spark.archives (conf/spark-defaults.conf): a venv-pack of a
-# wheel install of kcompact and its dependencies but pyspark (scripts/pack_env.py), cached under .dist-cache/.
+# wheel install of kcompact and its dependencies but pyspark and delta-spark (scripts/pack_env.py), cached under
+# .dist-cache/.
 .PHONY: dist cluster-test
 dist: venv
 	$(BIN)/python scripts/pack_env.py --python $(PY)

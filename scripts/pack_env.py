@@ -1,12 +1,13 @@
 """`make dist`: the executors' Python environment, packed for `spark.archives` (dist/kcompact-env.tar.gz).
 
-A virtual environment with kcompact installed from a wheel (not editable: venv-pack refuses editable installs,
-and an executor has no checkout to point at) and kcompact's runtime dependencies from pyproject.toml, except
-pyspark: executors import the cluster's own pyspark (Spark puts `$SPARK_HOME/python/lib/pyspark.zip` on their
-PYTHONPATH), which must be the driver's version anyway, and leaving it out saves ~450 MB per executor. venv-pack
-then packs it with relative paths, so it works wherever Spark unpacks it (`#env` -> ./env/bin/python). The kernels
-are compiled into the environment's `compaction/**/__pycache__` before packing (`compaction.prebuild.kernels`, for the
-build machine's CPU and a generic one), so that executors load them instead of compiling them in every application.
+A virtual environment with kcompact installed from a wheel (not editable: venv-pack refuses editable installs, and
+an executor has no checkout to point at) and kcompact's runtime dependencies from pyproject.toml, except pyspark and
+delta-spark (`LEFT_OUT`): executors import the cluster's own pyspark (Spark puts
+`$SPARK_HOME/python/lib/pyspark.zip` on their PYTHONPATH), which must be the driver's version anyway, and leaving it
+out saves ~450 MB per executor. venv-pack then packs it with relative paths, so it works wherever Spark unpacks it
+(`#env` -> ./env/bin/python). The kernels are compiled into the environment's `compaction/**/__pycache__` before
+packing (`compaction.prebuild.kernels`, for the build machine's CPU and a generic one), so that executors load them
+instead of compiling them in every application.
 
 venv-pack does not copy the interpreter itself: `bin/python` links to the base Python the environment was made
 from (this machine's `python3.11`), which must exist at the same path on every executor host (same image).
@@ -29,7 +30,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".dist-cache"
 VENV_PACK = "venv-pack==0.2.0"
-LEFT_OUT = {"pyspark"}  # provided by the cluster's Spark installation (see the module docstring)
+LEFT_OUT = {"pyspark", "delta-spark"}
+"""pyspark is the cluster's Spark installation's (see the module docstring); delta-spark's Python package is the
+driver's API only (executors run Delta's JVM code, from the jars the job ships), and installing it would pull pyspark
+in."""
 SMOKE = ("import numba, pyarrow, deltalake, boto3, compaction.format.scan, compaction.rewrite.group, "
          "compaction.metadata, compaction.storage.s3")
 
