@@ -4,12 +4,12 @@ The Python half of delta-spark (`delta`, pinned in pyproject.toml with the pyspa
 venv; its JVM half (delta-spark, delta-storage, and hadoop-aws with the AWS SDK bundle for `s3a://`) is resolved
 from Maven Central by `make delta` into the checkout's `.delta-jars` (delta/pom.xml), or wherever
 KCOMPACT_DELTA_JARS names. Nothing is downloaded at run time: a session launched without the jars has no Delta
-extension, and what needs delta-spark says so (`require`).
+extension.
 
 In local mode the driver is the executor, so the jars go on the driver JVM's class path
 (`spark.driver.extraClassPath`) before it starts, where class-data sharing (compaction/spark/cds.py) can map their
-classes too. Under spark-submit the JVM is running before Python: there the jars come from spark-submit's `--jars`
-(conf/spark-defaults.conf shows how), and `SQL` is still set on the session Python builds.
+classes too. Under spark-submit the JVM is running before Python and kcompact adds nothing: the jars and `SQL` are
+the deployment's to pass (`--jars` and `--conf`); nothing kcompact runs there needs delta-spark yet.
 """
 
 from __future__ import annotations
@@ -48,10 +48,8 @@ def local_options(settings: dict[str, str]) -> dict[str, str]:
     found = jars()
     if not found:
         return settings
-    merged = dict(settings)
-    paths = [str(p) for p in found]
-    merged[CLASS_PATH] = os.pathsep.join([*filter(None, [settings.get(CLASS_PATH, "")]), *paths])
-    return with_sql(merged)
+    earlier = [settings[CLASS_PATH]] if settings.get(CLASS_PATH) else []
+    return with_sql({**settings, CLASS_PATH: os.pathsep.join([*earlier, *(str(p) for p in found)])})
 
 
 def with_sql(settings: dict[str, str]) -> dict[str, str]:
@@ -60,5 +58,6 @@ def with_sql(settings: dict[str, str]) -> dict[str, str]:
     extensions = [e for e in merged.get("spark.sql.extensions", "").split(",") if e]
     if EXTENSION not in extensions:
         merged["spark.sql.extensions"] = ",".join([*extensions, EXTENSION])
-    merged.setdefault("spark.sql.catalog.spark_catalog", SQL["spark.sql.catalog.spark_catalog"])
+    catalog = "spark.sql.catalog.spark_catalog"
+    merged.setdefault(catalog, SQL[catalog])
     return merged

@@ -9,26 +9,16 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.moto_s3 import FAKE_AWS_ENV, UNSET_AWS_ENV
-from tests.spark.conftest import spark  # noqa: F401
+from tests.spark.conftest import fake_worker_credentials, spark  # noqa: F401
 
 
 @pytest.fixture(scope="module")
 def fake_aws_everywhere(spark: SparkSession) -> Iterator[None]:  # noqa: F811
     """Fake AWS credentials (and no AWS config files) in this process and in the Spark Python workers started
     from now on, for a module's writes to the moto server; both environments are restored afterwards."""
-    env = spark.sparkContext.environment
-    saved = {k: env.get(k) for k in FAKE_AWS_ENV}
-    with pytest.MonkeyPatch.context() as patch:
+    with pytest.MonkeyPatch.context() as patch, fake_worker_credentials(spark):
         for name, value in FAKE_AWS_ENV.items():
             patch.setenv(name, value)
         for name in UNSET_AWS_ENV:
             patch.delenv(name, raising=False)
-        env.update(FAKE_AWS_ENV)
-        try:
-            yield
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    env.pop(k, None)
-                else:
-                    env[k] = v
+        yield

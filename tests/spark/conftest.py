@@ -6,6 +6,7 @@ local directory and again on S3 (the moto server of `tests/moto_s3.py`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,19 +26,28 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
-@pytest.fixture
-def workers_see_fake_credentials(spark: SparkSession) -> Iterator[None]:
+@contextlib.contextmanager
+def fake_worker_credentials(spark: SparkSession) -> Iterator[None]:
     """Fake AWS credentials in the environment of the Spark Python workers started from now on (as on a
     cluster, where workers find real ones in theirs); the previous environment is restored afterwards."""
     env = spark.sparkContext.environment
     saved = {k: env.get(k) for k in FAKE_AWS_ENV}
     env.update(FAKE_AWS_ENV)
-    yield
-    for k, v in saved.items():
-        if v is None:
-            env.pop(k, None)
-        else:
-            env[k] = v
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = v
+
+
+@pytest.fixture
+def workers_see_fake_credentials(spark: SparkSession) -> Iterator[None]:
+    """`fake_worker_credentials` for one test."""
+    with fake_worker_credentials(spark):
+        yield
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
