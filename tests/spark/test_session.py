@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """
@@ -115,3 +116,17 @@ def test_a_reinstalled_pyspark_gets_an_archive_of_its_own(tmp_path: Path, monkey
     earlier_scheme = first.parent / "spark-driver-4.3.0-230becbfd04ae650.jsa"
     earlier_scheme.write_bytes(b"an archive named before the jars' times were in its name")
     assert cds.stale_archives(second) == sorted([first, earlier_scheme])
+
+
+@pytest.mark.spark
+def test_the_shared_session_writes_and_merges_delta_with_delta_spark(spark: SparkSession, tmp_path: Path) -> None:
+    """Issue 42 item 1: every session kcompact launches has delta-spark's jars and SQL extension (`make delta`,
+    compaction/spark/delta.py): a Delta table written, MERGEd into and read back in the tests' shared session."""
+    from delta.tables import DeltaTable
+
+    uri = str(tmp_path / "t")
+    spark.range(4).write.format("delta").save(uri)
+    (DeltaTable.forPath(spark, uri).alias("t").merge(spark.range(2, 6).alias("s"), "t.id = s.id")
+     .whenNotMatchedInsertAll().execute())
+    assert sorted(r["id"] for r in spark.read.format("delta").load(uri).collect()) == list(range(6))
+    assert spark.conf.get("spark.sql.extensions") == "io.delta.sql.DeltaSparkSessionExtension"
