@@ -157,17 +157,29 @@ class KafkaCluster:
         for pid in self.plugin_processes(node):
             os.kill(pid, signal.SIGCONT)
 
-    def plugin_processes(self, node: int) -> list[int]:
-        """The node JVM's child processes, found by their parent in /proc."""
+    def freeze_store(self, node: int) -> list[int]:
+        """SIGSTOP the node's store process only (`compaction.remote_storage`, which copies segment bytes for the
+        RemoteStorageManager): the metadata process runs on, so the node's next copy writes its COPY_SEGMENT_STARTED
+        row and then waits, in flight, for as long as the store stays stopped. A kill of the node ends it."""
+        stores = self.plugin_processes(node, module="compaction.remote_storage")
+        assert stores, f"node {node} runs no store process"
+        for pid in stores:
+            os.kill(pid, signal.SIGSTOP)
+        return stores
+
+    def plugin_processes(self, node: int, *, module: str | None = None) -> list[int]:
+        """The node JVM's child processes, found by their parent in /proc; with `module`, only those running
+        `python -m <module>`."""
         process = self.nodes[node].process
         assert process is not None, f"node {node} is not running"
         found = []
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
                 ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+                argv = (stat.parent / "cmdline").read_bytes().split(b"\0") if module else []
             except (OSError, IndexError, ValueError):
                 continue
-            if ppid == process.pid:
+            if ppid == process.pid and (module is None or module.encode() in argv):
                 found.append(int(stat.parent.name))
         return found
 

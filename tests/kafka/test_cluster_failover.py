@@ -395,18 +395,26 @@ def test_a_leader_frozen_past_its_session_is_refused_by_leader_epoch_when_it_wak
 
 def test_a_leader_killed_mid_copy_is_taken_over_from_its_last_finished_segment(cluster_tier: ClusterTier) -> None:
     """Killed between its COPY_SEGMENT_STARTED and COPY_SEGMENT_FINISHED, the leader leaves a row that never goes
-    live; its successor tiers from the last finished segment's end on."""
+    live; its successor tiers from the last finished segment's end on.
+
+    The leader's store process is stopped first, so its next copy writes the STARTED row and stays in flight until
+    the kill (a copy takes ~100 ms: waiting to catch one by chance failed under load)."""
     tier = cluster_tier
+    leader, successor = tier.leader(), tier.successor()
+    tier.cluster.freeze_store(leader)
     in_flight: list[SegmentMetadata] = []
 
-    def copying(leader: int, successor: int, end: int) -> bool:
+    def copying() -> bool:
         in_flight[:] = [s for s in tier.partition().segments if s.writer == broker_writer(leader)
-                        and s.state is SegmentState.COPY_SEGMENT_STARTED and s.start_offset > end]
+                        and s.state is SegmentState.COPY_SEGMENT_STARTED and s.start_offset > tier.tier_end()]
         return bool(in_flight)
 
     assert tier.writer is not None
     writer = tier.writer
-    kill = _catch_the_leader(tier, copying, "the leader has a copy in flight", lambda: writer.updates(20))
+    wait_for("the leader has a copy in flight", copying, tier.cluster, step=lambda: writer.updates(20))
+    tier.cluster.freeze(leader)
+    end = tier.tier_end()
+    kill = Caught(leader, successor, end, _straddling(tier.local_segments(successor), end))
     _kill(tier, kill)
     _tiers_on(tier, kill.successor)
     assert tier.contiguous(), tier.rows()
