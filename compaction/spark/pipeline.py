@@ -192,7 +192,7 @@ def _step_by_step(staging: _Staging, works: Sequence[PartitionWork]) -> None:
     into their stages."""
     scans = staging.cached([w.scans for w in works])
     tracker = staging.tracker()
-    winners = best_per_key(staging.scan_rows(staging.settings.layout, scans, tracker), staging.settings.by_offset,
+    winners = best_per_key(staging.scan_rows(RowLayout.STEP_BY_STEP, scans, tracker), staging.settings.by_offset,
                            merged=True)
     if not any(w.clean for w in works):  # no filter test, no rescan: later steps read (tp, offset, dirty) only
         winners = winners.select("tp", "offset", "dirty")  # the cache holds 13 bytes a key, not the key bytes
@@ -241,7 +241,7 @@ def _rescan(staging: _Staging, works: Sequence[PartitionWork], scanned: Sequence
     if not rescans:
         return winners
     tracker = staging.tracker()
-    rows = staging.scan_rows(staging.settings.layout.per_segment(), rescans, tracker)
+    rows = staging.scan_rows(RowLayout.RESCAN, rescans, tracker)
     rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
     persisted.append(rows)
     _count_true_positives(staging, rows, winners, rescans)  # runs the rescan
@@ -323,15 +323,15 @@ def _scan_and_rewrite(staging: _Staging, scans: Sequence[SegmentScanTask], track
     partition, no `tp` (the slot names it). When a partition has several chunks, a key's chunk is the one
     holding its winner: the aggregate comes first (a shuffle by key), then the winners go to their chunk's slot
     (a second)."""
-    layout = staging.settings.layout.all_dirty()
     by_offset = staging.settings.by_offset
     if len({u.partition_index for units in slots for u in units}) < sum(len(units) for units in slots):
-        rows = staging.scan_rows(layout, scans, tracker)
+        rows = staging.scan_rows(RowLayout.ONE_JOB_BY_KEY, scans, tracker)
         return _rewrite(staging, best_per_key(rows, by_offset, merged=True), slots)
     keys = slot_keys(len(slots))
     slot_of = {u.partition_index: key for units, key in zip(slots, keys, strict=True) for u in units}
     shared = any(len(units) > 1 for units in slots)  # a slot runs several partitions' units: rows need `tp`
-    settings = staging.settings.laid_out(layout).by_slot(slot_of, partition_index=shared)
+    layout = RowLayout.ONE_JOB_SHARED_SLOTS if shared else RowLayout.ONE_JOB_OWN_SLOTS
+    settings = staging.settings.by_slot(slot_of, layout)
     tagged = scan_rows(staging.spark, settings, scans, staging.index_of, tracker)
     winners = best_per_key(tagged.repartition(len(slots), CHUNK_SLOT), by_offset, by=(CHUNK_SLOT,))
     laid_out = WinnerRows.PER_WINNER if shared else WinnerRows.PER_WINNER_OF_SLOT

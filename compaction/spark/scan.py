@@ -8,8 +8,8 @@ and folds each segment's candidate records into one table per partition (`compac
 into a `compaction.strategies.keyfold.KeyFold`): the task hands Spark each key of its segments once, with its best
 rank there. Rows are as narrow as the aggregation allows, since Spark pays per row and column:
 the partition is an index `tp` into the run's partitions, and when every partition ranks by offset the constant
-rank columns are left out; the one job leaves out `dirty`, and `tp` where the rewrite slot names the partition
-(`rows_schema`). A rescan keeps its rows per segment (`seg`).
+rank columns are left out; the one job leaves out `dirty`, and `tp` where the rewrite slot names the partition.
+A rescan keeps its rows per segment (`seg`). Each step that reads rows names its layout (`RowLayout`).
 
 What the tasks learn besides rows travels back in a typed accumulator (`ScanTracker`: per partition a
 `PartitionScan`, merged with `add`): the error that quarantines a partition (the exception itself, class kept),
@@ -23,6 +23,7 @@ import contextlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from compaction.rewrite.cache import SegmentCache
 
 CHUNK_SLOT = "slot"
-"""The column naming a row's rewrite slot: the scan writes it (`ScanSettings.by_slot`), the rewrite reads it."""
+"""The column naming a row's rewrite slot: the scan writes it (`RowLayout.by_slot`), the rewrite reads it."""
 
 SCAN_TASK_BYTES = 2**30
 """The most segment bytes one scan task takes (a failed task is retried whole)."""
@@ -89,55 +90,49 @@ _COLUMNS: dict[str, tuple[DataType, pa.DataType]] = {
 }
 
 
-@dataclass(frozen=True)
-class RowLayout:
-    """The columns of the scan rows, decided once by the driver (`ScanSettings.layout`): the scan tasks write them,
-    the steps after the scan read them. Spark pays for every column of every row it takes from Python, shuffles
-    and aggregates, so rows carry only what their consumers need:
+class RowLayout(Enum):
+    """The columns of the scan rows, named by the step that reads them and chosen by the driver where it asks for
+    them (`compaction.spark.pipeline`): the scan tasks write them, that step reads them. Spark pays for every
+    column of every row it takes from Python, shuffles and aggregates, so rows carry only what their readers need.
+    Every layout has `key` and `offset`, and `has_version` and `version` after `key` when the run ranks by more
+    than the offset (`ScanSettings.ranked`: with none, a key's best is its greatest offset). Besides them:
 
-    - `key` and `offset`, always; `has_version` and `version` when `ranked` (some partition ranks by more than
-      the offset: with none, a key's best is its greatest offset);
     - `tp`, the row's partition index among the run's, unless the rewrite slot names the partition;
-    - `dirty`, whether the key is one of the run's dirty keys, unless every key is (`all_dirty`: the one job,
-      `compaction.spark.pipeline`);
-    - `seg`, the index of the row's segment among the scanned ones, in a rescan (`per_segment`);
-    - `slot`, the rewrite slot of the row's partition, in the one job (`by_slot`): each task then adds a marker
-      row per partition it scanned (null key, offset -1), so that every slot has rows, and a rewrite task, even
-      for a partition without any keyed record.
+    - `dirty`, whether the key is one of the run's dirty keys, unless every key is (the one job);
+    - `seg`, the index of the row's segment among the scanned ones, in a rescan;
+    - `slot`, the rewrite slot of the row's partition, in the one job by slot: each task then adds a marker row
+      per partition it scanned (null key, offset -1), so that every slot has rows, and a rewrite task, even for a
+      partition without any keyed record.
     """
 
-    ranked: bool
-    partition_index: bool = True
-    dirty: bool = True
-    segment: bool = False
-    slot: bool = False
-
-    def per_segment(self) -> RowLayout:
-        return replace(self, segment=True)
-
-    def all_dirty(self) -> RowLayout:
-        return replace(self, dirty=False)
-
-    def by_slot(self, partition_index: bool) -> RowLayout:
-        return replace(self, slot=True, partition_index=partition_index)
+    STEP_BY_STEP = ("tp", "key", "offset", "dirty")  # the winners, counted and tested against the filters
+    RESCAN = ("tp", "key", "offset", "dirty", "seg")  # the clean segments to rewrite, rows per segment
+    ONE_JOB_BY_KEY = ("tp", "key", "offset")  # the one job, some partition with several chunks: winners by key
+    ONE_JOB_SHARED_SLOTS = ("tp", "key", "offset", CHUNK_SLOT)  # the one job, a slot runs several partitions
+    ONE_JOB_OWN_SLOTS = ("key", "offset", CHUNK_SLOT)  # the one job, each slot runs one partition's units
 
     @property
-    def names(self) -> tuple[str, ...]:
-        carried = {"tp": self.partition_index, "has_version": self.ranked, "version": self.ranked,
-                   "dirty": self.dirty, "seg": self.segment, CHUNK_SLOT: self.slot}
-        return tuple(name for name in _COLUMNS if carried.get(name, True))
+    def by_slot(self) -> bool:
+        """The rows carry their partition's rewrite slot, and each task a marker row per partition."""
+        return self in (RowLayout.ONE_JOB_SHARED_SLOTS, RowLayout.ONE_JOB_OWN_SLOTS)
 
-    def schema(self) -> StructType:
-        return StructType([StructField(n, _COLUMNS[n][0], self._nullable(n)) for n in self.names])
+    def names(self, ranked: bool) -> tuple[str, ...]:
+        if not ranked:
+            return self.value
+        at = self.value.index("key") + 1
+        return (*self.value[:at], "has_version", "version", *self.value[at:])
 
-    def arrow_schema(self) -> pa.Schema:
-        return pa.schema([pa.field(n, _COLUMNS[n][1], self._nullable(n)) for n in self.names])
+    def schema(self, ranked: bool) -> StructType:
+        return StructType([StructField(n, _COLUMNS[n][0], self._nullable(n)) for n in self.names(ranked)])
+
+    def arrow_schema(self, ranked: bool) -> pa.Schema:
+        return pa.schema([pa.field(n, _COLUMNS[n][1], self._nullable(n)) for n in self.names(ranked)])
 
     def _nullable(self, name: str) -> bool:
-        return self.slot and name == "key"  # the marker rows'
+        return self.by_slot and name == "key"  # the marker rows'
 
 
-ROWS = RowLayout(ranked=True).schema()
+ROWS = RowLayout.STEP_BY_STEP.schema(ranked=True)
 """The scan rows of a run that ranks by more than the offset, before the filter test."""
 
 
@@ -160,11 +155,12 @@ class PartitionScanSettings:
 @dataclass(frozen=True)
 class ScanSettings:
     """What every scan task of a run needs to know: the store, its partitions (by partition index) and the rows'
-    layout."""
+    layout: which step reads them, and whether they carry the rank columns."""
 
     spec: StoreSpec
     partitions: tuple[PartitionScanSettings, ...]
     layout: RowLayout
+    ranked: bool  # some partition ranks by more than the offset
     cache_dir: str | None = None
     rows_per_batch: int = 1 << 20  # rows per Arrow batch handed to Spark (binary keys: < 2 GiB a batch)
 
@@ -172,24 +168,31 @@ class ScanSettings:
     def of(cls, spec: StoreSpec, tasks: Sequence[PartitionTask], cache_dir: str | None = None,
            rows_per_batch: int = 1 << 20) -> ScanSettings:
         """The settings of a scan of `tasks`' partitions (their order gives the partition indexes), rows laid out
-        for the filter test and the rewrite (`RowLayout`)."""
+        for the step-by-step path's winners (`RowLayout.STEP_BY_STEP`)."""
         partitions = tuple(PartitionScanSettings.of(t) for t in tasks)
         ranked = any(p.strategy is not CompactionStrategy.OFFSET for p in partitions)
-        return cls(spec, partitions, RowLayout(ranked), cache_dir, rows_per_batch)
+        return cls(spec, partitions, RowLayout.STEP_BY_STEP, ranked, cache_dir, rows_per_batch)
 
     @property
     def by_offset(self) -> bool:
         """Every partition ranks by offset: a key's best is its greatest offset."""
-        return not self.layout.ranked
+        return not self.ranked
+
+    def schema(self) -> StructType:
+        return self.layout.schema(self.ranked)
+
+    def arrow_schema(self) -> pa.Schema:
+        return self.layout.arrow_schema(self.ranked)
 
     def laid_out(self, layout: RowLayout) -> ScanSettings:
         return replace(self, layout=layout)
 
-    def by_slot(self, slots: Mapping[int, int], partition_index: bool) -> ScanSettings:
-        """The settings of the one job: per partition index the rewrite slot its rows carry (`slots`; a partition
-        without one hands Spark no row), `tp` carried when `partition_index`."""
+    def by_slot(self, slots: Mapping[int, int], layout: RowLayout) -> ScanSettings:
+        """The settings of the one job by slot, rows laid out as `layout` (one of the two `RowLayout.by_slot`): per
+        partition index the rewrite slot its rows carry (`slots`; a partition without one hands Spark no row)."""
+        assert layout.by_slot, layout
         partitions = tuple(replace(p, rewrite_slot=slots.get(i)) for i, p in enumerate(self.partitions))
-        return replace(self, partitions=partitions, layout=self.layout.by_slot(partition_index))
+        return replace(self, partitions=partitions, layout=layout)
 
 
 @dataclass
@@ -256,7 +259,7 @@ class _ScanTask:
                 if scanned is None:
                     continue
                 partition = self.settings.partitions[d.partition_index]
-                if layout.segment:  # the rescan: rows stay per segment
+                if layout is RowLayout.RESCAN:  # rows stay per segment
                     best = segment_best(scanned.segment.records, partition.aborted, partition.strategy)
                     self._done(d, scanned, best.invalid_versions)
                     yield from self._rows(d.partition_index, best, np.full(len(best.keys), d.dirty), d.seg)
@@ -268,14 +271,14 @@ class _ScanTask:
             if self._rewritten(index):
                 merged, dirty = folded(fold, 0)
                 yield from self._rows(index, merged, dirty, None)
-        if layout.slot:
+        if layout.by_slot:
             for index in seen:
                 if self._rewritten(index):
                     yield from self._rows(index, _MARKER, np.zeros(1, bool), None)
 
     def _rewritten(self, index: int) -> bool:
         """Whether the rows of partition `index` are wanted: in the one job, only those of a rewrite slot."""
-        return not self.settings.layout.slot or self.settings.partitions[index].rewrite_slot is not None
+        return not self.settings.layout.by_slot or self.settings.partitions[index].rewrite_slot is not None
 
     def _fetch(self, store: ObjectStore, d: _Descriptor) -> ScannedSegment | None:
         """Fetch and check one segment, build its filter when asked; None: it failed its partition (reported)."""
@@ -331,23 +334,29 @@ class _ScanTask:
     def _rows(self, index: int, best: SegmentBest, dirty: np.ndarray, seg: int | None
               ) -> Iterator[pa.RecordBatch]:
         """`best`'s keys of partition `index` as Arrow batches in the layout's columns."""
-        layout, schema, step = self.settings.layout, self.settings.layout.arrow_schema(), self.settings.rows_per_batch
+        schema, step = self.settings.arrow_schema(), self.settings.rows_per_batch
+        constants = {"tp": pa.scalar(index, pa.int32()), "seg": pa.scalar(seg, pa.int32()),
+                     CHUNK_SLOT: pa.scalar(self.settings.partitions[index].rewrite_slot, pa.int64())}
         for at in range(0, max(1, len(best.keys)), step):
             n = min(step, len(best.keys) - at)
+            yield pa.RecordBatch.from_arrays([_column(name, best, dirty, constants, at, n) for name in schema.names],
+                                             schema=schema)
+
+
+def _column(name: str, best: SegmentBest, dirty: np.ndarray, constants: Mapping[str, pa.Scalar], at: int, n: int
+            ) -> pa.Array:
+    """Rows `at` to `at + n` of the scan rows' column `name`: `best`'s, the dirty flags', or one of the
+    `constants` of the batch's partition (`tp`, `seg`, `slot`) repeated."""
+    match name:
+        case "key":
             keys = best.keys.slice(at, n)
-            columns = {"key": keys.cast(pa.binary()) if keys.type != pa.binary() else keys,
-                       "offset": best.offset.slice(at, n)}
-            if layout.ranked:
-                columns.update(has_version=best.has_version.slice(at, n), version=best.version.slice(at, n))
-            if layout.partition_index:
-                columns["tp"] = pa.repeat(pa.scalar(index, pa.int32()), n)
-            if layout.dirty:
-                columns["dirty"] = pa.array(dirty[at:at + n], pa.bool_())
-            if layout.segment:
-                columns["seg"] = pa.repeat(pa.scalar(seg, pa.int32()), n)
-            if layout.slot:
-                columns[CHUNK_SLOT] = pa.repeat(pa.scalar(self.settings.partitions[index].rewrite_slot, pa.int64()), n)
-            yield pa.RecordBatch.from_arrays([columns[name] for name in layout.names], schema=schema)
+            return keys.cast(pa.binary()) if keys.type != pa.binary() else keys
+        case "has_version" | "version" | "offset":
+            return getattr(best, name).slice(at, n)
+        case "dirty":
+            return pa.array(dirty[at:at + n], pa.bool_())
+        case _:
+            return pa.repeat(constants[name], n)
 
 
 @dataclass(frozen=True)
@@ -375,7 +384,7 @@ def scan_rows(spark: SparkSession, settings: ScanSettings, segments: Sequence[Se
     described = [[_Descriptor(index_of[s.tp], s.segment_id, s.log_key, s.dirty, s.filter_key, s.cache,
                               index[s.segment_id]) for s in part] for part in slices]
     ids = spark.range(0, len(described), numPartitions=max(1, len(described)))  # task i scans slice i
-    return ids.mapInArrow(_ScanTask(settings, tracker, described), settings.layout.schema())
+    return ids.mapInArrow(_ScanTask(settings, tracker, described), settings.schema())
 
 
 def scan_slices(segments: Sequence[SegmentScanTask], parallelism: int) -> list[list[SegmentScanTask]]:

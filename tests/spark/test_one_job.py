@@ -162,8 +162,8 @@ def test_one_rewrite_task_for_every_partition_writes_the_same_bytes(
     real = pipeline.scan_rows
 
     def spy(spark_: SparkSession, settings: pipeline.ScanSettings, *args: object) -> object:
-        if settings.layout.slot:
-            seen.append(settings.layout.partition_index)
+        if settings.layout.by_slot:
+            seen.append(settings.layout is scan.RowLayout.ONE_JOB_SHARED_SLOTS)
         return real(spark_, settings, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(pipeline, "scan_rows", spy)

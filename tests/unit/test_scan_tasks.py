@@ -142,30 +142,36 @@ def test_packed_winners_reach_the_chunk_holding_them(rows: list[tuple[int, int]]
 # --- what crosses the Spark boundary: rows in their layout, a crashed unit's error typed ------------------------
 
 
-_LAYOUTS = [  # the layouts a run uses: step by step (by offset, ranked), a rescan, the one job's two
-    (RowLayout(ranked=False), ("tp", "key", "offset", "dirty")),
-    (RowLayout(ranked=True), ("tp", "key", "has_version", "version", "offset", "dirty")),
-    (RowLayout(ranked=True).per_segment(), ("tp", "key", "has_version", "version", "offset", "dirty", "seg")),
-    (RowLayout(ranked=False).all_dirty(), ("tp", "key", "offset")),
-    (RowLayout(ranked=True).all_dirty().by_slot(partition_index=False),
-     ("key", "has_version", "version", "offset", "slot")),
-    (RowLayout(ranked=False).all_dirty().by_slot(partition_index=True), ("tp", "key", "offset", "slot")),
+_LAYOUTS = [  # every layout a run uses (step by step, a rescan, the one job's three), by offset and ranked
+    (RowLayout.STEP_BY_STEP, False, ("tp", "key", "offset", "dirty")),
+    (RowLayout.STEP_BY_STEP, True, ("tp", "key", "has_version", "version", "offset", "dirty")),
+    (RowLayout.RESCAN, False, ("tp", "key", "offset", "dirty", "seg")),
+    (RowLayout.RESCAN, True, ("tp", "key", "has_version", "version", "offset", "dirty", "seg")),
+    (RowLayout.ONE_JOB_BY_KEY, False, ("tp", "key", "offset")),
+    (RowLayout.ONE_JOB_BY_KEY, True, ("tp", "key", "has_version", "version", "offset")),
+    (RowLayout.ONE_JOB_OWN_SLOTS, False, ("key", "offset", "slot")),
+    (RowLayout.ONE_JOB_OWN_SLOTS, True, ("key", "has_version", "version", "offset", "slot")),
+    (RowLayout.ONE_JOB_SHARED_SLOTS, False, ("tp", "key", "offset", "slot")),
+    (RowLayout.ONE_JOB_SHARED_SLOTS, True, ("tp", "key", "has_version", "version", "offset", "slot")),
 ]
 
 
-@pytest.mark.parametrize(("layout", "names"), _LAYOUTS)
-def test_a_scan_task_writes_the_columns_its_layout_names(layout: RowLayout, names: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(("layout", "ranked", "names"), _LAYOUTS)
+def test_a_scan_task_writes_the_columns_its_layout_names(layout: RowLayout, ranked: bool, names: tuple[str, ...]
+                                                         ) -> None:
     """The Spark schema the driver declares and the Arrow batches a scan task writes are one layout: same
     columns in the same order, the key nullable only where marker rows come (the one job by slot)."""
     partition = PartitionScanSettings(CompactionStrategy.OFFSET, None, (), 0.01, rewrite_slot=11)
-    settings = ScanSettings(None, (partition, partition), layout, rows_per_batch=2)  # type: ignore[arg-type]
+    settings = ScanSettings(None, (partition, partition), layout, ranked, rows_per_batch=2)  # type: ignore[arg-type]
     best = SegmentBest(pa.array([b"a", b"b", b"c"], pa.binary()), pa.array([1, 0, 1], pa.int8()),
                        pa.array([7, 0, 9], pa.int64()), pa.array([3, 4, 5], pa.int64()), 0)
     batches = list(_ScanTask(settings, None, [])._rows(1, best, np.array([True, False, True]), 6))  # type: ignore[arg-type]
-    assert layout.names == names == tuple(layout.schema().fieldNames())
-    assert [f.nullable for f in layout.schema().fields] == [layout.slot and n == "key" for n in names]
+    assert layout.names(ranked) == names == tuple(settings.schema().fieldNames())
+    by_slot = layout in (RowLayout.ONE_JOB_OWN_SLOTS, RowLayout.ONE_JOB_SHARED_SLOTS)
+    assert layout.by_slot == by_slot
+    assert [f.nullable for f in settings.schema().fields] == [by_slot and n == "key" for n in names]
     assert [b.num_rows for b in batches] == [2, 1]
-    assert all(b.schema == layout.arrow_schema() for b in batches)
+    assert all(b.schema == settings.arrow_schema() for b in batches)
     rows = pa.Table.from_batches(batches).to_pylist()
     expected = {"tp": 1, "has_version": 1, "version": 7, "dirty": True, "seg": 6, "slot": 11}
     assert {n: v for n, v in rows[0].items() if n not in ("key", "offset")} == {n: expected[n] for n in names
