@@ -30,53 +30,61 @@ A larger update (and a rebuild too large for the task path) goes through Spark:
    new Parquet files sorted by key, written by executors straight into the table's location; the driver commits
    them with the marks and the removal of the files they replace.
 
-Executors open the table's store from its picklable spec; no Spark filesystem (s3a) is involved.
+What runs inside the tasks is `compaction.topic_table.tasks` (no Spark): frozen task values in, a typed
+`TaskOutcome` out (pickled into a binary column), a kcompact error a task raised carried back in it as a value and
+raised by the driver; the tasks that yield rows instead (the reads of records and of table files) carry theirs back
+through an accumulator (`TaskErrors`). Executors open the table's store from its picklable spec; no Spark filesystem
+(s3a) is involved.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import pickle
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from compaction.bloom.hashing import key_hashes
 from compaction.config import CompactionStrategy
+from compaction.errors import KcompactError
 from compaction.packing import pack_for
-from compaction.reader import ConsumerRead, Isolation, SegmentRef, segment_batches
+from compaction.reader import ConsumerRead, Isolation, SegmentRef
 from compaction.spark.packed import packed_frame
 from compaction.spark.ranking import best, rank_columns
-from compaction.spark.read import RECORD_STRUCT, partition_read, read_refs
-from compaction.storage.base import ObjectStore, StoreSpec
+from compaction.spark.read import RECORD_STRUCT, partition_read
+from compaction.storage.base import ObjectStore
 from compaction.tasks import task_groups
-from compaction.topic_table.deletion_vectors import DeletionVector, VectorFile, read_vector
+from compaction.topic_table.deletion_vectors import DeletionVector
 from compaction.topic_table.plan import PartitionSpan
-from compaction.topic_table.target import FILE_BYTES, PARTITION_COLUMN, VERSION_COLUMN, DataFile, Location
-from compaction.topic_table.winners import table_changes_of, table_rows_of
+from compaction.topic_table.target import PARTITION_COLUMN, VERSION_COLUMN, DataFile, Location
+from compaction.topic_table.tasks import (
+    FileToRead,
+    MarkFiles,
+    MarkKind,
+    ReadFiles,
+    ReadRecords,
+    RebuildItem,
+    RebuildTask,
+    TableTask,
+    TaskOutcome,
+    UpdateItem,
+    UpdateTask,
+    WriteFiles,
+    portable,
+    run_here,
+    succeeded,
+)
 
 DATA_COLUMNS = ("value", "offset", "timestamp", "headers")
-_FILE_ROW = StructType([
-    StructField("path", StringType(), False),
-    StructField("partition", IntegerType(), False),
-    StructField("size", LongType(), False),
-    StructField("rows", LongType(), False),
-])
-_FILE_SCHEMA = pa.schema([pa.field("path", pa.string(), False), pa.field("partition", pa.int32(), False),
-                          pa.field("size", pa.int64(), False), pa.field("rows", pa.int64(), False)])
 
 
 def row_schema(strategy: CompactionStrategy) -> StructType:
@@ -91,13 +99,16 @@ def row_schema(strategy: CompactionStrategy) -> StructType:
 
 
 def topic_records(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Sequence[SegmentRef]],
-                  spans: Sequence[PartitionSpan]) -> list[DataFrame]:
-    """Per span, (partition, key, value, offset, timestamp, headers, fresh) of the partition's log `refs`;
-    `fresh`: at or above from_offset."""
+                  spans: Sequence[PartitionSpan], errors: TaskErrors) -> list[DataFrame]:
+    """Per span, (partition, key, value, offset, timestamp, headers, fresh) of the partition's log `refs`, read as
+    `compaction.spark.read.read_refs` reads it (a task per piece, `ReadRecords`; its errors to `errors`); `fresh`:
+    at or above from_offset."""
     frames = []
     for span in spans:
-        view = read_refs(spark, store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED,
-                         stable_offset=span.to_offset)
+        read, pieces = partition_read(store, refs[span.partition], span.read_from, Isolation.READ_COMMITTED,
+                                      stable_offset=span.to_offset)
+        ids = spark.range(0, len(pieces), 1, max(1, len(pieces)))
+        view = ids.mapInArrow(errors.reading(ReadRecords(store.spec, read, tuple(pieces)).rows, _ids), RECORD_STRUCT)
         frames.append(view.where(F.col("key").isNotNull()).select(
             F.lit(span.partition).cast("int").alias(PARTITION_COLUMN), "key", "value", "offset", "timestamp",
             "headers", (F.col("offset") >= span.from_offset).alias("fresh")))
@@ -127,46 +138,76 @@ def _best(records: DataFrame, strategy: CompactionStrategy, header: str | None) 
     return ranked.where("fresh").select(PARTITION_COLUMN, "key", *(F.col(f"w.{c}") for c in DATA_COLUMNS), *extra)
 
 
-def deleted_rows(store: ObjectStore, location: Location, vector: DeletionVector | None,
-                 files: dict[str, bytes | memoryview] | None = None) -> np.ndarray:
-    """The row positions a table file's deletion `vector` deletes (none if None), read from its DV file (kept in
-    `files` by name, when given, for the next vector of the same file)."""
-    if vector is None:
-        return np.zeros(0, np.uint64)
-    key = location.file_key(vector.file_name)
-    cache = {} if files is None else files
-    if vector.file_name not in cache:
-        cache[vector.file_name] = store.view(key)
-    return read_vector(cache[vector.file_name], vector, obj=store.object_uri(key))
+_OUTCOMES = StructType([StructField("outcome", BinaryType(), False)])
+_OUTCOME_SCHEMA = pa.schema([pa.field("outcome", pa.binary(), False)])
 
 
-def _live(data: pa.Table, deleted: np.ndarray) -> pa.Table:
-    """`data` without the rows at `deleted`."""
-    if not len(deleted):
-        return data
-    keep = np.ones(data.num_rows, bool)
-    keep[deleted.astype(np.int64)] = False
-    return data.filter(keep)
+def _outcomes(outcomes: Iterable[TaskOutcome]) -> pa.RecordBatch:
+    """Outcomes as rows of `_OUTCOMES`, each pickled (an error keeps its class and fields)."""
+    return pa.RecordBatch.from_pydict({"outcome": [pickle.dumps(o) for o in outcomes]}, schema=_OUTCOME_SCHEMA)
 
 
-def _file_reader(location: Location, columns: Sequence[str] | None, positions: bool) -> Callable[
-        [Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        store = location.open()
-        vectors: dict[str, bytes | memoryview] = {}
-        for descriptors in batches:
-            for d in descriptors.to_pylist():
-                data = pq.read_table(pa.BufferReader(store.view(location.file_key(d["path"]))), columns=columns)
-                if positions:
-                    data = data.append_column("_pos", pa.array(np.arange(data.num_rows, dtype=np.int64)))
-                vector = None if d["vector"] is None else DeletionVector.from_json(json.loads(d["vector"]))
-                data = _live(data, deleted_rows(store, location, vector, vectors))
-                data = data.append_column(PARTITION_COLUMN, pa.array(np.full(data.num_rows, d[PARTITION_COLUMN],
-                                                                             np.int32)))
-                data = data.append_column("_file", pa.array([d["path"]] * data.num_rows, pa.string()))
-                yield from data.to_batches()
+def _collected(frame: DataFrame, errors: TaskErrors | None = None) -> Sequence[TaskOutcome]:
+    """The outcomes `frame` (of `_OUTCOMES`) collects, once neither a reading task upstream (`errors`) nor one of
+    them failed; else that kcompact error, raised here as itself."""
+    outcomes = [pickle.loads(row.outcome) for row in frame.collect()]
+    if errors is not None:
+        errors.check()
+    return succeeded(outcomes)
 
-    return read
+
+class _Appended(AccumulatorParam[list[bytes]]):
+    """An accumulator of lists, appended to each other."""
+
+    def zero(self, value: list[bytes]) -> list[bytes]:
+        return []
+
+    def addInPlace(self, value1: list[bytes], value2: list[bytes]) -> list[bytes]:
+        return value1 + value2
+
+
+class TaskErrors:
+    """The kcompact errors of the tasks that yield rows rather than an outcome (the reads of records and of table
+    files, `compaction.topic_table.tasks.ReadRecords` and `ReadFiles`), carried back as values: such a task stops
+    reading at the error and adds it, pickled (`portable`), to a Spark accumulator, and the driver raises the first
+    one once the job that ran it is done (`check`), before anything is committed."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._found = spark.sparkContext.accumulator([], _Appended())
+
+    def reading(self, rows: Callable[[Iterable[Any]], Iterator[pa.RecordBatch]],
+                items: Callable[[pa.RecordBatch], Iterable[Any]]) -> _Reading:
+        """The `mapInArrow` function yielding `rows` of the items (`items` of each batch) its task is given."""
+        return _Reading(rows, items, self._found)
+
+    def check(self) -> None:
+        """Raise the first error a reading task found, as itself."""
+        for found in self._found.value:
+            raise pickle.loads(found)
+
+
+class _Reading:
+    """A reading task on Spark: its rows, or up to a kcompact error, which goes to the run's `TaskErrors`."""
+
+    def __init__(self, rows: Callable[[Iterable[Any]], Iterator[pa.RecordBatch]],
+                 items: Callable[[pa.RecordBatch], Iterable[Any]], found: Any) -> None:
+        self.rows, self.items, self.found = rows, items, found
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from self.rows(item for batch in batches for item in self.items(batch))
+        except KcompactError as exc:
+            self.found.add([pickle.dumps(portable(exc))])
+
+
+def _ids(batch: pa.RecordBatch) -> list[int]:
+    return batch.column(0).to_pylist()
+
+
+def _files_to_read(batch: pa.RecordBatch) -> list[FileToRead]:
+    return [FileToRead(d["path"], d[PARTITION_COLUMN],
+                       None if d["vector"] is None else DeletionVector.from_json(json.loads(d["vector"])))
+            for d in batch.to_pylist()]
 
 
 _FILE_DESCRIPTOR = StructType([StructField("path", StringType(), False), StructField("partition", IntegerType(), False),
@@ -174,18 +215,19 @@ _FILE_DESCRIPTOR = StructType([StructField("path", StringType(), False), StructF
 
 
 def table_rows(spark: SparkSession, location: Location, files: Sequence[DataFile], schema: StructType,
-               columns: Sequence[str] | None = None, *, positions: bool = False) -> DataFrame:
+               errors: TaskErrors, columns: Sequence[str] | None = None, *, positions: bool = False) -> DataFrame:
     """The live rows of `files` (their deletion vectors applied; only `columns`, all if None) with their `partition`
-    and `_file` (and, with `positions`, `_pos`: the row's position in its file), read by executors."""
+    and `_file` (and, with `positions`, `_pos`: the row's position in its file), read by executors (`ReadFiles`;
+    its errors to `errors`)."""
     fields = [f for f in schema.fields if columns is None or f.name in columns or f.name == "key"]
     fields = [f for f in fields if f.name != PARTITION_COLUMN]
     extra = [StructField("_pos", LongType(), False)] if positions else []
     out = StructType([*fields, *extra, StructField(PARTITION_COLUMN, IntegerType(), False),
                       StructField("_file", StringType(), False)])
-    wanted = None if columns is None else [f.name for f in fields]
+    wanted = None if columns is None else tuple(f.name for f in fields)
     rows = [(f.path, f.partition, None if f.vector is None else json.dumps(f.vector.to_json())) for f in files]
     descriptors = packed_frame(spark, rows, [f.size for f in files], _FILE_DESCRIPTOR)
-    return descriptors.mapInArrow(_file_reader(location, wanted, positions), out)
+    return descriptors.mapInArrow(errors.reading(ReadFiles(location, wanted, positions).rows, _files_to_read), out)
 
 
 PURGE_SHARE = 0.2
@@ -194,139 +236,65 @@ file's rows would be deleted: then it rewrites the file without them instead (De
 file's deleted rows for nothing, so at a fifth deleted a read costs at most a quarter more than a clean file's; a
 table updated at 1% of its keys a run rewrites each file about once in twenty runs (BENCHMARKS.md P8)."""
 
-_MARK_SCHEMA = pa.schema([pa.field("path", pa.string(), False), pa.field("kind", pa.string(), False),
-                          pa.field("vector", pa.string())])
-_MARK_ROW = StructType([StructField("path", StringType(), False), StructField("kind", StringType(), False),
-                        StructField("vector", StringType(), True)])
 
+class _Marker:
+    """The `mapInArrow` function of the marks: (file, row positions) rows in, one pickled outcome out."""
 
-def _mark(rows: int, deleted: np.ndarray, gone: np.ndarray, vectors: VectorFile, purge_share: float
-          ) -> tuple[str, str | None, np.ndarray]:
-    """Delete the rows at `gone` of a file of `rows` rows (whose vector already deletes `deleted`): ("marked", its new
-    vector as JSON, all its deleted rows), the vector added to `vectors`; or, past `purge_share` of its rows
-    ("replaced", None, all its deleted rows): the caller rewrites it without them. A file whose log entry holds no
-    row count (0 here) is rewritten: Delta requires a marked file's `numRecords`."""
-    positions = np.union1d(deleted, gone.astype(np.uint64))
-    if len(positions) <= purge_share * rows:
-        return "marked", json.dumps(vectors.add(positions).to_json()), positions
-    return "replaced", None, positions
+    def __init__(self, task: MarkFiles) -> None:
+        self.task = task
 
-
-def _marker(location: Location, files: Mapping[str, DataFile], purge_share: float) -> Callable[
-        [Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    def mark(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        store = location.open()
-        vectors, dv_files, done = VectorFile(), dict[str, bytes | memoryview](), []
-        for batch in batches:
-            for path, found in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
-                file = files[path]
-                deleted = deleted_rows(store, location, file.vector, dv_files)
-                kind, vector, _ = _mark(file.rows, deleted, np.asarray(found, np.uint64), vectors, purge_share)
-                done.append({"path": path, "kind": kind, "vector": vector})
-        if len(vectors):
-            store.put(location.file_key(vectors.name), vectors.data())
-        yield pa.RecordBatch.from_pylist(done, schema=_MARK_SCHEMA)
-
-    return mark
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        found = ((path, positions) for batch in batches
+                 for path, positions in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True))
+        yield _outcomes([self.task.run(found)])
 
 
 def mark_rows(spark: SparkSession, location: Location, files: Sequence[DataFile], schema: StructType,
-              fresh: DataFrame, purge_share: float) -> tuple[set[str], dict[str, DeletionVector]]:
+              fresh: DataFrame, purge_share: float, errors: TaskErrors
+              ) -> tuple[set[str], dict[str, DeletionVector]]:
     """Mark the live rows of `files` whose (partition, key) is in `fresh` deleted: found by a key-only read joined
     with `fresh`'s keys, then a task per group of files writes their deletion vectors (or, past `purge_share`, leaves
-    a file to be rewritten). Returns the paths to rewrite and the marked files' new vectors."""
+    a file to be rewritten; `MarkFiles`). Returns the paths to rewrite and the marked files' new vectors."""
     if not files:
         return set(), {}
-    keys = table_rows(spark, location, files, schema, columns=["key"], positions=True)
+    keys = table_rows(spark, location, files, schema, errors, columns=["key"], positions=True)
     hits = keys.join(fresh.select(PARTITION_COLUMN, "key"), [PARTITION_COLUMN, "key"], "left_semi")
     found = hits.groupBy("_file").agg(F.collect_list("_pos").alias("positions"))
-    done = found.mapInArrow(_marker(location, {f.path: f for f in files}, purge_share), _MARK_ROW).collect()
-    return ({r["path"] for r in done if r["kind"] == "replaced"},
-            {r["path"]: DeletionVector.from_json(json.loads(r["vector"])) for r in done if r["kind"] == "marked"})
+    done = _collected(found.mapInArrow(_Marker(MarkFiles(location, tuple(files), purge_share)), _OUTCOMES), errors)
+    return _marked(done)
+
+
+def _marked(outcomes: Iterable[TaskOutcome]) -> tuple[set[str], dict[str, DeletionVector]]:
+    """The paths of the files `outcomes` rewrote, and the new vectors of those they marked."""
+    marks = [m for o in outcomes for m in o.marks]
+    return ({m.path for m in marks if m.kind is MarkKind.REPLACED},
+            {m.path: m.vector for m in marks if m.kind is MarkKind.MARKED and m.vector is not None})
 
 
 def kept_rows(spark: SparkSession, location: Location, files: Sequence[DataFile], schema: StructType,
-              fresh: DataFrame) -> DataFrame:
+              fresh: DataFrame, errors: TaskErrors) -> DataFrame:
     """The live rows of `files` (being rewritten) whose (partition, key) is not in `fresh`, without `_file`."""
-    old = table_rows(spark, location, files, schema).drop("_file")
+    old = table_rows(spark, location, files, schema, errors).drop("_file")
     return old.join(fresh.select(PARTITION_COLUMN, "key"), [PARTITION_COLUMN, "key"], "left_anti")
 
 
-DICTIONARY_COLUMNS = ["headers.list.element.key"]
-"""The Parquet columns dictionary-encoded: header names repeat; a compacted topic's keys never do within a partition,
-and its values seldom, where a dictionary only costs time before Parquet falls back from it (zstd takes what
-repeats; BENCHMARKS.md P8)."""
+class _Writer:
+    """The `mapInArrow` function of the writes: rows in, one pickled outcome out (`WriteFiles`)."""
+
+    def __init__(self, task: WriteFiles) -> None:
+        self.task = task
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield _outcomes([self.task.run(pa.Table.from_batches([batch]) for batch in batches)])
 
 
-class _FileSink:
-    """Parquet files of the table written from one task: rows go to the open file of their partition, a file is
-    closed (and put into the store) once it holds `FILE_BYTES` of Arrow data or another partition's rows come."""
-
-    def __init__(self, location: Location, schema: pa.Schema, tmp: str) -> None:
-        self.location, self.tmp = location, tmp
-        self.stored = pa.schema([f for f in schema if f.name != PARTITION_COLUMN])
-        self.store = location.open()
-        self.written: list[dict[str, object]] = []
-        self._current: tuple[int, str, pq.ParquetWriter] | None = None
-        self._rows = self._held = 0
-
-    def add(self, table: pa.Table) -> None:
-        """Rows of the table's schema (`partition` included), in the order they are to be written."""
-        present = sorted(pc.unique(table[PARTITION_COLUMN]).to_pylist())
-        for partition in present:
-            rows = table.filter(pc.equal(table[PARTITION_COLUMN], partition)) if len(present) > 1 else table
-            step = max(1, rows.num_rows * FILE_BYTES // max(1, rows.nbytes))
-            for start in range(0, rows.num_rows, step):
-                self._write(partition, rows.slice(start, step))
-
-    def _write(self, partition: int, chunk: pa.Table) -> None:
-        if self._current is not None and (self._current[0] != partition
-                                          or (self._held and self._held + chunk.nbytes > FILE_BYTES)):
-            self.close()
-        if self._current is None:
-            local = os.path.join(self.tmp, f"{uuid.uuid4()}.parquet")
-            self._current = (partition, local, pq.ParquetWriter(local, self.stored, compression="zstd",
-                                                                use_dictionary=DICTIONARY_COLUMNS))
-        self._current[2].write_table(chunk.select(self.stored.names).cast(self.stored))
-        self._rows += chunk.num_rows
-        self._held += chunk.nbytes
-
-    def close(self) -> None:
-        if self._current is None:
-            return
-        partition, local, writer = self._current
-        writer.close()
-        path = f"{PARTITION_COLUMN}={partition}/part-{uuid.uuid4()}.c000.zstd.parquet"
-        self.store.put_file(self.location.file_key(path), local)
-        self.written.append({"path": path, "partition": partition, "size": os.path.getsize(local),
-                             "rows": self._rows})
-        with contextlib.suppress(OSError):
-            os.remove(local)
-        self._current, self._rows, self._held = None, 0, 0
-
-    def files(self) -> pa.RecordBatch:
-        """What was written, a row per file (`_FILE_ROW`)."""
-        self.close()
-        return pa.RecordBatch.from_pylist(self.written, schema=_FILE_SCHEMA)
-
-
-def _file_writer(location: Location, schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]],
-                                                                        Iterator[pa.RecordBatch]]:
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        with tempfile.TemporaryDirectory(prefix="kcompact-table-") as tmp:
-            sink = _FileSink(location, schema, tmp)
-            for batch in batches:
-                sink.add(pa.Table.from_batches([batch]))
-            yield sink.files()
-
-    return write
-
-
-def write_files(rows: DataFrame, location: Location, schema: pa.Schema, tasks: int) -> list[dict[str, object]]:
+def write_files(rows: DataFrame, location: Location, schema: pa.Schema, tasks: int, errors: TaskErrors
+                ) -> list[DataFile]:
     """Write `rows` as Parquet files of the table (sorted by partition and key), one or more per task and
     partition; returns each file's path, partition, size and row count. Nothing is visible until committed."""
     spread = rows.repartition(max(1, tasks), PARTITION_COLUMN, "key").sortWithinPartitions(PARTITION_COLUMN, "key")
-    return [r.asDict() for r in spread.mapInArrow(_file_writer(location, schema), _FILE_ROW).collect()]
+    return [f for o in _collected(spread.mapInArrow(_Writer(WriteFiles(location, schema)), _OUTCOMES), errors)
+            for f in o.written]
 
 
 REBUILD_TASK_BYTES = 1 << 30
@@ -350,48 +318,6 @@ def rebuild_buckets(segment_bytes: int, partitions: int, parallelism: int) -> in
     return buckets if buckets <= MAX_REBUILD_BUCKETS else None
 
 
-def _bucket(bucket: int, buckets: int) -> Callable[[pa.Array], np.ndarray]:
-    """The keys of bucket `bucket` of `buckets` (by XXH64, `compaction.bloom.hashing`); nulls are dropped anyway."""
-    def mine(keys: pa.Array) -> np.ndarray:
-        if buckets == 1:
-            return np.ones(len(keys), bool)
-        hashes = np.zeros(len(keys), np.uint64)
-        valid = np.asarray(keys.is_valid(), bool)
-        hashes[valid] = key_hashes(keys)
-        return hashes % np.uint64(buckets) == bucket
-
-    return mine
-
-
-def _rebuilder(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: CompactionStrategy,
-               header: str | None,
-               groups: Sequence[Sequence[tuple[PartitionSpan, ConsumerRead, Sequence[SegmentRef], int, int]]]
-               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A rebuild task (one of `groups`, each of whose items is a span, its consumer read and pieces, the bucket and
-    bucket count): for each item, decode the partition's pieces, keep the keyed records below `to_offset` whose key
-    hashes to the bucket, and write the table's rows of those keys (`table_rows_of`) as files; yields what it
-    wrote."""
-    def rebuild(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        store = spec.open()
-        with tempfile.TemporaryDirectory(prefix="kcompact-table-") as tmp:
-            sink = _FileSink(location, schema, tmp)
-            for ids in batches:
-                for span, read, pieces, bucket, buckets in (t for i in ids.column(0).to_pylist() for t in groups[i]):
-                    held = _held_records(store, read, pieces, _bucket(bucket, buckets))
-                    sink.add(table_rows_of(held, span.partition, span.from_offset, strategy, header, schema))
-            yield sink.files()
-
-    return rebuild
-
-
-def _held_records(store: ObjectStore, read: ConsumerRead, pieces: Sequence[SegmentRef],
-                  keys: Callable[[pa.Array], np.ndarray] | None) -> list[pa.Table]:
-    """The keyed committed records of `pieces` below the span's `to_offset`, where its `read` stops (of the keys
-    `keys` keeps)."""
-    return [pa.Table.from_batches([batch]) for piece in pieces
-            for batch in segment_batches(store, piece, read, keys=keys)]
-
-
 UPDATE_TASK_BYTES = REBUILD_TASK_BYTES
 """The most an update task of one partition holds: the new records it decodes plus the table files it reads (their
 size on disk; a larger partition's update goes through Spark's aggregate and join)."""
@@ -401,18 +327,13 @@ DRIVER_UPDATE_BYTES = 512 << 20
 Spark job: on one machine's cores such an update takes about a second, where a session's first Python task alone
 (Spark's daemon, a worker, its imports and kernels) takes several; BENCHMARKS.md P8 has both."""
 
-_UPDATE_SCHEMA = pa.schema([*_FILE_SCHEMA, pa.field("kind", pa.string(), False), pa.field("vector", pa.string())])
-_UPDATE_ROW = StructType([*_FILE_ROW.fields, StructField("kind", StringType(), False),
-                          StructField("vector", StringType(), True)])
-
-
 @dataclass(frozen=True)
 class Updated:
-    """What the update tasks did: the files they wrote (as `rebuild_files` returns them), the paths of the files they
-    rewrote (to be removed), the files whose changed keys' rows they marked deleted, each with its new vector, how
-    many tasks ran, and whether they ran in the driver's process (`DRIVER_UPDATE_BYTES`)."""
+    """What the update tasks did: the files they wrote, the paths of the files they rewrote (to be removed), the
+    files whose changed keys' rows they marked deleted, each with its new vector, how many tasks ran, and whether
+    they ran in the driver's process (`DRIVER_UPDATE_BYTES`)."""
 
-    written: list[dict[str, object]]
+    written: list[DataFile]
     replaced: set[str]
     marked: dict[str, DeletionVector]
     tasks: int
@@ -423,102 +344,57 @@ def update_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Seq
                  spans: Sequence[PartitionSpan], files: Mapping[int, Sequence[DataFile]], location: Location,
                  schema: pa.Schema, strategy: CompactionStrategy, header: str | None, *, vectors: bool) -> Updated:
     """Apply the updates `spans` with no shuffle: for each partition (a task per core takes a share of them,
-    `compaction.tasks.task_groups`) the task decodes its new records (from `read_from`),
+    `compaction.tasks.task_groups`) the task (`UpdateTask`) decodes its new records (from `read_from`),
     folds the winners of the keys they change (`table_changes_of`), reads the key column of each of the partition's
     table `files`, marks the rows of changed keys deleted in a deletion vector (with `vectors`, up to
     `PURGE_SHARE` of a file) or rewrites the file without them, and writes the winners. The tasks run on Spark's
-    executors, or in this process when they hold `DRIVER_UPDATE_BYTES` at most. Nothing is visible until
-    committed."""
-    tasks = [(span, read, pieces, tuple(files.get(span.partition, ())))
+    executors, or in this process when they hold `DRIVER_UPDATE_BYTES` at most (`run_here`). Nothing is visible
+    until committed."""
+    items = [UpdateItem(span, read, tuple(pieces), tuple(files.get(span.partition, ())))
              for span, (read, pieces) in zip(spans, partition_reads(store, refs, spans), strict=True)]
-    sizes = [span.segment_bytes + sum(f.size for f in old) for span, _, _, old in tasks]
+    sizes = [item.span.segment_bytes + sum(f.size for f in item.files) for item in items]
     on_driver = sum(sizes) <= DRIVER_UPDATE_BYTES
     cores = spark.sparkContext.defaultParallelism
-    groups = [[tasks[i] for i in group]
-              for group in task_groups(sizes, min(cores, os.cpu_count() or 1) if on_driver else cores)]
-    update = _updater(store.spec, location, schema, strategy, header, groups, PURGE_SHARE if vectors else 0.0)
-    if on_driver:
-        done = _run_here(update, len(groups))
-    else:
-        ids = spark.range(0, len(groups), 1, max(1, len(groups)))
-        done = [r.asDict() for r in ids.mapInArrow(update, _UPDATE_ROW).collect()]
-    written = [{k: v for k, v in r.items() if k not in ("kind", "vector")} for r in done if r["kind"] == "written"]
-    return Updated(written, {str(r["path"]) for r in done if r["kind"] == "replaced"},
-                   {str(r["path"]): DeletionVector.from_json(json.loads(r["vector"]))
-                    for r in done if r["kind"] == "marked"}, len(groups), on_driver)
+    groups = task_groups(sizes, min(cores, os.cpu_count() or 1) if on_driver else cores)
+    share = PURGE_SHARE if vectors else 0.0
+    tasks = [UpdateTask(store.spec, location, schema, strategy, header, share, tuple(items[i] for i in group))
+             for group in groups]
+    done = succeeded(run_here(tasks)) if on_driver else run_tasks(spark, tasks)
+    replaced, marked = _marked(done)
+    return Updated([f for o in done for f in o.written], replaced, marked, len(tasks), on_driver)
 
 
-def _run_here(task: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], count: int
-              ) -> list[dict[str, Any]]:
-    """The rows `task` (a `mapInArrow` function) returns for the ids 0..count-1, each id run in a thread of this
-    process as Spark would run it in a task of `spark.range(count)` (the decode, Parquet and Arrow work in a task
-    releases the GIL for much of its time)."""
-    def one(i: int) -> list[dict[str, Any]]:
-        ids = pa.record_batch([pa.array([i], pa.int64())], names=["id"])
-        return [row for batch in task(iter([ids])) for row in batch.to_pylist()]
+class _Tasks:
+    """The `mapInArrow` function over `spark.range(len(tasks))`: the task of each id run, one pickled outcome each."""
 
-    with ThreadPoolExecutor(max(1, count), thread_name_prefix="kcompact-update") as pool:
-        return [row for rows in pool.map(one, range(count)) for row in rows]
+    def __init__(self, tasks: Sequence[TableTask]) -> None:
+        self.tasks = tasks
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for ids in batches:
+            yield _outcomes([self.tasks[i].run() for i in ids.column(0).to_pylist()])
 
 
-def _updater(spec: StoreSpec, location: Location, schema: pa.Schema, strategy: CompactionStrategy,
-             header: str | None, groups: Sequence[Sequence[tuple[PartitionSpan, ConsumerRead, Sequence[SegmentRef],
-                                                                 Sequence[DataFile]]]], purge_share: float
-             ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """An update task: one of `groups`, each partition of it a span, its consumer read and pieces, its table
-    files."""
-    def update(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        store, tables = spec.open(), location.open()
-        done: list[dict[str, object]] = []
-        vectors, dv_files = VectorFile(), dict[str, bytes | memoryview]()
-        with tempfile.TemporaryDirectory(prefix="kcompact-table-") as tmp:
-            sink = _FileSink(location, schema, tmp)
-            for ids in batches:
-                for span, read, pieces, old in (task for i in ids.column(0).to_pylist() for task in groups[i]):
-                    held = _held_records(store, read, pieces, None)
-                    rows, changed = table_changes_of(held, span.partition, span.from_offset, strategy, header, schema)
-                    for f in old:
-                        data = pa.BufferReader(tables.view(location.file_key(f.path)))
-                        gone = np.asarray(pc.is_in(pq.read_table(data, columns=["key"])["key"], value_set=changed),
-                                          bool)
-                        deleted = deleted_rows(tables, location, f.vector, dv_files)
-                        gone[deleted.astype(np.int64)] = False
-                        if not gone.any():
-                            continue
-                        count = f.rows if f.rows == len(gone) else 0  # its log entry's count, if right (Delta's)
-                        kind, vector, positions = _mark(count, deleted, np.flatnonzero(gone), vectors, purge_share)
-                        done.append({"path": f.path, "partition": f.partition, "size": f.size, "rows": f.rows,
-                                     "kind": kind, "vector": vector})
-                        if kind == "replaced":
-                            kept = _live(pq.read_table(data), positions)
-                            sink.add(kept.append_column(PARTITION_COLUMN,
-                                                        pa.array(np.full(kept.num_rows, span.partition, np.int32))))
-                    sink.add(rows)
-            written = sink.files()
-        if len(vectors):
-            tables.put(location.file_key(vectors.name), vectors.data())
-        yield pa.RecordBatch.from_arrays([*written.columns, pa.array(["written"] * written.num_rows),
-                                          pa.nulls(written.num_rows, pa.string())], schema=_UPDATE_SCHEMA)
-        yield pa.RecordBatch.from_pylist(done, schema=_UPDATE_SCHEMA)
-
-    return update
+def run_tasks(spark: SparkSession, tasks: Sequence[TableTask]) -> Sequence[TaskOutcome]:
+    """The outcomes of `tasks`, a Spark task each (the values ride in the function), once none failed."""
+    ids = spark.range(0, len(tasks), 1, max(1, len(tasks)))
+    return _collected(ids.mapInArrow(_Tasks(tasks), _OUTCOMES))
 
 
 def rebuild_files(spark: SparkSession, store: ObjectStore, refs: Mapping[int, Sequence[SegmentRef]],
                   spans: Sequence[tuple[PartitionSpan, int]], location: Location, schema: pa.Schema,
-                  strategy: CompactionStrategy, header: str | None) -> list[dict[str, object]]:
+                  strategy: CompactionStrategy, header: str | None) -> list[DataFile]:
     """Rebuild the rows of `spans` (each with its bucket count, `rebuild_buckets`) from their partitions' log
-    `refs` with no shuffle: a task per (partition, bucket) decodes the partition's read_committed records, folds
-    its keys' winners and writes them; returns each file's path, partition, size and row count. Nothing is
+    `refs` with no shuffle: a task (`RebuildTask`) per group of (partition, bucket) items decodes the partition's
+    read_committed records, folds its keys' winners and writes them; returns the files written. Nothing is
     visible until committed."""
     reads = partition_reads(store, refs, [span for span, _ in spans])
-    tasks = [(span, read, pieces, bucket, buckets)
+    items = [RebuildItem(span, read, tuple(pieces), bucket, buckets)
              for (span, buckets), (read, pieces) in zip(spans, reads, strict=True) for bucket in range(buckets)]
-    groups = [[tasks[i] for i in group] for group in pack_for([t[0].segment_bytes for t in tasks],
-                                                              spark.sparkContext.defaultParallelism)]
-    ids = spark.range(0, len(groups), 1, max(1, len(groups)))
-    rebuild = _rebuilder(store.spec, location, schema, strategy, header, groups)
-    return [r.asDict() for r in ids.mapInArrow(rebuild, _FILE_ROW).collect()]
+    groups = pack_for([item.span.segment_bytes for item in items], spark.sparkContext.defaultParallelism)
+    tasks = [RebuildTask(store.spec, location, schema, strategy, header, tuple(items[i] for i in group))
+             for group in groups]
+    return [f for o in run_tasks(spark, tasks) for f in o.written]
 
 
 DRIVER_READ_THREADS = 16
@@ -539,6 +415,5 @@ def partition_reads(store: ObjectStore, refs: Mapping[int, Sequence[SegmentRef]]
         return list(pool.map(read, spans))
 
 
-__all__ = ["PURGE_SHARE", "Updated", "deleted_rows", "kept_rows", "mark_rows",
-           "rebuild_buckets", "rebuild_files", "row_schema", "table_rows", "topic_records", "update_files", "winners",
-           "write_files"]
+__all__ = ["PURGE_SHARE", "TaskErrors", "Updated", "kept_rows", "mark_rows", "rebuild_buckets", "rebuild_files",
+           "row_schema", "run_tasks", "table_rows", "topic_records", "update_files", "winners", "write_files"]

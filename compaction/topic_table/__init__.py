@@ -10,7 +10,8 @@ partition.
 Each run applies only what arrived since the previous one (`plan.py` says what is read and when a partition
 is rebuilt instead) and records the offsets it applied in the same Delta commit as its files
 (`target.py`), so a crash at any point and a rerun give the table a full rebuild gives, and two concurrent
-runs never apply the same records twice. The data path is `compaction.spark.table`.
+runs never apply the same records twice. The data path is `compaction.spark.table`; what runs in its tasks (or in
+threads of the driver) is `tasks.py`.
 """
 
 from __future__ import annotations

@@ -134,17 +134,13 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
     plan = run.plan
     if not plan.spans:
         return report
-    from compaction.spark.task_errors import kcompact_errors_from_tasks
-
     started = time.monotonic()
-    with kcompact_errors_from_tasks():  # corrupt input found by a task: its exit code and message, not a stack
-        written = _write(spark, store, run, progress)
+    written = _write(spark, store, run, progress)  # a task's kcompact error (corrupt input) is raised here as itself
     report.seconds["write"] = time.monotonic() - started
-    rows = sum(int(str(w["rows"])) for w in written.files)
+    adds = written.files
+    rows = sum(a.rows for a in adds)
     if progress:
-        progress.phase(f"table: {len(written.files)} files written ({rows} rows)")
-    adds = [DataFile(str(w["path"]), int(str(w["partition"])), int(str(w["size"])), int(str(w["rows"])))
-            for w in written.files]
+        progress.phase(f"table: {len(adds)} files written ({rows} rows)")
     rebuilt = {s.partition for s in plan.spans if s.rebuild}
     removes = [f for f in run.state.files if f.path in written.replaced or f.partition in rebuilt]
     marks = [(f, written.marked[f.path]) for f in run.state.files if f.path in written.marked]
@@ -165,14 +161,14 @@ def execute(spark: SparkSession, store: ObjectStore, run: TableRun, progress: Pr
 
 @dataclass
 class _Written:
-    """What a run's tasks wrote: its new files (path, partition, size, rows, as the tasks report them), the paths of
-    the old files they rewrote, and the old files whose rows they marked deleted, with their new vectors."""
+    """What a run's tasks wrote: its new files, the paths of the old files they rewrote, and the old files whose
+    rows they marked deleted, with their new vectors."""
 
-    files: list[dict[str, object]] = field(default_factory=list)
+    files: list[DataFile] = field(default_factory=list)
     replaced: set[str] = field(default_factory=set)
     marked: dict[str, DeletionVector] = field(default_factory=dict)
 
-    def add(self, files: list[dict[str, object]], replaced: set[str], marked: dict[str, DeletionVector]) -> None:
+    def add(self, files: list[DataFile], replaced: set[str], marked: dict[str, DeletionVector]) -> None:
         self.files += files
         self.replaced |= replaced
         self.marked |= marked
@@ -224,24 +220,26 @@ def _vector_bytes(vectors: Iterable[DeletionVector]) -> int:
 
 
 def _spark_files(spark: SparkSession, store: ObjectStore, run: TableRun, spans: list[PartitionSpan],
-                 progress: Progress | None) -> tuple[list[dict[str, object]], set[str], dict[str, DeletionVector]]:
+                 progress: Progress | None) -> tuple[list[DataFile], set[str], dict[str, DeletionVector]]:
     """Write the files of `spans` through Spark (`compaction.spark.table`): the winners by an aggregate; for updates,
     the rows of changed keys in the partitions' files marked deleted (or, past `PURGE_SHARE`, the file rewritten
-    without them). Returns what was written, the paths of the files it rewrote and the marked files' new vectors."""
+    without them). Returns what was written, the paths of the files it rewrote and the marked files' new vectors.
+    A kcompact error of any of its tasks is raised once the job that ran the task is done (`TaskErrors`)."""
     from compaction.spark import table as data
 
     location, state = run.table.location, run.state
     schema = data.row_schema(run.strategy)
     rebuilt = {s.partition for s in spans if s.rebuild}
     updated = {s.partition for s in spans if not s.rebuild}
-    fresh = data.winners(data.topic_records(spark, store, run.refs, spans), run.strategy, run.header)
+    errors = data.TaskErrors(spark)
+    fresh = data.winners(data.topic_records(spark, store, run.refs, spans, errors), run.strategy, run.header)
     candidates = state.files_of(updated)
     if candidates:
         fresh = fresh.persist()
     part = fresh[data.PARTITION_COLUMN]
     changed = fresh.where(part.isin(sorted(updated)))
     share = data.PURGE_SHARE if run.table.deletion_vectors() else 0.0
-    replaced, marked = data.mark_rows(spark, location, candidates, schema, changed, share)
+    replaced, marked = data.mark_rows(spark, location, candidates, schema, changed, share, errors)
     if progress and candidates:
         progress.phase(f"table: {len(marked)} of {len(candidates)} files of updated partitions marked by deletion "
                        f"vectors, {len(replaced)} to rewrite")
@@ -250,11 +248,11 @@ def _spark_files(spark: SparkSession, store: ObjectStore, run: TableRun, spans: 
         data.PARTITION_COLUMN, "key", *columns)
     purged = [f for f in state.files if f.path in replaced]
     if purged:
-        rows = rows.unionByName(data.kept_rows(spark, location, purged, schema, changed).select(
+        rows = rows.unionByName(data.kept_rows(spark, location, purged, schema, changed, errors).select(
             data.PARTITION_COLUMN, "key", *columns))
     input_bytes = sum(s.segment_bytes for s in spans) + sum(f.size for f in purged)
     tasks = max(1, -(-input_bytes // FILE_BYTES))
-    written = data.write_files(rows, location, run.table.schema, tasks)
+    written = data.write_files(rows, location, run.table.schema, tasks, errors)
     fresh.unpersist()
     return written, replaced, marked
 

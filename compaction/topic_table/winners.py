@@ -1,6 +1,6 @@
 """A partition's rows of the topic table from its consumer records, column-wise in one process (POLICY; no Spark).
 
-A rebuild task of `compaction.spark.table.rebuild_files` holds every record of its share of a partition's keys;
+A rebuild task (`compaction.topic_table.tasks.RebuildTask`) holds every record of its share of a partition's keys;
 `table_rows_of` turns them into the table's rows: per key the record of greatest rank (has_version, version,
 offset) (KIP-280's rule, `compaction.strategies.ranking`), folded by the compaction's `KeyFold`, kept only for keys
 with a record at or above `from_offset`, tombstone winners dropped, in offset order (a rebuild of a compacted log

@@ -15,7 +15,6 @@ from deltalake import DeltaTable, write_deltalake
 
 from compaction.config import CompactionStrategy
 from compaction.errors import CommitConflictError, CorruptInputError
-from compaction.spark.table import deleted_rows
 from compaction.topic_table.deletion_vectors import (
     DeletionVector,
     VectorFile,
@@ -26,6 +25,7 @@ from compaction.topic_table.deletion_vectors import (
 )
 from compaction.topic_table.delta_log import log_files
 from compaction.topic_table.target import Applied, DataFile, Location, TopicTable, retention_ms, upgraded_protocol
+from compaction.topic_table.tasks import deleted_rows
 from tests.topic_table import duckdb_rows, table_rows
 
 CLOCK = 1_800_000_000_000

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -386,13 +387,14 @@ def test_the_table_takes_the_wal_tail_too(spark: SparkSession, tmp_path: Path, k
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("where", ["rebuild", "driver", "executors"])
+@pytest.mark.parametrize("where", ["rebuild", "driver", "executors", "spark"])
 def test_a_corrupt_segment_fails_the_run_naming_it_and_commits_nothing(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         where: str) -> None:
-    """A bit flipped at rest in a segment the run reads: the command exits 3 (corrupt input) naming the object and
-    the byte, and the table is left as it was, protocol included, whether the partition is rebuilt or updated for
-    the first time (by threads of the driver's process or by Spark tasks)."""
+    """A bit flipped at rest in a segment the run reads: the command exits 3 (corrupt input) with the task's error
+    in one line naming the object and the byte, and the table is left as it was, protocol included, whether the
+    partition is rebuilt or updated for the first time (by threads of the driver's process, by Spark tasks, or
+    through Spark's aggregate: the records read by a task whose error comes back through `TaskErrors`)."""
     from compaction.metadata import ObjectSuffix, table_in_store
     from compaction.spark import table as data
 
@@ -407,6 +409,7 @@ def test_a_corrupt_segment_fails_the_run_naming_it_and_commits_nothing(
         assert main([*base, "--now", str(topic.now)]) == 0
         topic.append()
     monkeypatch.setattr(data, "DRIVER_UPDATE_BYTES", -1 if where == "executors" else data.DRIVER_UPDATE_BYTES)
+    monkeypatch.setattr(data, "UPDATE_TASK_BYTES", -1 if where == "spark" else data.UPDATE_TASK_BYTES)
     victim = table_in_store(topic.store).live_segments(TOPIC, 1)[-1]
     key = victim.object_key(ObjectSuffix.LOG) or ""
     flipped = bytearray(topic.store.get(key))
@@ -418,7 +421,8 @@ def test_a_corrupt_segment_fails_the_run_naming_it_and_commits_nothing(
     capsys.readouterr()
     assert main([*base, "--now", str(topic.now + MINUTE)]) == 3
     err = capsys.readouterr().err
-    assert key in err and "byte" in err, err
+    [line] = [line for line in err.splitlines() if line.startswith("kcompact table: ")]
+    assert re.fullmatch(rf"kcompact table: \w+Error: .*{re.escape(key)}.*, byte \d+: .+", line), err
     if where == "rebuild":
         assert not (Path(uri) / "_delta_log").exists() or DeltaTable(uri).version() == 0
     else:
