@@ -135,6 +135,11 @@ class BatchAttributes:
         return bool(self.attributes & CONTROL_FLAG_MASK)
 
     @property
+    def is_transactional_or_control(self) -> bool:
+        """A batch the transaction-marker walk reads (`compaction.strategies.transactions.states_at`)."""
+        return bool(self.attributes & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK))
+
+    @property
     def has_delete_horizon(self) -> bool:
         return bool(self.attributes & DELETE_HORIZON_FLAG_MASK)
 

@@ -34,12 +34,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from compaction.errors import CommitConflictError, KcompactError, MetadataInvariantError, TransientStoreError
 from compaction.metadata.change_set import PartitionRows
-from compaction.metadata.model import PartitionState, TopicPartition, check_topic, rows_to_arrow
+from compaction.metadata.model import (
+    LEGACY_METADATA_SCHEMA,
+    METADATA_SCHEMA,
+    PartitionState,
+    TopicPartition,
+    check_topic,
+    rows_to_arrow,
+)
 from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.metadata.table import MetadataTable, load_partitions
 
@@ -163,10 +171,12 @@ def _write(dt: DeltaTable, rows: Sequence[PartitionRows], checkpoint: bool) -> i
     states = [r.state for r in rows]
     base = dt.version()
     where = _named(states)
+    legacy = pa.schema(dt.schema().to_arrow()).equals(LEGACY_METADATA_SCHEMA)  # created before `transactional`
     try:
         write_deltalake(
             dt,
-            rows_to_arrow(states, [s for r in rows for s in r.segments]),
+            rows_to_arrow(states, [s for r in rows for s in r.segments],
+                          LEGACY_METADATA_SCHEMA if legacy else METADATA_SCHEMA),
             mode="overwrite",
             predicate=partitions_predicate(s.tp for s in states),
             commit_properties=CommitProperties(custom_metadata=_commit_metadata(states)),

@@ -66,6 +66,7 @@ class NewSegment:
     record_count: int | None = None
     first_batch_max_timestamp_ms: int | None = None
     state: SegmentState = SegmentState.COPY_SEGMENT_FINISHED
+    transactional: bool | None = None  # holds a transactional or control batch; None: unknown (a broker's copy)
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,7 @@ def _stamped(cs: ChangeSet, n: NewSegment, vector: tuple, now_ms: int) -> Segmen
         record_count=n.record_count,
         first_batch_max_timestamp_ms=n.first_batch_max_timestamp_ms,
         run_id=cs.run_id,
+        transactional=n.transactional,
     )
 
 

@@ -34,11 +34,15 @@ Columns (a column that does not apply to a row kind is null in it):
 | commit_seq | int64 | partition | +1 per commit that touches the partition; 0 = never committed |
 | leader_epochs | list<struct<epoch int32, start_offset int64>> | partition | lineage of tiered data |
 | updated_ms | int64 | partition | time of the last commit |
+| transactional | bool | segment | holds a transactional or control batch; null = unknown (below) |
 
 The fencing epoch plays the role the leader epoch plays in KIP-405 (docs/fencing.md): `cleaner_offsets` is
 keyed by fencing epoch, `segment_leader_epochs`/`leader_epochs` by the Kafka leader epochs found in the
-data. All timestamps are epoch milliseconds, as in Kafka. The table stays plain Delta (reader 1 / writer 2:
-no deletion vectors, no column mapping) so that delta-spark on a cluster reads it.
+data. All timestamps are epoch milliseconds, as in Kafka. `transactional` is known where kcompact wrote the
+segment's bytes (`kcompact tier`, the WAL roll, a compaction's outputs) and null where it did not (a broker's copy
+through the plugin: KIP-405's metadata does not say). It was added last: a table created before it has every other
+column (`LEGACY_METADATA_SCHEMA`), and is read with it null and written without it. The table stays plain Delta
+(reader 1 / writer 2: no deletion vectors, no column mapping) so that delta-spark on a cluster reads it.
 """
 
 from __future__ import annotations
@@ -155,6 +159,7 @@ class SegmentMetadata(OfPartition):
     record_count: int | None = None
     first_batch_max_timestamp_ms: int | None = None
     run_id: str | None = None
+    transactional: bool | None = None  # holds a transactional or control batch; None: unknown
 
     def object_key(self, suffix: ObjectSuffix) -> str | None:
         """The store key of this segment's file with `suffix`, or None if it has none (e.g. no txnindex)."""
@@ -250,8 +255,13 @@ METADATA_SCHEMA = pa.schema(
         pa.field("commit_seq", pa.int64()),
         pa.field("leader_epochs", pa.list_(pa.field("element", _EPOCH_ENTRY))),
         pa.field("updated_ms", pa.int64()),
+        pa.field("transactional", pa.bool_()),
     ]
 )
+
+LEGACY_METADATA_SCHEMA = METADATA_SCHEMA.remove(METADATA_SCHEMA.get_field_index("transactional"))
+"""The columns of a table created before `transactional`: kcompact reads it (the column null) and writes it
+(without the column) as it is."""
 
 
 def _common_columns(kind: RowKind, r: SegmentMetadata | PartitionState) -> dict[str, Any]:
@@ -280,6 +290,7 @@ def _segment_row(s: SegmentMetadata) -> dict[str, Any]:
         "segment_leader_epochs": [{"epoch": e.epoch, "start_offset": e.start_offset} for e in s.segment_leader_epochs],
         "segment_size_bytes": s.segment_size_bytes,
         "record_count": s.record_count,
+        "transactional": s.transactional,
         "state": s.state.value,
         "object_keys": [{"suffix": o.suffix.value, "key": o.key} for o in s.object_keys],
     }
@@ -294,10 +305,12 @@ def _partition_row(p: PartitionState) -> dict[str, Any]:
     }
 
 
-def rows_to_arrow(partitions: Iterable[PartitionState], segments: Iterable[SegmentMetadata]) -> pa.Table:
-    """The rows of `partitions` and `segments` as one Arrow table with `METADATA_SCHEMA`."""
+def rows_to_arrow(partitions: Iterable[PartitionState], segments: Iterable[SegmentMetadata],
+                  schema: pa.Schema = METADATA_SCHEMA) -> pa.Table:
+    """The rows of `partitions` and `segments` as one Arrow table with `schema` (`METADATA_SCHEMA`, or
+    `LEGACY_METADATA_SCHEMA` for a table created before `transactional`: the column left out)."""
     rows = [_partition_row(p) for p in partitions] + [_segment_row(s) for s in segments]
-    return pa.Table.from_pylist(rows, schema=METADATA_SCHEMA)
+    return pa.Table.from_pylist(rows, schema=schema)
 
 
 def _cleaner_offsets(items: list[Mapping[str, int]] | None) -> tuple[CleanerOffset, ...]:
@@ -342,6 +355,7 @@ def segment_from_row(r: Mapping[str, Any]) -> SegmentMetadata:
         object_keys=tuple([ObjectKey(_SUFFIXES[o["suffix"]], o["key"]) for o in r["object_keys"] or ()]),
         record_count=r["record_count"],
         first_batch_max_timestamp_ms=r["first_batch_max_timestamp_ms"],
+        transactional=r.get("transactional"),  # absent from a table created before the column
     )
 
 

@@ -47,6 +47,7 @@ from compaction.errors import (
     plain_text,
 )
 from compaction.metadata.model import (
+    LEGACY_METADATA_SCHEMA,
     METADATA_SCHEMA,
     PARTITION_COLUMNS,
     RowKind,
@@ -209,7 +210,8 @@ class MetadataTable(DeltaTableRef):
     def _check_schema(self, dt: DeltaTable) -> None:
         found = pa.schema(dt.schema().to_arrow())
         partition_columns = tuple(dt.metadata().partition_columns)
-        if not found.equals(METADATA_SCHEMA) or partition_columns != PARTITION_COLUMNS:
+        known = found.equals(METADATA_SCHEMA) or found.equals(LEGACY_METADATA_SCHEMA)  # before `transactional`
+        if not known or partition_columns != PARTITION_COLUMNS:
             raise MetadataSchemaError(
                 f"{self._uri}: not a kcompact metadata table: expected columns {METADATA_SCHEMA.names} "
                 f"partitioned by {list(PARTITION_COLUMNS)}, "

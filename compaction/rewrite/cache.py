@@ -16,17 +16,14 @@ what it used, and the driver deletes the directory when the run's stage ends.
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import tempfile
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from compaction.storage.base import ObjectStore
-from compaction.strategies.transactions import TxnEvent
 
 
 def cache_dir(temp_dir: str | None, run_id: str) -> str:
@@ -85,23 +82,6 @@ class SegmentCache:
         except FileNotFoundError:
             return None
         return size
-
-    def put_events(self, segment_id: str, events: Sequence[TxnEvent]) -> None:
-        """Keep beside the cached segment its transactional and control batches (none is a record too): a
-        rewrite task on this machine can then find the marker-walk state at its chunk's start itself
-        (`compaction.spark.rewrite_job`)."""
-        path = self.directory / f"{segment_id}.events"
-        tmp = path.with_name(f".{uuid.uuid4().hex}")
-        tmp.write_bytes(pickle.dumps(tuple(events)))
-        os.replace(tmp, path)
-
-    def events(self, segment_id: str) -> tuple[TxnEvent, ...] | None:
-        """What `put_events` kept for the segment; None when this machine did not scan it."""
-        try:
-            events: tuple[TxnEvent, ...] = pickle.loads((self.directory / f"{segment_id}.events").read_bytes())
-        except FileNotFoundError:
-            return None
-        return events
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)

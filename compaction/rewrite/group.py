@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compaction.errors import CorruptBatchError, CorruptInputError, KcompactError
-from compaction.format.batch import RecordBatch, decode_batch, encode_batch
+from compaction.format.batch import BatchAttributes, RecordBatch, decode_batch, encode_batch
 from compaction.format.control import ControlType, parse_control_record
 from compaction.format.indexes import DEFAULT_INDEX_INTERVAL_BYTES, AbortedTxn, build_indexes, encode_txn_index
 from compaction.format.segment import BatchHeader, iter_batch_headers
@@ -83,6 +83,7 @@ class RewriteOutput:
     base_offset: int
     next_offset: int
     stats: RewriteStats
+    transactional: bool = False  # it kept a transactional or control batch (the segment row's `transactional`)
 
     @property
     def is_empty(self) -> bool:
@@ -191,6 +192,7 @@ class _GroupRewriter:
         self.stats = RewriteStats()
         self.parts: list[bytes | memoryview] = []
         self.next_offset: int | None = None
+        self.transactional = False  # a transactional or control batch was written
 
     def rewrite_segment(self, segment: SegmentInput) -> None:
         data = memoryview(segment.data)
@@ -279,29 +281,33 @@ class _GroupRewriter:
                 f"{obj}, byte {header.position}: the scan counted {expected} records to keep, the rebuild "
                 f"{rebuilt.records}; a bug, not bad input"
             )
-        self._emit(rebuilt.data, rebuilt.max_timestamp, rebuilt.records)
+        self._emit(rebuilt.data, header, rebuilt.max_timestamp, rebuilt.records)
         self.stats.batches_rebuilt += 1
 
     def _rebuild_marker(self, batch: RecordBatch) -> None:
         """Re-encode a discardable marker with a delete horizon (reference path, `rebuild.py`)."""
         horizon = rebuilt_delete_horizon(None, True, self.now_ms, self.delete_retention_ms)
         rebuilt = rebuild_batch(batch, batch.records, horizon)
-        self._emit(encode_batch(rebuilt), rebuilt.max_timestamp, len(rebuilt.records))
+        self._emit(encode_batch(rebuilt), rebuilt, rebuilt.max_timestamp, len(rebuilt.records))
         self.stats.batches_rebuilt += 1
 
     def _copy(self, data: memoryview, header: BatchHeader) -> None:
-        self._emit(data[header.position : header.position + header.size], header.max_timestamp, header.records_count)
+        self._emit(data[header.position : header.position + header.size], header, header.max_timestamp,
+                   header.records_count)
         self.stats.batches_copied_verbatim += 1
 
     def _write_nothing(self, header: BatchHeader, decision: BatchDecision) -> None:
         """No record kept: the empty header under RETAIN_EMPTY, else nothing."""
         if decision.retention is BatchRetention.RETAIN_EMPTY:
-            self._emit(empty_header(header), header.max_timestamp, 0)
+            self._emit(empty_header(header), header, header.max_timestamp, 0)  # attributes kept
             self.stats.batches_emptied += 1
         else:
             self.stats.batches_dropped += 1
 
-    def _emit(self, batch: bytes | memoryview, max_timestamp: int, records: int) -> None:
+    def _emit(self, batch: bytes | memoryview, attributes: BatchAttributes, max_timestamp: int, records: int
+              ) -> None:
+        """Write `batch`, whose transactional and control flags are `attributes`'."""
+        self.transactional = self.transactional or attributes.is_transactional_or_control
         if not self.parts:
             self.stats.first_batch_max_timestamp = max_timestamp
         self.parts.append(batch)
@@ -323,6 +329,7 @@ class _GroupRewriter:
             base_offset=base_offset,
             next_offset=self.next_offset if self.next_offset is not None else base_offset,
             stats=self.stats,
+            transactional=self.transactional,
         )
 
 

@@ -73,6 +73,7 @@ class ChunkResult:
     object_keys: Mapping[str, str]
     stats: Mapping[str, int]
     seconds: float
+    transactional: bool = False  # it holds a transactional or control batch
 
 
 @dataclass
@@ -280,4 +281,5 @@ def _upload(store: ObjectStore, task: PartitionTask, group: GroupTask, output: A
         object_keys={s.value: key(s) for s in [*objects, *carried]},
         stats={**stats.to_dict(), **times, "upload_task_ms": round(1000 * upload_seconds)},
         seconds=time.monotonic() - started,
+        transactional=output.transactional,
     )

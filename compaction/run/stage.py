@@ -229,6 +229,7 @@ def _new_segment(chunk: ChunkResult, group: list[SegmentMetadata]) -> NewSegment
         record_count=chunk.record_count,
         first_batch_max_timestamp_ms=chunk.first_batch_max_timestamp_ms,
         state=SegmentState.COPY_SEGMENT_FINISHED,
+        transactional=chunk.transactional,
     )
 
 

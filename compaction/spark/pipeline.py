@@ -22,14 +22,17 @@ The step-by-step path (`_step_by_step`), which every run can take:
 Jobs per run: the scan with its aggregate (collected as per-partition key counts), the filter test when there
 are clean segments with filters, the rescan when some of them must be rewritten, and the rewrite.
 
-The one job (`_in_one_job`), the alternative: when every chunk is known before the scan (`_units_before_scan`:
-no partition has a clean segment, as in a first compaction), steps 1, 2 and 5 are one job (`_scan_and_rewrite`):
-no persisted winners, no counting job, one shuffle when each partition has one chunk, two when some have
-several. A later chunk's marker-walk state is found by its rewrite task from the batches the scan kept in the
-run's cache (`rewrite_job.learned_state`); where they are not on its machine it is assumed (no transactional
-batch before it) and checked after the scan (`_states_held`), and a partition where it does not hold is staged
-again step by step (`_settle_one_job`). Both paths fill the same `PartitionStage` per partition. A run's fixed
-cost is mostly Spark's per-job and per-stage cost in a JVM not yet warm, so the job count is what sets it.
+The one job (`_in_one_job`), the alternative: when every chunk is known before the scan (no partition has a
+clean segment, as in a first compaction), steps 1, 2 and 5 are one job (`_scan_and_rewrite`): no persisted
+winners, no counting job, one shuffle when each partition has one chunk, two when some have several. Each
+chunk's marker-walk state must then be known before the scan too (`_plan_before_scan`): a partition's first
+chunk starts the walk, and a later chunk's state is known when the rows of the segments before it say that none
+holds a transactional or control batch (`SegmentMetadata.transactional` False, docs/metadata-table.md). A
+partition with a later chunk after a segment that holds one, or may (a broker's copy, a row written before the
+column), is staged step by step, its states taken from what its scan saw; the others still take the one job,
+first. Nothing is assumed, so no partition is staged twice. Both paths fill the same `PartitionStage` per
+partition. A run's fixed cost is mostly Spark's per-job and per-stage cost in a JVM not yet warm, so the job count
+is what sets it.
 """
 
 from __future__ import annotations
@@ -96,17 +99,18 @@ class StageResult:
 
 
 def stage_partitions(spark: SparkSession, spec: StoreSpec, works: Sequence[PartitionWork]) -> StageResult:
-    """Run scan → winners → skip → rescan → rewrite for `works` (see the module docstring): in one job when every
-    chunk is known before the scan, else (and for the partitions the one job could not settle) step by step.
-    Uploads outputs (fresh ids) and the filters built on the way; commits nothing. The run's segment cache is
-    the directory its tasks name (`PartitionTask.cache_dir`), removed before returning."""
+    """Run scan → winners → skip → rescan → rewrite for `works` (see the module docstring): in one job for the
+    partitions whose every chunk, and its marker-walk state, is known before the scan, step by step for the
+    others. Uploads outputs (fresh ids) and the filters built on the way; commits nothing. The run's segment
+    cache is the directory its tasks name (`PartitionTask.cache_dir`), removed before returning."""
     if not works:
         return StageResult({}, 0.0, 0.0)
     staging = _Staging.start(spark, spec, works)
-    units = _units_before_scan(staging)
-    step_by_step = staging.works if units is None else _in_one_job(staging, units)
-    if step_by_step:
-        _step_by_step(staging, step_by_step)
+    planned = _plan_before_scan(staging)
+    if planned.units:
+        _in_one_job(staging, planned)
+    if planned.step_by_step:
+        _step_by_step(staging, planned.step_by_step)
     return staging.result()
 
 
@@ -171,20 +175,23 @@ class _Staging:
         return StageResult(self.stages, self.map_seconds, time.monotonic() - self.started - self.map_seconds)
 
 
-def _in_one_job(staging: _Staging, units: Sequence[RewriteUnit]) -> list[PartitionWork]:
-    """The one job (`_scan_and_rewrite`) for every partition, its outcomes taken in (`_settle_one_job`); returns
-    the partitions to stage step by step instead: those whose assumed marker-walk states did not hold."""
+def _in_one_job(staging: _Staging, planned: _BeforeScan) -> None:
+    """The one job (`_scan_and_rewrite`) for the partitions of `planned.one_job`; what happened goes into their
+    stages."""
     tracker = staging.tracker()
-    scans = staging.cached([w.scans for w in staging.works])
+    scans = staging.cached([w.scans for w in planned.one_job])
     try:
-        outcomes = _scan_and_rewrite(staging, scans, tracker, staging.rewrite_slots(units))
+        outcomes = _scan_and_rewrite(staging, scans, tracker, staging.rewrite_slots(planned.units))
     finally:
         staging.cache.remove()
     _collect_scans(staging, tracker.value)  # first: a scan's error is the partition's error
     total = time.monotonic() - staging.started
     ended = max((r.ended for r in tracker.value.values()), default=0.0)
     staging.map_seconds = min(total, max(0.0, total - (time.time() - ended))) if ended else 0.0
-    return _settle_one_job(staging, outcomes)
+    _collect_rewrites(staging, outcomes, planned.one_job)
+    for o in outcomes:  # nothing is clean: every key is dirty, and the partition's chunks received all its winners
+        staging.stage_at(o.partition_index).keys += o.keys
+        staging.stage_at(o.partition_index).dirty_keys += o.keys
 
 
 def _step_by_step(staging: _Staging, works: Sequence[PartitionWork]) -> None:
@@ -249,74 +256,59 @@ def _rescan(staging: _Staging, works: Sequence[PartitionWork], scanned: Sequence
     return best_per_key(winners.unionByName(rows.drop("seg")), staging.settings.by_offset)
 
 
-def _units_before_scan(staging: _Staging) -> list[RewriteUnit] | None:
-    """The rewrite units, when they are known before any scan: no partition has a clean segment (nothing for the
-    filter test to keep). A partition's first chunk starts its rewrite, so its marker-walk state depends on no
-    scanned batch; a later chunk's does (`states_at`), so it is taken as if the chunks before it held no
-    transactional or control batch, and checked once the scan has seen them (`_states_held`). None when some
+@dataclass(frozen=True)
+class _BeforeScan:
+    """What is decided before any scan: the partitions the one job stages (`one_job`, their rewrite `units`) and
+    those staged step by step."""
+
+    one_job: list[PartitionWork] = field(default_factory=list)
+    units: list[RewriteUnit] = field(default_factory=list)
+    step_by_step: list[PartitionWork] = field(default_factory=list)
+
+
+def _plan_before_scan(staging: _Staging) -> _BeforeScan:
+    """Which partitions the one job stages: when no partition has a clean segment (nothing for the filter test to
+    keep), every chunk is known before the scan, and the one job takes each partition whose chunks' marker-walk
+    states are known too (`_states_known`), with its rewrite units. Every partition goes step by step when some
     partition has a clean segment, or when a budget check fails (the step-by-step path reports it for that
     partition alone)."""
+    stepwise = _BeforeScan(step_by_step=list(staging.works))
     if any(w.clean for w in staging.works):
-        return None
-    units: list[RewriteUnit] = []
+        return stepwise
+    planned = _BeforeScan()
     tasks: dict[TopicPartition, PartitionTask] = {}
     for index, w in enumerate(staging.works):
         try:
             task = w.reshaped(set())
             check_budget(task)
         except KcompactError:
-            return None
+            return stepwise
+        if not _states_known(w, task):
+            planned.step_by_step.append(w)
+            continue
         task = _with_states(task, _chunk_states(task, {}))
-        units.extend(RewriteUnit(index, task, (g,), assumed=i > 0) for i, g in enumerate(task.groups))
+        planned.one_job.append(w)
+        planned.units.extend(RewriteUnit(index, task, (g,)) for g in task.groups)
         tasks[w.tp] = task
-    if not units:
-        return None
+    if not planned.units:
+        return stepwise
     for tp, task in tasks.items():
         staging.stages[tp].task = task
-    return units
+    return planned
 
 
-def _settle_one_job(staging: _Staging, outcomes: Sequence[UnitOutcome]) -> list[PartitionWork]:
-    """Take in what the one job rewrote; return the partitions to stage again step by step (their assumed
-    marker-walk states did not hold), each with a fresh stage that keeps what the discarded attempt's requests
-    cost. An assumed unit that crashed in a partition whose states held is a bug: raised."""
-    for o in outcomes:  # a state a rewrite task found from the run's cache is the one it used
-        if o.learned is not None:
-            stage = staging.stage_at(o.partition_index)
-            group_id, state = o.learned
-            stage.task = replace(stage.task, groups=tuple(replace(g, txn_state=state) if g.group_id == group_id
-                                                          else g for g in stage.task.groups))
-    restaged = [w for w in staging.works if staging.stages[w.tp].error is None
-                and not _states_held(staging.stages[w.tp])]
-    restaged_indexes = {staging.index_of[w.tp] for w in restaged}
-    settled = [o for o in outcomes if o.partition_index not in restaged_indexes]
-    for o in settled:
-        if o.crashed is not None and staging.stage_at(o.partition_index).error is None:
-            tp = staging.works[o.partition_index].tp
-            raise RuntimeError(f"rewrite of {tp.topic}-{tp.partition} failed on the executor") from o.crashed
-    _collect_rewrites(staging, settled, [w for i, w in enumerate(staging.works) if i not in restaged_indexes])
-    for o in settled:  # nothing is clean: every key is dirty, and the partition's chunks received all its winners
-        staging.stage_at(o.partition_index).keys += o.keys
-        staging.stage_at(o.partition_index).dirty_keys += o.keys
-    for w in restaged:
-        index = staging.index_of[w.tp]
-        attempt = [o.rewrite.requests if o.rewrite else o.requests for o in outcomes if o.partition_index == index]
-        staging.stages[w.tp] = PartitionStage(w.task, requests=sum(attempt, staging.stages[w.tp].requests))
-    return restaged
-
-
-def _states_held(stage: PartitionStage) -> bool:
-    """Whether the marker-walk states the partition's chunks were rewritten from (assumed by `_units_before_scan`,
-    or learned by their tasks) are the ones the batches its scan saw give (always, for a single chunk or a
-    partition without transactional batches)."""
-    groups = stage.task.groups
-    return len(groups) < 2 or _chunk_states(stage.task, stage.scan.events) == [g.txn_state for g in groups]
+def _states_known(work: PartitionWork, task: PartitionTask) -> bool:
+    """Whether the marker-walk state at each of `task`'s chunk starts is known before the scan: the first chunk
+    starts the walk, and a later chunk's state is the walk's start too when no segment before it holds a
+    transactional or control batch (each of their rows says `transactional` False; None, unknown, may). Pure."""
+    clear = {s.segment_id for s in work.segments if s.transactional is False}
+    return all(i.segment_id in clear for g in task.groups[:-1] for i in g.inputs)
 
 
 def _scan_and_rewrite(staging: _Staging, scans: Sequence[SegmentScanTask], tracker: Accumulator,
                       slots: Sequence[Sequence[RewriteUnit]]) -> list[UnitOutcome]:
     """Scan, winners and rewrite as one Spark job of two stages, when every chunk is known before the scan
-    (`_units_before_scan`): each scan row is tagged with the slot of its partition's chunk and shuffled once,
+    (`_plan_before_scan`): each scan row is tagged with the slot of its partition's chunk and shuffled once,
     by slot; the aggregate then runs in the rewrite task that needs its winners (grouping by slot too, on rows
     already partitioned by slot, adds no shuffle). No persisted winners and no counting job: each rewrite task
     counts the winners it receives. The rows carry no `dirty` (every key is dirty) and, when each slot holds one
@@ -460,9 +452,8 @@ def _collect_rewrites(staging: _Staging, outcomes: Sequence[UnitOutcome], finish
     for o in outcomes:
         stage = staging.stage_at(o.partition_index)
         stage.rewrite_task_ids.add(o.task_id)
-        if o.error is not None or o.crashed is not None:  # crashed: an assumed unit of a partition failed already
-            if o.error is not None:
-                stage.fail(o.error)
+        if o.error is not None:
+            stage.fail(o.error)
             stage.requests = stage.requests + o.requests
             continue
         assert o.rewrite is not None

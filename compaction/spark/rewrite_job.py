@@ -11,7 +11,6 @@ run's segment cache (or the store), rewrites and uploads under fresh ids. What c
 from __future__ import annotations
 
 import pickle
-import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -23,11 +22,9 @@ from pyspark.sql import DataFrame
 
 from compaction.errors import KcompactError
 from compaction.format.scan import binary_buffers
-from compaction.rewrite.cache import SegmentCache
 from compaction.rewrite.upload import PartitionRewrite, rewrite_groups
 from compaction.spark.winners import CHUNK_SLOT, PACKED
 from compaction.storage.base import ObjectStore, StoreSpec, StoreStats
-from compaction.strategies.transactions import TransactionState, TxnEvent, states_at
 from compaction.tasks import GroupTask, PartitionTask
 
 _WINNERS = pa.schema([pa.field(CHUNK_SLOT, pa.int64()), pa.field("tp", pa.int32()), pa.field("offset", pa.int64())])
@@ -48,8 +45,7 @@ class RewriteUnit:
 
     partition_index: int
     task: PartitionTask
-    groups: tuple[GroupTask, ...]
-    assumed: bool = False  # its marker-walk state is assumed, to be checked after the scan (pipeline._states_held)
+    groups: tuple[GroupTask, ...]  # each with its marker-walk state (`GroupTask.txn_state`), known before it runs
 
 
 @dataclass(frozen=True)
@@ -62,10 +58,6 @@ class UnitOutcome:
     error: KcompactError | None = None
     requests: StoreStats = field(default_factory=StoreStats)
     keys: int = 0  # winners received for its chunks
-    crashed: Exception | None = None  # an assumed unit's unexpected error (its executor traceback in a note),
-    # decided on by the driver: a wrong assumed state, or a bug
-    learned: tuple[int, TransactionState] | None = None  # (group id, state): an assumed unit's state, found
-    # from the batches the run's cache kept instead (`learned_state`)
 
 
 def split_winners(offsets: np.ndarray, groups: Sequence[GroupTask]) -> dict[int, np.ndarray]:
@@ -79,23 +71,6 @@ def split_winners(offsets: np.ndarray, groups: Sequence[GroupTask]) -> dict[int,
         high = int(np.searchsorted(ordered, g.end_offset, "right"))
         out[g.group_id] = ordered[low:high]
     return out
-
-
-def learned_state(unit: RewriteUnit) -> TransactionState | None:
-    """The marker-walk state at an assumed unit's start, from the transactional and control batches the scan kept
-    in this machine's run cache for every segment of its partition before it (`SegmentCache.put_events`); None
-    when one of them was scanned elsewhere (the unit keeps its assumed state, which the driver checks)."""
-    if not unit.assumed or unit.task.cache_dir is None:
-        return None
-    cache = SegmentCache(unit.task.cache_dir)
-    start = unit.groups[0].start_offset
-    events: list[TxnEvent] = []
-    for i in (i for g in unit.task.groups if g.start_offset < start for i in g.inputs):
-        kept = cache.events(i.segment_id)
-        if kept is None:
-            return None
-        events.extend(kept)
-    return states_at([start], unit.task.aborted, events)[0]
 
 
 def _received(batches: Sequence[pa.RecordBatch], rows: WinnerRows
@@ -149,36 +124,16 @@ class _Rewriter:
         yield pa.RecordBatch.from_pydict({"outcome": [pickle.dumps(o) for o in outcomes]}, schema=_OUTCOMES)
 
     def _run(self, store: ObjectStore, unit: RewriteUnit, slot: int, offsets: np.ndarray) -> UnitOutcome:
-        """Rewrite one unit from the winning `offsets` its task received for it (-1: a chunk's marker)."""
+        """Rewrite one unit from the winning `offsets` its task received for it (-1: a chunk's marker). Any other
+        error than a kcompact one is a bug: it fails the task, and so the job."""
         before = replace(store.stats)
-        state = learned_state(unit)
-        learned = None if state is None else (unit.groups[0].group_id, state)
-        if state is not None:  # the true state: no longer an assumption
-            unit = replace(unit, groups=(replace(unit.groups[0], txn_state=state), *unit.groups[1:]), assumed=False)
         try:
             winners = split_winners(offsets, unit.groups)  # a task may hold several units of one partition
             keys = sum(len(w) for w in winners.values())
             return UnitOutcome(unit.partition_index, slot, rewrite_groups(store, unit.task, unit.groups, winners),
-                               keys=keys, learned=learned)
+                               keys=keys)
         except KcompactError as exc:  # quarantine this partition: what it uploaded stays unreferenced (gc)
             return UnitOutcome(unit.partition_index, slot, error=exc, requests=store.stats - before)
-        except Exception as exc:  # from a wrong assumed state, or a bug: the driver tells which
-            if not unit.assumed:
-                raise
-            return UnitOutcome(unit.partition_index, slot, requests=store.stats - before, crashed=_portable(exc))
-
-
-def _portable(exc: Exception) -> Exception:
-    """`exc` with the executor's traceback as a note, or, when it does not survive pickling, a RuntimeError that
-    names it."""
-    exc.add_note("".join(traceback.format_exception(exc)))
-    try:
-        pickle.loads(pickle.dumps(exc))
-    except Exception:
-        plain = RuntimeError(f"{type(exc).__name__}: {exc}")
-        plain.add_note(exc.__notes__[-1])
-        return plain
-    return exc
 
 
 def run_rewrites(spec: StoreSpec, chunks: DataFrame, slots: Mapping[int, Sequence[RewriteUnit]], rows: WinnerRows
@@ -195,4 +150,4 @@ def run_rewrites(spec: StoreSpec, chunks: DataFrame, slots: Mapping[int, Sequenc
     return [pickle.loads(row.outcome) for row in outcomes]
 
 
-__all__ = ["RewriteUnit", "UnitOutcome", "WinnerRows", "learned_state", "run_rewrites", "split_winners"]
+__all__ = ["RewriteUnit", "UnitOutcome", "WinnerRows", "run_rewrites", "split_winners"]

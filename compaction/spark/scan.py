@@ -51,7 +51,6 @@ from compaction.tasks import PartitionTask, SegmentScanTask, task_groups
 
 if TYPE_CHECKING:
     from compaction.format.scan import SegmentScan
-    from compaction.rewrite.cache import SegmentCache
 
 CHUNK_SLOT = "slot"
 """The column naming a row's rewrite slot: the scan writes it (`RowLayout.by_slot`), the rewrite reads it."""
@@ -300,14 +299,13 @@ class _ScanTask:
             report.requests = store.stats - before
             self.tracker.add({d.partition_index: report})
             return None
-        self._learn(store, d, segment, report, cache)
+        self._learn(store, d, segment, report)
         report.requests = store.stats - before
         return ScannedSegment(segment, report, started)
 
-    def _learn(self, store: ObjectStore, d: _Descriptor, segment: SegmentScan, report: PartitionScan,
-               cache: SegmentCache | None) -> None:
+    def _learn(self, store: ObjectStore, d: _Descriptor, segment: SegmentScan, report: PartitionScan) -> None:
         """What the scan learns of a segment besides its keys: its filter, when it has none, and its transactional
-        and control batches (also kept beside the cached segment, for the one job's rewrite tasks)."""
+        and control batches (the marker walk's input)."""
         from compaction.bloom.segment import segment_filter
         from compaction.errors import ObjectExistsError
         from compaction.rewrite.events import txn_events
@@ -320,8 +318,6 @@ class _ScanTask:
         events = txn_events(segment)
         if events:
             report.events[d.segment_id] = tuple(events)
-        if cache is not None:
-            cache.put_events(d.segment_id, events)
 
     def _done(self, d: _Descriptor, scanned: ScannedSegment, invalid_versions: int) -> None:
         """The segment's report, once its records are folded (their time is the scan's too)."""

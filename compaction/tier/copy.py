@@ -93,6 +93,7 @@ def _new_segment(store_prefix: str, topic: str, topic_id: str, partition: int, s
         record_count=seg.record_count,
         first_batch_max_timestamp_ms=seg.first_batch_max_timestamp_ms,
         state=SegmentState.COPY_SEGMENT_STARTED,
+        transactional=seg.transactional,
     )
 
 

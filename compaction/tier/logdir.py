@@ -76,6 +76,7 @@ class PreparedSegment:
     leader_epochs: tuple[EpochEntry, ...]
     companions: dict[str, bytes]  # suffix (storage layout) -> bytes
     rebuilt_indexes: bool
+    transactional: bool  # holds a transactional or control batch (the segment row's `transactional`)
     log_bytes: bytes | None = None  # the `.log` to upload when it is not the whole file (a tail, see `start`)
 
     def log(self) -> bytes:
@@ -172,6 +173,7 @@ def prepare_segment(part: LocalPartition, base: int, next_base: int, epochs: lis
         leader_epochs=tuple(epochs_in_range(epochs, base, next_base)),
         companions=companions,
         rebuilt_indexes=rebuilt,
+        transactional=any(h.is_transactional_or_control for h in data_headers),
     )
 
 
@@ -213,6 +215,7 @@ def _prepare_tail(part: LocalPartition, log_path: Path, log: bytes, headers: lis
         leader_epochs=tuple(epochs_in_range(epochs, start, next_base)),
         companions=companions,
         rebuilt_indexes=True,
+        transactional=any(h.is_transactional_or_control for h in kept),
         log_bytes=tail,
     )
 

@@ -65,7 +65,7 @@ def trim_copy(store: ObjectStore, row: SegmentMetadata, first_offset: int, segme
         entries = read_offset_index(store.get(index_key), row.start_offset, obj=index_key)
         floor = offset_index_lookup(entries, row.start_offset, first_offset)[1]
     data = store.get(log_key, floor)
-    cut, max_ts = len(data), NO_TIMESTAMP
+    cut, max_ts, transactional = len(data), NO_TIMESTAMP, False
     for h in iter_batch_headers(data, obj=log_key):
         if h.last_offset < first_offset:
             continue
@@ -76,6 +76,7 @@ def trim_copy(store: ObjectStore, row: SegmentMetadata, first_offset: int, segme
             )
         cut = min(cut, h.position)
         max_ts = max(max_ts, h.max_timestamp)
+        transactional = transactional or h.is_transactional_or_control
     log = bytes(data[cut:])
     indexes = build_indexes(log, first_offset, obj=log_key)
 
@@ -102,6 +103,7 @@ def trim_copy(store: ObjectStore, row: SegmentMetadata, first_offset: int, segme
         segment_leader_epochs=trimmed_epochs(row.segment_leader_epochs, first_offset),
         segment_size_bytes=len(log),
         object_keys=tuple(ObjectKey(suffix, key(suffix)) for suffix in files),
+        transactional=transactional,
     )
 
 

@@ -263,6 +263,7 @@ def _build(store: ObjectStore, task: RollTask, rolled: list[list[_Batch]], tail:
             object_keys=tuple(ObjectKey(s, k) for s, k in keys.items()),
             record_count=sum(h.records_count for h in headers),
             first_batch_max_timestamp_ms=headers[0].max_timestamp,
+            transactional=any(h.is_transactional_or_control for h in headers),
         ))
 
 

@@ -45,8 +45,8 @@ from compaction.metadata import (
     referenced_object_keys,
 )
 from compaction.metadata import model as model_module
-from compaction.metadata.model import rows_to_arrow
-from compaction.metadata.table import table_in_store
+from compaction.metadata.model import LEGACY_METADATA_SCHEMA, METADATA_SCHEMA, PARTITION_COLUMNS, rows_to_arrow
+from compaction.metadata.table import LOG_CONFIGURATION, table_in_store
 from compaction.storage import ObjectStore
 from tests import factories
 from tests.factories import TOPIC_ID, new_segment
@@ -62,7 +62,7 @@ DOCUMENTED_COLUMNS = [
     "row_kind", "topic", "partition", "topic_id", "writer", "run_id", "fencing_epoch", "cleaner_offsets",
     "segment_id", "start_offset", "end_offset", "max_timestamp_ms", "first_batch_max_timestamp_ms",
     "event_timestamp_ms", "segment_leader_epochs", "segment_size_bytes", "record_count", "state",
-    "object_keys", "commit_seq", "leader_epochs", "updated_ms",
+    "object_keys", "commit_seq", "leader_epochs", "updated_ms", "transactional",
 ]  # fmt: skip
 
 
@@ -201,6 +201,28 @@ def test_open_refuses_missing_and_foreign_tables(tmp_path: Path) -> None:
         MetadataTable.open(foreign)
     again = MetadataTable.create_if_missing(str(tmp_path / "metadata"))
     assert MetadataTable.create_if_missing(again.table_uri).version() == 0
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_table_created_before_the_transactional_column_is_read_and_written_as_it_is(
+        tmp_path: Path, legacy: bool) -> None:
+    """`transactional` (whether a segment holds a transactional or control batch) was added to a table kcompact
+    already wrote: one created before it opens, reads the column as null (unknown) and takes commits without it,
+    its schema unchanged; a new table keeps what each row says, null included."""
+    uri = str(tmp_path / "metadata")
+    if legacy:
+        DeltaTable.create(uri, LEGACY_METADATA_SCHEMA, partition_by=list(PARTITION_COLUMNS),
+                          configuration=dict(LOG_CONFIGURATION))
+    table = MetadataTable.create_if_missing(uri)
+    flags = [True, False, None]
+    segments = [replace(new(100 * i, 100 * i + 99), transactional=t) for i, t in enumerate(flags)]
+    kw: dict[str, Any] = {"fencing_epoch": 0, "writer": "kcompact tier@test", "now_ms": NOW}
+    record_tier_started(table, TOPIC, 0, segments, **kw)
+    record_tier_finished(table, TOPIC, 0, [s.segment_id for s in segments], **kw)
+    read = [s.transactional for s in MetadataTable.open(uri).live_segments(TOPIC, 0)]
+    assert read == ([None] * 3 if legacy else flags)
+    found = pa.schema(DeltaTable(uri).schema().to_arrow())
+    assert found.equals(LEGACY_METADATA_SCHEMA if legacy else METADATA_SCHEMA)
 
 
 # --- commits -----------------------------------------------------------------------------------------

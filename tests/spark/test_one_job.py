@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,10 @@ from pyspark.sql import SparkSession
 
 import compaction.spark.pipeline as pipeline
 import compaction.spark.scan as scan
+import compaction.tier.copy as tier_copy
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.format.batch import Header, Record
+from compaction.format.segment import iter_batch_headers
 from compaction.metadata import ObjectSuffix, table_in_store
 from compaction.run.commit import commit
 from compaction.run.plan import plan
@@ -78,6 +81,25 @@ def _run(spark: SparkSession, store: ObjectStore, strategy: str, segment_bytes: 
     return run_report(staged, commit(staged)).to_dict(), jobs
 
 
+def _step_by_step_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every partition staged step by step."""
+    monkeypatch.setattr(pipeline, "_plan_before_scan",
+                        lambda staging: pipeline._BeforeScan(step_by_step=list(staging.works)))
+
+
+def _spy_step_by_step(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The partitions (numbers) the runs stage step by step, filled as they do."""
+    seen: list[int] = []
+    real = pipeline._step_by_step
+
+    def spy(staging: object, works: list) -> None:
+        seen.extend(w.tp.partition for w in works)
+        real(staging, works)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline, "_step_by_step", spy)
+    return seen
+
+
 def _logs(store: ObjectStore) -> list[list[bytes]]:
     table = table_in_store(store)
     return [[store.get(s.object_key(ObjectSuffix.LOG) or "") for s in table.live_segments("users", p)]
@@ -89,7 +111,7 @@ def _logs(store: ObjectStore) -> list[list[bytes]]:
 def test_one_job_writes_what_the_step_by_step_path_writes(spark: SparkSession, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch, strategy: str) -> None:
     fused, fused_jobs = _run(spark, one := _store(tmp_path / "one"), strategy)
-    monkeypatch.setattr(pipeline, "_units_before_scan", lambda *_a: None)  # the step-by-step path
+    _step_by_step_only(monkeypatch)
     stepped, stepped_jobs = _run(spark, other := _store(tmp_path / "other"), strategy)
     assert len(fused["partitions"]) == len(stepped["partitions"]) == PARTITIONS
     assert all(p["committed"] and p["error"] is None for p in fused["partitions"] + stepped["partitions"])
@@ -109,28 +131,36 @@ def test_several_chunks_per_partition_write_what_the_step_by_step_path_writes(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: str, transactions: bool,
         cached: bool) -> None:
     """Several chunks per partition: each key goes to the chunk holding its winner (two shuffles, still one
-    job's worth of planning). A later chunk's marker-walk state comes from the transactional and control batches
-    the scan kept beside the run's cached segments, or, where they are not on the rewrite task's machine (here:
-    no cache), is assumed from no transactional batch before it; where the scan then sees one (partitions 1 and
-    2 with `transactions`: a committed and an aborted transaction across chunks), that partition's attempt is
-    discarded and it is staged step by step."""
+    job's worth of planning). A later chunk's marker-walk state must be known before the scan: `kcompact tier`
+    recorded in each segment's row whether it holds a transactional or control batch, so partitions 1 and 2 with
+    `transactions` (a committed and an aborted transaction across chunks) are staged step by step from the start,
+    partition 0 in the one job; with or without the run's cache, no partition is staged twice. The outputs' rows
+    say it too."""
     if not cached:
         monkeypatch.setattr(pipeline, "cache_fits", lambda *_a: False)
+    stepwise = _spy_step_by_step(monkeypatch)
     fused, fused_jobs = _run(spark, one := _store(tmp_path / "one", transactions), strategy, 40 * 1024)
-    monkeypatch.setattr(pipeline, "_units_before_scan", lambda *_a: None)
+    assert stepwise == ([1, 2] if transactions else [])
+    _step_by_step_only(monkeypatch)
     stepped, stepped_jobs = _run(spark, other := _store(tmp_path / "other", transactions), strategy, 40 * 1024)
     assert all(p["committed"] and p["error"] is None for p in fused["partitions"] + stepped["partitions"])
     assert _logs(one) == _logs(other)
     for a, b in zip(fused["partitions"], stepped["partitions"], strict=True):
         assert a["stats"]["chunks"] == b["stats"]["chunks"] > 1
         assert a["stats"]["dirty_keys"] == b["stats"]["dirty_keys"]
-        redone = transactions and not cached and a["partition"] > 0
-        # a discarded attempt's requests stay in the report: fetched twice
-        assert (a["requests"]["gets"] > b["requests"]["gets"]) if redone else (a["requests"] == b["requests"])
+        assert a["requests"] == b["requests"]  # no partition is staged twice
         if cached:  # each segment fetched once (the rest: the producer-state and index reads of planning)
             assert a["fetch_ratio"] == b["fetch_ratio"] < 1.01
-    if not transactions or cached:
+    if not transactions:
         assert fused_jobs < stepped_jobs
+    for store in (one, other):  # each output's row says whether it holds a transactional or control batch
+        flags = []
+        for p in range(PARTITIONS):
+            for s in table_in_store(store).live_segments("users", p):
+                headers = iter_batch_headers(store.get(s.object_key(ObjectSuffix.LOG) or ""))
+                assert s.transactional is any(h.is_transactional_or_control for h in headers)
+                flags.append(s.transactional)
+        assert any(flags) is transactions
 
 
 @pytest.mark.spark
@@ -176,9 +206,39 @@ def test_one_rewrite_task_for_every_partition_writes_the_same_bytes(
     shared = run_report(staged := stage(spark, plan(shared_store, _config(strategy), NOW,
                                                    disk_budget_bytes=budget)), commit(staged)).to_dict()
     assert seen == [False, True]
-    monkeypatch.setattr(pipeline, "_units_before_scan", lambda *_a: None)
+    _step_by_step_only(monkeypatch)
     stepped, _jobs = _run(spark, other := _store(tmp_path / "other"), strategy)
     assert all(p["committed"] for p in own["partitions"] + shared["partitions"] + stepped["partitions"])
     assert {p["stats"]["rewrite_tasks"] for p in shared["partitions"]} == {1}
     assert _logs(one) == _logs(shared_store) == _logs(other)
     assert [p["stats"]["dirty_keys"] for p in shared["partitions"]] == [KEYS] * PARTITIONS
+
+
+@pytest.mark.spark
+def test_rows_that_cannot_say_send_a_partition_of_several_chunks_step_by_step(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A segment row whose `transactional` is null (a broker's copy through the plugin: KIP-405's metadata does
+    not say; a row written before the column) leaves a later chunk's marker-walk state unknown before the scan: a
+    partition of several chunks is staged step by step from the start, while one of a single chunk, whose state
+    is the walk's start, still takes the one job. The bytes are the same either way, and the outputs' rows know."""
+    real = tier_copy._new_segment
+    monkeypatch.setattr(tier_copy, "_new_segment", lambda *a: replace(real(*a), transactional=None))
+    unknown_single, unknown_several = _store(tmp_path / "single"), _store(tmp_path / "several")
+    monkeypatch.setattr(tier_copy, "_new_segment", real)
+    known = _store(tmp_path / "known")
+    assert {s.transactional for p in range(PARTITIONS) for s in table_in_store(unknown_several).live_segments(
+        "users", p)} == {None}
+    assert {s.transactional for p in range(PARTITIONS) for s in table_in_store(known).live_segments(
+        "users", p)} == {False}
+    stepwise = _spy_step_by_step(monkeypatch)
+    single, single_jobs = _run(spark, unknown_single, "offset")
+    assert stepwise == [] and single_jobs <= 2
+    several, _jobs = _run(spark, unknown_several, "offset", 40 * 1024)
+    assert stepwise == list(range(PARTITIONS))
+    reference, _jobs = _run(spark, known, "offset", 40 * 1024)
+    assert stepwise == list(range(PARTITIONS))  # the rows say: the one job
+    assert all(p["committed"] for p in single["partitions"] + several["partitions"] + reference["partitions"])
+    assert all(p["stats"]["chunks"] > 1 for p in several["partitions"])
+    assert _logs(unknown_several) == _logs(known)
+    assert {s.transactional for p in range(PARTITIONS) for s in table_in_store(unknown_several).live_segments(
+        "users", p)} == {False}

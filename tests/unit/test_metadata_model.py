@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import itertools
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -30,6 +31,7 @@ from compaction.metadata.change_set import (
 )
 from compaction.metadata.lineage import bound, valid_cleaner_offsets, with_entry
 from compaction.metadata.model import (
+    LEGACY_METADATA_SCHEMA,
     METADATA_SCHEMA,
     CleanerOffset,
     EpochEntry,
@@ -127,16 +129,21 @@ def test_illegal_topic_names_are_refused(topic: str) -> None:
 # --- rows --------------------------------------------------------------------------------------------
 
 
-def test_rows_round_trip_through_arrow() -> None:
+@pytest.mark.parametrize("transactional", [True, False, None])
+def test_rows_round_trip_through_arrow(transactional: bool | None) -> None:
     s = seg(0, 99, vector=co((1, 50)))
-    s = SegmentMetadata(**{**s.__dict__, "record_count": 7, "first_batch_max_timestamp_ms": 3, "run_id": "r"})
+    s = SegmentMetadata(**{**s.__dict__, "record_count": 7, "first_batch_max_timestamp_ms": 3, "run_id": "r",
+                           "transactional": transactional})
     p = PartitionState("t", TOPIC_ID, 0, 2, 9, co((1, 50), (2, 60)), (EpochEntry(0, 0),), 11, "w", None)
     table = rows_to_arrow([p], [s])
     assert table.schema.equals(METADATA_SCHEMA)
     part_row, seg_row = table.to_pylist()
     assert partition_from_row(part_row) == p
     assert segment_from_row(seg_row) == s
-    assert seg_row["commit_seq"] is None and part_row["segment_id"] is None
+    assert seg_row["commit_seq"] is None and part_row["segment_id"] is None and part_row["transactional"] is None
+    legacy = rows_to_arrow([p], [s], LEGACY_METADATA_SCHEMA)  # a table created before the column
+    assert legacy.schema.equals(LEGACY_METADATA_SCHEMA) and "transactional" not in legacy.schema.names
+    assert segment_from_row(legacy.to_pylist()[1]) == replace(s, transactional=None)
 
 
 # --- cleaner-offset lineage (docs/fencing.md) ----------------------------------------------------------

@@ -3,11 +3,12 @@ exactly one task, as many tasks as the bytes and cores call for, each task whole
 consecutive segments (so it can reduce them to one row per key). And how the
 rewrite tasks get their chunks: packed by bytes into tasks (`rewrite_slots`), one Spark partition per task
 (`slot_keys`), winners split by group. And the
-values that cross to the executors: scan rows in their `RowLayout`, a crashed unit's error."""
+values that cross to the executors: scan rows in their `RowLayout`. And which partitions the one job takes."""
 
 from __future__ import annotations
 
-import pickle
+from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -17,8 +18,8 @@ from hypothesis import strategies as st
 
 from compaction.config import CompactionStrategy
 from compaction.packing import MAX_TASK_BYTES, OPEN_COST_BYTES
-from compaction.spark.pipeline import rewrite_slots
-from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, _portable, split_winners
+from compaction.spark.pipeline import _states_known, rewrite_slots
+from compaction.spark.rewrite_job import RewriteUnit, split_winners
 from compaction.spark.scan import (
     SCAN_TASK_BYTES,
     SCAN_TASK_RECORDS,
@@ -139,7 +140,7 @@ def test_packed_winners_reach_the_chunk_holding_them(rows: list[tuple[int, int]]
     assert offsets.dtype == np.int64
 
 
-# --- what crosses the Spark boundary: rows in their layout, a crashed unit's error typed ------------------------
+# --- what crosses the Spark boundary: rows in their layout ---------------------------------------------------------
 
 
 _LAYOUTS = [  # every layout a run uses (step by step, a rescan, the one job's three), by offset and ranked
@@ -179,26 +180,26 @@ def test_a_scan_task_writes_the_columns_its_layout_names(layout: RowLayout, rank
     assert [(r["key"], r["offset"]) for r in rows] == [(b"a", 3), (b"b", 4), (b"c", 5)]
 
 
-def test_a_crashed_unit_carries_its_error_typed_with_the_executor_traceback() -> None:
-    """An assumed unit's unexpected error reaches the driver as itself (class and message), the executor's
-    traceback in a note; one that does not survive pickling as a RuntimeError naming it."""
+_CHUNKS = (("s0", "s1"), ("s2",), ("s3",))  # a partition's segments in three rewrite chunks
 
-    class Unpicklable(Exception):  # a local class: pickled by reference, which fails
-        pass
 
-    for raised in (KeyError("segment 7"), Unpicklable("boom")):
-        try:
-            raise raised
-        except Exception as exc:
-            portable = _portable(exc)
-        outcome = pickle.loads(pickle.dumps(UnitOutcome(2, 5, crashed=portable)))
-        assert outcome.crashed is not None
-        notes = getattr(outcome.crashed, "__notes__", [])
-        assert notes and "Traceback" in notes[-1] and "test_scan_tasks.py" in notes[-1]
-        if isinstance(raised, KeyError):
-            assert type(outcome.crashed) is KeyError and outcome.crashed.args == ("segment 7",)
-        else:
-            assert type(outcome.crashed) is RuntimeError and str(outcome.crashed) == "Unpicklable: boom"
+@pytest.mark.parametrize(("flags", "known"), [
+    ({}, True),  # every row says: no transactional or control batch
+    ({"s3": True}, True), ({"s3": None}, True),  # in the last chunk: no later chunk's start depends on it
+    ({"s2": True}, False), ({"s2": None}, False), ({"s0": None}, False), ({"s1": True}, False),
+])
+def test_the_one_job_takes_a_partition_whose_marker_walk_states_its_rows_give(
+        flags: dict[str, bool | None], known: bool) -> None:
+    """Before the scan (`pipeline._states_known`), a partition's first chunk starts the marker walk, and a later
+    chunk's start state is known when every segment before it holds no transactional or control batch by its row
+    (`transactional` False). One that holds one, or whose row cannot say (None: a broker's copy, a row older than
+    the column), before a later chunk sends the partition step by step; a single chunk never does."""
+    groups = tuple(GroupTask(g, 10 * g, 10 * g + 9, tuple(InputSegment(i, 10 * g, 10 * g + 9, {}) for i in ids))
+                   for g, ids in enumerate(_CHUNKS))
+    task = PartitionTask("t", "id", 0, 40, 0, 0, 4096, (), {}, groups)
+    rows = [SimpleNamespace(segment_id=i, transactional=flags.get(i, False)) for ids in _CHUNKS for i in ids]
+    assert _states_known(SimpleNamespace(segments=rows), task) is known  # type: ignore[arg-type]
+    assert _states_known(SimpleNamespace(segments=rows), replace(task, groups=groups[:1]))  # type: ignore[arg-type]
 
 
 def _unit(index: int, group_id: int, size: int) -> RewriteUnit:
