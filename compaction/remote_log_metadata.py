@@ -9,7 +9,8 @@ are kcompact's rows by construction, conditional commits and fencing included. T
 life: it ends when its stdin closes (the broker closed the manager, or died), and ignores SIGTERM and SIGINT, which
 a broker's own stop may send its whole process group while the broker still finishes a copy.
 
-Requests (`op` and its fields; every answer is `{"ok": true, "result": ...}` or
+Requests (`op` and its fields, as `compaction/pipes.json` names them: each request is checked against it;
+every answer is `{"ok": true, "result": ...}` or
 `{"ok": false, "error": "<one line>", "type": "<kcompact error class>", "version": <the table's latest version>}`):
 
 - `add`: KIP-405's addRemoteLogSegmentMetadata. A row in COPY_SEGMENT_STARTED with the object keys of
@@ -73,6 +74,7 @@ from compaction.metadata import (
 from compaction.metadata.batch import CommitResult
 from compaction.metadata.commit import Plan
 from compaction.metadata.follower import TableFollower
+from compaction.pipes import check_request
 from compaction.storage import ObjectStore, open_store
 from compaction.storage.layout import Suffix, segment_object_key
 from compaction.tier.overlap import tier_end, trim_copy
@@ -169,7 +171,7 @@ def batch(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
     answers: dict[TopicPartition, dict[str, Any]] = {}
     for tp, r in zip(tps, requests, strict=True):
         try:
-            plans[tp] = _WRITES[r["op"]](tier, r)
+            plans[tp] = _WRITES[check_request("metadata", r)](tier, r)
         except KcompactError as e:
             answers[tp] = _error(tier, e)
     now_ms = max((int(r["event_timestamp_ms"]) for r in requests), default=0)
@@ -287,7 +289,7 @@ def answer(tier: RemoteTier, line: str) -> dict[str, Any]:
     request, a bug) with its type and message."""
     try:
         req = json.loads(line)
-        return {"ok": True, "result": _OPS[req["op"]](tier, req)}
+        return {"ok": True, "result": _OPS[check_request("metadata", req)](tier, req)}
     except KcompactError as e:
         return _error(tier, e)
     except Exception as e:

@@ -11,7 +11,8 @@ segments at once, and one slow upload must not hold up a consumer's fetch. Each 
 answer repeats; answers come in the order they finish. Like the metadata process, this one ends when its stdin
 closes and ignores SIGTERM and SIGINT (a broker's stop may signal its process group while it still finishes a copy).
 
-Requests (`op` and its fields; every answer is a line `{"id": N, "ok": true, "result": ...}` or
+Requests (`op` and its fields, as `compaction/pipes.json` names them: each request is checked against it;
+every answer is a line `{"id": N, "ok": true, "result": ...}` or
 `{"id": N, "ok": false, "error": "<one line naming the object's URI>", "type": "<kcompact error class>"}`):
 
 - `put_file`: create `key` from the local file `path` (the broker's segment file, read in place);
@@ -42,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
 from compaction.errors import KcompactError
+from compaction.pipes import check_request
 from compaction.storage import ObjectStore, open_store
 
 
@@ -78,7 +80,7 @@ def answer(store: ObjectStore, line: str) -> bytes:
     req: Any = None
     try:
         req = json.loads(line)
-        result = _OPS[req["op"]](store, req)
+        result = _OPS[check_request("store", req)](store, req)
         if isinstance(result, bytes):
             return _line({"id": req["id"], "ok": True, "result": {"length": len(result)}}) + result
         return _line({"id": req["id"], "ok": True, "result": result})

@@ -59,6 +59,7 @@ import pyarrow as pa
 
 from compaction.errors import ConfigError, InvalidStateTransitionError
 from compaction.format.checkpoints import EpochEntry
+from compaction.pipes import WRITER_PREFIX
 from compaction.storage.layout import Suffix
 
 
@@ -177,7 +178,8 @@ class SegmentMetadata(OfPartition):
         return self.max_timestamp_ms if self.max_timestamp_ms >= 0 else self.event_timestamp_ms
 
 
-BROKER_WRITER_PREFIX = "broker-"
+BROKER_WRITER_PREFIX = WRITER_PREFIX
+"""`broker-`, as the plugin's pipe schema writes it (`compaction/pipes.json`)."""
 
 
 def broker_writer(broker_id: int) -> str:

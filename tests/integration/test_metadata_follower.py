@@ -20,6 +20,8 @@ from compaction.storage import open_store
 
 A, B, C = TopicPartition("orders", 0), TopicPartition("orders", 1), TopicPartition("orders", 2)
 TOPIC_ID = "MWJ6FHTfRYy67jzwZdeqSQ"
+BROKER = {"topic_id": TOPIC_ID, "broker_id": 1}
+"""What the plugin adds to each partition's request (compaction/pipes.json)."""
 
 
 def _touch(current: PartitionSnapshot) -> ChangeSet:
@@ -93,7 +95,7 @@ def test_the_process_answers_follow_with_what_changed(tmp_path: Path) -> None:
         assert answered["ok"], answered
         return answered["result"]
 
-    listed = ask({"op": "segments", "topic": "orders", "partition": 0})
+    listed = ask({"op": "segments", "topic": "orders", "partition": 0, **BROKER})
     assert (listed["version"], listed["segments"]) == (first, [])
     acquire_fencing_epoch(table, "orders", 0, "a-run", 5, topic_id=TOPIC_ID)
     acquire_fencing_epoch(table, "orders", 1, "a-run", 5, topic_id=TOPIC_ID)  # never asked for by the broker
@@ -107,7 +109,7 @@ def test_the_process_answers_follow_with_what_changed(tmp_path: Path) -> None:
     assert loaded["version"] == table.version()
     assert [(p["partition"], p["version"], p["segments"]) for p in loaded["partitions"]] == [
         (1, table.version(), []), (0, table.version(), []), (7, table.version(), [])]
-    assert ask({"op": "segments", "topic": "orders", "partition": 1}) == loaded["partitions"][0]
+    assert ask({"op": "segments", "topic": "orders", "partition": 1, **BROKER}) == loaded["partitions"][0]
 
 
 def test_the_followers_commits_leave_checkpoints_to_a_background_thread(

@@ -57,7 +57,8 @@ def test_objects_are_written_read_by_range_and_deleted(store: ObjectStore, tmp_p
     assert all(a["ok"] for a in written.values()), written
     got = _ask(store, {"op": "get", "key": KEY, "start": 2, "end": 5},
                {"op": "get", "key": KEY, "start": 8, "end": 100},
-               {"op": "get", "key": KEY, "start": 10, "end": 14}, {"op": "get", "key": KEY + "-epochs"})
+               {"op": "get", "key": KEY, "start": 10, "end": 14},
+               {"op": "get", "key": KEY + "-epochs", "start": 0, "end": None})
     assert [_data(got[i]) for i in (1, 2, 3, 4)] == [b"234", b"89", b"", b"0\n1\n0 100\n"]
     deleted = _ask(store, {"op": "delete", "key": KEY}, {"op": "delete", "key": KEY + "-never-written"}, threads=1)
     assert all(a["ok"] for a in deleted.values()), deleted
@@ -69,7 +70,8 @@ def test_a_partitions_objects_are_listed_by_suffix_with_their_sizes(store: Objec
     later = partition + "00000000000000000200-bbbbbbbbbbbbbbbbbbbbbb.log"
     for key, data in ((KEY, b"0123456789"), (KEY[:-3] + "index", b"ix"), (later, b"abc"), ("other/1.log", b"x")):
         store.put(key, data)
-    listed = _ask(store, {"op": "list", "prefix": partition, "suffix": ".log"}, {"op": "list", "prefix": "none/"})
+    listed = _ask(store, {"op": "list", "prefix": partition, "suffix": ".log"},
+                  {"op": "list", "prefix": "none/", "suffix": ""})
     assert listed[1]["result"] == {"objects": [[KEY, 10], [later, 3]]}
     assert listed[2]["result"] == {"objects": []}
 

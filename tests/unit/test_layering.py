@@ -145,7 +145,7 @@ def test_a_runs_call_path_never_climbs_back_up_its_layers() -> None:
 
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundations", ("errors", "counters", "progress", "kernels", "packing", "config", "delta_protocol")),
+    ("foundations", ("errors", "counters", "progress", "kernels", "packing", "config", "delta_protocol", "pipes")),
     ("formats and stores", ("format", "storage", "remote_storage", "dump")),
     ("model", ("metadata", "strategies", "planner", "producers", "retention", "tasks", "bloom")),
     ("log", ("tier", "wal", "reader", "gc", "remote_log_metadata", "generate")),

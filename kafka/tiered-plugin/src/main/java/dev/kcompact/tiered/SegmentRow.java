@@ -14,13 +14,18 @@ import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentState;
 /** One segment row of kcompact's metadata table as the broker sees it, with where each leader epoch ends in it. */
 record SegmentRow(RemoteLogSegmentMetadata metadata, boolean live) {
 
+    /** The writer of a broker's rows is this prefix and its id ({@code writer_prefix} in the pipes' schema,
+     * {@code compaction/pipes.json}; {@code PipeSchemaTest} checks it). */
+    static final String WRITER_PREFIX = "broker-";
+
     static SegmentRow of(TopicIdPartition tp, JsonNode row) {
         NavigableMap<Integer, Long> epochs = new TreeMap<>();
         for (JsonNode e : row.get("leader_epochs")) {
             epochs.put(e.get(0).asInt(), e.get(1).asLong());
         }
         String writer = row.get("writer").asText();
-        int brokerId = writer.startsWith("broker-") ? Integer.parseInt(writer.substring(7)) : -1;
+        int brokerId = writer.startsWith(WRITER_PREFIX)
+                ? Integer.parseInt(writer.substring(WRITER_PREFIX.length())) : -1;
         TopicIdPartition rowTp = new TopicIdPartition(Uuid.fromString(row.get("topic_id").asText()), tp.topicPartition());
         RemoteLogSegmentMetadata metadata = new RemoteLogSegmentMetadata(
                 new RemoteLogSegmentId(rowTp, Uuid.fromString(row.get("segment_id").asText())),
