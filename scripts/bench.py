@@ -22,8 +22,9 @@ generic ones; `bench_fresh.py`) and P9 (issue 29 item 4: a Kafka broker tiering 
 consumer reading the tier through it, beside Kafka's stock topic-based metadata manager; `bench_broker.py`) and P9S
 (issue 40 item 4: the same on an s3:// store, a moto server, with and without the plugin's chunk cache: bytes fetched
 from the store per byte served, and the Java consumer's rate on the tier against the local log's;
-`bench_broker_s3.py`), and P11 (issue 41 item 7: the same bytes over 8, 100 and 1,000 partitions, every command a
-fresh process; `bench_partitions.py`). Every
+`bench_broker_s3.py`), P10 (issue 44: Kafka's own cleaner and kcompact on the same partition directories, MB/s per
+core side by side, peak RSS, and whether their records are equal; `bench_cleaner.py`), and P11 (issue 41 item 7:
+the same bytes over 8, 100 and 1,000 partitions, every command a fresh process; `bench_partitions.py`). Every
 end-to-end figure is also measured as users run it: fresh `kcompact compact` processes
 (`bench_measure.cli_processes`), the first one its own column; that whole-process figure is the headline, the
 in-session one (`bench_run.py`, session start-up excluded) beside it.
@@ -119,6 +120,10 @@ def main() -> int:
         from bench_broker_s3 import bench_broker_s3  # a broker per run on a moto server: `make kafka`, moto
 
         save(results, "P9S", bench_broker_s3(scale))
+    if "P10" in wanted:
+        from bench_cleaner import bench_cleaner  # Kafka's Cleaner in its own JVM: needs `make kafka`'s harness
+
+        save(results, "P10", bench_cleaner(scale))
     if "P11" in wanted:
         from bench_partitions import bench_partitions
 

@@ -717,6 +717,34 @@ def _p11(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _p10(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
+    lines = [
+        "Each shape's log dir cleaned by Kafka 4.2.1's own `Cleaner` (one cleaner thread, the broker's defaults: "
+        "128 MiB dedupe buffer, 512 KiB io buffer; its JVM as a broker's, after a warm-up clean of other data) and "
+        "by kcompact (`local[2]`: in session, and as fresh `kcompact compact` processes) on the same bytes: every "
+        "segment but each partition's active one (`scripts/bench_cleaner.py`). Kafka: seconds of its cleaning rounds "
+        "inside the JVM (the whole process in brackets). kcompact per core = its MB/s / 2. Equal: each partition's "
+        "records (offset, timestamp, key, value) after both, compared by digest.",
+        "",
+        "| shape | MB | Kafka MB/s per thread (process) | rounds | kcompact MB/s per core in session | "
+        "fresh process | ratio session (goal ≥ 2) | ratio fresh (goal ≥ 1) | share of raw read + CRC | peak RSS "
+        "Kafka / kcompact driver + JVM + workers | equal |",
+        "|---" * 11 + "|",
+    ]
+    for r in runs:
+        k, c = r["kafka"], r["kcompact"]
+        peak = c.get("memory_peak_bytes") or {}
+        ours = " + ".join(_mb(peak.get(x, 0)) for x in ("driver_python", "jvm", "python_workers"))
+        lines.append(
+            f"| {r['what']} | {_mb(r['input_bytes'])} | {k['mb_s']:.1f} ({k['process_mb_s']:.1f}) | {k['rounds']} | "
+            f"{c['mb_s_per_core']:.1f} | {c['process_mb_s'] / 2:.1f} (first {c['process_first_mb_s'] / 2:.1f}) | "
+            f"{r['ratio_session']:.2f} | {r['ratio_fresh']:.2f} | {r['raw_share']:.1%} | "
+            f"{_mb(k['peak_rss_bytes'])} / {ours} | {'yes' if r['equal'] else '**no**'} |")
+    lines.append("")
+    lines.extend(f"- {r['shape']}: `{r['command']}`" for r in runs)
+    return lines
+
+
 SECTIONS: dict[str, tuple[str, Callable[[Any, dict[str, Any]], list[str]]]] = {
     "P0": ("P0 — a small run vs Spark's own start (issue 27 b)", _p0),
     "P0C": ("P0c — a fresh clone's first run vs its second; the shipped kernels' speed (issue 27 a)", _p0c),
@@ -735,6 +763,7 @@ SECTIONS: dict[str, tuple[str, Callable[[Any, dict[str, Any]], list[str]]]] = {
            "stock metadata manager (issue 29 item 4)", _p9),
     "P9S": ("P9 on S3 — the Java consumer reading the tier through the plugin's chunk cache on a loopback S3 server, "
             "beside the broker's local log (issue 40 item 4)", _p9s),
+    "P10": ("P10 — Kafka's own cleaner and kcompact on the same partition directories (issue 44)", _p10),
     "P11": ("P11 — the same bytes over 8, 100 and 1,000 partitions (issue 41 item 7)", _p11),
 }
 
