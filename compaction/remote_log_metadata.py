@@ -15,7 +15,10 @@ every answer is `{"ok": true, "result": ...}` or
 
 - `add`: KIP-405's addRemoteLogSegmentMetadata. A row in COPY_SEGMENT_STARTED with the object keys of
   `compaction.storage.layout`, the `.txnindex` only when the broker says the segment has one.
-- `update`: updateRemoteLogSegmentMetadata: `segment_id` moves to `state`.
+- `update`: updateRemoteLogSegmentMetadata: `segment_id` moves to `state`; `transactional` (true, false or null)
+  is what the plugin's storage manager found in the copied segment's batch headers (a transactional or control
+  batch), passed by Kafka from its copy to this update as the segment's custom metadata (KIP-917), and goes into the
+  row: a compaction then knows the segment's marker-walk state at plan time (docs/compaction-run.md).
 - `segments`: every segment row of a partition, each with `live` (COPY_SEGMENT_FINISHED and not a zombie),
   and the table version they are the rows of.
 - `batch`: `requests`, writes (`add`, `update`) of different partitions committed in one Delta commit, each
@@ -201,6 +204,7 @@ def _update_plan(tier: RemoteTier, req: Mapping[str, Any]) -> Plan:
     tier's end, or is superseded when it holds none (`compaction.tier.overlap`); the trimmed objects are written once
     for each tier end a plan meets."""
     segment_id, state, writer = req["segment_id"], SegmentState(req["state"]), broker_writer(req["broker_id"])
+    transactional = req["transactional"] if state is SegmentState.COPY_SEGMENT_FINISHED else None
     trimmed: dict[int, NewSegment] = {}
 
     def plan(current: PartitionSnapshot) -> ChangeSet:
@@ -209,7 +213,7 @@ def _update_plan(tier: RemoteTier, req: Mapping[str, Any]) -> Plan:
                     and row.state is SegmentState.COPY_SEGMENT_STARTED and row.start_offset <= end)
         if not overlaps:
             return ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
-                                          state_changes=(StateChange(segment_id, state),))
+                                          state_changes=(StateChange(segment_id, state, transactional),))
         assert row is not None and end is not None
         superseded = StateChange(segment_id, SegmentState.DELETE_SEGMENT_STARTED)
         if row.end_offset <= end:

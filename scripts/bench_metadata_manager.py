@@ -120,7 +120,7 @@ def run(store_uri: str, partitions: int, segments: int, rounds: int, seed: int,
              "event_timestamp_ms": 1_700_000_000_000 + i, "segment_size_bytes": 1 << 20,
              "txn_index_empty": True, "leader_epochs": [[0, i * SEGMENT_RECORDS]]})
         ask({"op": "update", **base, "partition": p, "segment_id": segment_id, "state": "COPY_SEGMENT_FINISHED",
-             "event_timestamp_ms": 1_700_000_000_001 + i})
+             "event_timestamp_ms": 1_700_000_000_001 + i, "transactional": False})
         if r % 10 == 9:
             touched = {TopicPartition(TOPIC, rng.randrange(partitions)) for _ in range(10)}
             commit_current_batch(other, {tp: (lambda c: ChangeSet.planned_from(

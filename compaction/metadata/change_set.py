@@ -73,6 +73,9 @@ class NewSegment:
 class StateChange:
     segment_id: str
     state: SegmentState
+    transactional: bool | None = None
+    """What the writer learnt of the segment's bytes while it went to `state` (a broker's copy: the plugin's storage
+    manager reads its batch headers); None leaves the row's `transactional` as it is."""
 
 
 @dataclass(frozen=True)
@@ -287,6 +290,7 @@ def apply_change_set(current: PartitionSnapshot, cs: ChangeSet, now_ms: int) -> 
             writer=cs.writer,
             fencing_epoch=cs.fencing_epoch,
             run_id=cs.run_id,
+            transactional=old.transactional if c.transactional is None else c.transactional,
         )
     for added in cs.added_object_keys:
         by_id[added.segment_id] = _with_object_key(where, by_id.get(added.segment_id), added)

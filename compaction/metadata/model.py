@@ -39,10 +39,11 @@ Columns (a column that does not apply to a row kind is null in it):
 The fencing epoch plays the role the leader epoch plays in KIP-405 (docs/fencing.md): `cleaner_offsets` is
 keyed by fencing epoch, `segment_leader_epochs`/`leader_epochs` by the Kafka leader epochs found in the
 data. All timestamps are epoch milliseconds, as in Kafka. `transactional` is known where kcompact wrote the
-segment's bytes (`kcompact tier`, the WAL roll, a compaction's outputs) and null where it did not (a broker's copy
-through the plugin: KIP-405's metadata does not say). It was added last: a table created before it has every other
-column (`LEGACY_METADATA_SCHEMA`), and is read with it null and written without it. The table stays plain Delta
-(reader 1 / writer 2: no deletion vectors, no column mapping) so that delta-spark on a cluster reads it.
+segment's bytes (`kcompact tier`, the WAL roll, a compaction's outputs) or the plugin's storage manager read them
+(a broker's copy: the copy's KIP-917 custom metadata says, docs/broker.md), and null where nothing said. It was
+added last: a table created before it has every other column (`LEGACY_METADATA_SCHEMA`), and is read with it null
+and written without it. The table stays plain Delta (reader 1 / writer 2: no deletion vectors, no column mapping) so
+that delta-spark on a cluster reads it.
 """
 
 from __future__ import annotations

@@ -28,11 +28,11 @@ winners, no counting job, one shuffle when each partition has one chunk, two whe
 chunk's marker-walk state must then be known before the scan too (`_plan_before_scan`): a partition's first
 chunk starts the walk, and a later chunk's state is known when the rows of the segments before it say that none
 holds a transactional or control batch (`SegmentMetadata.transactional` False, docs/metadata-table.md). A
-partition with a later chunk after a segment that holds one, or may (a broker's copy, a row written before the
-column), is staged step by step, its states taken from what its scan saw; the others still take the one job,
-first. Nothing is assumed, so no partition is staged twice. Both paths fill the same `PartitionStage` per
-partition. A run's fixed cost is mostly Spark's per-job and per-stage cost in a JVM not yet warm, so the job count
-is what sets it.
+partition with a later chunk after a segment that holds one, or may (a row nothing said it of: another storage
+manager's copy, a row written before the column), is staged step by step, its states taken from what its scan saw;
+the others still take the one job, first. Nothing is assumed, so no partition is staged twice. Both paths fill the
+same `PartitionStage` per partition. A run's fixed cost is mostly Spark's per-job and per-stage cost in a JVM not
+yet warm, so the job count is what sets it.
 """
 
 from __future__ import annotations

@@ -60,7 +60,8 @@ def broker_add(table: MetadataTable, start: int, end: int, *, leader_epoch: int 
 
 def broker_finish(table: MetadataTable, sid: str) -> None:
     update(_tier(table), {"topic": TOPIC, "partition": 0, "topic_id": TOPIC_ID, "broker_id": 1, "segment_id": sid,
-                   "state": SegmentState.COPY_SEGMENT_FINISHED.value, "event_timestamp_ms": NOW})
+                   "state": SegmentState.COPY_SEGMENT_FINISHED.value, "event_timestamp_ms": NOW,
+                   "transactional": False})
 
 
 def broker_tiers(table: MetadataTable, *ranges: tuple[int, int]) -> list[str]:

@@ -45,7 +45,7 @@ def _metadata_requests() -> list[dict[str, Any]]:
 
     def update(segment_id: str, partition: int) -> dict[str, Any]:
         return {"op": "update", **PARTITION, "partition": partition, "segment_id": segment_id,
-                "state": SegmentState.COPY_SEGMENT_FINISHED.value, "event_timestamp_ms": 9}
+                "state": SegmentState.COPY_SEGMENT_FINISHED.value, "event_timestamp_ms": 9, "transactional": False}
 
     return [
         add("tqimKeZwStOEOwRzT3L5oQ", 3, 100),
@@ -145,7 +145,7 @@ def test_the_store_handlers_read_only_the_schemas_fields_and_answer_its_fields(t
 
 @pytest.mark.parametrize(("pipe", "request_", "expected"), [
     ("metadata", {"op": "update", **PARTITION, "segment_id": "x", "state": "COPY_SEGMENT_FINISHED"},
-     "metadata request 'update' lacks event_timestamp_ms"),
+     "metadata request 'update' lacks event_timestamp_ms, transactional"),
     ("metadata", {"op": "drop"}, "expected op one of ['add', 'batch', 'follow', 'load', 'segments', 'update']"),
     ("store", {"op": "get", "id": 1, "key": "k", "start": 0}, "store request 'get' lacks end"),
     ("store", [1], "expected a JSON object as a store request, found list"),

@@ -44,8 +44,21 @@ def _add(txn_index_empty: bool = True, segment_id: str = SEGMENT_ID, start: int 
             "txn_index_empty": txn_index_empty, "leader_epochs": [list(e) for e in leader_epochs]}
 
 
-def _update(state: SegmentState, segment_id: str = SEGMENT_ID) -> dict[str, Any]:
-    return {"op": "update", **PARTITION, "segment_id": segment_id, "state": state.value, "event_timestamp_ms": 9}
+def _update(state: SegmentState, segment_id: str = SEGMENT_ID, transactional: bool | None = None) -> dict[str, Any]:
+    return {"op": "update", **PARTITION, "segment_id": segment_id, "state": state.value, "event_timestamp_ms": 9,
+            "transactional": transactional}
+
+
+@pytest.mark.parametrize("transactional", [True, False, None])
+def test_a_finished_copy_records_what_the_plugin_found_in_its_batches(tmp_path: Path,
+                                                                      transactional: bool | None) -> None:
+    """The storage manager's finding (a transactional or control batch in the copied segment, passed by Kafka as
+    the segment's custom metadata) goes into the row as the copy finishes; null, from a storage manager that does
+    not say, leaves the row unknown."""
+    answers = _ask(tmp_path, _add(), _update(SegmentState.COPY_SEGMENT_FINISHED, transactional=transactional))
+    assert all(a["ok"] for a in answers), answers
+    (live,) = table_in_store(open_store(str(tmp_path))).live_segments("orders", 3)
+    assert live.transactional is transactional
 
 
 def test_the_broker_rows_are_kcompact_rows(tmp_path: Path) -> None:

@@ -30,8 +30,10 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 import compaction
+from compaction.format.segment import iter_batch_headers
 from compaction.metadata import SegmentMetadata, SegmentState
 from compaction.storage import open_store
+from compaction.storage.layout import Suffix
 from tests.kafka.tiered import (
     TOPIC,
     Tier,
@@ -246,6 +248,24 @@ def test_a_restarted_broker_serves_the_compacted_view(tier: Tier) -> None:
     tier.broker.restart()
     expected = tier.view(committed=True)
     assert read_all(tier.broker, len(expected)) == expected
+
+
+def test_each_broker_copy_says_whether_it_holds_transactional_batches(tier: Tier) -> None:
+    """The plugin's storage manager walks each copied segment's batch headers and hands what it found to the
+    metadata manager through Kafka (the copy's custom metadata, KIP-917): every segment the broker tiered records in
+    its row whether it holds a transactional or control batch, as its bytes do, so a compaction plans its one-job
+    path on known rows (docs/compaction-run.md). The workload's rounds hold both kinds of segment."""
+    copies = [s for s in tier.partition().segments
+              if s.writer == "broker-1" and s.state is not SegmentState.COPY_SEGMENT_STARTED]
+    assert copies
+    found = {}
+    for s in copies:
+        key = s.object_key(Suffix.LOG)
+        assert key is not None
+        data = tier.store.get(key)
+        found[s.segment_id] = any(h.is_transactional or h.is_control for h in iter_batch_headers(data, obj=key))
+    assert {s.segment_id: s.transactional for s in copies} == found
+    assert set(found.values()) == {True, False}, found
 
 
 def test_deleting_the_topic_deletes_its_tier_through_the_plugin(tier: Tier) -> None:

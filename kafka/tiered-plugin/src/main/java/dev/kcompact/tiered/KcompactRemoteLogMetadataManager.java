@@ -169,9 +169,12 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
     public CompletableFuture<Void> updateRemoteLogSegmentMetadata(RemoteLogSegmentMetadataUpdate update)
             throws RemoteStorageException {
         TopicIdPartition tp = update.topicIdPartition();
-        write("updateRemoteLogSegmentMetadata", tp, request("update", tp)
-                .put("segment_id", update.remoteLogSegmentId().id().toString())
-                .put("state", update.state().name()).put("event_timestamp_ms", update.eventTimestampMs()));
+        ObjectNode req = request("update", tp).put("segment_id", update.remoteLogSegmentId().id().toString())
+                .put("state", update.state().name()).put("event_timestamp_ms", update.eventTimestampMs());
+        // what the storage manager found in the copied batches, passed on by Kafka (SegmentFlags); null: unknown
+        SegmentFlags.transactional(update.customMetadata()).ifPresentOrElse(
+                t -> req.put("transactional", t), () -> req.putNull("transactional"));
+        write("updateRemoteLogSegmentMetadata", tp, req);
         return CompletableFuture.completedFuture(null);
     }
 

@@ -182,6 +182,7 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
     private Optional<CustomMetadata> copy(RemoteLogSegmentMetadata segment, LogSegmentData data)
             throws RemoteStorageException {
         String key = keys.key(segment, Suffix.LOG);
+        Optional<CustomMetadata> flags = SegmentFlags.of(data.logSegment());
         try {
             store.putFile(key, data.logSegment());
             key = keys.key(segment, Suffix.OFFSET_INDEX);
@@ -200,7 +201,7 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
             throw new RemoteStorageException("copying " + segment.remoteLogSegmentId() + " to " + store.uri(key)
                     + " failed: " + e, e);
         }
-        return Optional.empty();
+        return flags;
     }
 
     @Override

@@ -69,7 +69,8 @@ class KcompactRemoteStorageManagerTest {
 
     @Test
     void copiesEveryFileUnderTheStoreLayoutAndReadsThemBack() throws Exception {
-        rsm.copyLogSegmentData(segment, data(Optional.empty()));
+        assertEquals(Optional.of(false), SegmentFlags.transactional(rsm.copyLogSegmentData(segment,
+                data(Optional.empty()))), "what the copy found in the segment's batches, for the metadata manager");
 
         assertEquals("0123456789", Files.readString(object("log")));
         assertEquals("0\n1\n0 1234\n", Files.readString(object("leader-epoch-checkpoint")));
