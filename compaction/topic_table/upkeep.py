@@ -12,8 +12,9 @@
   `spark.databricks.delta.optimize.maxDeletedRowsRatio` of their rows (Delta's purge).
 - **Removed files are vacuumed** (Delta's VACUUM) once some were removed longer ago than the table's retention,
   `delta.deletedFileRetentionDuration` (Delta's default, one week, unless the table's properties set another):
-  time travel to a version younger than that keeps working, as every Delta reader expects. A VACUUM lists the whole
-  table, so it runs only when delta-rs's dry run finds something to delete (`TopicTable.removable`).
+  time travel to a version younger than that keeps working, as every Delta reader expects. It runs only when
+  delta-rs's dry run finds something to delete (`TopicTable.removable`), as `LITE` (from the log's removes, no
+  listing) unless Delta says the log no longer holds them (`compaction.spark.delta_table.vacuum`).
 
 Each commit carries the run's id in its `userMetadata` (no applied offsets: `compaction.topic_table.target` reads
 them from the run's own commits). An OPTIMIZE or DELETE racing a concurrent run is Delta's ordinary conflict: one of

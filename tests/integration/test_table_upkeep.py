@@ -47,10 +47,12 @@ def test_upkeep_drops_compacts_and_vacuums(spark: SparkSession, tmp_path: Path) 
     path = table.spark_path
     delta.create(spark, path, row_struct(table.schema), table.description)
     stamp = delta.Stamp(app_id("orders"), None, {"test": "a writer's append"})
-    batches = [rows(table, 0, 10, start=10 * i) for i in range(SMALL_FILES + 1)]  # partition 0: a small file each
-    batches += [rows(table, 1, 50), rows(table, 5, 20)]
-    for batch in batches:
+    batch = pa.concat_tables([rows(table, 0, 10 * (SMALL_FILES + 1)), rows(table, 1, 10), rows(table, 5, 20)])
+    spark.conf.set("spark.sql.files.maxRecordsPerFile", "10")  # a small file per 10 rows, in one commit
+    try:
         delta.append(spark, path, local_rows(spark, batch, table.schema).coalesce(1), stamp)
+    finally:
+        spark.conf.unset("spark.sql.files.maxRecordsPerFile")
     # removed files go at the next VACUUM (Delta's default keeps them a week)
     delta.set_properties(spark, path, {"delta.deletedFileRetentionDuration": "interval 0 seconds"})
     uri = table.uri
@@ -60,13 +62,13 @@ def test_upkeep_drops_compacts_and_vacuums(spark: SparkSession, tmp_path: Path) 
 
     done = keep_healthy(spark, table, "upkeep-run", [0, 1], CLOCK)
 
-    assert (done.partitions_dropped, done.files_dropped) == ((5,), 1)
+    assert (done.partitions_dropped, done.files_dropped) == ((5,), 2)
     assert (done.partitions_compacted, done.files_compacted) == ((0,), SMALL_FILES + 1)
     files = pa.table(DeltaTable(uri).get_add_actions(flatten=True)).to_pylist()
     assert sorted(a["partition.partition"] for a in files) == [0, 1]  # partition 0 bin-packed into one file
     assert table_rows(uri) == {r for r in before if r[0] != 5}
     assert duckdb_rows(uri) == table_rows(uri)  # after OPTIMIZE and a dropped partition
-    assert done.files_vacuumed == SMALL_FILES + 2  # the dropped file and the compacted ones
+    assert done.files_vacuumed == SMALL_FILES + 3  # the dropped files and the compacted ones
     assert not any((tmp_path / "orders-table" / p).exists() for p in gone_files)
     assert sum(1 for _ in (tmp_path / "orders-table").glob("partition=0/*.parquet")) == 1
 
