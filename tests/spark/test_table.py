@@ -6,6 +6,7 @@ a tombstone compacted away behind the table's back rebuilds its partition.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -240,6 +241,39 @@ def test_a_crash_before_or_at_the_commit_converges(spark: SparkSession, tmp_path
     again = run_table(spark, topic, "offset", uri, rebuild=True)
     assert {s.reason for s in again.run.plan.spans} == {Reason.REQUESTED}
     assert table_rows(uri) == topic.expected("offset")
+
+
+@pytest.mark.spark
+def test_a_crash_between_the_replace_and_the_merge_leaves_the_rebuild_applied(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that rebuilds partition 1 and updates partition 0 commits twice (replace, then MERGE); dying between
+    the two leaves partition 1 applied by the first commit, and the rerun updates partition 0 only."""
+    topic = Topic(tmp_path, seed=15)
+    uri = table_uri(tmp_path)
+    topic.append()
+    run_table(spark, topic, "offset", uri)
+    topic.append()
+    real_plan, real_commit = table_run.plan_table, table_run.commit
+
+    def rebuild_one(*args: Any, **kwargs: Any) -> Any:
+        plan = real_plan(*args, **kwargs)
+        spans = tuple(dataclasses.replace(s, reason=Reason.REQUESTED, from_offset=0, read_from=0)
+                      if s.partition == 1 else s for s in plan.spans)
+        return dataclasses.replace(plan, spans=spans)
+
+    def crash_before_the_merge(*args: Any) -> None:
+        if not args[3][0].rebuild:
+            raise SimulatedCrash("the replace landed, the MERGE never ran")
+        real_commit(*args)
+
+    monkeypatch.setattr(table_run, "plan_table", rebuild_one)
+    monkeypatch.setattr(table_run, "commit", crash_before_the_merge)
+    with pytest.raises(SimulatedCrash):
+        run_table(spark, topic, "offset", uri)
+    monkeypatch.undo()
+    rerun = run_table(spark, topic, "offset", uri)
+    assert [(s.partition, s.reason) for s in rerun.run.plan.spans] == [(0, Reason.UPDATE)]
+    assert len(rerun.commits) == 1 and table_rows(uri) == topic.expected("offset")
 
 
 @pytest.mark.spark
