@@ -5,9 +5,12 @@ A Delta table's `protocol` names what a client must implement to read it (`minRe
 implement the reader features too. Another writer may raise it at any time: a delta-spark job that turns on
 `delta.enableRowTracking` adds the `rowTracking` and `domainMetadata` features. kcompact writes two kinds of table:
 
-- the topic table (`kcompact table`, `compaction.topic_table`): kcompact's own commits, delta-rs's checkpoints,
-  OPTIMIZE and vacuum, and reads of its data files that apply deletion vectors. It implements `deletionVectors`
-  (`TOPIC_TABLE`).
+- the topic table (`kcompact table`, `compaction.topic_table`): written by Delta's own writer (delta-spark,
+  `compaction.spark.delta_table`), which honours every table feature it knows; kcompact reads the table's state
+  with delta-rs. It refuses only what it cannot honour (`TOPIC_TABLE`): `catalogManaged` (and its
+  `catalogOwned-preview` name) and `coordinatedCommits-preview`, whose commits go through a catalog or a commit
+  coordinator kcompact's path-based writes bypass; `appendOnly` while `delta.appendOnly` is true (every run
+  removes rows); and any feature delta-spark 4.4 does not know (`DELTA_SPARK_FEATURES`).
 - the metadata table (`compaction.metadata.table`), and the WAL table (`compaction.wal.table`) written the same
   way: delta-rs's `write_deltalake` (append, or overwrite with a predicate) and reads of the data files through
   Arrow that apply no deletion vector and map no column. It implements no table feature (`METADATA_TABLE`).
@@ -55,6 +58,14 @@ LEGACY_WRITER_FEATURES: dict[int, tuple[str, ...]] = {
     5: ("columnMapping",), 6: ("identityColumns",)}
 """The features each legacy version adds to the one below it (Delta's protocol, "Reader/Writer Version
 Requirements"); a table at reader 3 / writer 7 lists its features instead."""
+DELTA_SPARK_FEATURES = frozenset({
+    "appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns", "columnMapping",
+    "identityColumns", "timestampNtz", "deletionVectors", "rowTracking", "domainMetadata", "icebergCompatV1",
+    "icebergCompatV2", "clustering", "v2Checkpoint", "inCommitTimestamp", "vacuumProtocolCheck", "typeWidening",
+    "typeWidening-preview", "variantType", "variantType-preview", "allowColumnDefaults", "checkpointProtection",
+})
+"""The table features delta-spark 4.4 reads and writes itself (Delta's `TableFeature`), bar the catalog-managed and
+coordinated-commit ones, which need a catalog or a commit coordinator in the loop of every commit."""
 MAX_READER_VERSION = 3
 MAX_WRITER_VERSION = 7
 DELETION_VECTORS = "deletionVectors"
@@ -159,6 +170,8 @@ class DeltaWriter:
     reader_features: frozenset[str]
     writer_features: frozenset[str]
     writes: str
+    implements: str | None = None
+    """What it implements, in the refusal's words (default: the features, listed)."""
 
     def unsupported(self, table: DeltaTable, *, write: bool = True) -> tuple[list[str], list[str]]:
         """The reader features of `table`, and (`write`) its writer features, that this writer does not honour; an
@@ -195,12 +208,12 @@ class DeltaWriter:
             return
         needs = " and ".join([f"reader feature(s) {', '.join(readers)}"] * bool(readers)
                              + [f"writer feature(s) {', '.join(writers)}"] * bool(writers))
-        implemented = sorted(self.reader_features | self.writer_features)
+        implemented = self.implements or ", ".join(sorted(self.reader_features | self.writer_features))
         raise UnsupportedDeltaProtocolError(
             f"{uri}: the table requires {needs}, which kcompact {'writing' if write else 'reading'} the {self.table} "
             f"table does not implement (it writes {self.writes}; it implements "
-            f"{', '.join(implemented) or 'no table feature'}, and accepts {', '.join(sorted(INERT_WHEN_OFF))} "
-            f"only while unused); {consequence}")
+            f"{implemented or 'no table feature'}, and accepts "
+            f"{', '.join(sorted(set(INERT_WHEN_OFF) - self.writer_features))} only while unused); {consequence}")
 
 
 _DELTA_RS_REFUSALS = re.compile(r"Unsupported: Feature '[^']+' is not supported|Unsupported minimum reader version"
@@ -216,15 +229,18 @@ def refused_by_delta_rs(error: BaseException, uri: str) -> UnsupportedDeltaProto
         return None
     return UnsupportedDeltaProtocolError(
         f"{uri}: delta-rs cannot read the table's protocol ({line}), so no kcompact command reads or writes it "
-        "(kcompact implements the reader feature deletionVectors on the topic table and none on the metadata and "
-        "WAL tables); nothing was written to it")
+        "(kcompact reads the topic table's state through delta-rs, and the metadata and WAL tables); nothing was "
+        "written to it")
 
 
-TOPIC_TABLE = DeltaWriter("topic", frozenset({DELETION_VECTORS}), frozenset({DELETION_VECTORS}),
-                          "protocol reader 1 / writer 2, then reader 3 / writer 7 with deletionVectors")
+TOPIC_TABLE = DeltaWriter("topic", DELTA_SPARK_FEATURES, DELTA_SPARK_FEATURES - {"appendOnly"},
+                          "through delta-spark: reader 3 / writer 7 with deletionVectors and changeDataFeed",
+                          "every table feature delta-spark 4.4 implements but catalogManaged and "
+                          "coordinatedCommits-preview")
 METADATA_TABLE = DeltaWriter("metadata", frozenset(), frozenset(), "protocol reader 1 / writer 2")
 WAL_TABLE = DeltaWriter("WAL", frozenset(), frozenset(), "protocol reader 1 / writer 2")
 
 
-__all__ = ["DELETION_VECTORS", "INERT_WHEN_OFF", "LEGACY_READER_FEATURES", "LEGACY_WRITER_FEATURES", "METADATA_TABLE",
-           "TOPIC_TABLE", "WAL_TABLE", "DeltaWriter", "TableFacts", "refused_by_delta_rs", "required_features"]
+__all__ = ["DELETION_VECTORS", "DELTA_SPARK_FEATURES", "INERT_WHEN_OFF", "LEGACY_READER_FEATURES",
+           "LEGACY_WRITER_FEATURES", "METADATA_TABLE", "TOPIC_TABLE", "WAL_TABLE", "DeltaWriter", "TableFacts",
+           "refused_by_delta_rs", "required_features"]

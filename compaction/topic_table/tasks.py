@@ -1,75 +1,46 @@
-"""The topic table's tasks: frozen task values in, a typed `TaskOutcome` out, no Spark (MECHANISM).
+"""The topic table's tasks: frozen task values in, the table's rows out, no Spark (MECHANISM).
 
-The driver builds the task values (`compaction.spark.table`); Spark ships them to its executors, or `run_here` runs
-the same values in threads of the driver's process (a small update: `compaction.spark.table.DRIVER_UPDATE_BYTES`).
+The driver builds the task values (`compaction.spark.table`); Spark ships them to its executors, where each yields
+its rows into a DataFrame that Delta's writer writes (`compaction.spark.delta_table`), or `run_here` runs the same
+values in threads of the driver's process (a small update: `compaction.spark.table.DRIVER_UPDATE_BYTES`) and the
+driver hands their rows to Delta. A task writes nothing itself.
+
+- `RebuildTask`: partitions (or key buckets of one) rebuilt from their logs: decode, fold each key's winner, yield
+  the table's rows of those keys (tombstone winners dropped).
+- `UpdateTask`: partitions updated from their new records: fold the winners of the keys they change and yield them,
+  a tombstone winner as a row whose value is null (the MERGE deletes that key's row).
+- `ReadRecords`: the Spark path's read of a partition's records.
+
 A task that hits one of kcompact's errors (corrupt input naming the object and the byte, a store failing past its
-retries) returns it in its outcome, as the exception itself (`portable`: pickled with its class and fields), and the
-driver raises it (`succeeded`), so the command exits with that error's code and one-line message.
-
-- `RebuildTask`: partitions (or key buckets of one) rebuilt from their logs: decode, fold each key's winner, write.
-- `UpdateTask`: partitions updated from their new records: fold the winners of the keys they change, mark the rows
-  of those keys in the partition's table files deleted (or rewrite a file past its purge share), write the winners.
-- `MarkFiles`, `WriteFiles`: the Spark path's marks of the rows a join found, and its writes of rows it computed.
-- `ReadFiles`, `ReadRecords`: the Spark path's reads of the table's files and of a partition's records; they yield
-  rows, not an outcome (their caller on Spark carries their errors back, `compaction.spark.table.TaskErrors`).
-
-Nothing a task writes is visible until the driver commits it (`compaction.topic_table.target`).
+retries) carries it back as the exception itself (`portable`: pickled with its class and fields): in a thread of
+the driver it is raised as it is; on Spark the task fails with a `CarriedError` holding it, which fails the job and
+with it Delta's command (nothing is committed), and the driver raises the error it holds (`carried`), so the
+command exits with that error's code and one-line message.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
+import base64
 import pickle
-import tempfile
+import re
 import traceback
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from compaction.bloom.hashing import key_hashes
 from compaction.config import CompactionStrategy
 from compaction.errors import KcompactError
 from compaction.reader import ConsumerRead, SegmentRef, segment_batches
 from compaction.storage.base import ObjectStore, StoreSpec
-from compaction.topic_table.deletion_vectors import DeletionVector, VectorFile, read_vector
 from compaction.topic_table.plan import PartitionSpan
-from compaction.topic_table.target import FILE_BYTES, PARTITION_COLUMN, DataFile, Location
+from compaction.topic_table.target import PARTITION_COLUMN
 from compaction.topic_table.winners import table_changes_of, table_rows_of
-
-
-class MarkKind(Enum):
-    """What a task did to a table file holding changed keys."""
-
-    MARKED = "marked"  # their rows deleted by the file's new deletion vector
-    REPLACED = "replaced"  # rewritten without them (past the purge share): the old file is to be removed
-
-
-@dataclass(frozen=True)
-class FileMark:
-    """A table file a task marked (`vector`: its new deletion vector) or rewrote (`vector` None)."""
-
-    path: str
-    kind: MarkKind
-    vector: DeletionVector | None = None
-
-
-@dataclass(frozen=True)
-class TaskOutcome:
-    """What one table task did: the files it wrote (none visible until committed) and the old files it marked or
-    rewrote; or the kcompact error that failed it (nothing of the run is committed)."""
-
-    written: tuple[DataFile, ...] = ()
-    marks: tuple[FileMark, ...] = ()
-    error: KcompactError | None = None
 
 
 def portable(exc: KcompactError) -> KcompactError:
@@ -88,124 +59,70 @@ def portable(exc: KcompactError) -> KcompactError:
     return plain
 
 
-def attempt(work: Callable[[], TaskOutcome]) -> TaskOutcome:
-    """The outcome of `work`, or of the kcompact error it raised (as a value, `portable`)."""
+_CARRIED = re.compile(r"kcompact-task-error<([A-Za-z0-9+/=]+)>")
+
+
+class CarriedError(Exception):
+    """A task's kcompact error on its way through Spark: its message holds the error pickled (`carried` reads it
+    back on the driver, from whatever exception Spark and Delta wrap it in)."""
+
+    def __init__(self, error: KcompactError) -> None:
+        packed = base64.b64encode(pickle.dumps(portable(error))).decode()
+        super().__init__(f"{error.__class__.__name__}: {error} kcompact-task-error<{packed}>")
+
+
+def carrying(rows: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """`rows`, a kcompact error among them raised as a `CarriedError` (the Spark task fails with it)."""
     try:
-        return work()
+        yield from rows
     except KcompactError as exc:
-        return TaskOutcome(error=portable(exc))
+        raise CarriedError(exc) from None
 
 
-def succeeded(outcomes: Sequence[TaskOutcome]) -> Sequence[TaskOutcome]:
-    """`outcomes`, once none holds an error; else the first error, raised on the driver as itself."""
-    for outcome in outcomes:
-        if outcome.error is not None:
-            raise outcome.error
-    return outcomes
+def carried(exc: BaseException) -> KcompactError | None:
+    """The kcompact error a task carried in `exc` (a `CarriedError` as Spark, py4j and Delta raise it on the driver:
+    in its message, or in a Java cause's), None when it holds none."""
+    texts = [str(exc)]
+    java: Any = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    for _ in range(20):
+        if java is None:
+            break
+        try:
+            texts.append(str(java.toString()))
+            java = java.getCause()
+        except Exception:  # not a Java object after all
+            break
+    for text in texts:
+        if (found := _CARRIED.search(text)) is not None:
+            error = pickle.loads(base64.b64decode(found.group(1)))
+            if isinstance(error, KcompactError):
+                return error
+    return None
 
 
 class TableTask(Protocol):
     """A task value: frozen, picklable, run where it lands (a Spark task, or a thread of the driver)."""
 
-    def run(self) -> TaskOutcome: ...
+    def rows(self) -> Iterator[pa.RecordBatch]: ...
 
 
-def run_here(tasks: Sequence[TableTask]) -> list[TaskOutcome]:
-    """The outcomes of `tasks`, each run in a thread of this process as Spark would run it in a task (the decode,
-    Parquet and Arrow work in a task releases the GIL for much of its time)."""
+def run_here(tasks: Sequence[TableTask], schema: pa.Schema) -> pa.Table:
+    """The rows of `tasks` (`schema`), each run in a thread of this process as Spark would run it in a task (the
+    decode and Arrow work in a task releases the GIL for much of its time); a kcompact error raised as itself."""
+    def rows(task: TableTask) -> list[pa.RecordBatch]:
+        try:
+            return list(task.rows())
+        except KcompactError as exc:
+            raise portable(exc) from None  # with the task's traceback as a note, as from Spark
+
     with ThreadPoolExecutor(max(1, len(tasks)), thread_name_prefix="kcompact-update") as pool:
-        return list(pool.map(lambda task: task.run(), tasks))
+        batches = [b for found in pool.map(rows, tasks) for b in found]
+    return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
 
 
-def deleted_rows(store: ObjectStore, location: Location, vector: DeletionVector | None,
-                 files: dict[str, bytes | memoryview] | None = None) -> np.ndarray:
-    """The row positions a table file's deletion `vector` deletes (none if None), read from its DV file (kept in
-    `files` by name, when given, for the next vector of the same file)."""
-    if vector is None:
-        return np.zeros(0, np.uint64)
-    key = location.file_key(vector.file_name)
-    cache = {} if files is None else files
-    if vector.file_name not in cache:
-        cache[vector.file_name] = store.view(key)
-    return read_vector(cache[vector.file_name], vector, obj=store.object_uri(key))
-
-
-def _live(data: pa.Table, deleted: np.ndarray) -> pa.Table:
-    """`data` without the rows at `deleted`."""
-    if not len(deleted):
-        return data
-    keep = np.ones(data.num_rows, bool)
-    keep[deleted.astype(np.int64)] = False
-    return data.filter(keep)
-
-
-def _mark(rows: int, deleted: np.ndarray, gone: np.ndarray, vectors: VectorFile, purge_share: float
-          ) -> tuple[MarkKind, DeletionVector | None, np.ndarray]:
-    """Delete the rows at `gone` of a file of `rows` rows (whose vector already deletes `deleted`): (MARKED, its new
-    vector, all its deleted rows), the vector added to `vectors`; or, past `purge_share` of its rows (REPLACED, None,
-    all its deleted rows): the caller rewrites it without them. A file whose log entry holds no row count (0 here)
-    is rewritten: Delta requires a marked file's `numRecords`."""
-    positions = np.union1d(deleted, gone.astype(np.uint64))
-    if len(positions) <= purge_share * rows:
-        return MarkKind.MARKED, vectors.add(positions), positions
-    return MarkKind.REPLACED, None, positions
-
-
-DICTIONARY_COLUMNS = ["headers.list.element.key"]
-"""The Parquet columns dictionary-encoded: header names repeat; a compacted topic's keys never do within a partition,
-and its values seldom, where a dictionary only costs time before Parquet falls back from it (zstd takes what
-repeats; BENCHMARKS.md P8)."""
-
-
-class _FileSink:
-    """Parquet files of the table written from one task: rows go to the open file of their partition, a file is
-    closed (and put into the store) once it holds `FILE_BYTES` of Arrow data or another partition's rows come."""
-
-    def __init__(self, location: Location, schema: pa.Schema, tmp: str) -> None:
-        self.location, self.tmp = location, tmp
-        self.stored = pa.schema([f for f in schema if f.name != PARTITION_COLUMN])
-        self.store = location.open()
-        self.written: list[DataFile] = []
-        self._current: tuple[int, str, pq.ParquetWriter] | None = None
-        self._rows = self._held = 0
-
-    def add(self, table: pa.Table) -> None:
-        """Rows of the table's schema (`partition` included), in the order they are to be written."""
-        present = sorted(pc.unique(table[PARTITION_COLUMN]).to_pylist())
-        for partition in present:
-            rows = table.filter(pc.equal(table[PARTITION_COLUMN], partition)) if len(present) > 1 else table
-            step = max(1, rows.num_rows * FILE_BYTES // max(1, rows.nbytes))
-            for start in range(0, rows.num_rows, step):
-                self._write(partition, rows.slice(start, step))
-
-    def _write(self, partition: int, chunk: pa.Table) -> None:
-        if self._current is not None and (self._current[0] != partition
-                                          or (self._held and self._held + chunk.nbytes > FILE_BYTES)):
-            self.close()
-        if self._current is None:
-            local = os.path.join(self.tmp, f"{uuid.uuid4()}.parquet")
-            self._current = (partition, local, pq.ParquetWriter(local, self.stored, compression="zstd",
-                                                                use_dictionary=DICTIONARY_COLUMNS))
-        self._current[2].write_table(chunk.select(self.stored.names).cast(self.stored))
-        self._rows += chunk.num_rows
-        self._held += chunk.nbytes
-
-    def close(self) -> None:
-        if self._current is None:
-            return
-        partition, local, writer = self._current
-        writer.close()
-        path = f"{PARTITION_COLUMN}={partition}/part-{uuid.uuid4()}.c000.zstd.parquet"
-        self.store.put_file(self.location.file_key(path), local)
-        self.written.append(DataFile(path, partition, os.path.getsize(local), self._rows))
-        with contextlib.suppress(OSError):
-            os.remove(local)
-        self._current, self._rows, self._held = None, 0, 0
-
-    def files(self) -> tuple[DataFile, ...]:
-        """What was written, a file each."""
-        self.close()
-        return tuple(self.written)
+def source_schema(schema: pa.Schema) -> pa.Schema:
+    """The rows tasks yield: the table's `schema` with `value` nullable (an update's tombstone winner)."""
+    return pa.schema([f.with_nullable(True) if f.name == "value" else f for f in schema])
 
 
 def _bucket(bucket: int, buckets: int) -> Callable[[pa.Array], np.ndarray]:
@@ -229,6 +146,10 @@ def _held_records(store: ObjectStore, read: ConsumerRead, pieces: Sequence[Segme
             for batch in segment_batches(store, piece, read, keys=keys)]
 
 
+def _batches(table: pa.Table, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    yield from table.cast(schema).to_batches()
+
+
 @dataclass(frozen=True)
 class RebuildItem:
     """A partition's span, its consumer read and pieces (found by the driver), and the key bucket of `buckets` to
@@ -244,165 +165,64 @@ class RebuildItem:
 @dataclass(frozen=True)
 class RebuildTask:
     """A rebuild task: for each item, decode the partition's pieces, keep the keyed records below `to_offset` whose
-    key hashes to the bucket, and write the table's rows of those keys (`table_rows_of`) as files."""
+    key hashes to the bucket, and yield the table's rows of those keys (`table_rows_of`, in offset order)."""
 
     spec: StoreSpec
-    location: Location
     schema: pa.Schema
     strategy: CompactionStrategy
     header: str | None
     items: tuple[RebuildItem, ...]
 
-    def run(self) -> TaskOutcome:
-        return attempt(self._rebuild)
-
-    def _rebuild(self) -> TaskOutcome:
-        store = self.spec.open()
-        with tempfile.TemporaryDirectory(prefix="kcompact-table-") as tmp:
-            sink = _FileSink(self.location, self.schema, tmp)
-            for item in self.items:
-                held = _held_records(store, item.read, item.pieces, _bucket(item.bucket, item.buckets))
-                sink.add(table_rows_of(held, item.span.partition, item.span.from_offset, self.strategy, self.header,
-                                       self.schema))
-            return TaskOutcome(written=sink.files())
+    def rows(self) -> Iterator[pa.RecordBatch]:
+        store, out = self.spec.open(), source_schema(self.schema)
+        for item in self.items:
+            held = _held_records(store, item.read, item.pieces, _bucket(item.bucket, item.buckets))
+            yield from _batches(table_rows_of(held, item.span.partition, item.span.from_offset, self.strategy,
+                                              self.header, self.schema), out)
 
 
 @dataclass(frozen=True)
 class UpdateItem:
-    """A partition's span, its consumer read and pieces from `read_from`, and its table files."""
+    """A partition's span, and its consumer read and pieces from `read_from`."""
 
     span: PartitionSpan
     read: ConsumerRead
     pieces: tuple[SegmentRef, ...]
-    files: tuple[DataFile, ...]
 
 
 @dataclass(frozen=True)
 class UpdateTask:
     """An update task: for each item, decode the new records, fold the winners of the keys they change
-    (`table_changes_of`), read the key column of each of the partition's table files, mark the rows of changed keys
-    deleted in a deletion vector (up to `purge_share` of a file; all the task's vectors in one DV file) or rewrite
-    the file without them, and write the winners."""
+    (`table_changes_of`) and yield them, a key whose winner is a tombstone as a row of null value (and zero
+    offset, timestamp, no headers): the MERGE's source."""
 
     spec: StoreSpec
-    location: Location
     schema: pa.Schema
     strategy: CompactionStrategy
     header: str | None
-    purge_share: float
     items: tuple[UpdateItem, ...]
 
-    def run(self) -> TaskOutcome:
-        return attempt(self._update)
-
-    def _update(self) -> TaskOutcome:
-        store, tables, location = self.spec.open(), self.location.open(), self.location
-        marks: list[FileMark] = []
-        vectors, dv_files = VectorFile(), dict[str, bytes | memoryview]()
-        with tempfile.TemporaryDirectory(prefix="kcompact-table-") as tmp:
-            sink = _FileSink(location, self.schema, tmp)
-            for item in self.items:
-                span = item.span
-                held = _held_records(store, item.read, item.pieces, None)
-                rows, changed = table_changes_of(held, span.partition, span.from_offset, self.strategy, self.header,
-                                                 self.schema)
-                for f in item.files:
-                    data = pa.BufferReader(tables.view(location.file_key(f.path)))
-                    gone = np.asarray(pc.is_in(pq.read_table(data, columns=["key"])["key"], value_set=changed), bool)
-                    deleted = deleted_rows(tables, location, f.vector, dv_files)
-                    gone[deleted.astype(np.int64)] = False
-                    if not gone.any():
-                        continue
-                    count = f.rows if f.rows == len(gone) else 0  # its log entry's count, if right (Delta's)
-                    kind, vector, positions = _mark(count, deleted, np.flatnonzero(gone), vectors, self.purge_share)
-                    marks.append(FileMark(f.path, kind, vector))
-                    if kind is MarkKind.REPLACED:
-                        kept = _live(pq.read_table(data), positions)
-                        sink.add(kept.append_column(PARTITION_COLUMN,
-                                                    pa.array(np.full(kept.num_rows, span.partition, np.int32))))
-                sink.add(rows)
-            written = sink.files()
-        if len(vectors):
-            tables.put(location.file_key(vectors.name), vectors.data())
-        return TaskOutcome(written=written, marks=tuple(marks))
+    def rows(self) -> Iterator[pa.RecordBatch]:
+        store, out = self.spec.open(), source_schema(self.schema)
+        for item in self.items:
+            span = item.span
+            held = _held_records(store, item.read, item.pieces, None)
+            rows, changed = table_changes_of(held, span.partition, span.from_offset, self.strategy, self.header,
+                                             self.schema)
+            yield from _batches(rows, out)
+            gone = changed.filter(pc.invert(pc.is_in(changed, value_set=rows["key"].combine_chunks())))
+            if len(gone):
+                yield from _batches(tombstones(gone, span.partition, out), out)
 
 
-@dataclass(frozen=True)
-class MarkFiles:
-    """The Spark path's marks: for each (path, row positions) a join found, the file's rows at those positions
-    deleted in a new deletion vector (all of the task's in one DV file) or, past `purge_share`, the file left to be
-    rewritten."""
-
-    location: Location
-    files: tuple[DataFile, ...]
-    purge_share: float
-
-    def run(self, found: Iterable[tuple[str, Sequence[int]]]) -> TaskOutcome:
-        return attempt(lambda: self._mark(found))
-
-    def _mark(self, found: Iterable[tuple[str, Sequence[int]]]) -> TaskOutcome:
-        store, files = self.location.open(), {f.path: f for f in self.files}
-        vectors, dv_files, marks = VectorFile(), dict[str, bytes | memoryview](), []
-        for path, positions in found:
-            file = files[path]
-            deleted = deleted_rows(store, self.location, file.vector, dv_files)
-            kind, vector, _ = _mark(file.rows, deleted, np.asarray(positions, np.uint64), vectors, self.purge_share)
-            marks.append(FileMark(path, kind, vector))
-        if len(vectors):
-            store.put(self.location.file_key(vectors.name), vectors.data())
-        return TaskOutcome(marks=tuple(marks))
-
-
-@dataclass(frozen=True)
-class WriteFiles:
-    """The Spark path's writes: rows of the table's `schema` (`partition` included), in the order they come,
-    written as the table's Parquet files."""
-
-    location: Location
-    schema: pa.Schema
-
-    def run(self, rows: Iterable[pa.Table]) -> TaskOutcome:
-        return attempt(lambda: self._write(rows))
-
-    def _write(self, rows: Iterable[pa.Table]) -> TaskOutcome:
-        with tempfile.TemporaryDirectory(prefix="kcompact-table-") as tmp:
-            sink = _FileSink(self.location, self.schema, tmp)
-            for table in rows:
-                sink.add(table)
-            return TaskOutcome(written=sink.files())
-
-
-@dataclass(frozen=True)
-class FileToRead:
-    """A table file to read and its deletion vector (None: none)."""
-
-    path: str
-    partition: int
-    vector: DeletionVector | None
-
-
-@dataclass(frozen=True)
-class ReadFiles:
-    """The Spark path's read of table files: their live rows (their deletion vectors applied; only `columns`, all if
-    None), with `partition` and `_file` (and, with `positions`, `_pos`: the row's position in its file)."""
-
-    location: Location
-    columns: tuple[str, ...] | None
-    positions: bool
-
-    def rows(self, files: Iterable[FileToRead]) -> Iterator[pa.RecordBatch]:
-        """The rows of `files`, in turn."""
-        store = self.location.open()
-        vectors: dict[str, bytes | memoryview] = {}
-        columns = None if self.columns is None else list(self.columns)
-        for file in files:
-            data = pq.read_table(pa.BufferReader(store.view(self.location.file_key(file.path))), columns=columns)
-            if self.positions:
-                data = data.append_column("_pos", pa.array(np.arange(data.num_rows, dtype=np.int64)))
-            data = _live(data, deleted_rows(store, self.location, file.vector, vectors))
-            data = data.append_column(PARTITION_COLUMN, pa.array(np.full(data.num_rows, file.partition, np.int32)))
-            data = data.append_column("_file", pa.array([file.path] * data.num_rows, pa.string()))
-            yield from data.to_batches()
+def tombstones(keys: pa.Array, partition: int, schema: pa.Schema) -> pa.Table:
+    """Rows of `schema` deleting `keys` of `partition` in a MERGE: value null."""
+    n = len(keys)
+    columns = {"key": keys, "value": pa.nulls(n, pa.binary()),
+               PARTITION_COLUMN: pa.array(np.full(n, partition, np.int32)),
+               "offset": pa.array(np.zeros(n, np.int64)), "timestamp": pa.array(np.zeros(n, np.int64)),
+               "headers": pa.array([[]] * n, schema.field("headers").type)}
+    return pa.table([columns.get(f.name, pa.nulls(n, f.type)) for f in schema], schema=schema)
 
 
 @dataclass(frozen=True)
@@ -420,6 +240,5 @@ class ReadRecords:
             yield from segment_batches(store, self.pieces[i], self.read)
 
 
-__all__ = ["DICTIONARY_COLUMNS", "FileMark", "FileToRead", "MarkFiles", "MarkKind", "ReadFiles", "ReadRecords",
-           "RebuildItem", "RebuildTask", "TableTask", "TaskOutcome", "UpdateItem", "UpdateTask", "WriteFiles",
-           "attempt", "deleted_rows", "portable", "run_here", "succeeded"]
+__all__ = ["CarriedError", "ReadRecords", "RebuildItem", "RebuildTask", "TableTask", "UpdateItem", "UpdateTask",
+           "carried", "carrying", "portable", "run_here", "source_schema", "tombstones"]

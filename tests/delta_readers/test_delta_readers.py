@@ -7,7 +7,9 @@ again (the swap removes segment rows and Parquet files and adds others: Delta re
 `read_with_delta_spark.py` then reads every table in a delta-spark session of its own process, at the latest version
 and at the one after the first round, and this test compares its rows and versions with delta-rs's.
 
-One more test has delta-spark write: it turns on row tracking on a topic table, as a user's job may, and `kcompact
+The topic table is written by delta-spark itself (kcompact's session); the reader here is another process's session.
+One more test has that other session write: it turns on row tracking (which kcompact's writer honours) and
+`delta.appendOnly` (which it cannot: every run removes rows) on a topic table, as a user's job may, and `kcompact
 table` then refuses the table with exit 2 before writing anything (`compaction.delta_protocol`).
 """
 
@@ -32,9 +34,8 @@ from compaction.cli import main
 from compaction.config import CompactionStrategy, KcompactConfig, TopicConfig
 from compaction.metadata.table import METADATA_TABLE_NAME, read_rows
 from compaction.spark import delta
-from compaction.spark import table as table_data
 from compaction.storage import ObjectStore, open_store
-from compaction.topic_table import Location, TopicTable
+from compaction.topic_table import Location
 from tests.moto_s3 import FAKE_AWS_ENV, REGION, fresh_s3_store
 from tests.scenario_log import ScenarioLog, clean, tier
 from tests.topic_table import VERSION_HEADER, RandomProducer
@@ -80,10 +81,8 @@ def write_store(spark: SparkSession, store: ObjectStore, root: Path, table_uri: 
         now += MINUTE
         clean(spark, store, CONFIG, now, [TOPIC])
         now += MINUTE
-        with pytest.MonkeyPatch.context() as patch:  # the update marks every changed key's row: deletion vectors
-            patch.setattr(table_data, "PURGE_SHARE", 1.0)
-            report = compaction.table(spark, store, CONFIG, TOPIC, table_uri, now_ms=now)
-        assert report.files_marked or not versions, report.summary()
+        report = compaction.table(spark, store, CONFIG, TOPIC, table_uri, now_ms=now)
+        assert report.files_marked or not versions, report.summary()  # the update's MERGE: deletion vectors
         versions.append((DeltaTable(metadata_uri, storage_options=store.delta_storage_options()).version(),
                          DeltaTable(table_uri, storage_options=table_options(store, table_uri)).version()))
     return [Table("metadata", metadata_uri, store.delta_storage_options(), versions[0][0]),
@@ -200,40 +199,36 @@ def test_delta_spark_reads_the_topic_tables_deletion_vectors(
     """The second round's update marked rows deleted: the table has the feature, live files carry vectors, and the
     rows delta-spark read at that version (compared above) are those left after applying them."""
     detail = both_readers[1][name]["detail"]
-    assert "deletionVectors" in detail["tableFeatures"] and detail["minReaderVersion"] == 3
+    assert {"deletionVectors", "changeDataFeed"} <= set(detail["tableFeatures"]) and detail["minReaderVersion"] == 3
     table = both_readers[0][name]
     location = Location.parse(table.uri, table.options.get("AWS_ENDPOINT_URL"), table.options.get("AWS_REGION"))
-    topic = TopicTable(location, TOPIC, CompactionStrategy.HEADER, VERSION_HEADER)
-    assert any(f.vector is not None for f in topic.open([0, 1], create=False).files)
+    store, latest = location.open(), DeltaTable(table.uri, storage_options=table.options).version()
+    log = store.get(location.file_key(f"_delta_log/{latest:020d}.json")).decode()
+    assert '"deletionVector":{' in log.replace(" ", "")  # the MERGE's commit marks rows of a live file
 
 
-def test_kcompact_table_refuses_a_topic_table_delta_spark_turned_row_tracking_on(
+def test_kcompact_table_refuses_a_topic_table_another_writer_made_append_only(
         spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 42: delta-spark's `delta.enableRowTracking` adds the `rowTracking` and `domainMetadata` features, which
-    kcompact's topic-table writer does not implement; the next `kcompact table` exits 2 naming them, and commits
-    nothing (it used to run its work, then die with exit 1 in delta-rs)."""
+    """Issue 42: another delta-spark job turns on row tracking (its `rowTracking` and `domainMetadata` features,
+    which kcompact's writer, delta-spark, honours) and `delta.appendOnly`, which kcompact cannot honour (every run
+    removes rows); the next `kcompact table` exits 2 naming it, and commits nothing."""
     store = open_store(str(tmp_path / "store"))
     producer = RandomProducer(ScenarioLog(TOPIC, T, partition=0), random.Random(42), keys=40)
     uri = str(tmp_path / "tables" / TOPIC)
-    now = T
-    for _ in range(2):  # a rebuild, then an update that turns deletion vectors on
-        now += MINUTE
-        producer.log.timestamp = now
-        producer.append(8)
-        tier([producer.log], tmp_path / "logdir", store, now)
-        now += MINUTE
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(table_data, "PURGE_SHARE", 1.0)
-            compaction.table(spark, store, CONFIG, TOPIC, uri, now_ms=now)
-    assert "deletionVectors" in (DeltaTable(uri).protocol().reader_features or [])
+    now = T + MINUTE
+    producer.log.timestamp = now
+    producer.append(8)
+    tier([producer.log], tmp_path / "logdir", store, now)
+    compaction.table(spark, store, CONFIG, TOPIC, uri, now_ms=now + MINUTE)
+    statement = (f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.enableRowTracking' = 'true', "
+                 "'delta.appendOnly' = 'true')")
     answer = delta_spark(tmp_path, {"s3": None, "reads": [{"name": "topic", "uri": uri, "versions": None}],
-                                    "statements": [f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES "
-                                                   "('delta.enableRowTracking' = 'true')"]})
+                                    "statements": [statement]})
     assert {"deletionVectors", "domainMetadata", "rowTracking"} <= set(answer["topic"]["detail"]["tableFeatures"])
     version = DeltaTable(uri).version()
     assert answer["topic"]["latest_version"] == version
 
-    now += MINUTE
+    now += 2 * MINUTE
     producer.log.timestamp = now
     producer.append(8)
     tier([producer.log], tmp_path / "logdir", store, now)
@@ -245,7 +240,7 @@ def test_kcompact_table_refuses_a_topic_table_delta_spark_turned_row_tracking_on
                  "--now", str(now + MINUTE)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"kcompact table: UnsupportedDeltaProtocolError: {uri}: the table requires writer "
-                          "feature(s) domainMetadata, rowTracking, which kcompact writing the topic table does not "
-                          "implement"), err
+                          "feature(s) appendOnly (delta.appendOnly is true), which kcompact writing the topic table "
+                          "does not implement"), err
     assert err.rstrip().endswith("nothing was written to it") and "Traceback" not in err
     assert DeltaTable(uri).version() == version

@@ -6,6 +6,7 @@ a tombstone compacted away behind the table's back rebuilds its partition.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -23,7 +24,8 @@ from compaction.config import CompactionStrategy, KcompactConfig, TopicConfig
 from compaction.errors import CommitConflictError
 from compaction.packing import pack_for
 from compaction.storage import ObjectStore, open_store
-from compaction.topic_table import Location, Reason, TopicTable, execute, plan_run
+from compaction.topic_table import Location, Reason, execute, plan_run
+from compaction.topic_table import run as table_run
 from tests.faults import SimulatedCrash
 from tests.latest_view import Strategy
 from tests.scenario_log import ScenarioLog, clean, tier
@@ -79,13 +81,7 @@ def run_table(spark: SparkSession, topic: Topic, kind: str, uri: str, **options:
 
 @pytest.mark.spark
 @pytest.mark.parametrize("kind", sorted(STRATEGIES))
-def test_the_table_holds_the_latest_committed_value_per_key(spark: SparkSession, tmp_path: Path, kind: str,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from compaction.spark import table as data
-
-    # updates mark every file holding a changed key (offset), rewrite a file past 80% deleted, or always rewrite
-    share = {"offset": 1.0, "timestamp": 0.8, "header": 0.0}[kind]
-    monkeypatch.setattr(data, "PURGE_SHARE", share)
+def test_the_table_holds_the_latest_committed_value_per_key(spark: SparkSession, tmp_path: Path, kind: str) -> None:
     marked = 0
     topic = Topic(tmp_path, seed=sorted(STRATEGIES).index(kind))
     uri = table_uri(tmp_path)
@@ -105,7 +101,7 @@ def test_the_table_holds_the_latest_committed_value_per_key(spark: SparkSession,
                 assert all(s.reason is Reason.UPDATE for s in report.run.plan.spans), report.run.plan.render_text()
             marked += report.files_marked
     assert report.committed_version is None  # the last run found nothing new
-    assert marked > 0 if share == 1.0 else marked == 0 if share == 0.0 else True, marked
+    assert marked > 0  # Delta's MERGE marked the replaced rows deleted (deletion vectors)
     rebuilt = table_uri(tmp_path, "rebuilt")
     run_table(spark, topic, kind, rebuilt)
     assert table_rows(rebuilt) == table_rows(uri)
@@ -166,55 +162,45 @@ def test_many_small_partitions_are_rebuilt_by_a_few_tasks(spark: SparkSession, t
 @pytest.mark.parametrize("kind", sorted(STRATEGIES))
 def test_an_update_by_tasks_or_by_spark_writes_the_same_table(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
-    """An update runs as tasks (each takes partitions whole: their new records and table files; "one-task" puts both
-    partitions in one), in the driver's process when small ("driver": no Spark job at all) or on Spark's executors,
-    or, for a partition too large for a task, through Spark's aggregate and joins: each writes the plainly computed
-    table and keeps the files holding no changed key. Either marks the changed keys' rows deleted (a deletion
-    vector, on top of the one a file has) in the files holding them, or rewrites a file past `PURGE_SHARE` without
-    them."""
+    """An update's MERGE source comes from tasks (each takes partitions whole; "one-task" puts both partitions in
+    one), run in the driver's process when small ("driver": no Spark job for them) or on Spark's executors, or, for a
+    partition too large for a task, from Spark's aggregate: each gives the plainly computed table. The driver's
+    threads under every strategy; each other path under one (the strategies differ in the winners, not the path)."""
     from compaction.spark import table as data
 
     topic = Topic(tmp_path, seed=40 + sorted(STRATEGIES).index(kind))
     topic.append(batches=12)
-    names = ("driver", "tasks", "one-task", "marks", "spark", "spark-purge")
+    names = ("driver", {"header": "spark", "offset": "tasks", "timestamp": "one-task"}[kind])
     tables = {name: table_uri(tmp_path, name) for name in names}
     for uri in tables.values():
         run_table(spark, topic, kind, uri)
-    topic.append(batches=2)
-    monkeypatch.setattr(data, "PURGE_SHARE", 1.0)
-    for name in ("spark", "spark-purge"):  # the Spark path's updates below read marked files
-        first = run_table(spark, topic, kind, tables[name])
-        assert first.files_marked and not first.files_removed and first.vector_bytes
-        assert table_rows(tables[name]) == duckdb_rows(tables[name]) == topic.expected(kind)
     topic.append(batches=2, leave_open=True)
     expected = topic.expected(kind)
     task_groups, on_driver = data.task_groups, data.DRIVER_UPDATE_BYTES
-    tracker = spark.sparkContext.statusTracker()
-    for name, limit, share in (("driver", data.UPDATE_TASK_BYTES, 0.2), ("tasks", data.UPDATE_TASK_BYTES, 0.2),
-                               ("one-task", data.UPDATE_TASK_BYTES, 0.2), ("marks", data.UPDATE_TASK_BYTES, 1.0),
-                               ("spark", -1, 1.0), ("spark-purge", -1, 0.0)):
-        monkeypatch.setattr(data, "UPDATE_TASK_BYTES", limit)
+    for name in names:
+        used: list[str] = []
+        monkeypatch.setattr(data, "UPDATE_TASK_BYTES", -1 if name == "spark" else data.REBUILD_TASK_BYTES)
         monkeypatch.setattr(data, "DRIVER_UPDATE_BYTES", on_driver if name == "driver" else -1)
-        monkeypatch.setattr(data, "PURGE_SHARE", share)
         monkeypatch.setattr(data, "task_groups", (lambda sizes, _: [list(range(len(sizes)))]) if name == "one-task"
                             else task_groups)
-        before = set(pa.table(DeltaTable(tables[name]).get_add_actions(flatten=True)).to_pydict()["path"])
-        group = f"update-{kind}-{name}"
-        spark.sparkContext.setJobGroup(group, group)
-        try:
-            report = run_table(spark, topic, kind, tables[name])
-        finally:
-            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-        assert bool(tracker.getJobIdsForGroup(group)) == (name != "driver"), name
+        for spy in ("run_here", "task_rows", "spark_rows"):
+            monkeypatch.setattr(data, spy, spying(getattr(data, spy), spy, used))
+        report = run_table(spark, topic, kind, tables[name])
+        assert used == [{"driver": "run_here", "spark": "spark_rows"}.get(name, "task_rows")], (name, used)
         assert {s.reason for s in report.run.plan.spans} == {Reason.UPDATE}
+        assert report.files_marked, report.to_dict()  # the MERGE's deletion vectors
         assert table_rows(tables[name]) == expected, name
         assert duckdb_rows(tables[name]) == expected, name
-        after = set(pa.table(DeltaTable(tables[name]).get_add_actions(flatten=True)).to_pydict()["path"])
-        assert report.files_removed == len(before - after) and report.files_added == len(after - before)
-        if share == 1.0:
-            assert report.files_marked and not report.files_removed, name
-        if share == 0.0:
-            assert report.files_removed and not report.files_marked, name
+        monkeypatch.undo()
+
+
+def spying(real: Any, name: str, calls: list[str]) -> Any:
+    """`real`, noting its `name` in `calls` at each call."""
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(name)
+        return real(*args, **kwargs)
+
+    return spy
 
 
 @pytest.mark.spark
@@ -226,24 +212,24 @@ def test_a_crash_before_or_at_the_commit_converges(spark: SparkSession, tmp_path
     run_table(spark, topic, "offset", uri)
     before = table_rows(uri)
     topic.append()
-    real_commit = TopicTable.commit
+    real_commit = table_run.commit
 
-    def crash_before(self: TopicTable, *args: Any) -> int:
-        raise SimulatedCrash("after the files were written, before the commit")
+    def crash_before(*args: Any) -> None:
+        raise SimulatedCrash("after the rows were computed, before the commit")
 
-    monkeypatch.setattr(TopicTable, "commit", crash_before)
+    monkeypatch.setattr(table_run, "commit", crash_before)
     with pytest.raises(SimulatedCrash):
         run_table(spark, topic, "offset", uri)
-    assert table_rows(uri) == before  # the written files are not part of the table
+    assert table_rows(uri) == before  # nothing of the run is part of the table
 
-    def crash_after(self: TopicTable, *args: Any) -> int:
-        real_commit(self, *args)
+    def crash_after(*args: Any) -> None:
+        real_commit(*args)
         raise SimulatedCrash("the commit landed, the caller never heard")
 
-    monkeypatch.setattr(TopicTable, "commit", crash_after)
+    monkeypatch.setattr(table_run, "commit", crash_after)
     with pytest.raises(SimulatedCrash):
         run_table(spark, topic, "offset", uri)
-    monkeypatch.setattr(TopicTable, "commit", real_commit)
+    monkeypatch.setattr(table_run, "commit", real_commit)
     rerun = run_table(spark, topic, "offset", uri)
     assert rerun.committed_version is None and not rerun.run.plan.spans
     assert table_rows(uri) == topic.expected("offset")
@@ -255,6 +241,39 @@ def test_a_crash_before_or_at_the_commit_converges(spark: SparkSession, tmp_path
     again = run_table(spark, topic, "offset", uri, rebuild=True)
     assert {s.reason for s in again.run.plan.spans} == {Reason.REQUESTED}
     assert table_rows(uri) == topic.expected("offset")
+
+
+@pytest.mark.spark
+def test_a_crash_between_the_replace_and_the_merge_leaves_the_rebuild_applied(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that rebuilds partition 1 and updates partition 0 commits twice (replace, then MERGE); dying between
+    the two leaves partition 1 applied by the first commit, and the rerun updates partition 0 only."""
+    topic = Topic(tmp_path, seed=15)
+    uri = table_uri(tmp_path)
+    topic.append()
+    run_table(spark, topic, "offset", uri)
+    topic.append()
+    real_plan, real_commit = table_run.plan_table, table_run.commit
+
+    def rebuild_one(*args: Any, **kwargs: Any) -> Any:
+        plan = real_plan(*args, **kwargs)
+        spans = tuple(dataclasses.replace(s, reason=Reason.REQUESTED, from_offset=0, read_from=0)
+                      if s.partition == 1 else s for s in plan.spans)
+        return dataclasses.replace(plan, spans=spans)
+
+    def crash_before_the_merge(*args: Any) -> None:
+        if not args[3][0].rebuild:
+            raise SimulatedCrash("the replace landed, the MERGE never ran")
+        real_commit(*args)
+
+    monkeypatch.setattr(table_run, "plan_table", rebuild_one)
+    monkeypatch.setattr(table_run, "commit", crash_before_the_merge)
+    with pytest.raises(SimulatedCrash):
+        run_table(spark, topic, "offset", uri)
+    monkeypatch.undo()
+    rerun = run_table(spark, topic, "offset", uri)
+    assert [(s.partition, s.reason) for s in rerun.run.plan.spans] == [(0, Reason.UPDATE)]
+    assert len(rerun.commits) == 1 and table_rows(uri) == topic.expected("offset")
 
 
 @pytest.mark.spark
@@ -392,9 +411,9 @@ def test_a_corrupt_segment_fails_the_run_naming_it_and_commits_nothing(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         where: str) -> None:
     """A bit flipped at rest in a segment the run reads: the command exits 3 (corrupt input) with the task's error
-    in one line naming the object and the byte, and the table is left as it was, protocol included, whether the
-    partition is rebuilt or updated for the first time (by threads of the driver's process, by Spark tasks, or
-    through Spark's aggregate: the records read by a task whose error comes back through `TaskErrors`)."""
+    in one line naming the object and the byte, and the table is left as it was, whether the partition is rebuilt
+    or updated (by threads of the driver's process, by Spark tasks, or through Spark's aggregate: a Spark task's
+    error fails the job, and with it Delta's command, carrying the error back, `compaction.topic_table.tasks`)."""
     from compaction.metadata import ObjectSuffix, table_in_store
     from compaction.spark import table as data
 
@@ -404,7 +423,7 @@ def test_a_corrupt_segment_fails_the_run_naming_it_and_commits_nothing(
     config = tmp_path / "kcompact.yaml"
     config.write_text("defaults:\n  cleanup.policy: compact\n")
     base = ["table", "--store", topic.store.uri, "--config", str(config), "--topic", TOPIC, "--table", uri]
-    if where != "rebuild":  # built: the failing run is its first update, which would turn deletion vectors on
+    if where != "rebuild":  # built: the failing run is its first update
         topic.now += MINUTE
         assert main([*base, "--now", str(topic.now)]) == 0
         topic.append()
@@ -427,4 +446,70 @@ def test_a_corrupt_segment_fails_the_run_naming_it_and_commits_nothing(
         assert not (Path(uri) / "_delta_log").exists() or DeltaTable(uri).version() == 0
     else:
         assert DeltaTable(uri).version() == version and table_rows(uri) == rows
-        assert DeltaTable(uri).protocol().min_reader_version == 1  # the upgrade rides on the data's commit: none
+
+
+@pytest.mark.spark
+def test_an_update_is_a_merge_a_change_data_feed_reader_follows(spark: SparkSession, tmp_path: Path) -> None:
+    """Issue 42: the update's MERGE marks the replaced rows deleted (a deletion vector on the file holding them, no
+    rewrite), records the applied offsets in its own commit (Delta's txn and the commit's userMetadata), and a reader
+    of Delta's change data feed sees its delete, update and insert."""
+    store = open_store(str(tmp_path / "store"))
+    log = ScenarioLog(TOPIC, T)
+    for key in (b"a", b"b", b"c"):
+        log.record(key, key * 3)
+    log.roll()
+    tier([log], tmp_path / "logdir", store, T)
+    uri = table_uri(tmp_path)
+    config = config_for("offset")
+    built = compaction.table(spark, store, config, TOPIC, uri, now_ms=T)
+    assert built.commits == [1] and built.rows_written == 3
+    log.record(b"a", None)  # a tombstone: a's row goes
+    log.record(b"b", b"new")
+    log.record(b"d", b"ddd")
+    log.roll()
+    tier([log], tmp_path / "logdir", store, T + MINUTE)
+    updated = compaction.table(spark, store, config, TOPIC, uri, now_ms=T + MINUTE)
+    [version] = updated.commits
+    assert updated.files_marked == 1 and updated.files_removed == 0, updated.to_dict()
+    assert {r[1]: r[2] for r in table_rows(uri)} == {b"b": b"new", b"c": b"ccc", b"d": b"ddd"}
+    history = dict(topic_table_of(uri).commit_infos(version, version))
+    assert history[version]["operation"] == "MERGE"
+    assert json.loads(history[version]["userMetadata"])["applied"] == {"0": [6, T + MINUTE, 0]}
+    assert DeltaTable(uri).transaction_version(f"kcompact-table/{TOPIC}") == 2
+    feed = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", version).load(uri)
+            .select("key", "value", "_change_type", "_commit_version").collect())
+    assert sorted((bytes(r.key), r._change_type) for r in feed) == [
+        (b"a", "delete"), (b"b", "update_postimage"), (b"b", "update_preimage"), (b"d", "insert")]
+    assert {r._commit_version for r in feed} == {version}
+
+
+def topic_table_of(uri: str) -> Any:
+    from compaction.topic_table import TopicTable
+
+    return TopicTable(Location.parse(uri), TOPIC, CompactionStrategy.OFFSET, None)
+
+
+@pytest.mark.spark
+def test_a_one_percent_update_writes_at_most_five_percent_of_the_tables_bytes(spark: SparkSession,
+                                                                              tmp_path: Path) -> None:
+    """Issue 42: an update of 1% of the keys adds its winners, deletion vectors and change data, not a rewrite."""
+    store = open_store(str(tmp_path / "store"))
+    log = ScenarioLog(TOPIC, T)
+    rng = random.Random(42)
+    keys = [b"key-%05d" % i for i in range(4000)]
+    for key in keys:
+        log.record(key, rng.randbytes(100))
+    log.roll()
+    tier([log], tmp_path / "logdir", store, T)
+    uri = table_uri(tmp_path)
+    compaction.table(spark, store, config_for("offset"), TOPIC, uri, now_ms=T)
+    files = {p: p.stat().st_size for p in Path(uri).rglob("*") if p.is_file() and "_delta_log" not in p.parts}
+    for key in rng.sample(keys, 40):
+        log.record(key, rng.randbytes(100))
+    log.roll()
+    tier([log], tmp_path / "logdir", store, T + MINUTE)
+    report = compaction.table(spark, store, config_for("offset"), TOPIC, uri, now_ms=T + MINUTE)
+    assert report.files_marked and not report.files_removed, report.to_dict()
+    added = sum(p.stat().st_size for p in Path(uri).rglob("*")
+                if p.is_file() and "_delta_log" not in p.parts and p not in files)
+    assert added <= 0.05 * sum(files.values()), (added, sum(files.values()))

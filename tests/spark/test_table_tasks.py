@@ -1,13 +1,13 @@
-"""The table's tasks hand a kcompact error back as a value (`compaction.topic_table.tasks`): the exception itself,
-pickled with its class and fields, raised again by the driver, whether the task ran on Spark (an outcome, or a
-reading task's rows through `compaction.spark.table.TaskErrors`) or in a thread of the driver (`run_here`). Other
-failures are left as Spark raised them. `tests/spark/test_table.py` runs a corrupt segment through every path of
-the command."""
+"""The table's tasks hand a kcompact error back as the exception itself (`compaction.topic_table.tasks`): pickled
+with its class and fields, carried through the Spark job it fails (and so through Delta's command, which commits
+nothing) and raised again by the driver (`compaction.spark.table.task_errors`), or raised as it is by a thread of the
+driver (`run_here`). Other failures are left as Spark raised them. `tests/spark/test_table.py` runs a corrupt segment
+through every path of the command."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -15,11 +15,13 @@ import pytest
 from pyspark.errors import PythonException
 from pyspark.sql import SparkSession
 
+from compaction.config import CompactionStrategy
 from compaction.errors import CorruptIndexError, ExitCode, KcompactError, ObjectExistsError, RetryableError
-from compaction.spark.table import TaskErrors, run_tasks
-from compaction.topic_table.target import DataFile
-from compaction.topic_table.tasks import TaskOutcome, attempt, portable, run_here, succeeded
+from compaction.spark.table import task_errors, task_rows
+from compaction.topic_table.target import table_schema
+from compaction.topic_table.tasks import CarriedError, carried, portable, run_here, source_schema, tombstones
 
+SCHEMA = table_schema(CompactionStrategy.OFFSET)
 OBJECT = "s3://b/t-0/00000000000000000000-x.index"
 
 
@@ -46,78 +48,53 @@ def assert_the_corrupt_error(raised: BaseException) -> None:
 
 
 def task_raising(exc: Exception | None = None, *, unpicklable_message: str = "") -> object:
-    """A task value raising `exc` (or an `unpicklable` error of that message, made in the task); its class defined
-    here so that Spark ships it by value."""
+    """A task value yielding a row, then raising `exc` (or an `unpicklable` error of that message, made in the task);
+    its class defined here so that Spark ships it by value."""
     @dataclass(frozen=True)
     class Raising:
         error: Exception | None
         message: str
 
-        def run(self) -> TaskOutcome:
-            def work() -> TaskOutcome:
-                raise self.error or unpicklable(self.message)
-
-            return attempt(work)
+        def rows(self) -> Iterator[pa.RecordBatch]:
+            yield from task_yielding(b"before").rows()  # type: ignore[attr-defined]
+            raise self.error or unpicklable(self.message)
 
     return Raising(exc, unpicklable_message)
 
 
-def task_writing(path: str) -> object:
+def task_yielding(key: bytes) -> object:
     @dataclass(frozen=True)
-    class Writing:
-        path: str
+    class Yielding:
+        key: bytes
 
-        def run(self) -> TaskOutcome:
-            return attempt(lambda: TaskOutcome(written=(DataFile(self.path, 0, 1, 1),)))
+        def rows(self) -> Iterator[pa.RecordBatch]:
+            yield from tombstones(pa.array([self.key]), 0, source_schema(SCHEMA)).to_batches()
 
-    return Writing(path)
+    return Yielding(key)
+
+
+def collected(spark: SparkSession, tasks: list[object]) -> list[bytes]:
+    with task_errors():
+        return sorted(bytes(r.key) for r in task_rows(spark, tasks, SCHEMA).collect())  # type: ignore[arg-type]
 
 
 @pytest.mark.spark
 def test_a_kcompact_error_in_a_task_comes_back_as_itself(spark: SparkSession) -> None:
-    tasks = [task_writing("a"), task_raising(corrupt()), task_writing("b")]
+    tasks = [task_yielding(b"a"), task_raising(corrupt()), task_yielding(b"b")]
     with pytest.raises(CorruptIndexError) as raised:
-        run_tasks(spark, tasks)  # type: ignore[arg-type]
+        collected(spark, tasks)
     assert_the_corrupt_error(raised.value)
     with pytest.raises(CorruptIndexError) as here:
-        succeeded(run_here(tasks))  # type: ignore[arg-type]
+        run_here(tasks, source_schema(SCHEMA))  # type: ignore[arg-type]
     assert_the_corrupt_error(here.value)
-    done = run_tasks(spark, [task_writing("a"), task_writing("b")])  # type: ignore[list-item]
-    assert [f.path for o in done for f in o.written] == ["a", "b"]
-
-
-@pytest.mark.spark
-def test_a_kcompact_error_of_a_reading_task_comes_back_as_itself(spark: SparkSession) -> None:
-    def rows(ids: Iterable[int]) -> Iterator[pa.RecordBatch]:
-        for i in ids:
-            if i == 2:
-                raise corrupt()
-            yield pa.record_batch([pa.array([i], pa.int64())], names=["id"])
-
-    errors = TaskErrors(spark)
-    read = spark.range(0, 4, 1, 2).mapInArrow(errors.reading(rows, lambda b: b.column(0).to_pylist()), "id long")
-    assert sorted(r.id for r in read.collect()) == [0, 1]  # the failed task stopped at its error
-    with pytest.raises(CorruptIndexError) as raised:
-        errors.check()
-    assert_the_corrupt_error(raised.value)
-    clean = TaskErrors(spark)
-    assert spark.range(0, 2, 1, 2).mapInArrow(clean.reading(rows, lambda b: b.column(0).to_pylist()),
-                                              "id long").count() == 2
-    clean.check()
+    assert collected(spark, [task_yielding(b"a"), task_yielding(b"b")]) == [b"a", b"b"]
+    assert run_here([task_yielding(b"a")], source_schema(SCHEMA)).num_rows == 1  # type: ignore[list-item]
 
 
 @pytest.mark.spark
 def test_other_failures_are_left_as_spark_raised_them(spark: SparkSession) -> None:
     with pytest.raises(PythonException, match="not ours"):
-        run_tasks(spark, [task_raising(ValueError("not ours"))])  # type: ignore[list-item]
-
-    def rows(ids: Iterable[int]) -> Iterator[pa.RecordBatch]:
-        raise ValueError("not ours either")
-        yield
-
-    errors = TaskErrors(spark)
-    with pytest.raises(PythonException, match="not ours either"):
-        spark.range(0, 1, 1, 1).mapInArrow(errors.reading(rows, lambda b: b.column(0).to_pylist()), "id long").collect()
+        collected(spark, [task_raising(ValueError("not ours"))])
 
 
 @pytest.mark.spark
@@ -125,17 +102,25 @@ def test_an_error_its_constructor_cannot_rebuild_or_pickle_keeps_its_message_and
         spark: SparkSession) -> None:
     exists = ObjectExistsError("file:///x")  # its constructor takes the object, not the message
     with pytest.raises(ObjectExistsError) as raised:
-        run_tasks(spark, [task_raising(exists)])  # type: ignore[list-item]
+        collected(spark, [task_raising(exists)])
     assert str(raised.value) == str(exists) and raised.value.uri == "file:///x"
     with pytest.raises(KcompactError) as plain:
-        run_tasks(spark, [task_raising(unpicklable_message="the store said no")])  # type: ignore[list-item]
+        collected(spark, [task_raising(unpicklable_message="the store said no")])
     assert type(plain.value) is KcompactError and str(plain.value) == "the store said no"
     assert plain.value.exit_code == ExitCode.RETRYABLE != KcompactError.exit_code
 
 
-def test_portable_keeps_the_class_and_fields() -> None:
+def test_portable_keeps_the_class_and_fields_and_a_carried_error_reads_back() -> None:
     try:
         raise corrupt()
     except CorruptIndexError as exc:
         assert_the_corrupt_error(portable(exc))
     assert type(portable(unpicklable("x"))) is KcompactError
+    try:
+        raise corrupt()
+    except CorruptIndexError as exc:
+        wrapped = RuntimeError(f"Job aborted: {CarriedError(exc)}")  # as Spark and py4j wrap it
+    found = carried(wrapped)
+    assert found is not None
+    assert_the_corrupt_error(found)
+    assert carried(RuntimeError("no error of ours")) is None

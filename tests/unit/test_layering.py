@@ -151,7 +151,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("log", ("tier", "wal", "reader", "gc", "remote_log_metadata", "generate")),
     ("executors", ("rewrite", "topic_table", "verify")),
     ("spark", ("spark",)),
-    ("drivers", ("run", "=topic_table", "topic_table.run", "=verify")),
+    ("drivers", ("run", "=topic_table", "topic_table.run", "topic_table.upkeep", "=verify")),
     ("interfaces", ("=", "cli", "arguments", "prebuild")),
 )
 """The whole package's layers, bottom first, each a set of modules under `compaction.`: a name holds the module and
