@@ -3,6 +3,7 @@
 `scripts/bench.py` tiers a workload into a pristine store once, hard-links a copy per run and calls
 
     python scripts/bench_run.py STORE_DIR --now-ms T [--fpp P] [--min-dirty-ratio R] [--topic-config K=V] [--cores N]
+                                [--shuffle]
 
 which plans, stages and commits one run in Spark local mode and prints one JSON object on stdout: the wall
 time of each phase (session start, plan, stage = map + rewrite, commit), executor task time summed over
@@ -301,7 +302,14 @@ def main() -> int:
     parser.add_argument("--before", type=int, help="--verify: the metadata version before the run")
     parser.add_argument("--topic-config", action="append", default=[], metavar="NAME=VALUE",
                         help="a Kafka topic config for every topic (repeatable), e.g. segment.bytes=16777216")
+    parser.add_argument("--shuffle", action="store_true",
+                        help="the one job always shuffles its rows (the fused job off: compaction.spark.fused), for "
+                             "an A/B of the two")
     args = parser.parse_args()
+    if args.shuffle:
+        import compaction.spark.fused as fused
+
+        fused.fits = lambda *_a: False  # type: ignore[assignment]
 
     sampler = MemorySampler()
     sampler.start()

@@ -24,7 +24,9 @@ are clean segments with filters, the rescan when some of them must be rewritten,
 
 The one job (`_in_one_job`), the alternative: when every chunk is known before the scan (no partition has a
 clean segment, as in a first compaction), steps 1, 2 and 5 are one job (`_scan_and_rewrite`): no persisted
-winners, no counting job, one shuffle when each partition has one chunk, two when some have several. Each
+winners, no counting job; no shuffle at all when each partition is one chunk that one task can fold and every core
+has a slot (`compaction.spark.fused`: the scan task rewrites from its own fold), else one shuffle when each
+partition has one chunk, two when some have several. Each
 chunk's marker-walk state must then be known before the scan too (`_plan_before_scan`): a partition's first
 chunk starts the walk, and a later chunk's state is known when the rows of the segments before it say that none
 holds a transactional or control batch (`SegmentMetadata.transactional` False, docs/metadata-table.md). A
@@ -52,6 +54,7 @@ from compaction.metadata.model import ObjectSuffix, SegmentMetadata, TopicPartit
 from compaction.packing import pack_for
 from compaction.rewrite.cache import SegmentCache, cache_fits
 from compaction.rewrite.upload import ChunkResult, check_budget
+from compaction.spark import fused
 from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, WinnerRows, run_rewrites
 from compaction.spark.scan import PartitionScan, RowLayout, ScanSettings, ScanTracker, scan_rows
 from compaction.spark.skipping import FilterProbe, ProbeOutcome, ProbeResult, probe_filters
@@ -307,14 +310,18 @@ def _states_known(work: PartitionWork, task: PartitionTask) -> bool:
 
 def _scan_and_rewrite(staging: _Staging, scans: Sequence[SegmentScanTask], tracker: Accumulator,
                       slots: Sequence[Sequence[RewriteUnit]]) -> list[UnitOutcome]:
-    """Scan, winners and rewrite as one Spark job of two stages, when every chunk is known before the scan
-    (`_plan_before_scan`): each scan row is tagged with the slot of its partition's chunk and shuffled once,
+    """Scan, winners and rewrite as one Spark job, when every chunk is known before the scan (`_plan_before_scan`).
+    When each partition is one chunk small enough for one task and there are slots for every core, a job of one
+    stage (`compaction.spark.fused`): each task folds its partitions' keys itself and rewrites from them. Else
+    two stages: each scan row is tagged with the slot of its partition's chunk and shuffled once,
     by slot; the aggregate then runs in the rewrite task that needs its winners (grouping by slot too, on rows
     already partitioned by slot, adds no shuffle). No persisted winners and no counting job: each rewrite task
     counts the winners it receives. The rows carry no `dirty` (every key is dirty) and, when each slot holds one
     partition, no `tp` (the slot names it). When a partition has several chunks, a key's chunk is the one
     holding its winner: the aggregate comes first (a shuffle by key), then the winners go to their chunk's slot
     (a second)."""
+    if fused.fits(slots, scans, staging.parallelism):  # each task folds and rewrites its partitions: no shuffle
+        return fused.fold_and_rewrite(staging.spark, staging.settings, scans, staging.index_of, tracker, slots)
     by_offset = staging.settings.by_offset
     if len({u.partition_index for units in slots for u in units}) < sum(len(units) for units in slots):
         rows = staging.scan_rows(RowLayout.ONE_JOB_BY_KEY, scans, tracker)

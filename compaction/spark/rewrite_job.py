@@ -14,6 +14,7 @@ import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -120,20 +121,32 @@ class _Rewriter:
                 mine = slot_of == slot
                 for unit in slots[slot]:
                     ours = mine if indexes is None else mine & (indexes == unit.partition_index)
-                    outcomes.append(self._run(store, unit, slot, offsets[ours]))
-        yield pa.RecordBatch.from_pydict({"outcome": [pickle.dumps(o) for o in outcomes]}, schema=_OUTCOMES)
+                    outcomes.append(run_unit(store, unit, slot, offsets[ours]))
+        yield outcome_batch(outcomes)
 
-    def _run(self, store: ObjectStore, unit: RewriteUnit, slot: int, offsets: np.ndarray) -> UnitOutcome:
-        """Rewrite one unit from the winning `offsets` its task received for it (-1: a chunk's marker). Any other
-        error than a kcompact one is a bug: it fails the task, and so the job."""
-        before = replace(store.stats)
-        try:
-            winners = split_winners(offsets, unit.groups)  # a task may hold several units of one partition
-            keys = sum(len(w) for w in winners.values())
-            return UnitOutcome(unit.partition_index, slot, rewrite_groups(store, unit.task, unit.groups, winners),
-                               keys=keys)
-        except KcompactError as exc:  # quarantine this partition: what it uploaded stays unreferenced (gc)
-            return UnitOutcome(unit.partition_index, slot, error=exc, requests=store.stats - before)
+
+def run_unit(store: ObjectStore, unit: RewriteUnit, slot: int, offsets: np.ndarray) -> UnitOutcome:
+    """Rewrite one unit in the task of `slot` from the winning `offsets` its task has for it (-1: a chunk's
+    marker). Any other error than a kcompact one is a bug: it fails the task, and so the job."""
+    before = replace(store.stats)
+    try:
+        winners = split_winners(offsets, unit.groups)  # a task may hold several units of one partition
+        keys = sum(len(w) for w in winners.values())
+        return UnitOutcome(unit.partition_index, slot, rewrite_groups(store, unit.task, unit.groups, winners),
+                           keys=keys)
+    except KcompactError as exc:  # quarantine this partition: what it uploaded stays unreferenced (gc)
+        return UnitOutcome(unit.partition_index, slot, error=exc, requests=store.stats - before)
+
+
+def outcome_batch(outcomes: Sequence[UnitOutcome]) -> pa.RecordBatch:
+    """A task's outcomes as the one column its job collects (`outcomes_of`): each pickled, errors keep their
+    class."""
+    return pa.RecordBatch.from_pydict({"outcome": [pickle.dumps(o) for o in outcomes]}, schema=_OUTCOMES)
+
+
+def outcomes_of(rows: Sequence[Any]) -> list[UnitOutcome]:
+    """The outcomes of a job's collected `outcome` rows."""
+    return [pickle.loads(row.outcome) for row in rows]
 
 
 def run_rewrites(spec: StoreSpec, chunks: DataFrame, slots: Mapping[int, Sequence[RewriteUnit]], rows: WinnerRows
@@ -147,7 +160,8 @@ def run_rewrites(spec: StoreSpec, chunks: DataFrame, slots: Mapping[int, Sequenc
         outcomes = chunks.mapInArrow(_Rewriter(spec, shipped, rows), "outcome binary").collect()
     finally:
         shipped.unpersist()
-    return [pickle.loads(row.outcome) for row in outcomes]
+    return outcomes_of(outcomes)
 
 
-__all__ = ["RewriteUnit", "UnitOutcome", "WinnerRows", "run_rewrites", "split_winners"]
+__all__ = ["RewriteUnit", "UnitOutcome", "WinnerRows", "outcome_batch", "outcomes_of", "run_rewrites", "run_unit",
+           "split_winners"]

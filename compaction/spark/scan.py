@@ -65,7 +65,7 @@ task holds a row per distinct key of its segments (~40 bytes) until it hands the
 
 
 @dataclass(frozen=True)
-class _Descriptor:
+class SegmentDescriptor:
     """One segment of a scan task: what the executor needs to fetch and scan it."""
 
     partition_index: int  # the segment's partition among the run's (`ScanSettings.partitions`)
@@ -233,11 +233,12 @@ class ScanTracker(AccumulatorParam):
         return a
 
 
-class _ScanTask:
-    """The `mapInArrow` function of a scan: task i fetches and scans the segments of slice i (`_Descriptor`s) and
-    hands Spark its rows (`ScanSettings.layout`); each segment's report goes to the `tracker`."""
+class ScanTask:
+    """The `mapInArrow` function of a scan: task i fetches and scans the segments of slice i (`SegmentDescriptor`s)
+    and hands Spark its rows (`ScanSettings.layout`); each segment's report goes to the `tracker`. The fused one
+    job (`compaction.spark.fused`) calls its `fetch` and `done` for segments it folds itself."""
 
-    def __init__(self, settings: ScanSettings, tracker: Accumulator, slices: Sequence[Sequence[_Descriptor]]
+    def __init__(self, settings: ScanSettings, tracker: Accumulator, slices: Sequence[Sequence[SegmentDescriptor]]
                  ) -> None:
         self.settings = settings
         self.tracker = tracker
@@ -254,17 +255,17 @@ class _ScanTask:
         for ids in batches:
             for d in (d for i in ids.column(0).to_pylist() for d in self.slices[i]):
                 seen[d.partition_index] = None
-                scanned = self._fetch(store, d)
+                scanned = self.fetch(store, d)
                 if scanned is None:
                     continue
                 partition = self.settings.partitions[d.partition_index]
                 if layout is RowLayout.RESCAN:  # rows stay per segment
                     best = segment_best(scanned.segment.records, partition.aborted, partition.strategy)
-                    self._done(d, scanned, best.invalid_versions)
+                    self.done(d, scanned, best.invalid_versions)
                     yield from self._rows(d.partition_index, best, np.full(len(best.keys), d.dirty), d.seg)
                     continue
                 fold = folds.setdefault(d.partition_index, KeyFold())
-                self._done(d, scanned, fold_segment(fold, scanned.segment.records, partition.aborted,
+                self.done(d, scanned, fold_segment(fold, scanned.segment.records, partition.aborted,
                                                     partition.strategy, d.dirty))
         for index, fold in folds.items():  # one row per key of the task's segments of the partition
             if self._rewritten(index):
@@ -279,7 +280,7 @@ class _ScanTask:
         """Whether the rows of partition `index` are wanted: in the one job, only those of a rewrite slot."""
         return not self.settings.layout.by_slot or self.settings.partitions[index].rewrite_slot is not None
 
-    def _fetch(self, store: ObjectStore, d: _Descriptor) -> ScannedSegment | None:
+    def fetch(self, store: ObjectStore, d: SegmentDescriptor) -> ScannedSegment | None:
         """Fetch and check one segment, build its filter when asked; None: it failed its partition (reported)."""
         from compaction.format.scan import scan_segment
         from compaction.rewrite.cache import SegmentCache
@@ -303,7 +304,7 @@ class _ScanTask:
         report.requests = store.stats - before
         return ScannedSegment(segment, report, started)
 
-    def _learn(self, store: ObjectStore, d: _Descriptor, segment: SegmentScan, report: PartitionScan) -> None:
+    def _learn(self, store: ObjectStore, d: SegmentDescriptor, segment: SegmentScan, report: PartitionScan) -> None:
         """What the scan learns of a segment besides its keys: its filter, when it has none, and its transactional
         and control batches (the marker walk's input)."""
         from compaction.bloom.segment import segment_filter
@@ -319,7 +320,7 @@ class _ScanTask:
         if events:
             report.events[d.segment_id] = tuple(events)
 
-    def _done(self, d: _Descriptor, scanned: ScannedSegment, invalid_versions: int) -> None:
+    def done(self, d: SegmentDescriptor, scanned: ScannedSegment, invalid_versions: int) -> None:
         """The segment's report, once its records are folded (their time is the scan's too)."""
         report = scanned.report
         report.invalid_versions = invalid_versions
@@ -375,12 +376,19 @@ def scan_rows(spark: SparkSession, settings: ScanSettings, segments: Sequence[Se
     partition, in the columns of `settings.layout` (per segment in a rescan, `seg` indexing `segments`; with a
     marker row per task and partition in the one job); `index_of` gives each partition's index among the run's.
     Lazy: the scan runs when the rows are first used."""
-    index = {s.segment_id: i for i, s in enumerate(segments)}
     slices = scan_slices(segments, spark.sparkContext.defaultParallelism)
-    described = [[_Descriptor(index_of[s.tp], s.segment_id, s.log_key, s.dirty, s.filter_key, s.cache,
-                              index[s.segment_id]) for s in part] for part in slices]
+    described = describe(segments, slices, index_of)
     ids = spark.range(0, len(described), numPartitions=max(1, len(described)))  # task i scans slice i
-    return ids.mapInArrow(_ScanTask(settings, tracker, described), settings.schema())
+    return ids.mapInArrow(ScanTask(settings, tracker, described), settings.schema())
+
+
+def describe(segments: Sequence[SegmentScanTask], parts: Sequence[Sequence[SegmentScanTask]],
+             index_of: Mapping[TopicPartition, int]) -> list[list[SegmentDescriptor]]:
+    """`parts` (lists of some of `segments`) as the descriptors a task scans: `index_of` gives each partition's
+    index among the run's, a segment's position in `segments` its `seg`. Pure."""
+    index = {s.segment_id: i for i, s in enumerate(segments)}
+    return [[SegmentDescriptor(index_of[s.tp], s.segment_id, s.log_key, s.dirty, s.filter_key, s.cache,
+                               index[s.segment_id]) for s in part] for part in parts]
 
 
 def scan_slices(segments: Sequence[SegmentScanTask], parallelism: int) -> list[list[SegmentScanTask]]:
@@ -433,4 +441,4 @@ def _split_to(runs: list[list[SegmentScanTask]], n: int) -> list[list[SegmentSca
 
 
 __all__ = ["ROWS", "SCAN_TASK_BYTES", "SCAN_TASK_RECORDS", "PartitionScan", "PartitionScanSettings", "RowLayout",
-           "ScanSettings", "ScanTracker", "scan_rows", "scan_slices"]
+           "ScanSettings", "ScanTask", "ScanTracker", "SegmentDescriptor", "describe", "scan_rows", "scan_slices"]

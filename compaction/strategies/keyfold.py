@@ -209,6 +209,10 @@ class KeyFold:
             arena[:self._used] = self._arena[:self._used]
             self._arena = arena
 
+    def offsets(self) -> np.ndarray:
+        """Each distinct key's best offset, in first-seen order (`result`'s offsets alone)."""
+        return self._entries[:self.keys, _OFFSET].copy()
+
     def result(self) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(keys, has_version, version, offset, dirty), a row per distinct key in first-seen order; keys are
         binary (large_binary past 2 GiB of key bytes)."""

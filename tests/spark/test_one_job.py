@@ -1,8 +1,9 @@
 """A run whose every chunk is known before the scan (no clean segment, one chunk per partition: every first
 compaction of partitions within the disk budget) is one Spark job: scan, winners and rewrite, the winners
-shuffled once, by rewrite slot (`compaction.spark.pipeline._scan_and_rewrite`). It writes exactly what the
-step-by-step path writes (scan, persisted winners, counts, rewrite), byte for byte, under every strategy, and
-reports the same counts."""
+shuffled once, by rewrite slot (`compaction.spark.pipeline._scan_and_rewrite`), or not at all when each task can
+fold its partitions' keys itself and rewrite from them (`compaction.spark.fused`). Either way it writes exactly
+what the step-by-step path writes (scan, persisted winners, counts, rewrite), byte for byte, under every strategy,
+and reports the same counts."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+import compaction.spark.fused as fused_job
 import compaction.spark.pipeline as pipeline
 import compaction.spark.scan as scan
 import compaction.tier.copy as tier_copy
@@ -87,6 +89,24 @@ def _step_by_step_only(monkeypatch: pytest.MonkeyPatch) -> None:
                         lambda staging: pipeline._BeforeScan(step_by_step=list(staging.works)))
 
 
+def _shuffle_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one job always shuffles its rows (never the fused job)."""
+    monkeypatch.setattr(fused_job, "fits", lambda *_a: False)
+
+
+def _spy_fused(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many units each fused job the runs start rewrites, filled as they do."""
+    seen: list[int] = []
+    real = fused_job.fold_and_rewrite
+
+    def spy(*args: object) -> object:
+        seen.append(sum(len(units) for units in args[-1]))  # type: ignore[attr-defined]
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fused_job, "fold_and_rewrite", spy)
+    return seen
+
+
 def _spy_step_by_step(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The partitions (numbers) the runs stage step by step, filled as they do."""
     seen: list[int] = []
@@ -108,9 +128,17 @@ def _logs(store: ObjectStore) -> list[list[bytes]]:
 
 @pytest.mark.spark
 @pytest.mark.parametrize("strategy", ["offset", "timestamp", "header"])
+@pytest.mark.parametrize("path", ["fused", "shuffle"])
 def test_one_job_writes_what_the_step_by_step_path_writes(spark: SparkSession, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch, strategy: str) -> None:
+                                                          monkeypatch: pytest.MonkeyPatch, strategy: str,
+                                                          path: str) -> None:
+    """Three partitions of one chunk on local[2]: packed into two rewrite slots, one per core, so the one job is the
+    fused one (each task folds and rewrites its partitions: one stage); or, told not to, the shuffle by slot."""
+    if path == "shuffle":
+        _shuffle_only(monkeypatch)
+    ran_fused = _spy_fused(monkeypatch)
     fused, fused_jobs = _run(spark, one := _store(tmp_path / "one"), strategy)
+    assert ran_fused == ([PARTITIONS] if path == "fused" else [])
     _step_by_step_only(monkeypatch)
     stepped, stepped_jobs = _run(spark, other := _store(tmp_path / "other"), strategy)
     assert len(fused["partitions"]) == len(stepped["partitions"]) == PARTITIONS
@@ -170,12 +198,16 @@ def test_partitions_cut_across_scan_tasks_and_rows_in_small_batches_write_the_sa
     Spark its own best per key, which the aggregate ranks (here: every partition over ~5 tasks, under the header
     strategy, whose rank columns then decide). A task hands Spark its rows in Arrow batches of
     `ScanSettings.rows_per_batch` (a million by default, so that binary keys stay within a batch's 2 GiB); cut
-    into batches of 7 rows too, the run writes the same bytes as with whole partitions per task."""
+    into batches of 7 rows too, the run writes the same bytes as with whole partitions per task (there: the fused
+    job, a partition folded by one task; a partition cut across tasks is not fused)."""
+    ran_fused = _spy_fused(monkeypatch)
     whole, _jobs = _run(spark, one := _store(tmp_path / "one"), "header")
+    assert ran_fused == [PARTITIONS]
     monkeypatch.setattr(scan, "SCAN_TASK_RECORDS", 300)
     settings_of = pipeline.ScanSettings.of
     monkeypatch.setattr(pipeline.ScanSettings, "of", functools.partial(settings_of, rows_per_batch=7))
     cut, _jobs = _run(spark, other := _store(tmp_path / "other"), "header")
+    assert ran_fused == [PARTITIONS]
     assert all(p["committed"] for p in whole["partitions"] + cut["partitions"])
     assert _logs(one) == _logs(other)
     assert [p["stats"]["dirty_keys"] for p in cut["partitions"]] == [KEYS] * PARTITIONS
@@ -188,6 +220,7 @@ def test_one_rewrite_task_for_every_partition_writes_the_same_bytes(
     """The one job's rows leave out `tp` when each rewrite slot holds one partition (the slot names it); when a
     disk budget of one chunk at a time puts every partition's chunk in one rewrite task, they carry it, and the
     task tells its partitions' winners apart by it. Both write what the step-by-step path writes."""
+    _shuffle_only(monkeypatch)  # the rows' layouts are the shuffle's
     seen: list[bool] = []
     real = pipeline.scan_rows
 

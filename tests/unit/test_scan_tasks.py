@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from compaction.config import CompactionStrategy
 from compaction.packing import MAX_TASK_BYTES, OPEN_COST_BYTES
+from compaction.spark.fused import fits
 from compaction.spark.pipeline import _states_known, rewrite_slots
 from compaction.spark.rewrite_job import RewriteUnit, split_winners
 from compaction.spark.scan import (
@@ -26,7 +27,7 @@ from compaction.spark.scan import (
     PartitionScanSettings,
     RowLayout,
     ScanSettings,
-    _ScanTask,
+    ScanTask,
     scan_slices,
 )
 from compaction.spark.winners import slot_keys, spark_hash_long
@@ -166,7 +167,7 @@ def test_a_scan_task_writes_the_columns_its_layout_names(layout: RowLayout, rank
     settings = ScanSettings(None, (partition, partition), layout, ranked, rows_per_batch=2)  # type: ignore[arg-type]
     best = SegmentBest(pa.array([b"a", b"b", b"c"], pa.binary()), pa.array([1, 0, 1], pa.int8()),
                        pa.array([7, 0, 9], pa.int64()), pa.array([3, 4, 5], pa.int64()), 0)
-    batches = list(_ScanTask(settings, None, [])._rows(1, best, np.array([True, False, True]), 6))  # type: ignore[arg-type]
+    batches = list(ScanTask(settings, None, [])._rows(1, best, np.array([True, False, True]), 6))  # type: ignore[arg-type]
     assert layout.names(ranked) == names == tuple(settings.schema().fieldNames())
     by_slot = layout in (RowLayout.ONE_JOB_OWN_SLOTS, RowLayout.ONE_JOB_SHARED_SLOTS)
     assert layout.by_slot == by_slot
@@ -220,3 +221,20 @@ def test_rewrite_tasks_pack_small_partitions_and_spread_a_hot_one() -> None:
     assert len(slots) - 6 <= -(-400 * (400_000 + OPEN_COST_BYTES) // MAX_TASK_BYTES)
     assert len(rewrite_slots(units[:8], concurrency=2, parallelism=2)) <= 8
     assert len(rewrite_slots(units, concurrency=1, parallelism=2)) == 1
+
+
+def test_the_fused_job_takes_one_chunk_partitions_a_task_can_fold_when_every_core_has_a_slot() -> None:
+    """`compaction.spark.fused.fits`: partitions of one chunk each, packed into at least as many slots as cores,
+    each partition's segments within a scan task's bytes and records; otherwise the one job shuffles."""
+    def segments(partition: int, n: int, size: int = 2**20, offsets: int = 1000) -> list[SegmentScanTask]:
+        return [SegmentScanTask("t", partition, f"s{partition}-{i}", f"k{partition}-{i}", i * offsets, size=size,
+                                offsets=offsets) for i in range(n)]
+
+    scans = segments(0, 3) + segments(1, 3)
+    assert fits([[_unit(0, 0, 3)], [_unit(1, 0, 3)]], scans, parallelism=2)
+    assert not fits([[_unit(0, 0, 3), _unit(1, 0, 3)]], scans, parallelism=2)  # one slot: a core would idle
+    assert not fits([[_unit(0, 0, 3)], [_unit(0, 1, 3)]], segments(0, 3), parallelism=2)  # a partition, two chunks
+    big = segments(0, 2, size=SCAN_TASK_BYTES // 2 + 1) + segments(1, 1)
+    assert not fits([[_unit(0, 0, 3)], [_unit(1, 0, 3)]], big, parallelism=2)  # over a scan task's bytes
+    many = segments(0, 2, offsets=SCAN_TASK_RECORDS // 2 + 1) + segments(1, 1)
+    assert not fits([[_unit(0, 0, 3)], [_unit(1, 0, 3)]], many, parallelism=2)  # over its records
