@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make delta`: .delta-jars, the JVM side of delta-spark (the PyPI package pinned in pyproject.toml) and of
 # hadoop-aws (s3a://) from Maven Central (delta/pom.xml, pinned), less the jars pyspark already ships. Every session
-# kcompact launches puts them on its driver's class path (compaction/spark/delta.py). Cached: a rerun with unchanged
-# pins does nothing. If Maven Central cannot serve an artifact, this fails at once (no retries), naming it.
+# kcompact launches puts them on its driver's class path (compaction/spark/delta.py). Then kcompact's own LogStore for
+# s3a:// (delta/logstore/, a conditional put per commit) is compiled against them into $JARS/kcompact-logstore.jar.
+# Cached: a rerun with unchanged pins and sources does nothing. If Maven Central cannot serve an artifact, this fails at once (no retries), naming it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
@@ -32,4 +33,16 @@ if [[ "$(cat "$JARS/.resolved" 2>/dev/null)" != "$want" ]]; then
         if compgen -G "$spark_jars/$name-[0-9]*.jar" >/dev/null; then rm "$jar"; fi
     done
     echo "$want" > "$JARS/.resolved"
+fi
+
+LOGSTORE=delta/logstore
+built=$( (echo "$want"; find "$LOGSTORE" -name '*.java' -print0 | sort -z | xargs -0 cat) | sha256sum | cut -c1-16)
+if [[ "$(cat "$JARS/.logstore" 2>/dev/null)" != "$built" ]]; then
+    echo "make delta: building $JARS/kcompact-logstore.jar"
+    classes=$(mktemp -d)
+    classpath=$(ls "$JARS"/delta-storage-*.jar "$spark_jars"/hadoop-client-api-*.jar | paste -sd: -)
+    javac -nowarn --release 17 -cp "$classpath" -d "$classes" $(find "$LOGSTORE" -name '*.java')
+    jar cf "$JARS/kcompact-logstore.jar" -C "$classes" .
+    rm -rf "$classes"
+    echo "$built" > "$JARS/.logstore"
 fi

@@ -11,6 +11,12 @@ In local mode the driver is the executor, so the jars go on the driver JVM's cla
 classes too. Under spark-submit the JVM is running before Python and kcompact adds nothing: the jars and `SQL` are
 the deployment's to pass (`--jars` and `--conf`): `kcompact table` (jobs/table.py) writes the topic table through
 delta-spark (`compaction.spark.delta_table`) and fails without them.
+
+On `s3a://` a session kcompact launches commits through kcompact's own LogStore (`LOGSTORE`, built by `make delta`
+into `.delta-jars/kcompact-logstore.jar` from delta/logstore/): each commit file is one conditional put (S3's
+`If-None-Match: *`), so concurrent writers in different drivers cannot overwrite each other's commit, which
+delta-spark's default for S3 (`S3SingleDriverLogStore`) allows. Under spark-submit, pass the jar and
+`spark.delta.logStore.s3a.impl` too (docs/topic-table.md).
 """
 
 from __future__ import annotations
@@ -39,6 +45,11 @@ partitions, not Delta's default 50 (sized for clusters): on a local[2] session a
 small topic table took 9.5-12 s warm with 4, 18-22 s with 50 (2 shared cores, load ~6)."""
 
 
+LOGSTORE: dict[str, str] = {"spark.delta.logStore.s3a.impl": "dev.kcompact.delta.S3ConditionalLogStore"}
+"""The LogStore of `s3a://` tables when kcompact's jar is there: a commit is a conditional put."""
+LOGSTORE_JAR = "kcompact-logstore.jar"
+
+
 def jars_dir() -> Path:
     return Path(os.environ.get(JARS_ENV) or CHECKOUT_JARS)
 
@@ -55,7 +66,9 @@ def local_options(settings: dict[str, str]) -> dict[str, str]:
     if not found:
         return settings
     earlier = [settings[CLASS_PATH]] if settings.get(CLASS_PATH) else []
-    return with_sql({**LOCAL, **settings, CLASS_PATH: os.pathsep.join([*earlier, *(str(p) for p in found)])})
+    logstore = LOGSTORE if any(p.name == LOGSTORE_JAR for p in found) else {}
+    class_path = os.pathsep.join([*earlier, *(str(p) for p in found)])
+    return with_sql({**LOCAL, **logstore, **settings, CLASS_PATH: class_path})
 
 
 def with_sql(settings: dict[str, str]) -> dict[str, str]:

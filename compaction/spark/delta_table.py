@@ -5,7 +5,9 @@ Each command kcompact runs on the table is **stamped** (`Stamp`): Delta's idempo
 table recorded) and the commit's `userMetadata`, a JSON record of what the table has applied of each partition once
 the commit lands (`compaction.topic_table.target`). Both ride in the command's own commit, set through the session's
 SQL confs `spark.databricks.delta.write.txnAppId` / `.txnVersion` and `spark.databricks.delta.commitInfo.userMetadata`
-for the length of the command and unset after it. Delta skips a stamped command whose `txnVersion` the table already
+for the length of the command and unset after it, in a session of the run's own (`own_session`: the same application
+and confs, a SQL conf of its own), so a stamp never reaches a command that another run, or the notebook around it,
+runs in the same application at the same time. Delta skips a stamped command whose `txnVersion` the table already
 recorded (a concurrent run landed the same sequence number first), and fails one whose read overlaps a concurrent
 commit of the same app id (`ConcurrentTransactionException`): either way the caller finds its commit missing
 (`compaction.topic_table.target.TopicTable.landed`) and raises `CommitConflictError` (exit 4, rerun safe), as it
@@ -49,6 +51,17 @@ class Stamp:
     app_id: str
     version: int | None
     metadata: Mapping[str, Any]
+
+
+def own_session(spark: SparkSession) -> SparkSession:
+    """A session for one table run: `spark`'s application, catalog and cache, and a copy of its SQL confs, but a
+    conf of its own, so the stamps `stamped` sets in it are seen by no other session's commands (Spark's
+    `newSession`; the static confs and the Hadoop configuration are the application's, shared)."""
+    child = spark.newSession()
+    for name, value in spark.conf.getAll.items():
+        if spark.conf.isModifiable(name) and name not in (TXN_APP_ID, TXN_VERSION, USER_METADATA):
+            child.conf.set(name, value)
+    return child
 
 
 @contextlib.contextmanager
@@ -219,4 +232,4 @@ def vacuum(spark: SparkSession, path: str, stamp: Stamp) -> None:
 
 
 __all__ = ["PROPERTIES", "Stamp", "append", "configure", "conflicts", "create", "delete_partitions", "delta_schema",
-           "merge", "optimize", "replace", "set_properties", "spark_path", "stamped", "vacuum"]
+           "merge", "optimize", "own_session", "replace", "set_properties", "spark_path", "stamped", "vacuum"]

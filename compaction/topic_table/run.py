@@ -262,6 +262,10 @@ def update_table(spark: SparkSession, store: ObjectStore, config: KcompactConfig
     `CommitConflictError`).
     """
     started = time.monotonic()
+    if not dry_run:
+        from compaction.spark.delta_table import own_session
+
+        spark = own_session(spark)  # the run's stamps stay in its own SQL conf
     with transactional_batches_read_once():  # the plan's stable offsets, then the read's transactions
         run = plan_run(store, config, topic, location, now_ms, rebuild=rebuild, dry_run=dry_run)
         if progress:
