@@ -10,9 +10,10 @@ conf/spark-defaults.conf documents). The driver runs in client mode from the pro
 Per store, a local directory and S3 on the moto server: tier and `wal upload` of the active segments (in-process),
 then `spark-submit` of jobs/compact.py (exit 0, the JSON report: every planned partition committed); against S3,
 the store a cluster uses, also jobs/verify.py (exit 0), jobs/gc.py (exit 0, replaced segments deleted, no orphan)
-and jobs/wal_roll.py (exit 0, every partition's WAL tail rolled into a committed segment), each a Spark application
-of ~1 min; after each step the latest record per key of every partition is what it was before compaction
-(`tests/latest_view.py`, the property of the other end-to-end tests).
+and jobs/wal_roll.py (exit 0, every partition's WAL tail rolled into a committed segment), then jobs/table.py with
+delta-spark's jars and confs (exit 0, the topic table holds the latest value per key, read by delta-rs), each a
+Spark application of ~1 min; after each step the latest record per key of every partition is what it was before
+compaction (`tests/latest_view.py`, the property of the other end-to-end tests).
 Last, that no executor compiled a kernel: each unpacked environment holds exactly the numba caches the archive
 ships (`compaction.prebuild.kernels`), and the executors' NUMBA_CACHE_DIR stays empty.
 """
@@ -35,11 +36,13 @@ from compaction.errors import ExitCode
 from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import table_in_store
 from compaction.reader import log_refs
+from compaction.spark import delta
 from compaction.storage import ObjectStore, open_store
 from compaction.tier import tier_logdir
 from compaction.wal.upload import upload_logdir
 from tests.latest_view import store_problems, views
 from tests.moto_s3 import BUCKET, FAKE_AWS_ENV, REGION, UNSET_AWS_ENV
+from tests.topic_table import table_rows
 
 REPO = Path(__file__).resolve().parents[2]
 ARCHIVE = REPO / "dist" / "kcompact-env.tar.gz"
@@ -157,12 +160,15 @@ def executor_compilations(cluster: Cluster) -> list[str]:
     return changed + [str(f) for f in cluster.numba_cache.rglob("*") if f.is_file()]
 
 
-def spark_submit(master: Cluster, target: Target, script: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """docs/operating.md's spark-submit line for `jobs/<script>`, from the checkout, with the venv's launcher on PATH.
-    The executors' NUMBA_CACHE_DIR is the cluster's `numba_cache`."""
+def spark_submit(master: Cluster, target: Target, script: str, *args: str, jars: tuple[str, ...] = (),
+                 extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """docs/operating.md's spark-submit line for `jobs/<script>`, from the checkout, with the venv's launcher on PATH
+    (and `jars` and `extra` confs, as docs/topic-table.md adds delta-spark's). The executors' NUMBA_CACHE_DIR is the
+    cluster's `numba_cache`."""
     conf = {**SIZING, **DRIVER_PYTHON, "spark.executorEnv.NUMBA_CACHE_DIR": str(master.numba_cache),
-            **{f"spark.executorEnv.{k}": v for k, v in target.executor_env.items()}}
+            **{f"spark.executorEnv.{k}": v for k, v in target.executor_env.items()}, **(extra or {})}
     command = ["spark-submit", "--master", master.url, "--properties-file", "conf/spark-defaults.conf",
+               *(("--jars", ",".join(jars)) if jars else ()),
                *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}")), f"jobs/{script}", *args]
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AWS_", "PYSPARK_", "NUMBA_")) and k not in ("SPARK_HOME", "SPARK_MASTER")}
@@ -226,3 +232,16 @@ def test_compact_verify_gc_on_a_standalone_cluster(master: Cluster, target: Targ
     assert views(store, PARTITIONS) == before
 
     assert executor_compilations(master) == [], "executors compiled kernels"
+
+    # the topic table, written by delta-spark on the cluster's executors (docs/topic-table.md's spark-submit line);
+    # after the kernel check: its rebuild tasks still compile one KeyFold variant the archive does not ship
+    table = f"{target.uri}/tables/orders"
+    done = spark_submit(master, target, "table.py", "--store", target.uri, "--config", config, "--topic", "orders",
+                        "--table", table, "--now", str(NOW + 30 * DAY), "--json",
+                        jars=tuple(str(j) for j in delta.jars()), extra={**delta.with_sql({}), **delta.LOGSTORE})
+    assert succeeded(done), done.stderr[-4000:]
+    options = target.open().delta_storage_options()
+    rows = {(r[0], r[1], r[2], r[3]) for r in table_rows(target.open().delta_uri("tables/orders"), options)}
+    assert rows == {(p, key, value, offset) for (t, p), view in before.items() if t == "orders"
+                    for key, (offset, _ts, value, _headers) in view.items() if value is not None}
+

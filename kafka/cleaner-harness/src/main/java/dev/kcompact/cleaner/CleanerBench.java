@@ -6,13 +6,10 @@ import org.apache.kafka.storage.internals.log.Cleaner;
 import org.apache.kafka.storage.internals.log.CleanerStats;
 import org.apache.kafka.storage.internals.log.LogCleanerManager;
 import org.apache.kafka.storage.internals.log.LogConfig;
-import org.apache.kafka.storage.internals.log.LogDirFailureChannel;
 import org.apache.kafka.storage.internals.log.LogToClean;
-import org.apache.kafka.storage.internals.log.ProducerStateManagerConfig;
 import org.apache.kafka.storage.internals.log.SkimpyOffsetMap;
 import org.apache.kafka.storage.internals.log.UnifiedLog;
 import org.apache.kafka.storage.internals.utils.Throttler;
-import org.apache.kafka.storage.log.metrics.BrokerTopicStats;
 
 import java.io.File;
 import java.util.ArrayList;
@@ -44,8 +41,6 @@ import java.util.Properties;
  * them).
  */
 public final class CleanerBench {
-    private static final int MAX_TRANSACTION_TIMEOUT_MS = 15 * 60 * 1000;
-    private static final int PRODUCER_ID_EXPIRATION_CHECK_MS = 10 * 60 * 1000;
     private static final int MESSAGE_MAX_BYTES = 1024 * 1024 + 12;
 
     private CleanerBench() {
@@ -67,8 +62,7 @@ public final class CleanerBench {
                 case "--io-buffer-bytes" -> ioBytes = Integer.parseInt(args[++i]);
                 case "--warmup" -> warmups.add(new File(args[++i]));
                 case "--config" -> {
-                    String[] kv = args[++i].split("=", 2);
-                    props.put(kv[0].equals("segment.bytes") ? LogConfig.INTERNAL_SEGMENT_BYTES_CONFIG : kv[0], kv[1]);
+                    HarnessLogs.putConfig(props, args[++i]);
                 }
                 default -> dirs.add(new File(args[i]));
             }
@@ -98,11 +92,8 @@ public final class CleanerBench {
 
     private static String clean(File dir, Cleaner cleaner, LogConfig config, Time time, KafkaScheduler scheduler)
             throws Exception {
-        UnifiedLog log = UnifiedLog.create(dir, config, 0L, 0L, scheduler, new BrokerTopicStats(), time,
-                MAX_TRANSACTION_TIMEOUT_MS, new ProducerStateManagerConfig(Integer.MAX_VALUE, false),
-                PRODUCER_ID_EXPIRATION_CHECK_MS, new LogDirFailureChannel(1), true, Optional.empty());
+        UnifiedLog log = HarnessLogs.open(dir, config, scheduler, time);
         try {
-            log.updateHighWatermark(log.logEndOffset());
             long before = log.size();
             long checkpoint = -1;
             long nanos = 0;

@@ -6,14 +6,11 @@ import org.apache.kafka.storage.internals.log.Cleaner;
 import org.apache.kafka.storage.internals.log.CleanerStats;
 import org.apache.kafka.storage.internals.log.LogCleanerManager;
 import org.apache.kafka.storage.internals.log.LogConfig;
-import org.apache.kafka.storage.internals.log.LogDirFailureChannel;
 import org.apache.kafka.storage.internals.log.LogSegment;
 import org.apache.kafka.storage.internals.log.LogToClean;
-import org.apache.kafka.storage.internals.log.ProducerStateManagerConfig;
 import org.apache.kafka.storage.internals.log.SkimpyOffsetMap;
 import org.apache.kafka.storage.internals.log.UnifiedLog;
 import org.apache.kafka.storage.internals.utils.Throttler;
-import org.apache.kafka.storage.log.metrics.BrokerTopicStats;
 
 import java.io.File;
 import java.util.ArrayList;
@@ -44,8 +41,6 @@ public final class CleanerHarness {
     private static final int IO_BUFFER_BYTES = 64 * 1024;
     private static final int MAX_IO_BUFFER_BYTES = 8 * 1024 * 1024;
     private static final double DUP_BUFFER_LOAD_FACTOR = 0.9;
-    private static final int MAX_TRANSACTION_TIMEOUT_MS = 15 * 60 * 1000;
-    private static final int PRODUCER_ID_EXPIRATION_CHECK_MS = 10 * 60 * 1000;
 
     private CleanerHarness() {
     }
@@ -59,8 +54,7 @@ public final class CleanerHarness {
             switch (args[i]) {
                 case "--now" -> now = Long.parseLong(args[++i]);
                 case "--config" -> {
-                    String[] kv = args[++i].split("=", 2);
-                    props.put(kv[0].equals("segment.bytes") ? LogConfig.INTERNAL_SEGMENT_BYTES_CONFIG : kv[0], kv[1]);
+                    HarnessLogs.putConfig(props, args[++i]);
                 }
                 default -> {
                     int eq = args[i].lastIndexOf('=');
@@ -92,11 +86,8 @@ public final class CleanerHarness {
 
     private static String cleanOne(File dir, long checkpoint, long bound, LogConfig config, Time time,
                                    KafkaScheduler scheduler) throws Exception {
-        UnifiedLog log = UnifiedLog.create(dir, config, 0L, 0L, scheduler, new BrokerTopicStats(), time,
-                MAX_TRANSACTION_TIMEOUT_MS, new ProducerStateManagerConfig(Integer.MAX_VALUE, false),
-                PRODUCER_ID_EXPIRATION_CHECK_MS, new LogDirFailureChannel(1), true, Optional.empty());
+        UnifiedLog log = HarnessLogs.open(dir, config, scheduler, time);
         try {
-            log.updateHighWatermark(log.logEndOffset());
             long now = time.milliseconds();
             LogCleanerManager.OffsetsToClean range = LogCleanerManager.cleanableOffsets(
                     log, checkpoint < 0 ? Optional.empty() : Optional.of(checkpoint), now);

@@ -3,16 +3,12 @@ package dev.kcompact.cleaner;
 import org.apache.kafka.common.utils.Time;
 import org.apache.kafka.server.util.KafkaScheduler;
 import org.apache.kafka.storage.internals.log.LogConfig;
-import org.apache.kafka.storage.internals.log.LogDirFailureChannel;
 import org.apache.kafka.storage.internals.log.LogSegment;
-import org.apache.kafka.storage.internals.log.ProducerStateManagerConfig;
 import org.apache.kafka.storage.internals.log.UnifiedLog;
-import org.apache.kafka.storage.log.metrics.BrokerTopicStats;
 
 import java.io.File;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Optional;
 import java.util.Properties;
 import java.util.StringJoiner;
 
@@ -37,8 +33,6 @@ import java.util.StringJoiner;
  * the base offsets of those left.
  */
 public final class RetentionHarness {
-    private static final int MAX_TRANSACTION_TIMEOUT_MS = 15 * 60 * 1000;
-    private static final int PRODUCER_ID_EXPIRATION_CHECK_MS = 10 * 60 * 1000;
 
     private RetentionHarness() {
     }
@@ -48,8 +42,7 @@ public final class RetentionHarness {
         List<String[]> partitions = new ArrayList<>();
         for (int i = 0; i < args.length; i++) {
             if (args[i].equals("--config")) {
-                String[] kv = args[++i].split("=", 2);
-                shared.put(kv[0].equals("segment.bytes") ? LogConfig.INTERNAL_SEGMENT_BYTES_CONFIG : kv[0], kv[1]);
+                HarnessLogs.putConfig(shared, args[++i]);
                 continue;
             }
             int eq = args[i].lastIndexOf('=');
@@ -77,11 +70,8 @@ public final class RetentionHarness {
     }
 
     private static String expireOne(File dir, LogConfig config, Time time, KafkaScheduler scheduler) throws Exception {
-        UnifiedLog log = UnifiedLog.create(dir, config, 0L, 0L, scheduler, new BrokerTopicStats(), time,
-                MAX_TRANSACTION_TIMEOUT_MS, new ProducerStateManagerConfig(Integer.MAX_VALUE, false),
-                PRODUCER_ID_EXPIRATION_CHECK_MS, new LogDirFailureChannel(1), true, Optional.empty());
+        UnifiedLog log = HarnessLogs.open(dir, config, scheduler, time);
         try {
-            log.updateHighWatermark(log.logEndOffset());
             StringJoiner before = new StringJoiner(", ", "[", "]");
             for (LogSegment s : log.logSegments()) {
                 before.add("[" + s.baseOffset() + ", " + s.size() + ", " + s.largestTimestamp() + "]");
