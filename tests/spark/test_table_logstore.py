@@ -128,11 +128,16 @@ def test_a_delta_table_on_s3_commits_through_it(spark: SparkSession, s3a: FlakyP
 
 def test_a_runs_stamp_reaches_no_other_sessions_commit(spark: SparkSession, tmp_path: Path) -> None:
     """A stamp set in one run's session is not in a commit another session makes meanwhile (two table runs in one
-    notebook's threads, or the notebook's own Delta writes), and the run's session keeps the parent's SQL confs."""
+    notebook's threads, or the notebook's own Delta writes), and the run's session keeps the parent's SQL confs,
+    its Parquet codec zstd unless the parent chose one."""
     spark.conf.set("spark.sql.shuffle.partitions", "7")
     try:
         run = delta_table.own_session(spark)
         assert run.conf.get("spark.sql.shuffle.partitions") == "7"
+        assert run.conf.get(delta_table.PARQUET_CODEC) == "zstd"  # the table's files, unless the session chose
+        spark.conf.set(delta_table.PARQUET_CODEC, "gzip")
+        assert delta_table.own_session(spark).conf.get(delta_table.PARQUET_CODEC) == "gzip"
+        assert spark.conf.get(delta_table.PARQUET_CODEC) == "gzip"  # the parent's own conf is not touched
         stamp = delta_table.Stamp("kcompact-table/a", 1, {"applied": "a"})
         other = str(tmp_path / "other")
         with delta_table.stamped(run, stamp):
@@ -143,3 +148,4 @@ def test_a_runs_stamp_reaches_no_other_sessions_commit(spark: SparkSession, tmp_
         assert not any("txn" in json.loads(line) for line in log)
     finally:
         spark.conf.unset("spark.sql.shuffle.partitions")
+        spark.conf.unset(delta_table.PARQUET_CODEC)
