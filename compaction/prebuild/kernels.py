@@ -46,18 +46,22 @@ def warm_up(workdir: Path) -> None:
     from compaction.generate.topics import TopicSpec
     from compaction.rewrite.group import SegmentInput, rewrite_group
     from compaction.strategies.winner import segment_best
+    from compaction.topic_table.target import table_schema
+    from compaction.topic_table.winners import table_changes_of
     from compaction.verify.columnar import carried_tombstones, view_rows
 
     generate_logdir(workdir / "log", WorkloadSpec(topics=(TopicSpec("warm", 1),), records_per_partition=600,
                                                   keys=40, segment_bytes=8 * 1024, seed=27))
     generate_bulk_logdir(workdir / "bulk", BulkSpec(topics=(TopicSpec("bulk", 1),), records_per_partition=200,
                                                     keys=50))
+    consumed: list[pa.Table] = []
     for log in sorted((workdir / "log").rglob("*.log")):
         data, obj = log.read_bytes(), str(log)
         for header in (None, HEADER):
             scan = scan_segment(data, obj=obj, header_key=header)
         records = scan_records(data, obj=obj)  # the consumer read (read_partition, the topic table's input)
-        list(records.consumer_batches(np.flatnonzero(records.ranges[0] >= 0)))
+        batches = records.consumer_batches(np.flatnonzero(records.ranges[0] >= 0))
+        consumed.extend(t for t in (pa.Table.from_batches([b]) for b in batches) if t.num_rows)
         for strategy in CompactionStrategy:
             for records in buffer_kinds(scan.records):
                 segment_best(records, (), strategy)
@@ -74,6 +78,9 @@ def warm_up(workdir: Path) -> None:
         winners = np.unique(scan.records["offset"].to_numpy()).astype(np.int64)
         rewrite_group([SegmentInput(data, base, obj)], winners, upper_bound_offset=2**62, now_ms=0,
                       delete_retention_ms=0)
+    for strategy in CompactionStrategy:  # the topic table's fold: one task's records, from one segment or several
+        for held in (consumed[:1], consumed):
+            table_changes_of(held, 0, 1, strategy, HEADER, table_schema(strategy))
 
 
 def buffer_kinds(table: pa.Table) -> list[pa.Table]:
