@@ -3,7 +3,8 @@
 # hadoop-aws (s3a://) from Maven Central (delta/pom.xml, pinned), less the jars pyspark already ships. Every session
 # kcompact launches puts them on its driver's class path (compaction/spark/delta.py). Then kcompact's own LogStore for
 # s3a:// (delta/logstore/, a conditional put per commit) is compiled against them into $JARS/kcompact-logstore.jar.
-# Cached: a rerun with unchanged pins and sources does nothing. If Maven Central cannot serve an artifact, this fails at once (no retries), naming it.
+# Cached: a rerun with unchanged pins and sources does nothing. If Maven Central cannot serve an artifact, this fails
+# at once (no retries), naming it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}

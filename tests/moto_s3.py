@@ -52,15 +52,20 @@ def moto_endpoint() -> Iterator[str]:
         server.stop()
 
 
-def make_bucket(endpoint: str, bucket: str) -> None:
-    """Create `bucket` on the moto server at `endpoint`."""
-    client = boto3.client(
+def moto_client(endpoint: str):  # type: ignore[no-untyped-def]
+    """A boto3 S3 client of the moto server at `endpoint`, with the fake credentials."""
+    return boto3.client(
         "s3",
         endpoint_url=endpoint,
         region_name=REGION,
         aws_access_key_id=FAKE_AWS_ENV["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=FAKE_AWS_ENV["AWS_SECRET_ACCESS_KEY"],
     )
+
+
+def make_bucket(endpoint: str, bucket: str) -> None:
+    """Create `bucket` on the moto server at `endpoint`."""
+    client = moto_client(endpoint)
     client.create_bucket(Bucket=bucket)
 
 

@@ -14,14 +14,13 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pytest
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from compaction.spark import delta as delta_jars
 from compaction.spark import delta_table
-from tests.moto_s3 import FAKE_AWS_ENV, REGION, make_bucket
+from tests.moto_s3 import FAKE_AWS_ENV, REGION, make_bucket, moto_client
 from tests.s3_proxy import FlakyProxy, running_proxy
 
 BUCKET = "kcompact-logstore"
@@ -50,12 +49,6 @@ def s3a(spark: SparkSession, bucket_proxy: FlakyProxy, fake_aws_env: None) -> Fl
     return bucket_proxy
 
 
-def moto(endpoint: str):  # type: ignore[no-untyped-def]
-    return boto3.client("s3", endpoint_url=endpoint, region_name=REGION,
-                        aws_access_key_id=FAKE_AWS_ENV["AWS_ACCESS_KEY_ID"],
-                        aws_secret_access_key=FAKE_AWS_ENV["AWS_SECRET_ACCESS_KEY"])
-
-
 def write(spark: SparkSession, store_class: str, uri: str, lines: list[str], overwrite: bool = False) -> None:
     """One LogStore write of `lines` to `uri`, as Delta's commit makes it."""
     jvm = spark.sparkContext._jvm
@@ -72,7 +65,7 @@ def rival_lands_first(proxy: FlakyProxy, moto_endpoint: str, key: str) -> None:
     """When the PUT of `key` reaches the proxy, another driver's commit of it lands in moto first."""
     def fault(method: str, path: str, seen: int) -> None:
         if method == "PUT" and path.split("?")[0].endswith(key) and seen == 0:
-            moto(moto_endpoint).put_object(Bucket=BUCKET, Key=key, Body=RIVAL.encode())
+            moto_client(moto_endpoint).put_object(Bucket=BUCKET, Key=key, Body=RIVAL.encode())
 
     proxy.fault = fault
 
@@ -89,7 +82,7 @@ def test_a_commit_never_overwrites_a_rival_drivers_commit_of_the_same_version(
     with pytest.raises(Py4JJavaError) as raised:
         write(spark, OURS, f"s3a://{BUCKET}/{key}", ['{"commitInfo": {"operation": "OURS"}}'])
     assert raised.value.java_exception.getClass().getName() == "java.nio.file.FileAlreadyExistsException"
-    body = moto(moto_endpoint).get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+    body = moto_client(moto_endpoint).get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
     assert body == RIVAL  # the rival's commit stands, whole
 
 
@@ -99,7 +92,7 @@ def test_delta_sparks_default_for_s3_would_overwrite_it(spark: SparkSession, s3a
     key = "race-default/_delta_log/00000000000000000001.json"
     rival_lands_first(s3a, moto_endpoint, key)
     write(spark, DEFAULT, f"s3a://{BUCKET}/{key}", ['{"commitInfo": {"operation": "OURS"}}'])
-    body = moto(moto_endpoint).get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+    body = moto_client(moto_endpoint).get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
     assert "RIVAL" not in body
 
 
@@ -108,11 +101,11 @@ def test_absent_files_are_written_and_overwrites_still_overwrite(spark: SparkSes
     key = "plain/_delta_log/00000000000000000000.json"
     uri = f"s3a://{BUCKET}/{key}"
     write(spark, OURS, uri, ['{"a": 1}', '{"b": 2}'])
-    assert moto(moto_endpoint).get_object(Bucket=BUCKET, Key=key)["Body"].read() == b'{"a": 1}\n{"b": 2}\n'
+    assert moto_client(moto_endpoint).get_object(Bucket=BUCKET, Key=key)["Body"].read() == b'{"a": 1}\n{"b": 2}\n'
     with pytest.raises(Py4JJavaError, match="FileAlreadyExistsException"):
         write(spark, OURS, uri, ['{"a": 3}'])
     write(spark, OURS, uri, ['{"c": 4}'], overwrite=True)  # Delta overwrites only checkpoints' _last_checkpoint
-    assert moto(moto_endpoint).get_object(Bucket=BUCKET, Key=key)["Body"].read() == b'{"c": 4}\n'
+    assert moto_client(moto_endpoint).get_object(Bucket=BUCKET, Key=key)["Body"].read() == b'{"c": 4}\n'
 
 
 def test_a_delta_table_on_s3_commits_through_it(spark: SparkSession, s3a: FlakyProxy, moto_endpoint: str) -> None:
@@ -121,7 +114,7 @@ def test_a_delta_table_on_s3_commits_through_it(spark: SparkSession, s3a: FlakyP
     spark.range(3).write.format("delta").save(path)
     spark.range(2).write.format("delta").mode("append").save(path)
     assert spark.read.format("delta").load(path).count() == 5
-    listed = moto(moto_endpoint).list_objects_v2(Bucket=BUCKET, Prefix="table/_delta_log/")
+    listed = moto_client(moto_endpoint).list_objects_v2(Bucket=BUCKET, Prefix="table/_delta_log/")
     commits = sorted(o["Key"].rsplit("/", 1)[1] for o in listed["Contents"] if o["Key"].endswith(".json"))
     assert commits == ["00000000000000000000.json", "00000000000000000001.json"]
 
