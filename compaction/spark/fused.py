@@ -1,4 +1,4 @@
-"""The one job without a shuffle: scan, fold and rewrite of a partition in one Python task.
+"""The one job without a shuffle of rows: scan, fold and rewrite of a partition in Python tasks.
 
 When each partition of the one job (`compaction.spark.pipeline`) is one chunk, and its whole log fits what one
 scan task takes anyway (`SCAN_TASK_BYTES`, `SCAN_TASK_RECORDS`: the fold holds a row per distinct key, ~40 bytes),
@@ -6,86 +6,186 @@ the task that scans a partition's segments has every record of the partition: it
 partition's winners, and the same task can rewrite the chunk from them at once. Nothing crosses into the JVM but
 one outcome row per chunk: no rows handed to Spark, no shuffle, no aggregate. The tasks are the rewrite's slots
 (`compaction.spark.pipeline.rewrite_slots`: partitions packed by bytes, as many tasks as cores), so the path is
-taken when there are at least as many slots as cores (`fits`); a partition cut into several chunks, or one whose
-log is larger than a scan task's share, keeps the shuffle, which spreads its scan over every core.
+taken when there are at least as many slots as cores (`fits`).
+
+A partition cut into several chunks (a hot partition, whose chunks have slots of their own so that it uses every
+core) is folded by parts: each chunk's task scans and folds the chunk's segments only, and hands its fold to the
+tasks of the partition's chunks that need it, packed (Arrow IPC, a few binary rows instead of a row per key). Those
+merge the folds they receive into the partition's winners and rewrite their chunk: a job of two stages, every
+segment fetched and decoded once. Under the `offset` strategy a chunk needs only the folds of itself and the
+chunks after it (a record is beaten by a later one only); under the others, every chunk's. The merge holds a row
+per key of the partition, so a partition above `FOLD_RECORDS` offsets, or whose chunk is larger than a scan task,
+keeps the shuffle.
 
 The results are those of the shuffle path: the fold is the scan's own (`compaction.strategies.winner.fold_segment`),
 the rewrite the rewrite job's (`compaction.spark.rewrite_job.run_unit`), and what the scan learns (reports, filters
 built, transactional batches) reaches the driver through the same accumulator. A segment that fails its scan fails
-its partition (the tracker carries the error) and that partition's chunk is not rewritten.
+its partition (the tracker carries the error) and that partition's chunks are not rewritten.
 """
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 from pyspark import Accumulator, Broadcast
 from pyspark.sql import SparkSession
 
+from compaction.config import CompactionStrategy
 from compaction.metadata.model import TopicPartition
 from compaction.spark import scan as scan_job
 from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, outcome_batch, outcomes_of, run_unit
-from compaction.spark.scan import ScanSettings, ScanTask, SegmentDescriptor, describe
+from compaction.spark.scan import CHUNK_SLOT, ScanSettings, ScanTask, SegmentDescriptor, describe
+from compaction.spark.winners import slot_keys
 from compaction.storage.base import ObjectStore
 from compaction.tasks import SegmentScanTask
+
+if TYPE_CHECKING:
+    from compaction.strategies.keyfold import KeyFold
+
+FOLD_RECORDS = 16_000_000
+"""The most offsets a partition cut into chunks may span for its chunks' tasks to merge its folds (a row per
+distinct key, ~40 bytes and the key's own, in each task that merges them)."""
+
+_PIECE_KEYS = 1 << 20
+"""Keys per packed piece of a fold (a binary row of tens of MB at most)."""
+
+_FOLD = pa.schema([pa.field("key", pa.large_binary(), False), pa.field("has_version", pa.int8(), False),
+                   pa.field("version", pa.int64(), False), pa.field("offset", pa.int64(), False)])
+_OFFSETS = pa.schema([pa.field("offset", pa.int64(), False)])
+_EXCHANGED = pa.schema([pa.field(CHUNK_SLOT, pa.int64(), False), pa.field("tp", pa.int32()),
+                        pa.field("chunk", pa.int32()), pa.field("fold", pa.binary()),
+                        pa.field("outcome", pa.binary())])
 
 
 @dataclass(frozen=True)
 class FusedUnit:
-    """One chunk rewritten by the task that folds its partition: the unit, and every segment of the partition to
-    fold first (in offset order)."""
+    """One chunk and what its task folds: every segment of the partition (in offset order) when the chunk is its
+    partition's only one, rewritten at once; else the chunk's own segments, whose fold goes to the slot keys
+    `send_to`, and only its winning offsets to the slot keys `offsets_to` (slots whose units of the partition need
+    no other chunk's fold: the fold is then their winners). The chunk's number among the run's is `chunk`."""
 
     unit: RewriteUnit
     segments: tuple[SegmentDescriptor, ...]
+    send_to: tuple[int, ...] | None = None
+    offsets_to: tuple[int, ...] = ()
+    chunk: int = 0
+
+
+@dataclass(frozen=True)
+class MergedUnit:
+    """A chunk of a partition cut into several, rewritten in the second stage from the folds of `chunks` (the
+    chunk numbers whose folds it waits for)."""
+
+    unit: RewriteUnit
+    chunks: frozenset[int]
 
 
 def fits(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[SegmentScanTask], parallelism: int) -> bool:
-    """Whether the one job's `slots` can each fold and rewrite their partitions alone: every partition is one
-    unit, no partition's segments (`scans`) exceed a scan task's bytes or records, and the slots keep every core
-    busy. Pure."""
+    """Whether the one job's `slots` can fold and rewrite their partitions without a shuffle of rows: the slots
+    keep every core busy; a partition that is one unit is no larger than a scan task's bytes or records; a
+    partition of several units spans at most `FOLD_RECORDS` offsets, each of its chunks' segments are no more
+    than a scan task's bytes, and every segment scanned is an input of one of its chunks. Pure."""
     units = [u for units in slots for u in units]
-    if len(slots) < parallelism or len({u.partition_index for u in units}) < len(units):
+    if len(slots) < parallelism:
         return False
-    sizes: dict[TopicPartition, list[int]] = {}
+    count: dict[int, int] = {}
+    for u in units:
+        count[u.partition_index] = count.get(u.partition_index, 0) + 1
+    by_tp: dict[TopicPartition, list[SegmentScanTask]] = {}
     for s in scans:
-        size = sizes.setdefault(s.tp, [0, 0])
-        size[0] += s.size
-        size[1] += s.offsets
-    return all(b <= scan_job.SCAN_TASK_BYTES and r <= scan_job.SCAN_TASK_RECORDS for b, r in sizes.values())
+        by_tp.setdefault(s.tp, []).append(s)
+    for u in units:
+        if u.partition_index not in count:
+            continue
+        tp = TopicPartition(u.task.topic, u.task.partition)
+        part = by_tp.get(tp, [])
+        offsets = sum(s.offsets for s in part)
+        if count.pop(u.partition_index) == 1:
+            if sum(s.size for s in part) > scan_job.SCAN_TASK_BYTES or offsets > scan_job.SCAN_TASK_RECORDS:
+                return False
+            continue
+        chunks = _chunks_of([v for v in units if v.partition_index == u.partition_index], part)
+        if chunks is None or offsets > FOLD_RECORDS:
+            return False
+        if any(sum(s.size for s in c) > scan_job.SCAN_TASK_BYTES for c in chunks):
+            return False
+    return True
+
+
+def _chunks_of(units: Sequence[RewriteUnit], scans: Sequence[SegmentScanTask]
+               ) -> list[list[SegmentScanTask]] | None:
+    """Each of one partition's `units` with the `scans` among its inputs (in offset order), or None when a scan
+    is an input of none of them. Pure."""
+    owner = {i.segment_id: n for n, u in enumerate(units) for g in u.groups for i in g.inputs}
+    chunks: list[list[SegmentScanTask]] = [[] for _ in units]
+    for s in sorted(scans, key=lambda s: s.start_offset):
+        n = owner.get(s.segment_id)
+        if n is None:
+            return None
+        chunks[n].append(s)
+    return chunks
+
+
+def _needs(unit: RewriteUnit, chunk: RewriteUnit, strategy: CompactionStrategy) -> bool:
+    """Whether `unit`'s winners depend on the records of `chunk` (a unit of its partition): under `offset` only a
+    chunk reaching the unit's first offset or later can hold a record that beats one of the unit's. Pure."""
+    if strategy is not CompactionStrategy.OFFSET:
+        return True
+    return chunk.groups[-1].end_offset >= unit.groups[0].start_offset
 
 
 class _FusedTask:
-    """The `mapInArrow` function of the fused job: task i folds and rewrites the units of slot i, one after the
-    other, and hands back a pickled `UnitOutcome` each."""
+    """The `mapInArrow` function of the fused job's first (or only) stage: task i folds the units of slot i, one
+    after the other. A unit that is its partition's only one is rewritten at once; the fold of a unit of a
+    partition cut into several goes to the slots that merge it. Without such units (`keys` None) the task hands
+    back its pickled `UnitOutcome`s; with them, rows of `_EXCHANGED`, each to the slot key it names: the packed
+    pieces of each fold (`_pack`), and the outcomes, which the second stage passes on."""
 
-    def __init__(self, settings: ScanSettings, tracker: Accumulator, slots: Broadcast[list[list[FusedUnit]]]) -> None:
+    def __init__(self, settings: ScanSettings, tracker: Accumulator, slots: Broadcast[list[list[FusedUnit]]],
+                 keys: Sequence[int] | None) -> None:
         self.settings = settings
         self.tracker = tracker
         self.slots = slots
+        self.keys = keys
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from compaction.strategies.keyfold import KeyFold
+
         scan = ScanTask(self.settings, self.tracker, [])
         slots = self.slots.value
         store = self.settings.spec.open()
-        outcomes: list[UnitOutcome] = []
+        outcomes: list[tuple[int, UnitOutcome]] = []
         with store.deferred_sync():  # the task's objects made durable together, before any outcome is reported
             for slot in (i for ids in batches for i in ids.column(0).to_pylist()):
                 for fused in slots[slot]:
-                    winners = self._fold(scan, store, fused.segments)
-                    if winners is not None:  # else its partition failed (the tracker says why): no rewrite
-                        outcomes.append(run_unit(store, fused.unit, slot, winners))
-        yield outcome_batch(outcomes)
+                    fold = self._fold(scan, store, fused.segments, KeyFold())
+                    if fold is None:  # its partition failed (the tracker says why): no rewrite, no fold sent
+                        continue
+                    if fused.send_to is None:
+                        outcomes.append((slot, run_unit(store, fused.unit, slot, fold.offsets())))
+                        continue
+                    if fused.send_to:
+                        yield _fold_rows(fused, fused.send_to, _pack(fold))
+                    if fused.offsets_to:
+                        yield _fold_rows(fused, fused.offsets_to, _pack_offsets(fold.offsets()))
+        if self.keys is None:
+            yield outcome_batch([o for _slot, o in outcomes])
+        elif outcomes:
+            n = len(outcomes)
+            yield pa.RecordBatch.from_pydict({
+                CHUNK_SLOT: [self.keys[slot] for slot, _o in outcomes], "tp": [None] * n, "chunk": [None] * n,
+                "fold": [None] * n, "outcome": [pickle.dumps(o) for _slot, o in outcomes]}, schema=_EXCHANGED)
 
-    def _fold(self, scan: ScanTask, store: ObjectStore, segments: Sequence[SegmentDescriptor]) -> np.ndarray | None:
-        """The winning offsets of a partition's `segments` (its whole log), or None when one failed its scan. The
-        fold is freed before the rewrite starts: only its offsets stay."""
-        from compaction.strategies.keyfold import KeyFold
+    def _fold(self, scan: ScanTask, store: ObjectStore, segments: Sequence[SegmentDescriptor], fold: KeyFold
+              ) -> KeyFold | None:
+        """`fold` with the keys of `segments` folded in, or None when one failed its scan (reported)."""
         from compaction.strategies.winner import fold_segment
 
-        fold = KeyFold()
         for d in segments:
             scanned = scan.fetch(store, d)
             if scanned is None:
@@ -93,29 +193,163 @@ class _FusedTask:
             partition = self.settings.partitions[d.partition_index]
             scan.done(d, scanned, fold_segment(fold, scanned.segment.records, partition.aborted, partition.strategy,
                                                d.dirty))
-        return fold.offsets()
+        return fold
+
+
+def _pack(fold: KeyFold) -> list[bytes]:
+    """`fold`'s rows (key, has_version, version, offset: the rank `KeyFold.add` takes) as Arrow IPC streams of at
+    most `_PIECE_KEYS` rows each; one empty piece for an empty fold, so that its arrival is known."""
+    keys, has_version, version, offset, _dirty = fold.result()
+    table = pa.Table.from_arrays([keys.cast(pa.large_binary()), pa.array(has_version, pa.int8()),
+                                  pa.array(version, pa.int64()), pa.array(offset, pa.int64())], schema=_FOLD)
+    pieces = []
+    for start in range(0, max(1, table.num_rows), _PIECE_KEYS):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, _FOLD) as writer:
+            writer.write_table(table.slice(start, _PIECE_KEYS))
+        pieces.append(sink.getvalue().to_pybytes())
+    return pieces
+
+
+def _pack_offsets(offsets: np.ndarray) -> list[bytes]:
+    """A fold's winning `offsets` alone, as one Arrow IPC stream (8 bytes a key)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, _OFFSETS) as writer:
+        writer.write_batch(pa.record_batch([pa.array(offsets, pa.int64())], schema=_OFFSETS))
+    return [sink.getvalue().to_pybytes()]
+
+
+def _fold_rows(fused: FusedUnit, keys: Sequence[int], pieces: Sequence[bytes]) -> pa.RecordBatch:
+    """The rows that send each of a chunk's `pieces` to each slot key of `keys`."""
+    targets = [(key, piece) for key in keys for piece in pieces]
+    n = len(targets)
+    return pa.RecordBatch.from_pydict({
+        CHUNK_SLOT: [k for k, _p in targets], "tp": [fused.unit.partition_index] * n, "chunk": [fused.chunk] * n,
+        "fold": [p for _k, p in targets], "outcome": [None] * n}, schema=_EXCHANGED)
+
+
+class _MergeTask:
+    """The `mapInArrow` function of the fused job's second stage: for each slot key its rows name, the units of
+    that slot (`plan`: key -> (slot, `MergedUnit`s)), each partition's received folds merged into its winners and
+    its units rewritten from them; the first stage's outcomes passed on. A partition missing a fold it needs
+    failed in the first stage (the tracker says why) and is not rewritten."""
+
+    def __init__(self, settings: ScanSettings, plan: Broadcast[dict[int, tuple[int, list[MergedUnit]]]]) -> None:
+        self.settings = settings
+        self.plan = plan
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        folds: dict[tuple[int, int], dict[int, list[pa.Buffer]]] = {}  # (slot key, tp) -> chunk -> pieces
+        outcomes: list[UnitOutcome] = []
+        for batch in batches:
+            key, tp, chunk, fold, outcome = (batch.column(c) for c in _EXCHANGED.names)
+            for i in range(batch.num_rows):
+                if outcome[i].is_valid:
+                    outcomes.append(pickle.loads(outcome[i].as_py()))
+                else:
+                    at = folds.setdefault((key[i].as_py(), tp[i].as_py()), {})
+                    at.setdefault(chunk[i].as_py(), []).append(fold[i].as_buffer())
+        plan = self.plan.value
+        store = self.settings.spec.open()
+        with store.deferred_sync():  # the task's objects made durable together, before any outcome is reported
+            for key in sorted({k for k, _tp in folds}):
+                slot, units = plan[key]
+                by_tp: dict[int, list[MergedUnit]] = {}
+                for m in units:
+                    by_tp.setdefault(m.unit.partition_index, []).append(m)
+                for index, merged in by_tp.items():
+                    received = folds.get((key, index), {})
+                    needed = frozenset().union(*(m.chunks for m in merged))
+                    if not needed <= received.keys():
+                        continue
+                    offsets = _merged([p for c in sorted(needed) for p in received[c]])
+                    outcomes.extend(run_unit(store, m.unit, slot, offsets) for m in merged)
+        yield outcome_batch(outcomes)
+
+
+def _merged(pieces: Sequence[pa.Buffer]) -> np.ndarray:
+    """The winning offset of each key of the packed fold `pieces` (`_pack`), merged as the scan folds; or the
+    offsets of one chunk's fold sent alone (`_pack_offsets`)."""
+    from compaction.strategies.keyfold import KeyFold
+
+    tables = [pa.ipc.open_stream(p).read_all() for p in pieces]
+    if all(t.schema.equals(_OFFSETS) for t in tables):
+        return np.concatenate([t.column(0).to_numpy() for t in tables] or [np.empty(0, np.int64)])
+    fold = KeyFold(sum(t.num_rows for t in tables))
+    for t in tables:
+        for b in t.to_batches():
+            fold.add(b.column(0), b.column(1).to_numpy(), b.column(2).to_numpy(), b.column(3).to_numpy(), True)
+    return fold.offsets()
+
+
+def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[SegmentScanTask],
+                  index_of: Mapping[TopicPartition, int], strategy_of: Mapping[int, CompactionStrategy]
+                  ) -> tuple[list[list[FusedUnit]], dict[int, list[MergedUnit]]]:
+    """What each slot's task does in the fused job's first stage (its units, in order), and the units each slot
+    rewrites in the second (empty when no partition is cut into several units: one stage). `strategy_of` gives a
+    partition index's strategy. `fits` must hold. Pure."""
+    by_tp: dict[TopicPartition, list[SegmentScanTask]] = {}
+    for s in scans:
+        by_tp.setdefault(s.tp, []).append(s)
+    tp_of = {index: tp for tp, index in index_of.items()}
+    keys = slot_keys(len(slots))
+    placed: dict[int, list[tuple[int, RewriteUnit]]] = {}  # partition index -> (slot, unit)
+    for slot, units in enumerate(slots):
+        for u in units:
+            placed.setdefault(u.partition_index, []).append((slot, u))
+    planned: dict[int, FusedUnit] = {}  # id(unit) -> how its first stage runs it
+    merges: dict[int, list[MergedUnit]] = {}  # slot -> its units merged in the second stage
+    chunk = 0
+    for index, at in placed.items():
+        part = sorted(by_tp.get(tp_of[index], []), key=lambda s: s.start_offset)
+        if len(at) == 1:
+            planned[id(at[0][1])] = FusedUnit(at[0][1], tuple(describe(scans, [part], index_of)[0]))
+            continue
+        at.sort(key=lambda su: su[1].groups[0].start_offset)
+        numbers = range(chunk, chunk + len(at))
+        chunk += len(at)
+        chunks = _chunks_of([u for _s, u in at], part)
+        if chunks is None:
+            raise ValueError("the fused job planned where fits() does not hold")
+        needs = {id(u): frozenset(m for (_s, v), m in zip(at, numbers, strict=True)
+                                  if _needs(u, v, strategy_of[index])) for _s, u in at}
+        wanted: dict[int, frozenset[int]] = {}  # slot -> the chunks its units of the partition need
+        for slot, u in at:
+            wanted[slot] = wanted.get(slot, frozenset()) | needs[id(u)]
+            merges.setdefault(slot, []).append(MergedUnit(u, needs[id(u)]))
+        for (_slot, u), n, c in zip(at, numbers, chunks, strict=True):
+            to = sorted(keys[w] for w, chunks_of_slot in wanted.items() if n in chunks_of_slot)
+            alone = {keys[w] for w, chunks_of_slot in wanted.items() if chunks_of_slot == {n}}
+            planned[id(u)] = FusedUnit(u, tuple(describe(scans, [c], index_of)[0]),
+                                       tuple(k for k in to if k not in alone), tuple(k for k in to if k in alone), n)
+    return [[planned[id(u)] for u in units] for units in slots], merges
 
 
 def fold_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequence[SegmentScanTask],
                      index_of: Mapping[TopicPartition, int], tracker: Accumulator,
                      slots: Sequence[Sequence[RewriteUnit]]) -> list[UnitOutcome]:
-    """The one job as one stage of `len(slots)` tasks (see the module docstring); one outcome per unit whose
-    partition scanned cleanly. The scan reports go to `tracker`."""
-    by_tp: dict[TopicPartition, list[SegmentScanTask]] = {}
-    for s in scans:
-        by_tp.setdefault(s.tp, []).append(s)
-    tp_of = {index: tp for tp, index in index_of.items()}
-    fused = []
-    for units in slots:
-        parts = [sorted(by_tp.get(tp_of[u.partition_index], []), key=lambda s: s.start_offset) for u in units]
-        fused.append([FusedUnit(u, tuple(d)) for u, d in zip(units, describe(scans, parts, index_of), strict=True)])
-    shipped = spark.sparkContext.broadcast(fused)
+    """The one job of `len(slots)` tasks (see the module docstring and `exchange_plan`): one stage when every
+    partition is one unit, two when some partition is cut into several; one outcome per unit whose partition
+    scanned cleanly. The scan reports go to `tracker`. `fits` must hold."""
+    strategies = {i: p.strategy for i, p in enumerate(settings.partitions)}
+    first, merges = exchange_plan(slots, scans, index_of, strategies)
+    keys = slot_keys(len(slots))
+    shipped = spark.sparkContext.broadcast(first)
+    plan = spark.sparkContext.broadcast({keys[s]: (s, m) for s, m in merges.items()}) if merges else None
     try:
-        ids = spark.range(0, len(fused), numPartitions=max(1, len(fused)))  # task i runs slot i
-        rows = ids.mapInArrow(_FusedTask(settings, tracker, shipped), "outcome binary").collect()
+        ids = spark.range(0, len(slots), numPartitions=max(1, len(slots)))  # task i runs slot i
+        if plan is None:
+            rows = ids.mapInArrow(_FusedTask(settings, tracker, shipped, None), "outcome binary").collect()
+        else:
+            exchanged = ids.mapInArrow(_FusedTask(settings, tracker, shipped, keys),
+                                       f"{CHUNK_SLOT} long, tp int, chunk int, fold binary, outcome binary")
+            rows = exchanged.repartition(len(slots), CHUNK_SLOT).mapInArrow(
+                _MergeTask(settings, plan), "outcome binary").collect()
     finally:
         shipped.unpersist()
+        if plan is not None:
+            plan.unpersist()
     return outcomes_of(rows)
 
 
-__all__ = ["FusedUnit", "fits", "fold_and_rewrite"]
+__all__ = ["FOLD_RECORDS", "FusedUnit", "MergedUnit", "exchange_plan", "fits", "fold_and_rewrite"]

@@ -24,9 +24,9 @@ are clean segments with filters, the rescan when some of them must be rewritten,
 
 The one job (`_in_one_job`), the alternative: when every chunk is known before the scan (no partition has a
 clean segment, as in a first compaction), steps 1, 2 and 5 are one job (`_scan_and_rewrite`): no persisted
-winners, no counting job; no shuffle at all when each partition is one chunk that one task can fold and every core
-has a slot (`compaction.spark.fused`: the scan task rewrites from its own fold), else one shuffle when each
-partition has one chunk, two when some have several. Each
+winners, no counting job; no shuffle of rows when every core has a slot and each partition's log is one a task can
+fold (`compaction.spark.fused`: the scan task rewrites from its own fold; a partition of several chunks exchanges
+its chunks' folds, packed), else one shuffle when each partition has one chunk, two when some have several. Each
 chunk's marker-walk state must then be known before the scan too (`_plan_before_scan`): a partition's first
 chunk starts the walk, and a later chunk's state is known when the rows of the segments before it say that none
 holds a transactional or control batch (`SegmentMetadata.transactional` False, docs/metadata-table.md). A
@@ -311,8 +311,9 @@ def _states_known(work: PartitionWork, task: PartitionTask) -> bool:
 def _scan_and_rewrite(staging: _Staging, scans: Sequence[SegmentScanTask], tracker: Accumulator,
                       slots: Sequence[Sequence[RewriteUnit]]) -> list[UnitOutcome]:
     """Scan, winners and rewrite as one Spark job, when every chunk is known before the scan (`_plan_before_scan`).
-    When each partition is one chunk small enough for one task and there are slots for every core, a job of one
-    stage (`compaction.spark.fused`): each task folds its partitions' keys itself and rewrites from them. Else
+    When there are slots for every core and each partition's log is small enough to fold in one task, the fused
+    job (`compaction.spark.fused`): each task folds its partitions' keys itself and rewrites from them (a partition
+    of several chunks exchanges its chunks' folds, packed, in a second stage). Else
     two stages: each scan row is tagged with the slot of its partition's chunk and shuffled once,
     by slot; the aggregate then runs in the rewrite task that needs its winners (grouping by slot too, on rows
     already partitioned by slot, adds no shuffle). No persisted winners and no counting job: each rewrite task

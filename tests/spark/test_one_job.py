@@ -153,22 +153,31 @@ def test_one_job_writes_what_the_step_by_step_path_writes(spark: SparkSession, t
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize(("strategy", "transactions", "cached"), [
-    ("offset", False, True), ("timestamp", False, True), ("offset", True, True), ("offset", True, False)])
+@pytest.mark.parametrize(("strategy", "transactions", "cached", "path"), [
+    ("offset", False, True, "fused"), ("offset", False, True, "shuffle"), ("timestamp", False, True, "fused"),
+    ("timestamp", False, True, "shuffle"), ("header", False, True, "fused"), ("offset", True, True, "fused"),
+    ("offset", True, False, "fused")])
 def test_several_chunks_per_partition_write_what_the_step_by_step_path_writes(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: str, transactions: bool,
-        cached: bool) -> None:
-    """Several chunks per partition: each key goes to the chunk holding its winner (two shuffles, still one
-    job's worth of planning). A later chunk's marker-walk state must be known before the scan: `kcompact tier`
+        cached: bool, path: str) -> None:
+    """Several chunks per partition, each in a rewrite slot of its own. Fused: each chunk's task folds its own
+    segments and hands its fold, packed, to the chunks that need it (under `offset` the earlier ones), which
+    merge them and rewrite. Else each key goes to the chunk holding its winner (two shuffles, still one job's
+    worth of planning). A later chunk's marker-walk state must be known before the scan: `kcompact tier`
     recorded in each segment's row whether it holds a transactional or control batch, so partitions 1 and 2 with
     `transactions` (a committed and an aborted transaction across chunks) are staged step by step from the start,
     partition 0 in the one job; with or without the run's cache, no partition is staged twice. The outputs' rows
     say it too."""
     if not cached:
         monkeypatch.setattr(pipeline, "cache_fits", lambda *_a: False)
+    if path == "shuffle":
+        _shuffle_only(monkeypatch)
+    ran_fused = _spy_fused(monkeypatch)
     stepwise = _spy_step_by_step(monkeypatch)
     fused, fused_jobs = _run(spark, one := _store(tmp_path / "one", transactions), strategy, 40 * 1024)
     assert stepwise == ([1, 2] if transactions else [])
+    chunks = sum(p["stats"]["chunks"] for p in fused["partitions"][:1 if transactions else PARTITIONS])
+    assert ran_fused == ([chunks] if path == "fused" else [])
     _step_by_step_only(monkeypatch)
     stepped, stepped_jobs = _run(spark, other := _store(tmp_path / "other", transactions), strategy, 40 * 1024)
     assert all(p["committed"] and p["error"] is None for p in fused["partitions"] + stepped["partitions"])
@@ -189,6 +198,32 @@ def test_several_chunks_per_partition_write_what_the_step_by_step_path_writes(
                 assert s.transactional is any(h.is_transactional_or_control for h in headers)
                 flags.append(s.transactional)
         assert any(flags) is transactions
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("victim", ["first", "last"])
+def test_a_corrupt_segment_in_a_chunk_fails_its_partition_alone_in_the_fused_exchange(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, victim: str) -> None:
+    """A partition of several chunks in the fused job, with a bit flipped at rest in a segment of its first or its
+    last chunk: the scan's error names the object and the byte, the partition exits 3 and keeps its segments, the
+    other partitions commit. (Under `offset` the last chunk needs no other chunk's fold, so its rewrite may run;
+    what it uploaded is never referenced.)"""
+    ran_fused = _spy_fused(monkeypatch)
+    store = _store(tmp_path / "one")
+    before = table_in_store(store).live_segments("users", 0)
+    segment = before[0 if victim == "first" else -1]
+    key = segment.object_key(ObjectSuffix.LOG) or ""
+    data = bytearray(store.get(key))
+    data[100] ^= 0xFF
+    store.delete(key)  # objects are never overwritten: replace it (as a bit flip at rest would)
+    store.put(key, bytes(data))
+    report, _jobs = _run(spark, store, "offset", 40 * 1024)
+    assert len(ran_fused) == 1 and ran_fused[0] > PARTITIONS  # several chunks a partition, fused
+    (failed,) = report["failed"]
+    assert failed["partition"] == 0 and failed["exit_code"] == 3 == report["exit_code"]
+    assert key in failed["error"] and "byte" in failed["error"]
+    assert [p["partition"] for p in report["partitions"] if p["committed"] and p["error"] is None] == [1, 2]
+    assert table_in_store(store).live_segments("users", 0) == before
 
 
 @pytest.mark.spark

@@ -16,9 +16,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import compaction.spark.fused as fused_job
 from compaction.config import CompactionStrategy
+from compaction.metadata.model import TopicPartition
 from compaction.packing import MAX_TASK_BYTES, OPEN_COST_BYTES
-from compaction.spark.fused import fits
+from compaction.spark.fused import FOLD_RECORDS, _merged, _needs, _pack, _pack_offsets, exchange_plan, fits
 from compaction.spark.pipeline import _states_known, rewrite_slots
 from compaction.spark.rewrite_job import RewriteUnit, split_winners
 from compaction.spark.scan import (
@@ -233,8 +235,100 @@ def test_the_fused_job_takes_one_chunk_partitions_a_task_can_fold_when_every_cor
     scans = segments(0, 3) + segments(1, 3)
     assert fits([[_unit(0, 0, 3)], [_unit(1, 0, 3)]], scans, parallelism=2)
     assert not fits([[_unit(0, 0, 3), _unit(1, 0, 3)]], scans, parallelism=2)  # one slot: a core would idle
-    assert not fits([[_unit(0, 0, 3)], [_unit(0, 1, 3)]], segments(0, 3), parallelism=2)  # a partition, two chunks
+    assert not fits([[_unit(0, 0, 3)], [_unit(0, 1, 3)]], segments(0, 3), parallelism=2)  # scans in no chunk
     big = segments(0, 2, size=SCAN_TASK_BYTES // 2 + 1) + segments(1, 1)
     assert not fits([[_unit(0, 0, 3)], [_unit(1, 0, 3)]], big, parallelism=2)  # over a scan task's bytes
     many = segments(0, 2, offsets=SCAN_TASK_RECORDS // 2 + 1) + segments(1, 1)
     assert not fits([[_unit(0, 0, 3)], [_unit(1, 0, 3)]], many, parallelism=2)  # over its records
+
+
+def _chunk(index: int, group_id: int, scans: list[SegmentScanTask]) -> RewriteUnit:
+    """A rewrite unit of partition `index` whose inputs are `scans`' segments."""
+    inputs = tuple(InputSegment(s.segment_id, s.start_offset, s.start_offset + s.offsets - 1, {}, s.size)
+                   for s in scans)
+    task = PartitionTask("t", "id", index, 10, 0, 0, 4096, (), {}, ())
+    return RewriteUnit(index, task, (GroupTask(group_id, inputs[0].start_offset, inputs[-1].end_offset, inputs),))
+
+
+def test_the_fused_job_takes_a_partition_of_several_chunks_whose_folds_its_tasks_can_merge() -> None:
+    """A hot partition cut into chunks of slots of their own is fused too (each chunk's task folds its own
+    segments, the folds are exchanged packed): as long as the partition's offsets stay within `FOLD_RECORDS` (each
+    merging task holds a row per key of the partition), each chunk's segments within a scan task's bytes, and every
+    scanned segment is an input of one of its chunks."""
+    def segments(n: int, size: int = 2**20, offsets: int = 1000) -> list[SegmentScanTask]:
+        return [SegmentScanTask("t", 0, f"s{i}", f"k{i}", i * offsets, size=size, offsets=offsets) for i in range(n)]
+
+    scans = segments(4)
+    assert fits([[_chunk(0, 0, scans[:2])], [_chunk(0, 1, scans[2:])]], scans, parallelism=2)
+    assert fits([[_chunk(0, 0, scans[:1])], [_chunk(0, 1, scans[1:3])], [_chunk(0, 2, scans[3:])]], scans, 2)
+    assert not fits([[_chunk(0, 0, scans[:2])], [_chunk(0, 1, scans[2:3])]], scans, 2)  # s3 is in no chunk
+    many = segments(4, offsets=FOLD_RECORDS // 4 + 1)
+    assert not fits([[_chunk(0, 0, many[:2])], [_chunk(0, 1, many[2:])]], many, 2)  # the merge's keys
+    big = segments(3, size=SCAN_TASK_BYTES // 2 + 1)
+    assert not fits([[_chunk(0, 0, big[:2])], [_chunk(0, 1, big[2:])]], big, 2)  # a chunk over a scan task
+    assert fits([[_chunk(0, 0, big[:1])], [_chunk(0, 1, big[1:2])], [_chunk(0, 2, big[2:])]], big, 2)
+
+
+def test_under_offset_a_chunk_needs_only_its_own_and_later_chunks_folds() -> None:
+    """`_needs`: a record is beaten under `offset` only by a later one of its key, so a chunk's winners follow
+    from the folds of itself and the chunks after it; under a ranked strategy from every chunk's."""
+    scans = [SegmentScanTask("t", 0, f"s{i}", f"k{i}", i * 100, size=1, offsets=100) for i in range(3)]
+    first, second, third = (_chunk(0, i, [s]) for i, s in enumerate(scans))
+    assert [_needs(first, c, CompactionStrategy.OFFSET) for c in (first, second, third)] == [True] * 3
+    assert [_needs(third, c, CompactionStrategy.OFFSET) for c in (first, second, third)] == [False, False, True]
+    assert all(_needs(third, c, s) for c in (first, second) for s in (CompactionStrategy.TIMESTAMP,
+                                                                       CompactionStrategy.HEADER))
+
+
+def test_packed_folds_merge_into_the_winners_of_the_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk's fold travels packed (`_pack`: Arrow IPC pieces of at most `_PIECE_KEYS` keys, one empty piece for
+    an empty fold) and the merge of the pieces of every chunk (`_merged`) gives each key's winner as one fold of
+    all the rows would."""
+    from compaction.strategies.keyfold import KeyFold
+
+    monkeypatch.setattr(fused_job, "_PIECE_KEYS", 1000)
+
+    rng = np.random.default_rng(5)
+    keys = [b"k%d" % k for k in rng.integers(0, 3000, 20_000)]
+    version = rng.integers(0, 50, 20_000)
+    has_version = (rng.random(20_000) < 0.8).astype(np.int8)
+    offsets = np.arange(20_000, dtype=np.int64)
+    whole = KeyFold()
+    whole.add(pa.array(keys, pa.binary()), has_version, version, offsets, True)
+    parts = []
+    for lo, hi in ((0, 7000), (7000, 7000), (7000, 20_000)):
+        fold = KeyFold()
+        fold.add(pa.array(keys[lo:hi], pa.binary()), has_version[lo:hi], version[lo:hi], offsets[lo:hi], True)
+        parts.append(_pack(fold))
+    assert [len(p) for p in parts] == [3, 1, 3]  # 2.7 k keys in the first chunk's fold, none in the second's
+    pieces = [pa.py_buffer(b) for p in parts for b in p]
+    assert sorted(_merged(pieces).tolist()) == sorted(whole.offsets().tolist())
+    alone = _pack_offsets(whole.offsets())  # a chunk that needs no other's fold gets its winners alone
+    assert _merged([pa.py_buffer(b) for b in alone]).tolist() == whole.offsets().tolist()
+
+
+@pytest.mark.parametrize("strategy", list(CompactionStrategy))
+def test_the_exchange_sends_each_chunks_fold_where_it_is_needed(strategy: CompactionStrategy) -> None:
+    """`exchange_plan` for a hot partition of two chunks (slots 0 and 1) beside a small one (slot 0 too): the small
+    partition is folded and rewritten at once; under `offset` the first chunk's fold goes to its own slot only, the
+    second's whole to the first chunk's slot and its winners alone to its own (it needs no other fold); under a
+    ranked strategy both folds go whole to both slots. Every segment is folded by exactly one task."""
+    hot = [SegmentScanTask("t", 0, f"h{i}", f"kh{i}", i * 100, size=10, offsets=100) for i in range(4)]
+    small = [SegmentScanTask("t", 1, "s0", "ks0", 0, size=1, offsets=100)]
+    first, second, alone = _chunk(0, 0, hot[:2]), _chunk(0, 1, hot[2:]), _chunk(1, 0, small)
+    index_of = {TopicPartition("t", 0): 0, TopicPartition("t", 1): 1}
+    stage_one, merges = exchange_plan([[first, alone], [second]], hot + small, index_of, {0: strategy, 1: strategy})
+    keys = slot_keys(2)
+    (f0, f_small), (f1,) = stage_one
+    assert (f_small.unit, f_small.send_to, [d.segment_id for d in f_small.segments]) == (alone, None, ["s0"])
+    assert [d.segment_id for d in f0.segments] == ["h0", "h1"] and [d.segment_id for d in f1.segments] == ["h2", "h3"]
+    if strategy is CompactionStrategy.OFFSET:
+        assert (f0.send_to, f0.offsets_to) == ((keys[0],), ())
+        assert (f1.send_to, f1.offsets_to) == ((keys[0],), (keys[1],))
+    else:
+        assert (f0.send_to, f0.offsets_to) == (tuple(sorted(keys)), ()) == (f1.send_to, f1.offsets_to)
+    assert [m.unit for m in merges[0]] == [first] and [m.unit for m in merges[1]] == [second]
+    assert merges[0][0].chunks == {f0.chunk, f1.chunk}
+    assert merges[1][0].chunks == ({f1.chunk} if strategy is CompactionStrategy.OFFSET else {f0.chunk, f1.chunk})
+    assert exchange_plan([[alone], [_chunk(2, 0, small)]], small, index_of | {TopicPartition("t", 2): 2},
+                         {1: strategy, 2: strategy})[1] == {}  # every partition one unit: one stage
