@@ -169,10 +169,13 @@ class _FusedTask:
                     if fused.send_to is None:
                         outcomes.append((slot, run_unit(store, fused.unit, slot, fold.offsets())))
                         continue
-                    if fused.send_to:
-                        yield _fold_rows(fused, fused.send_to, _pack(fold))
-                    if fused.offsets_to:
-                        yield _fold_rows(fused, fused.offsets_to, _pack_offsets(fold.offsets()))
+                    winners = fold.offsets() if fused.offsets_to else None
+                    rows = fold.result() if fused.send_to else None
+                    del fold  # its table freed: what is sent is a copy of its rows, packed a piece at a time
+                    for piece in _pack(rows) if rows is not None else ():
+                        yield _fold_rows(fused, fused.send_to, [piece])
+                    if winners is not None:
+                        yield _fold_rows(fused, fused.offsets_to, [_pack_offsets(winners)])
         if self.keys is None:
             yield outcome_batch([o for _slot, o in outcomes])
         elif outcomes:
@@ -196,27 +199,26 @@ class _FusedTask:
         return fold
 
 
-def _pack(fold: KeyFold) -> list[bytes]:
-    """`fold`'s rows (key, has_version, version, offset: the rank `KeyFold.add` takes) as Arrow IPC streams of at
-    most `_PIECE_KEYS` rows each; one empty piece for an empty fold, so that its arrival is known."""
-    keys, has_version, version, offset, _dirty = fold.result()
+def _pack(rows: tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> Iterator[bytes]:
+    """A fold's `rows` (`KeyFold.result`; key, has_version, version and offset are the rank `KeyFold.add` takes)
+    as Arrow IPC streams of at most `_PIECE_KEYS` rows each, one at a time; one empty piece for an empty fold, so
+    that its arrival is known."""
+    keys, has_version, version, offset, _dirty = rows
     table = pa.Table.from_arrays([keys.cast(pa.large_binary()), pa.array(has_version, pa.int8()),
                                   pa.array(version, pa.int64()), pa.array(offset, pa.int64())], schema=_FOLD)
-    pieces = []
     for start in range(0, max(1, table.num_rows), _PIECE_KEYS):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, _FOLD) as writer:
             writer.write_table(table.slice(start, _PIECE_KEYS))
-        pieces.append(sink.getvalue().to_pybytes())
-    return pieces
+        yield sink.getvalue().to_pybytes()
 
 
-def _pack_offsets(offsets: np.ndarray) -> list[bytes]:
+def _pack_offsets(offsets: np.ndarray) -> bytes:
     """A fold's winning `offsets` alone, as one Arrow IPC stream (8 bytes a key)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, _OFFSETS) as writer:
         writer.write_batch(pa.record_batch([pa.array(offsets, pa.int64())], schema=_OFFSETS))
-    return [sink.getvalue().to_pybytes()]
+    return sink.getvalue().to_pybytes()
 
 
 def _fold_rows(fused: FusedUnit, keys: Sequence[int], pieces: Sequence[bytes]) -> pa.RecordBatch:

@@ -299,12 +299,12 @@ def test_packed_folds_merge_into_the_winners_of_the_whole(monkeypatch: pytest.Mo
     for lo, hi in ((0, 7000), (7000, 7000), (7000, 20_000)):
         fold = KeyFold()
         fold.add(pa.array(keys[lo:hi], pa.binary()), has_version[lo:hi], version[lo:hi], offsets[lo:hi], True)
-        parts.append(_pack(fold))
+        parts.append(list(_pack(fold.result())))
     assert [len(p) for p in parts] == [3, 1, 3]  # 2.7 k keys in the first chunk's fold, none in the second's
     pieces = [pa.py_buffer(b) for p in parts for b in p]
     assert sorted(_merged(pieces).tolist()) == sorted(whole.offsets().tolist())
     alone = _pack_offsets(whole.offsets())  # a chunk that needs no other's fold gets its winners alone
-    assert _merged([pa.py_buffer(b) for b in alone]).tolist() == whole.offsets().tolist()
+    assert _merged([pa.py_buffer(alone)]).tolist() == whole.offsets().tolist()
 
 
 @pytest.mark.parametrize("strategy", list(CompactionStrategy))
