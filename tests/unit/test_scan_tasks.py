@@ -20,7 +20,7 @@ import compaction.spark.fused as fused_job
 from compaction.config import CompactionStrategy
 from compaction.metadata.model import TopicPartition
 from compaction.packing import MAX_TASK_BYTES, OPEN_COST_BYTES
-from compaction.spark.fused import FOLD_RECORDS, _merged, _needs, _pack, _pack_offsets, exchange_plan, fits
+from compaction.spark.fused import FOLD_RECORDS, _merged, _needs, _pack, _pack_offsets, _parts, exchange_plan, fits
 from compaction.spark.pipeline import _states_known, rewrite_slots
 from compaction.spark.rewrite_job import RewriteUnit, split_winners
 from compaction.spark.scan import (
@@ -269,15 +269,27 @@ def test_the_fused_job_takes_a_partition_of_several_chunks_whose_folds_its_tasks
     assert fits([[_chunk(0, 0, big[:1])], [_chunk(0, 1, big[1:2])], [_chunk(0, 2, big[2:])]], big, 2)
 
 
-def test_under_offset_a_chunk_needs_only_its_own_and_later_chunks_folds() -> None:
+def test_under_offset_a_chunk_needs_only_the_parts_reaching_it() -> None:
     """`_needs`: a record is beaten under `offset` only by a later one of its key, so a chunk's winners follow
-    from the folds of itself and the chunks after it; under a ranked strategy from every chunk's."""
+    from the folds of the parts that reach its first offset; under a ranked strategy from every part's."""
     scans = [SegmentScanTask("t", 0, f"s{i}", f"k{i}", i * 100, size=1, offsets=100) for i in range(3)]
-    first, second, third = (_chunk(0, i, [s]) for i, s in enumerate(scans))
-    assert [_needs(first, c, CompactionStrategy.OFFSET) for c in (first, second, third)] == [True] * 3
-    assert [_needs(third, c, CompactionStrategy.OFFSET) for c in (first, second, third)] == [False, False, True]
-    assert all(_needs(third, c, s) for c in (first, second) for s in (CompactionStrategy.TIMESTAMP,
-                                                                       CompactionStrategy.HEADER))
+    first, _second, third = (_chunk(0, i, [s]) for i, s in enumerate(scans))
+    ends = [100, 200, None]  # the parts [0, 100), [100, 200), [200, ...)
+    assert [_needs(first, end, CompactionStrategy.OFFSET) for end in ends] == [True] * 3
+    assert [_needs(third, end, CompactionStrategy.OFFSET) for end in ends] == [False, False, True]
+    assert all(_needs(third, end, s) for end in ends for s in (CompactionStrategy.TIMESTAMP, CompactionStrategy.HEADER))
+
+
+@given(st.lists(st.integers(0, 1000), min_size=1, max_size=30), st.integers(1, 8))
+def test_fold_parts_are_consecutive_runs_of_about_equal_bytes(sizes: list[int], n: int) -> None:
+    """`_parts`: min(n, segments) runs, none empty, in offset order, together every segment once; no run holds
+    more than its share of the bytes plus one segment."""
+    scans = [SegmentScanTask("t", 0, f"s{i}", f"k{i}", i * 10, size=b, offsets=10) for i, b in enumerate(sizes)]
+    parts = _parts(list(reversed(scans)), n)
+    assert len(parts) == min(n, len(scans)) and all(parts)
+    assert [s for p in parts for s in p] == scans
+    share = sum(sizes) / len(parts)
+    assert all(sum(s.size for s in p) <= share + max(sizes) for p in parts)
 
 
 def test_packed_folds_merge_into_the_winners_of_the_whole(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -301,10 +313,15 @@ def test_packed_folds_merge_into_the_winners_of_the_whole(monkeypatch: pytest.Mo
         fold.add(pa.array(keys[lo:hi], pa.binary()), has_version[lo:hi], version[lo:hi], offsets[lo:hi], True)
         parts.append(list(_pack(fold.result())))
     assert [len(p) for p in parts] == [3, 1, 3]  # 2.7 k keys in the first chunk's fold, none in the second's
-    pieces = [pa.py_buffer(b) for p in parts for b in p]
+    monkeypatch.setattr(fused_job, "_PIECE_KEY_BYTES", 2000)  # and pieces cut by their keys' bytes
+    fold = KeyFold()
+    fold.add(pa.array(keys, pa.binary()), has_version, version, offsets, True)
+    assert len(cut := list(_pack(fold.result()))) > 3
+    assert sorted(_merged(cut).tolist()) == sorted(whole.offsets().tolist())
+    pieces = [b for p in parts for b in p]
     assert sorted(_merged(pieces).tolist()) == sorted(whole.offsets().tolist())
     alone = _pack_offsets(whole.offsets())  # a chunk that needs no other's fold gets its winners alone
-    assert _merged([pa.py_buffer(alone)]).tolist() == whole.offsets().tolist()
+    assert _merged([alone]).tolist() == whole.offsets().tolist()
 
 
 @pytest.mark.parametrize("strategy", list(CompactionStrategy))
@@ -330,5 +347,9 @@ def test_the_exchange_sends_each_chunks_fold_where_it_is_needed(strategy: Compac
     assert [m.unit for m in merges[0]] == [first] and [m.unit for m in merges[1]] == [second]
     assert merges[0][0].chunks == {f0.chunk, f1.chunk}
     assert merges[1][0].chunks == ({f1.chunk} if strategy is CompactionStrategy.OFFSET else {f0.chunk, f1.chunk})
+    uneven, _ = exchange_plan([[_chunk(0, 0, hot[:1])], [_chunk(0, 1, hot[1:])]], hot, index_of, {0: strategy})
+    assert [[d.segment_id for d in f.segments] for (f,) in uneven] == [["h0", "h1"], ["h2", "h3"]]  # by bytes
+    if strategy is CompactionStrategy.OFFSET:  # the second chunk starts inside the first part: it needs both
+        assert uneven[0][0].send_to == tuple(sorted(keys)) and uneven[0][0].offsets_to == ()
     assert exchange_plan([[alone], [_chunk(2, 0, small)]], small, index_of | {TopicPartition("t", 2): 2},
                          {1: strategy, 2: strategy})[1] == {}  # every partition one unit: one stage
