@@ -56,8 +56,6 @@ _PIECE_KEY_BYTES = 1 << 28
 """Keys, and key bytes, per packed piece of a fold: a binary value of tens of MB, far below the 2 GiB Spark's
 binary column (32-bit offsets) and its rows take."""
 
-_FOLD = pa.schema([pa.field("key", pa.large_binary(), False), pa.field("has_version", pa.int8(), False),
-                   pa.field("version", pa.int64(), False), pa.field("offset", pa.int64(), False)])
 _OFFSETS = pa.schema([pa.field("offset", pa.int64(), False)])
 _EXCHANGED = pa.schema([pa.field(CHUNK_SLOT, pa.int64(), False), pa.field("tp", pa.int32()),
                         pa.field("chunk", pa.int32()), pa.field("fold", pa.binary()),
@@ -193,7 +191,8 @@ class _FusedTask:
                     winners = fold.offsets() if fused.offsets_to else None
                     rows = fold.result() if fused.send_to else None
                     del fold  # its table freed: what is sent is a copy of its rows, packed a piece at a time
-                    for piece in _pack(rows) if rows is not None else ():
+                    strategy = self.settings.partitions[fused.unit.partition_index].strategy
+                    for piece in _pack(rows, strategy is not CompactionStrategy.OFFSET) if rows is not None else ():
                         yield from _fold_rows(fused, fused.send_to, piece)
                     if winners is not None:
                         yield from _fold_rows(fused, fused.offsets_to, _pack_offsets(winners))
@@ -220,22 +219,26 @@ class _FusedTask:
         return fold
 
 
-def _pack(rows: tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> Iterator[pa.Buffer]:
-    """A fold's `rows` (`KeyFold.result`; key, has_version, version and offset are the rank `KeyFold.add` takes)
-    as Arrow IPC streams of at most `_PIECE_KEYS` rows and about `_PIECE_KEY_BYTES` of keys each, one at a time;
-    one empty piece for an empty fold, so that its arrival is known."""
+def _pack(rows: tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray], ranked: bool
+          ) -> Iterator[pa.Buffer]:
+    """A fold's `rows` (`KeyFold.result`) as Arrow IPC streams of key and offset, and, when `ranked` (a strategy
+    other than `offset`, whose rank is the offset alone), has_version and version: the rank `KeyFold.add` takes.
+    At most `_PIECE_KEYS` rows and about `_PIECE_KEY_BYTES` of keys a piece, one piece at a time; one empty piece
+    for an empty fold, so that its arrival is known."""
     from compaction.format.scan import binary_buffers
 
     keys, has_version, version, offset, _dirty = rows
-    table = pa.Table.from_arrays([keys.cast(pa.large_binary()), pa.array(has_version, pa.int8()),
-                                  pa.array(version, pa.int64()), pa.array(offset, pa.int64())], schema=_FOLD)
+    columns = {"key": keys, "offset": pa.array(offset, pa.int64())}
+    if ranked:
+        columns |= {"has_version": pa.array(has_version, pa.int8()), "version": pa.array(version, pa.int64())}
+    table = pa.table(columns)
     starts, _data = binary_buffers(keys)
     start, n = 0, table.num_rows
     while True:
         end = min(n, start + _PIECE_KEYS, int(np.searchsorted(starts, starts[start] + _PIECE_KEY_BYTES, "right")) - 1)
         end = max(end, min(n, start + 1))
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, _FOLD) as writer:
+        with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table.slice(start, end - start))
         yield sink.getvalue()
         if end >= n:
@@ -311,7 +314,12 @@ def _merged(pieces: Sequence[pa.Buffer]) -> np.ndarray:
     fold = KeyFold(sum(t.num_rows for t in tables))
     for t in tables:
         for b in t.to_batches():
-            fold.add(b.column(0), b.column(1).to_numpy(), b.column(2).to_numpy(), b.column(3).to_numpy(), True)
+            offset = b.column("offset").to_numpy()
+            if "version" in b.schema.names:
+                has_version, version = b.column("has_version").to_numpy(), b.column("version").to_numpy()
+            else:  # `offset`'s rank: the offset alone
+                has_version, version = np.zeros(len(offset), np.int8), np.zeros(len(offset), np.int64)
+            fold.add(b.column("key"), has_version, version, offset, True)
     return fold.offsets()
 
 

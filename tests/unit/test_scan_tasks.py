@@ -311,15 +311,24 @@ def test_packed_folds_merge_into_the_winners_of_the_whole(monkeypatch: pytest.Mo
     for lo, hi in ((0, 7000), (7000, 7000), (7000, 20_000)):
         fold = KeyFold()
         fold.add(pa.array(keys[lo:hi], pa.binary()), has_version[lo:hi], version[lo:hi], offsets[lo:hi], True)
-        parts.append(list(_pack(fold.result())))
+        parts.append(list(_pack(fold.result(), ranked=True)))
     assert [len(p) for p in parts] == [3, 1, 3]  # 2.7 k keys in the first chunk's fold, none in the second's
     monkeypatch.setattr(fused_job, "_PIECE_KEY_BYTES", 2000)  # and pieces cut by their keys' bytes
     fold = KeyFold()
     fold.add(pa.array(keys, pa.binary()), has_version, version, offsets, True)
-    assert len(cut := list(_pack(fold.result()))) > 3
+    assert len(cut := list(_pack(fold.result(), ranked=True))) > 3
     assert sorted(_merged(cut).tolist()) == sorted(whole.offsets().tolist())
     pieces = [b for p in parts for b in p]
     assert sorted(_merged(pieces).tolist()) == sorted(whole.offsets().tolist())
+    zeros = np.zeros(20_000, np.int8), np.zeros(20_000, np.int64)  # `offset`'s rank: its folds travel without it
+    by_offset = KeyFold()
+    by_offset.add(pa.array(keys, pa.binary()), *zeros, offsets, True)
+    halves = [KeyFold(), KeyFold()]
+    halves[0].add(pa.array(keys[:9000], pa.binary()), zeros[0][:9000], zeros[1][:9000], offsets[:9000], True)
+    halves[1].add(pa.array(keys[9000:], pa.binary()), zeros[0][9000:], zeros[1][9000:], offsets[9000:], True)
+    light = [b for h in halves for b in _pack(h.result(), ranked=False)]
+    assert pa.ipc.open_stream(light[0]).schema.names == ["key", "offset"]
+    assert sorted(_merged(light).tolist()) == sorted(by_offset.offsets().tolist())
     alone = _pack_offsets(whole.offsets())  # a chunk that needs no other's fold gets its winners alone
     assert _merged([alone]).tolist() == whole.offsets().tolist()
 
