@@ -9,18 +9,21 @@ one outcome row per chunk: no rows handed to Spark, no shuffle, no aggregate. Th
 taken when there are at least as many slots as cores (`fits`).
 
 A partition cut into several chunks (a hot partition, whose chunks have slots of their own so that it uses every
-core) is folded by parts: each chunk's task scans and folds the chunk's segments only, and hands its fold to the
-tasks of the partition's chunks that need it, packed (Arrow IPC, a few binary rows instead of a row per key). Those
-merge the folds they receive into the partition's winners and rewrite their chunk: a job of two stages, every
-segment fetched and decoded once. Under the `offset` strategy a chunk needs only the folds of itself and the
-chunks after it (a record is beaten by a later one only); under the others, every chunk's. The merge holds a row
-per key of the partition, so a partition above `FOLD_RECORDS` offsets, or whose chunk is larger than a scan task,
-keeps the shuffle.
+core) is folded by parts: the task of each of its chunks' slots scans and folds one part of its segments (`_parts`:
+runs of segments of about equal bytes, so that the tasks end together; they need not match the chunks, whose bytes
+follow the rewrite's costs), and hands the fold, packed (Arrow IPC, a few binary rows instead of a row per key), to
+the slots whose chunks need it. Those merge the folds they receive into the partition's winners and rewrite their
+chunk: a job of two stages, every segment fetched and decoded once. Under the `offset` strategy a chunk needs only
+the parts that reach its first offset (a record is beaten by a later one only), and a chunk that needs one part
+alone receives that part's winning offsets, not its fold; under the others, every part's fold. The merge holds a
+row per key of the partition, so a partition above `FOLD_RECORDS` offsets, or one of whose parts is larger than a
+scan task, keeps the shuffle.
 
 The results are those of the shuffle path: the fold is the scan's own (`compaction.strategies.winner.fold_segment`),
 the rewrite the rewrite job's (`compaction.spark.rewrite_job.run_unit`), and what the scan learns (reports, filters
 built, transactional batches) reaches the driver through the same accumulator. A segment that fails its scan fails
-its partition (the tracker carries the error) and that partition's chunks are not rewritten.
+its partition (the tracker carries the error): no chunk that needs its part's fold is rewritten, and nothing of the
+partition is committed (a chunk that did not need it may have been rewritten: its objects are never referenced).
 """
 
 from __future__ import annotations
@@ -64,10 +67,11 @@ _EXCHANGED = pa.schema([pa.field(CHUNK_SLOT, pa.int64(), False), pa.field("tp", 
 
 @dataclass(frozen=True)
 class FusedUnit:
-    """One chunk and what its task folds: every segment of the partition (in offset order) when the chunk is its
-    partition's only one, rewritten at once; else the chunk's own segments, whose fold goes to the slot keys
-    `send_to`, and only its winning offsets to the slot keys `offsets_to` (slots whose units of the partition need
-    no other chunk's fold: the fold is then their winners). The chunk's number among the run's is `chunk`."""
+    """One chunk and what its slot's task folds first: every segment of the partition (in offset order) when the
+    chunk is its partition's only one, rewritten at once; else one part of the partition's segments (`_parts`;
+    none when the partition has fewer segments than chunks), whose fold goes to the slot keys `send_to`, and only
+    its winning offsets to the slot keys `offsets_to` (slots whose units of the partition need no other part: the
+    part's fold is then their winners). The part's number among the run's is `chunk` (-1: no part)."""
 
     unit: RewriteUnit
     segments: tuple[SegmentDescriptor, ...]
@@ -79,7 +83,7 @@ class FusedUnit:
 @dataclass(frozen=True)
 class MergedUnit:
     """A chunk of a partition cut into several, rewritten in the second stage from the folds of `chunks` (the
-    chunk numbers whose folds it waits for)."""
+    numbers of the parts whose folds it waits for)."""
 
     unit: RewriteUnit
     chunks: frozenset[int]
