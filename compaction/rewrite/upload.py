@@ -32,9 +32,10 @@ import mmap
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -115,36 +116,56 @@ def rewrite_groups(
     before = replace(store.stats)
     cache = SegmentCache(task.cache_dir) if task.cache_dir else None
     state: TransactionState | None = None
-    with (tempfile.TemporaryDirectory(prefix="kcompact-rewrite-", dir=task.temp_dir) as tmp,
-          ThreadPoolExecutor(1, thread_name_prefix="kcompact-filter") as pool):
-        for group in groups:
-            started = time.monotonic()
-            if group.txn_state is not None:
-                state = group.txn_state
-            elif state is None:
-                state = TransactionState.start(task.aborted)
-            parts = _FilterParts(pool, f"cleaned {group.inputs[0].segment_id}")
-            with _inputs(store, group, Path(tmp), out, cache) as inputs:
-                downloaded = time.monotonic()
-                output, state = rewrite_group(
-                    inputs,
-                    np.asarray(winners.get(group.group_id, ()), dtype=np.int64),
-                    upper_bound_offset=task.upper_bound_offset,
-                    now_ms=task.now_ms,
-                    delete_retention_ms=task.delete_retention_ms,
-                    index_interval_bytes=task.index_interval_bytes,
-                    active_producers=task.active_producers,
-                    txn_state=state,
-                    on_written=parts.add,
-                )
-            out.chunks += 1
-            rewritten = time.monotonic()
-            out.groups.append(_upload(store, task, group, output, parts, started, {
-                "download_task_ms": round(1000 * (downloaded - started)),
-                "rewrite_task_ms": round(1000 * (rewritten - downloaded)),
-            }))
+    pool = _pool("filter")
+    parts: _FilterParts | None = None
+    with tempfile.TemporaryDirectory(prefix="kcompact-rewrite-", dir=task.temp_dir) as tmp:
+        try:
+            for group in groups:
+                started = time.monotonic()
+                if group.txn_state is not None:
+                    state = group.txn_state
+                elif state is None:
+                    state = TransactionState.start(task.aborted)
+                parts = _FilterParts(pool, f"cleaned {group.inputs[0].segment_id}")
+                with _inputs(store, group, Path(tmp), out, cache) as inputs:
+                    downloaded = time.monotonic()
+                    output, state = rewrite_group(
+                        inputs,
+                        np.asarray(winners.get(group.group_id, ()), dtype=np.int64),
+                        upper_bound_offset=task.upper_bound_offset,
+                        now_ms=task.now_ms,
+                        delete_retention_ms=task.delete_retention_ms,
+                        index_interval_bytes=task.index_interval_bytes,
+                        active_producers=task.active_producers,
+                        txn_state=state,
+                        on_written=parts.add,
+                    )
+                out.chunks += 1
+                rewritten = time.monotonic()
+                out.groups.append(_upload(store, task, group, output, parts, started, {
+                    "download_task_ms": round(1000 * (downloaded - started)),
+                    "rewrite_task_ms": round(1000 * (rewritten - downloaded)),
+                }))
+        finally:  # nothing of this call still runs in the shared pool once it returns or raises
+            if parts is not None:
+                parts.settle()
     out.requests = store.stats - before
     return out
+
+
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(name: str) -> ThreadPoolExecutor:
+    """The process's one-thread pool `name` ("filter": an output's filter built beside its rewrite; "upload": its
+    objects put while the filter is finished). Started once: a pool per partition started two threads a partition,
+    each waiting for the interpreter lock to start (2,000 starts, about 2 s of task time in a compaction of 1,000
+    small partitions). A Python worker runs one task at a time; concurrent callers would share the thread, in turn."""
+    with _pools_lock:
+        if name not in _pools:
+            _pools[name] = ThreadPoolExecutor(1, thread_name_prefix=f"kcompact-{name}")
+        return _pools[name]
 
 
 def check_budget(task: PartitionTask, groups: Sequence[GroupTask] | None = None) -> None:
@@ -233,6 +254,12 @@ class _FilterParts:
     def filter(self, fpp: float) -> KeyFilter:
         return joined_filter([f.result() for f in self.parts], fpp)
 
+    def settle(self) -> None:
+        """Cancel the pieces not started and wait for the others (their results, or errors, are not needed)."""
+        for f in self.parts:
+            f.cancel()
+        wait(self.parts)
+
 
 def _put_all(store: ObjectStore, objects: Mapping[str, bytes], copied_from: Mapping[str, str] | None = None) -> float:
     """Put every object at once (`ObjectStore.put_many`: nothing references them before the commit), the carried
@@ -259,12 +286,14 @@ def _upload(store: ObjectStore, task: PartitionTask, group: GroupTask, output: A
     last = group.inputs[-1]
     carried = {suffix: last.keys[suffix.value] for suffix in _CARRIED if suffix.value in last.keys}
     filtering = time.monotonic()
-    with ThreadPoolExecutor(1, thread_name_prefix="kcompact-upload") as pool:  # upload while the filter is built
-        uploaded = pool.submit(_put_all, store, {key(suffix): data for suffix, data in objects.items()},
-                               {key(suffix): source for suffix, source in carried.items()})
+    uploaded = _pool("upload").submit(_put_all, store, {key(suffix): data for suffix, data in objects.items()},
+                                      {key(suffix): source for suffix, source in carried.items()})
+    try:  # upload while the filter is built
         bloom = parts.filter(task.bloom_fpp).to_bytes()
-        filtered = time.monotonic()
-        upload_seconds = uploaded.result()
+    finally:  # the upload done before anything else happens, as when the pool was this call's own
+        wait([uploaded])
+    filtered = time.monotonic()
+    upload_seconds = uploaded.result()
     objects[Suffix.BLOOM] = bloom
     upload_seconds += _put_all(store, {key(Suffix.BLOOM): bloom})
     times = {**times, "rewrite_task_ms": times["rewrite_task_ms"] + round(1000 * (filtered - filtering))}
