@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -158,13 +159,23 @@ class KafkaBroker:
         return props
 
     def start(self) -> KafkaBroker:
-        self.launch()
-        try:
-            self.wait_serving()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        """Launches the node and waits until it serves. A node alone whose ports `launch()` chose, and which exits
+        because another process bound one of them in between (`free_port` frees its port before the JVM binds it:
+        a client's outgoing connection may take it), is started again on new ports and a new log dir, up to three
+        times; any other failure is raised."""
+        chosen = not self.port and not self.voters
+        for attempt in range(3):
+            self.launch()
+            try:
+                self.wait_serving()
+                return self
+            except BaseException as exc:
+                self.stop()
+                if not (chosen and attempt < 2 and "Address already in use" in str(exc)):
+                    raise
+                shutil.rmtree(self.data_dir, ignore_errors=True)  # never served: nothing in it to keep
+                self._formatted, self.port, self.controller_port = False, 0, 0
+        raise AssertionError("unreachable")
 
     def launch(self) -> None:
         """Formats the log dir (the first time) and starts the JVM, without waiting for it to serve."""
