@@ -32,7 +32,6 @@ import mmap
 import os
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -48,7 +47,7 @@ from compaction.bloom.segment import FilterPart, filter_part, joined_filter
 from compaction.errors import ConfigError
 from compaction.rewrite.cache import SegmentCache
 from compaction.rewrite.group import SegmentInput, TransactionState, rewrite_group
-from compaction.storage.base import ObjectStore, StoreStats
+from compaction.storage.base import ObjectStore, StoreStats, shared_pool
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
 from compaction.tasks import GroupTask, PartitionTask
 
@@ -116,7 +115,7 @@ def rewrite_groups(
     before = replace(store.stats)
     cache = SegmentCache(task.cache_dir) if task.cache_dir else None
     state: TransactionState | None = None
-    pool = _pool("filter")
+    pool = shared_pool("filter", 1)  # an output's filter, built beside its rewrite
     parts: _FilterParts | None = None
     with tempfile.TemporaryDirectory(prefix="kcompact-rewrite-", dir=task.temp_dir) as tmp:
         try:
@@ -151,21 +150,6 @@ def rewrite_groups(
                 parts.settle()
     out.requests = store.stats - before
     return out
-
-
-_pools: dict[str, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-def _pool(name: str) -> ThreadPoolExecutor:
-    """The process's one-thread pool `name` ("filter": an output's filter built beside its rewrite; "upload": its
-    objects put while the filter is finished). Started once: a pool per partition started two threads a partition,
-    each waiting for the interpreter lock to start (2,000 starts, about 2 s of task time in a compaction of 1,000
-    small partitions). A Python worker runs one task at a time; concurrent callers would share the thread, in turn."""
-    with _pools_lock:
-        if name not in _pools:
-            _pools[name] = ThreadPoolExecutor(1, thread_name_prefix=f"kcompact-{name}")
-        return _pools[name]
 
 
 def check_budget(task: PartitionTask, groups: Sequence[GroupTask] | None = None) -> None:
@@ -286,8 +270,9 @@ def _upload(store: ObjectStore, task: PartitionTask, group: GroupTask, output: A
     last = group.inputs[-1]
     carried = {suffix: last.keys[suffix.value] for suffix in _CARRIED if suffix.value in last.keys}
     filtering = time.monotonic()
-    uploaded = _pool("upload").submit(_put_all, store, {key(suffix): data for suffix, data in objects.items()},
-                                      {key(suffix): source for suffix, source in carried.items()})
+    uploaded = shared_pool("upload", 1).submit(_put_all, store,  # its objects put while the filter is finished
+                                               {key(suffix): data for suffix, data in objects.items()},
+                                               {key(suffix): source for suffix, source in carried.items()})
     try:  # upload while the filter is built
         bloom = parts.filter(task.bloom_fpp).to_bytes()
     finally:  # the upload done before anything else happens, as when the pool was this call's own

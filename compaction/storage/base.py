@@ -231,17 +231,23 @@ PUT_THREADS = 8
 """Puts of one `put_many` in flight at once; the pool is the process's, shared by every store and caller (a pool
 started per call cost a thread start per object: 6% of a 1,000-partition compaction's samples)."""
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def shared_pool(name: str, threads: int) -> ThreadPoolExecutor:
+    """The process's pool `name` of `threads` threads, started on first use and kept for the process's life: a pool
+    started per call starts its threads each time, each waiting for the interpreter lock to start (a compaction of
+    1,000 small partitions started 2,000 of them for the rewrite alone). Callers of one pool share its threads."""
+    with _pools_lock:
+        if name not in _pools:
+            _pools[name] = ThreadPoolExecutor(threads, thread_name_prefix=f"kcompact-{name}")
+        return _pools[name]
 
 
 def put_pool() -> ThreadPoolExecutor:
     """The process's pool for `put_many`."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(PUT_THREADS, thread_name_prefix="kcompact-put")
-        return _pool
+    return shared_pool("put", PUT_THREADS)
 
 
 class ObjectStore(ABC):
