@@ -92,47 +92,38 @@ class MergedUnit:
 def fits(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[SegmentScanTask], parallelism: int) -> bool:
     """Whether the one job's `slots` can fold and rewrite their partitions without a shuffle of rows: the slots
     keep every core busy; a partition that is one unit is no larger than a scan task's bytes or records; a
-    partition of several units spans at most `FOLD_RECORDS` offsets, each of its chunks' segments are no more
-    than a scan task's bytes, and every segment scanned is an input of one of its chunks. Pure."""
-    units = [u for units in slots for u in units]
+    partition of several units spans at most `FOLD_RECORDS` offsets, each of its fold parts (`_parts`) is no more
+    than a scan task's bytes, and every segment scanned is an input of one of its units. Pure."""
     if len(slots) < parallelism:
         return False
-    count: dict[int, int] = {}
-    for u in units:
-        count[u.partition_index] = count.get(u.partition_index, 0) + 1
-    by_tp: dict[TopicPartition, list[SegmentScanTask]] = {}
-    for s in scans:
-        by_tp.setdefault(s.tp, []).append(s)
-    for u in units:
-        if u.partition_index not in count:
-            continue
-        tp = TopicPartition(u.task.topic, u.task.partition)
-        part = by_tp.get(tp, [])
+    by_tp = _by_partition(scans)
+    units_of: dict[int, list[RewriteUnit]] = {}
+    for u in (u for units in slots for u in units):
+        units_of.setdefault(u.partition_index, []).append(u)
+    for units in units_of.values():
+        part = by_tp.get(TopicPartition(units[0].task.topic, units[0].task.partition), [])
         offsets = sum(s.offsets for s in part)
-        if count.pop(u.partition_index) == 1:
+        if len(units) == 1:
             if sum(s.size for s in part) > scan_job.SCAN_TASK_BYTES or offsets > scan_job.SCAN_TASK_RECORDS:
                 return False
-            continue
-        mine = [v for v in units if v.partition_index == u.partition_index]
-        if _chunks_of(mine, part) is None or offsets > FOLD_RECORDS:
-            return False
-        if any(sum(s.size for s in p) > scan_job.SCAN_TASK_BYTES for p in _parts(part, len(mine))):
+        elif not _all_inputs(units, part) or offsets > FOLD_RECORDS or any(
+                sum(s.size for s in p) > scan_job.SCAN_TASK_BYTES for p in _parts(part, len(units))):
             return False
     return True
 
 
-def _chunks_of(units: Sequence[RewriteUnit], scans: Sequence[SegmentScanTask]
-               ) -> list[list[SegmentScanTask]] | None:
-    """Each of one partition's `units` with the `scans` among its inputs (in offset order), or None when a scan
-    is an input of none of them. Pure."""
-    owner = {i.segment_id: n for n, u in enumerate(units) for g in u.groups for i in g.inputs}
-    chunks: list[list[SegmentScanTask]] = [[] for _ in units]
+def _by_partition(scans: Sequence[SegmentScanTask]) -> dict[TopicPartition, list[SegmentScanTask]]:
+    """`scans` by partition, each in offset order. Pure."""
+    by_tp: dict[TopicPartition, list[SegmentScanTask]] = {}
     for s in sorted(scans, key=lambda s: s.start_offset):
-        n = owner.get(s.segment_id)
-        if n is None:
-            return None
-        chunks[n].append(s)
-    return chunks
+        by_tp.setdefault(s.tp, []).append(s)
+    return by_tp
+
+
+def _all_inputs(units: Sequence[RewriteUnit], scans: Sequence[SegmentScanTask]) -> bool:
+    """Whether each of one partition's `scans` is an input of one of its `units`. Pure."""
+    inputs = {i.segment_id for u in units for g in u.groups for i in g.inputs}
+    return all(s.segment_id in inputs for s in scans)
 
 
 def _parts(scans: Sequence[SegmentScanTask], n: int) -> list[list[SegmentScanTask]]:
@@ -328,16 +319,13 @@ def _merged(pieces: Sequence[pa.Buffer]) -> np.ndarray:
 
 
 def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[SegmentScanTask],
-                  index_of: Mapping[TopicPartition, int], strategy_of: Mapping[int, CompactionStrategy]
-                  ) -> tuple[list[list[FusedUnit]], dict[int, list[MergedUnit]]]:
+                  index_of: Mapping[TopicPartition, int], strategy_of: Mapping[int, CompactionStrategy],
+                  keys: Sequence[int]) -> tuple[list[list[FusedUnit]], dict[int, list[MergedUnit]]]:
     """What each slot's task does in the fused job's first stage (its units, in order), and the units each slot
     rewrites in the second (empty when no partition is cut into several units: one stage). `strategy_of` gives a
-    partition index's strategy. `fits` must hold. Pure."""
-    by_tp: dict[TopicPartition, list[SegmentScanTask]] = {}
-    for s in scans:
-        by_tp.setdefault(s.tp, []).append(s)
+    partition index's strategy, `keys` each slot's key (`slot_keys`). `fits` must hold. Pure."""
+    by_tp = _by_partition(scans)
     tp_of = {index: tp for tp, index in index_of.items()}
-    keys = slot_keys(len(slots))
     placed: dict[int, list[tuple[int, RewriteUnit]]] = {}  # partition index -> (slot, unit)
     for slot, units in enumerate(slots):
         for u in units:
@@ -346,12 +334,12 @@ def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[Segmen
     merges: dict[int, list[MergedUnit]] = {}  # slot -> its units merged in the second stage
     chunk = 0
     for index, at in placed.items():
-        part = sorted(by_tp.get(tp_of[index], []), key=lambda s: s.start_offset)
+        part = by_tp.get(tp_of[index], [])
         if len(at) == 1:
             planned[id(at[0][1])] = FusedUnit(at[0][1], tuple(describe(scans, [part], index_of)[0]))
             continue
         at.sort(key=lambda su: su[1].groups[0].start_offset)
-        if _chunks_of([u for _s, u in at], part) is None:
+        if not _all_inputs([u for _s, u in at], part):
             raise ValueError("the fused job planned where fits() does not hold")
         parts = _parts(part, len(at))
         numbers = range(chunk, chunk + len(parts))
@@ -382,8 +370,8 @@ def fold_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequenc
     partition is one unit, two when some partition is cut into several; one outcome per unit whose partition
     scanned cleanly. The scan reports go to `tracker`. `fits` must hold."""
     strategies = {i: p.strategy for i, p in enumerate(settings.partitions)}
-    first, merges = exchange_plan(slots, scans, index_of, strategies)
     keys = slot_keys(len(slots))
+    first, merges = exchange_plan(slots, scans, index_of, strategies, keys)
     shipped = spark.sparkContext.broadcast(first)
     plan = spark.sparkContext.broadcast({keys[s]: (s, m) for s, m in merges.items()}) if merges else None
     try:

@@ -343,8 +343,9 @@ def test_the_exchange_sends_each_chunks_fold_where_it_is_needed(strategy: Compac
     small = [SegmentScanTask("t", 1, "s0", "ks0", 0, size=1, offsets=100)]
     first, second, alone = _chunk(0, 0, hot[:2]), _chunk(0, 1, hot[2:]), _chunk(1, 0, small)
     index_of = {TopicPartition("t", 0): 0, TopicPartition("t", 1): 1}
-    stage_one, merges = exchange_plan([[first, alone], [second]], hot + small, index_of, {0: strategy, 1: strategy})
     keys = slot_keys(2)
+    stage_one, merges = exchange_plan([[first, alone], [second]], hot + small, index_of, {0: strategy, 1: strategy},
+                                      keys)
     (f0, f_small), (f1,) = stage_one
     assert (f_small.unit, f_small.send_to, [d.segment_id for d in f_small.segments]) == (alone, None, ["s0"])
     assert [d.segment_id for d in f0.segments] == ["h0", "h1"] and [d.segment_id for d in f1.segments] == ["h2", "h3"]
@@ -356,9 +357,9 @@ def test_the_exchange_sends_each_chunks_fold_where_it_is_needed(strategy: Compac
     assert [m.unit for m in merges[0]] == [first] and [m.unit for m in merges[1]] == [second]
     assert merges[0][0].chunks == {f0.chunk, f1.chunk}
     assert merges[1][0].chunks == ({f1.chunk} if strategy is CompactionStrategy.OFFSET else {f0.chunk, f1.chunk})
-    uneven, _ = exchange_plan([[_chunk(0, 0, hot[:1])], [_chunk(0, 1, hot[1:])]], hot, index_of, {0: strategy})
+    uneven, _ = exchange_plan([[_chunk(0, 0, hot[:1])], [_chunk(0, 1, hot[1:])]], hot, index_of, {0: strategy}, keys)
     assert [[d.segment_id for d in f.segments] for (f,) in uneven] == [["h0", "h1"], ["h2", "h3"]]  # by bytes
     if strategy is CompactionStrategy.OFFSET:  # the second chunk starts inside the first part: it needs both
         assert uneven[0][0].send_to == tuple(sorted(keys)) and uneven[0][0].offsets_to == ()
     assert exchange_plan([[alone], [_chunk(2, 0, small)]], small, index_of | {TopicPartition("t", 2): 2},
-                         {1: strategy, 2: strategy})[1] == {}  # every partition one unit: one stage
+                         {1: strategy, 2: strategy}, keys)[1] == {}  # every partition one unit: one stage
