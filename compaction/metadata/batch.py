@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import pyarrow as pa
@@ -93,6 +93,55 @@ class _Fresh:
 def fresh_reader(table: MetadataTable) -> Reader:
     """The table's latest version, opened afresh for every read."""
     return _Fresh(table)
+
+
+class KnownRows:
+    """A `Reader` that reuses the rows its caller already holds, all of one table version (`known_reader`)."""
+
+    checkpoints_inline = True
+
+    def __init__(self, table: MetadataTable, version: int, snapshots: Mapping[TopicPartition, PartitionSnapshot]
+                 ) -> None:
+        self.table = table
+        self.version = version
+        self.snapshots = dict(snapshots)
+        self._served: int | None = None  # the version the last read was answered at
+
+    def read(self, partitions: Iterable[TopicPartition]
+             ) -> tuple[DeltaTable, dict[TopicPartition, PartitionSnapshot]]:
+        dt = self.table.delta_table()
+        wanted, version = list(partitions), int(dt.version())
+        if version != self.version:
+            self.snapshots.clear()
+            self.version = version
+        missing = [tp for tp in wanted if tp not in self.snapshots]
+        if missing:
+            self.snapshots.update(load_partitions(dt, missing, self.table.table_uri, self.table.storage_options))
+        self._served = version
+        held = {tp: self.snapshots[tp] for tp in wanted}  # a partition no commit touched since: its rows, restamped
+        return dt, {tp: s if s.version == version else replace(s, version=version) for tp, s in held.items()}
+
+    def landed(self, snapshots: Sequence[PartitionSnapshot]) -> None:
+        """The partitions a commit written on the last read's version landed: when it is the very next version,
+        nothing else changed in between and every other partition held is still current; else only these are."""
+        if not snapshots:
+            return
+        version = snapshots[0].version
+        if self._served is None or version != self._served + 1 or self._served != self.version:
+            self.snapshots.clear()
+        self.snapshots.update({s.tp: s for s in snapshots})
+        self.version = version
+
+
+def known_reader(table: MetadataTable, snapshots: Mapping[TopicPartition, PartitionSnapshot]) -> Reader:
+    """The table's latest version, opened afresh for every read, with rows the caller already holds: while the latest
+    version is still theirs, partitions among them are answered from them rather than read from the table's files
+    (a run that read the table to plan commits with one look at the log instead of a read of every partition's file),
+    and each commit landed through the reader keeps them current (`landed`: a commit that is the next version
+    changed only its own partitions). After any other commit, or for a partition not held, the partitions asked for
+    are read afresh. `snapshots` of several versions keep only those of the newest."""
+    newest = max((s.version for s in snapshots.values()), default=-1)
+    return KnownRows(table, newest, {tp: s for tp, s in snapshots.items() if s.version == newest})
 
 
 @dataclass(frozen=True)
@@ -305,5 +354,16 @@ def land(table: MetadataTable, builds: Mapping[TopicPartition, Build], attempts:
     return outcomes
 
 
-__all__ = ["BATCH_PARTITIONS", "Build", "CommitResult", "Landed", "Outcome", "Reader", "fresh_reader", "land",
-           "partitions_predicate"]
+__all__ = [
+    "BATCH_PARTITIONS",
+    "Build",
+    "CommitResult",
+    "KnownRows",
+    "Landed",
+    "Outcome",
+    "Reader",
+    "fresh_reader",
+    "known_reader",
+    "land",
+    "partitions_predicate",
+]

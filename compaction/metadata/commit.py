@@ -108,10 +108,11 @@ def commit(table: MetadataTable, change_set: ChangeSet, now_ms: int) -> CommitRe
     return result
 
 
-def commit_batch(table: MetadataTable, change_sets: Iterable[ChangeSet], now_ms: int
+def commit_batch(table: MetadataTable, change_sets: Iterable[ChangeSet], now_ms: int, *, reader: Reader | None = None
                  ) -> dict[TopicPartition, CommitResult | KcompactError]:
     """Commit change sets of distinct partitions together: one Delta commit for all of them (`batch.land`), each
-    partition checked, rebased or refused as `commit` does it, alone.
+    partition checked, rebased or refused as `commit` does it, alone. `reader`: where the latest rows come from
+    (`batch.Reader`; default: the table opened afresh for each attempt).
 
     Returns every partition's outcome: its `CommitResult`, or the error `commit` would have raised for it (nothing of
     that partition landed; the others did). Not idempotent, as `commit`.
@@ -126,7 +127,7 @@ def commit_batch(table: MetadataTable, change_sets: Iterable[ChangeSet], now_ms:
             raise MetadataInvariantError(f"{cs.topic}-{cs.partition}: two change sets for one partition in one commit")
         by_tp[tp] = cs
     planned = _PlannedVersions(table)
-    outcomes = land(table, {tp: _landing(cs, planned, now_ms) for tp, cs in by_tp.items()}, REBASE_ATTEMPTS)
+    outcomes = land(table, {tp: _landing(cs, planned, now_ms) for tp, cs in by_tp.items()}, REBASE_ATTEMPTS, reader)
     results: dict[TopicPartition, CommitResult | KcompactError] = {}
     for tp, outcome in outcomes.items():
         result = _result(outcome)
@@ -211,6 +212,7 @@ def acquire_fencing_epochs(
     topic_ids: Mapping[TopicPartition, str] | None = None,
     run_id: str | None = None,
     attempts: int = 5,
+    reader: Reader | None = None,
 ) -> dict[TopicPartition, PartitionSnapshot | KcompactError]:
     """`acquire_fencing_epoch` for every partition of a run, in one Delta commit (`batch.land`).
 
@@ -218,13 +220,14 @@ def acquire_fencing_epochs(
     commit's, the state a change set of the run is planned from), or the error `acquire_fencing_epoch` would have
     raised for it; a partition refused or still conflicting after `attempts` tries does not hold back the others.
     `topic_ids` as `acquire_fencing_epoch`'s `topic_id`, per partition. Not idempotent: a rerun takes newer epochs.
+    `reader`: where the latest rows come from (`batch.Reader`; default: the table opened afresh for each attempt).
     """
     ids = topic_ids or {}
 
     def taking(tp: TopicPartition) -> Callable[[PartitionSnapshot], PartitionRows]:
         return lambda current: acquire_rows(current, ids.get(tp), writer, now_ms, run_id)
 
-    outcomes = land(table, {tp: taking(tp) for tp in set(partitions)}, attempts)
+    outcomes = land(table, {tp: taking(tp) for tp in set(partitions)}, attempts, reader)
     acquired: dict[TopicPartition, PartitionSnapshot | KcompactError] = {}
     for tp, outcome in outcomes.items():
         assert outcome is not None  # an acquire always has rows to write

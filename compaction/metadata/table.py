@@ -260,7 +260,9 @@ def read_rows(dt: DeltaTable, storage_options: Mapping[str, str] | None, filters
 
     Only the data files whose partition values can match are opened: `filters`' `=` and `in` terms on partition
     columns are matched against delta-rs's list of the version's files (`DeltaTable.get_add_actions`, the log's
-    partition values), and the rows of those files are then filtered by all of `filters`. delta-rs's
+    partition values), and the rows of those files are then filtered by all of `filters`, unless those terms are all
+    there is (a file holds one partition's rows: they all match, and Arrow's test of a 1,000-value `in` against each
+    file was a third of a read of 1,000 partitions). delta-rs's
     `to_pyarrow_table(filters=...)` builds a dataset fragment with statistics for every file of the table before it
     prunes: ~20 s for one partition of a table of 10,000 partitions, against milliseconds here.
 
@@ -272,9 +274,12 @@ def read_rows(dt: DeltaTable, storage_options: Mapping[str, str] | None, filters
     filesystem holds no Python object.
     """
     conjunctions = _conjunctions(filters)
+    partition_columns = set(dt.metadata().partition_columns)
     files = [(path, values) for path, values in data_files(dt)
              if any(_may_match(values, c) for c in conjunctions)]
-    return read_files(dt, storage_options, files, pq.filters_to_expression(filters) if filters else None)
+    # every row of a file has the file's partition values: when the filters name only those, the files are the rows
+    exact = all(column in partition_columns and op in ("=", "in") for c in conjunctions for column, op, _ in c)
+    return read_files(dt, storage_options, files, pq.filters_to_expression(filters) if filters and not exact else None)
 
 
 DataFile = tuple[str, Mapping[str, Any]]

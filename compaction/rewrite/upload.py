@@ -30,12 +30,14 @@ from __future__ import annotations
 import gc
 import mmap
 import os
+import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -92,6 +94,39 @@ class PartitionRewrite:
 _CARRIED = (Suffix.PRODUCER_SNAPSHOT, Suffix.LEADER_EPOCH_CHECKPOINT)
 
 
+_SCRATCH: ContextVar[dict[str | None, str] | None] = ContextVar("kcompact_rewrite_scratch", default=None)
+
+
+@contextmanager
+def shared_scratch() -> Iterator[None]:
+    """Within it, the `rewrite_groups` calls of this thread download their chunks into one temporary directory (per
+    `PartitionTask.temp_dir`), made at the first call and removed on exit, rather than one directory per call: a
+    Spark task rewriting hundreds of small partitions spent as long making and removing their directories as
+    rewriting some of them. A call leaves the directory as it found it (its chunk's files go when the chunk is
+    done)."""
+    made: dict[str | None, str] = {}
+    token = _SCRATCH.set(made)
+    try:
+        yield
+    finally:
+        _SCRATCH.reset(token)
+        for directory in made.values():
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextmanager
+def _scratch(temp_dir: str | None) -> Iterator[str]:
+    """Where a call's chunks are downloaded: the thread's shared directory (`shared_scratch`), else its own."""
+    made = _SCRATCH.get()
+    if made is None:
+        with tempfile.TemporaryDirectory(prefix="kcompact-rewrite-", dir=temp_dir) as tmp:
+            yield tmp
+        return
+    if temp_dir not in made:
+        made[temp_dir] = tempfile.mkdtemp(prefix="kcompact-rewrite-", dir=temp_dir)
+    yield made[temp_dir]
+
+
 def rewrite_groups(
     store: ObjectStore,
     task: PartitionTask,
@@ -117,7 +152,7 @@ def rewrite_groups(
     state: TransactionState | None = None
     pool = shared_pool("filter", 1)  # an output's filter, built beside its rewrite
     parts: _FilterParts | None = None
-    with tempfile.TemporaryDirectory(prefix="kcompact-rewrite-", dir=task.temp_dir) as tmp:
+    with _scratch(task.temp_dir) as tmp:
         try:
             for group in groups:
                 started = time.monotonic()
@@ -125,7 +160,8 @@ def rewrite_groups(
                     state = group.txn_state
                 elif state is None:
                     state = TransactionState.start(task.aborted)
-                parts = _FilterParts(pool, f"cleaned {group.inputs[0].segment_id}")
+                parts = _FilterParts(pool if group.size > IN_MEMORY_BYTES else None,
+                                     f"cleaned {group.inputs[0].segment_id}")
                 with _inputs(store, group, Path(tmp), out, cache) as inputs:
                     downloaded = time.monotonic()
                     output, state = rewrite_group(
@@ -165,10 +201,16 @@ def check_budget(task: PartitionTask, groups: Sequence[GroupTask] | None = None)
         )
 
 
+IN_MEMORY_BYTES = 16 << 20
+"""A chunk of at most this many bytes is read into memory rather than mapped: for a small partition's segment,
+mapping and unmapping the file cost more than reading it."""
+
+
 @contextmanager
 def _inputs(store: ObjectStore, group: GroupTask, tmp: Path, out: PartitionRewrite, cache: SegmentCache | None
             ) -> Iterator[list[SegmentInput]]:
-    """The group's inputs in `tmp` (from the run's cache, else downloaded), memory-mapped; gone on exit."""
+    """The group's inputs in `tmp` (from the run's cache, else downloaded), memory-mapped (a group of at most
+    `IN_MEMORY_BYTES`: read); gone on exit."""
     files: list[Path] = []
     maps: list[mmap.mmap] = []
     views: list[memoryview] = []
@@ -185,7 +227,9 @@ def _inputs(store: ObjectStore, group: GroupTask, tmp: Path, out: PartitionRewri
                 out.cache_hits += 1
             out.peak_temp_bytes = max(out.peak_temp_bytes, _used(tmp))
             data: bytes | memoryview = b""
-            if size:
+            if size and group.size <= IN_MEMORY_BYTES:
+                data = path.read_bytes()
+            elif size:
                 with open(path, "rb") as f:
                     maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
                 views.append(memoryview(maps[-1]))
@@ -226,14 +270,20 @@ def _release(views: list[memoryview], maps: list[mmap.mmap], *, failing: bool = 
 
 class _FilterParts:
     """The output's filter, built piece by piece in `pool`'s thread while the rewrite goes on: `add` is
-    `rewrite_group`'s `on_written` (the numba scan and hashing release the interpreter)."""
+    `rewrite_group`'s `on_written` (the numba scan and hashing release the interpreter). Without a pool (a small
+    chunk, whose handing over to a thread cost more than its pieces), each piece is built at once."""
 
-    def __init__(self, pool: ThreadPoolExecutor, obj: str) -> None:
+    def __init__(self, pool: ThreadPoolExecutor | None, obj: str) -> None:
         self.pool, self.obj = pool, obj
         self.parts: list[Future[FilterPart]] = []
 
     def add(self, data: bytes) -> None:
-        self.parts.append(self.pool.submit(filter_part, data, obj=self.obj))
+        if self.pool is not None:
+            self.parts.append(self.pool.submit(filter_part, data, obj=self.obj))
+            return
+        done: Future[FilterPart] = Future()
+        done.set_result(filter_part(data, obj=self.obj))
+        self.parts.append(done)
 
     def filter(self, fpp: float) -> KeyFilter:
         return joined_filter([f.result() for f in self.parts], fpp)
@@ -270,17 +320,22 @@ def _upload(store: ObjectStore, task: PartitionTask, group: GroupTask, output: A
     last = group.inputs[-1]
     carried = {suffix: last.keys[suffix.value] for suffix in _CARRIED if suffix.value in last.keys}
     filtering = time.monotonic()
-    uploaded = shared_pool("upload", 1).submit(_put_all, store,  # its objects put while the filter is finished
-                                               {key(suffix): data for suffix, data in objects.items()},
-                                               {key(suffix): source for suffix, source in carried.items()})
-    try:  # upload while the filter is built
-        bloom = parts.filter(task.bloom_fpp).to_bytes()
-    finally:  # the upload done before anything else happens, as when the pool was this call's own
-        wait([uploaded])
-    filtered = time.monotonic()
-    upload_seconds = uploaded.result()
-    objects[Suffix.BLOOM] = bloom
-    upload_seconds += _put_all(store, {key(Suffix.BLOOM): bloom})
+    copies = {key(suffix): source for suffix, source in carried.items()}
+    if parts.pool is None:  # a small chunk: its filter is all but built, and every object goes in one round
+        objects[Suffix.BLOOM] = parts.filter(task.bloom_fpp).to_bytes()
+        filtered = time.monotonic()
+        upload_seconds = _put_all(store, {key(suffix): data for suffix, data in objects.items()}, copies)
+    else:
+        uploaded = shared_pool("upload", 1).submit(_put_all, store,  # its objects put while the filter is finished
+                                                   {key(suffix): data for suffix, data in objects.items()}, copies)
+        try:  # upload while the filter is built
+            bloom = parts.filter(task.bloom_fpp).to_bytes()
+        finally:  # the upload done before anything else happens, as when the pool was this call's own
+            wait([uploaded])
+        filtered = time.monotonic()
+        upload_seconds = uploaded.result()
+        objects[Suffix.BLOOM] = bloom
+        upload_seconds += _put_all(store, {key(Suffix.BLOOM): bloom})
     times = {**times, "rewrite_task_ms": times["rewrite_task_ms"] + round(1000 * (filtered - filtering))}
     stats = output.stats
     return ChunkResult(

@@ -27,6 +27,7 @@ from compaction.metadata import (
     table_in_store,
 )
 from compaction.metadata import commit_batch as commit_change_sets
+from compaction.metadata.batch import Reader, known_reader
 from compaction.run.plan import RunPlan
 from compaction.run.stage import StagedPartition, StagedRun
 
@@ -68,7 +69,7 @@ def commit(staged: StagedRun, now_ms: int | None = None, *, raise_on_superseded:
             the error's `outcomes` attribute holds them all.
     """
     table = table_in_store(staged.run.store.open())
-    landed = commit_partitions(table, staged.run, staged.partitions, now_ms)
+    landed = commit_partitions(table, staged.run, staged.partitions, now_ms, reader=staged.reader)
     outcomes = []
     for sp in staged.partitions:
         version = landed[sp.plan.tp]
@@ -101,15 +102,18 @@ def commit_partition(table: MetadataTable, run: RunPlan, sp: StagedPartition, no
 
 
 def commit_partitions(table: MetadataTable, run: RunPlan, staged: Sequence[StagedPartition],
-                      now_ms: int | None = None) -> dict[TopicPartition, int | KcompactError]:
+                      now_ms: int | None = None, *, reader: Reader | None = None
+                      ) -> dict[TopicPartition, int | KcompactError]:
     """Land the swaps of `staged` together; each partition's table version, or why it was refused (FencedError /
     CommitConflictError when superseded).
 
     Idempotent: if a swap already landed (an earlier attempt whose reply was lost), the table version that holds it
     is returned instead of a refusal. Kept segments are untouched, except that a filter written for one in this run
-    joins its row's object keys, in the same commit.
+    joins its row's object keys, in the same commit. `reader`: where the partitions' latest rows come from (default:
+    the table, and while it is still at their version the rows the staged partitions were taken at).
     """
-    results = commit_change_sets(table, [_swap(run, sp) for sp in staged], run.now_ms if now_ms is None else now_ms)
+    results = commit_change_sets(table, [_swap(run, sp) for sp in staged], run.now_ms if now_ms is None else now_ms,
+                                 reader=reader or known_reader(table, {sp.plan.tp: sp.snapshot for sp in staged}))
     landed = {tp: r.version if isinstance(r, CommitResult) else r for tp, r in results.items()}
     # The outcome may be unknown, not refused: a commit whose reply was lost is reported as a conflict when delta-rs
     # retries it. Its new segment ids are fresh, so finding them all in the table proves it landed.

@@ -45,6 +45,9 @@ class RunPlan:
     quarantined: tuple[tuple[str, int, Unreadable], ...] = ()
     inputs: Mapping[TopicPartition, PartitionInputs] = field(default_factory=dict)
     retention: RetentionPlan | None = None  # what retention.ms / retention.bytes expire first (compact,delete)
+    read: MetadataSnapshot | None = field(default=None, compare=False, repr=False)
+    """The table as the plan read it (its rows at the version it planned from): staging takes its partitions from these
+    rows, without reading them again, while no other commit landed since (`metadata.batch.known_reader`)."""
 
     @property
     def now_ms(self) -> int:
@@ -96,7 +99,7 @@ def plan(
     notes = tuple(f"{t}-{p} quarantined, not compacted: {e}" for t, p, e in quarantined)
     compaction_plan = replace(compaction_plan, notes=compaction_plan.notes + notes)
     return RunPlan(store.spec, compaction_plan, uuid.uuid4().hex[:12], f"kcompact@{socket.gethostname()}",
-                   disk_budget_bytes, quarantined=quarantined, inputs=inputs, retention=retention)
+                   disk_budget_bytes, quarantined=quarantined, inputs=inputs, retention=retention, read=read)
 
 
 def _producers(store: ObjectStore, snapshot: MetadataSnapshot, unreadable: dict[TopicPartition, Unreadable]

@@ -32,6 +32,7 @@ from compaction.metadata import (
     acquire_fencing_epochs,
     table_in_store,
 )
+from compaction.metadata.batch import Reader, known_reader
 from compaction.metadata.change_set import AddedObjectKey
 from compaction.planner import PartitionPlan
 from compaction.producers import active_producers
@@ -76,6 +77,9 @@ class StagedRun:
     map_seconds: float = 0.0
     rewrite_seconds: float = 0.0
     retention: RetentionReport | None = None  # the expiry committed first (compact,delete partitions)
+    reader: Reader | None = field(default=None, compare=False, repr=False)
+    """The rows the run read and committed so far (`metadata.batch.known_reader`): the commit reads the table's files
+    again only for partitions another commit touched since."""
 
 
 def default_disk_budget(temp_dir: str | None = None) -> int:
@@ -94,7 +98,7 @@ def stage(spark: SparkSession, run: RunPlan, *, temp_dir: str | None = None) -> 
     staged = StagedRun(run)
     staged.failed.update({TopicPartition(t, p): exc for t, p, exc in run.quarantined})
     staged.retention = expire_first(run, staged.failed)
-    taken = _take_partitions(run, staged.failed, temp_dir)
+    taken, staged.reader = _take_partitions(run, staged.failed, temp_dir)
     result = stage_partitions(spark, run.store, [t.work for t in taken])
     for t in taken:
         done = result.partitions[t.work.tp]
@@ -128,17 +132,19 @@ class _TakenPartition:
 
 
 def _take_partitions(run: RunPlan, failed: dict[TopicPartition, KcompactError], temp_dir: str | None
-                     ) -> list[_TakenPartition]:
+                     ) -> tuple[list[_TakenPartition], Reader]:
     """Every eligible partition not already failed, taken in one commit of new fencing epochs; per partition then a
     check that its planned segments are still live, and its work. A partition where one of them fails goes into
-    `failed`."""
+    `failed`. Also the reader the commit was made through, holding the rows it left (for the run's commit)."""
     store = run.store.open()
     table = table_in_store(store)
     budget = run.disk_budget_bytes if run.disk_budget_bytes is not None else default_disk_budget(temp_dir)
     wanted = [p for p in run.plan.eligible
               if (tp := p.tp) not in failed and tp in run.inputs]
+    read = run.read
+    reader = known_reader(table, {} if read is None else {p.tp: read.partition(p.topic, p.partition) for p in wanted})
     acquired = acquire_fencing_epochs(table, [p.tp for p in wanted], run.writer,
-                                      run.now_ms, run_id=run.run_id)
+                                      run.now_ms, run_id=run.run_id, reader=reader)
     taken = []
     for p in wanted:
         tp = p.tp
@@ -156,7 +162,7 @@ def _take_partitions(run: RunPlan, failed: dict[TopicPartition, KcompactError], 
                                          partition_work(run, p, snap.topic_id or "", budget, temp_dir)))
         except KcompactError as exc:
             failed[tp] = exc
-    return taken
+    return taken, reader
 
 
 def _staged_partition(taken: _TakenPartition, done: PartitionStage, map_seconds: float) -> StagedPartition:

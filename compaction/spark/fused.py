@@ -40,6 +40,7 @@ from pyspark.sql import SparkSession
 
 from compaction.config import CompactionStrategy
 from compaction.metadata.model import TopicPartition
+from compaction.rewrite.upload import shared_scratch
 from compaction.spark import scan as scan_job
 from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, outcome_batch, outcomes_of, run_unit
 from compaction.spark.scan import CHUNK_SLOT, ScanSettings, ScanTask, SegmentDescriptor, describe
@@ -174,7 +175,7 @@ class _FusedTask:
         slots = self.slots.value
         store = self.settings.spec.open()
         outcomes: list[tuple[int, UnitOutcome]] = []
-        with store.deferred_sync():  # the task's objects made durable together, before any outcome is reported
+        with store.deferred_sync(), shared_scratch():  # objects durable together before any outcome; one scratch dir
             for slot in (i for ids in batches for i in ids.column(0).to_pylist()):
                 for fused in slots[slot]:
                     fold = self._fold(scan, store, fused.segments, KeyFold())
@@ -282,7 +283,7 @@ class _MergeTask:
                     at.setdefault(chunk[i].as_py(), []).append(fold[i].as_buffer())
         plan = self.plan.value
         store = self.settings.spec.open()
-        with store.deferred_sync():  # the task's objects made durable together, before any outcome is reported
+        with store.deferred_sync(), shared_scratch():  # objects durable together before any outcome; one scratch dir
             for key in sorted({k for k, _tp in folds}):
                 slot, units = plan[key]
                 by_tp: dict[int, list[MergedUnit]] = {}

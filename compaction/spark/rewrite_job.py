@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame
 
 from compaction.errors import KcompactError
 from compaction.format.scan import binary_buffers
-from compaction.rewrite.upload import PartitionRewrite, rewrite_groups
+from compaction.rewrite.upload import PartitionRewrite, rewrite_groups, shared_scratch
 from compaction.spark.winners import CHUNK_SLOT, PACKED
 from compaction.storage.base import ObjectStore, StoreSpec, StoreStats
 from compaction.tasks import GroupTask, PartitionTask
@@ -116,7 +116,7 @@ class _Rewriter:
         slots = self.slots.value  # loaded once per Python worker, which Spark reuses across tasks
         outcomes = []
         store = self.spec.open()
-        with store.deferred_sync():  # the task's objects made durable together, before any outcome is reported
+        with store.deferred_sync(), shared_scratch():  # objects durable together before any outcome; one scratch dir
             for slot in np.unique(slot_of).tolist():  # one slot per Spark partition (`slot_keys`); more still work
                 mine = slot_of == slot
                 for unit in slots[slot]:

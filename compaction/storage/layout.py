@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 import uuid
 from dataclasses import dataclass, replace
@@ -62,6 +63,7 @@ def kafka_uuid_text(value: uuid.UUID) -> str:
     return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode("ascii")
 
 
+@functools.lru_cache(maxsize=4096)  # every object of a segment names its segment id and topic id again
 def parse_kafka_uuid(text: str) -> uuid.UUID:
     """The Uuid written as `text` in Kafka's text form; ValueError unless `text` is exactly that form."""
     if not _UUID_TEXT.fullmatch(text):

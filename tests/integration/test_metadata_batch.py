@@ -294,3 +294,66 @@ def test_one_partition_commits_as_before(table: MetadataTable) -> None:
     assert entry["operationParameters"]["predicate"] == "topic = 'orders' AND partition = 0"
     assert (entry["kcompact.partition"], entry["kcompact.fencing_epoch"], entry["kcompact.partitions"]) == (
         "orders-0", "1", "1")
+
+
+def counted_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the partitions each read of the table's files asked for (`batch.load_partitions`)."""
+    real, reads = batch_module.load_partitions, []
+
+    def counting(dt: Any, partitions: Iterable[TopicPartition], *args: Any) -> Any:
+        wanted = list(partitions)
+        reads.append(len(wanted))
+        return real(dt, wanted, *args)
+
+    monkeypatch.setattr(batch_module, "load_partitions", counting)
+    return reads
+
+
+def test_rows_already_read_are_reused_while_the_table_is_at_their_version(
+        table: MetadataTable, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's plan read the table; its acquire, then its swap, go through one `known_reader`: neither reads the
+    partitions' files again, since each commit is the next version and changed only its own partitions. The rows
+    landed are those a fresh read gives."""
+    batch = [tp(p) for p in range(3)]
+    tier(table, [*batch, tp(3)], (0, 99), (100, 199))
+    reader = batch_module.known_reader(table, table.partition_snapshots([*batch, tp(3)]))
+    reads = counted_reads(monkeypatch)
+
+    acquired = acquire_fencing_epochs(table, batch, "run", NOW, reader=reader)
+    results = commit_batch(table, [swap(s, s.fencing_epoch) for s in acquired.values()],  # type: ignore[union-attr]
+                           NOW, reader=reader)
+
+    assert reads == [], "no partition's file read again"
+    assert {r.version for r in results.values()} == {acquired[tp(0)].version + 1}  # type: ignore[union-attr]
+    fresh = table.partition_snapshots([*batch, tp(3)])
+    assert reader.read([*batch, tp(3)])[1] == fresh and reads == []
+    for p in batch:
+        assert [(s.start_offset, s.end_offset, s.writer) for s in fresh[p].live_segments] == [(0, 199, "run")]
+
+
+def test_rows_already_read_are_read_again_after_another_commit(
+        table: MetadataTable, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the rows were read, a broker appends to partition 1 (one of the batch), then a tier run to partition 7
+    (not one of them): the retention planned on the latest rows sees the append (the rows held are stale, the
+    table's version tells), and what the reader holds after is what the table holds."""
+    batch = [tp(p) for p in range(3)]
+    tier(table, batch, (0, 99))
+    reader = batch_module.known_reader(table, table.partition_snapshots(batch))
+    tier(table, [tp(1)], (100, 199))
+    tier(table, [tp(7)], (0, 9))
+    reads = counted_reads(monkeypatch)
+
+    def expire_first(current: PartitionSnapshot) -> ChangeSet:
+        first = current.live_segments[0]
+        return ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer="retention",
+                                      state_changes=[StateChange(first.segment_id,
+                                                                 SegmentState.DELETE_SEGMENT_STARTED)])
+
+    results = commit_current_batch(table, dict.fromkeys(batch, expire_first), NOW, reader=reader)
+    assert reads == [3], "the batch read again, once"
+    assert all(isinstance(r, CommitResult) for r in results.values()), results
+    assert [(s.start_offset, s.end_offset) for s in table.live_segments(*tp(1))] == [(100, 199)], "append kept"
+    assert reader.read(batch)[1] == table.partition_snapshots(batch)
+    tier(table, [tp(7)], (10, 19))  # another commit: the rows held are read again
+    reads.clear()
+    assert reader.read(batch)[1] == table.partition_snapshots(batch) and reads == [3]

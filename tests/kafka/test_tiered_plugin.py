@@ -134,11 +134,11 @@ def _after_a_broker_commit(tier: Tier, commit: Callable[..., Any]) -> Callable[.
     def broker_committed_since(version: int) -> bool:
         return any(h["version"] > version and h.get("kcompact.writer") == "broker-1" for h in tier.history())
 
-    def committing(table: Any, change_sets: Any, now_ms: int) -> Any:
+    def committing(table: Any, change_sets: Any, now_ms: int, **kwargs: Any) -> Any:
         change_sets = list(change_sets)
         base = min(cs.base_version for cs in change_sets)
         wait_for(f"a broker commit after table version {base}", lambda: broker_committed_since(base), tier.broker)
-        return commit(table, change_sets, now_ms)
+        return commit(table, change_sets, now_ms, **kwargs)
 
     return committing
 

@@ -179,11 +179,11 @@ def test_crashes_around_the_commit_converge(spark: SparkSession, store: ObjectSt
     assert sorted(sp.plan.partition for sp in staged.partitions) == [0, 1, 3]
     real_commit: Callable[..., Any] = cleaner_module.commit_change_sets
 
-    def commit_with_faults(table: Any, changes: Any, now_ms: int) -> Any:
+    def commit_with_faults(table: Any, changes: Any, now_ms: int, **kwargs: Any) -> Any:
         partitions = {change.partition for change in changes}
         if 0 in partitions:
             raise SimulatedCrash("simulated: the driver died before the commit landed")
-        results = real_commit(table, changes, now_ms)
+        results = real_commit(table, changes, now_ms, **kwargs)
         if 1 in partitions:  # the reply of the whole commit is lost
             return {tp: CommitConflictError("simulated: the commit landed, its reply was lost") for tp in results}
         if 3 in partitions:

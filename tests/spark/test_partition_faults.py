@@ -5,7 +5,8 @@ Three partitions are tiered to moto without faults; the compaction run then goes
 the store's retries, and delta-rs's, run out):
 
 - its segment objects, read by the Spark scan tasks on the executors;
-- its metadata rows, read by the driver when staging takes the partition (after the run was planned);
+- its metadata rows, read by the driver when staging takes the partition, after another commit landed since the
+  run was planned (else staging takes the rows the plan read, and reads none);
 - its producer snapshots and transaction indexes, read by the driver while planning.
 
 Each way that partition fails with `TransientStoreError` (kept in the report, exit code 4: rerun), nothing of
@@ -24,13 +25,14 @@ from pyspark.sql import SparkSession
 from compaction.config import KcompactConfig, TopicConfig
 from compaction.errors import ExitCode
 from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
-from compaction.metadata import table_in_store
+from compaction.metadata import acquire_fencing_epoch, table_in_store
 from compaction.run.commit import commit
 from compaction.run.plan import plan
 from compaction.run.report import run_report
 from compaction.run.stage import stage
 from compaction.storage import ObjectStore
 from compaction.tier import tier_logdir
+from tests.factories import TOPIC_ID
 from tests.latest_view import views
 from tests.moto_s3 import FAST_RETRY
 from tests.s3_proxy import Fault, FlakyProxy, direct, fast_delta_retries, spec_through
@@ -64,13 +66,16 @@ def store(proxy: FlakyProxy, moto_endpoint: str, fake_aws_env: None, workers_see
 
 
 def run_with_fault(spark: SparkSession, store: ObjectStore, proxy: FlakyProxy, fault: Fault,
-                   planning: bool = False) -> dict:
-    """Plan (with `fault` on if `planning`, else without), then stage and commit with `fault` on; the report."""
+                   planning: bool = False, moved: bool = False) -> dict:
+    """Plan (with `fault` on if `planning`, else without), then stage and commit with `fault` on (after another
+    partition's commit if `moved`); the report."""
     if planning:
         proxy.fault = fault
     run = plan(store, CONFIG, NOW)
     eligible = {(p.topic, p.partition) for p in run.plan.eligible}
     assert eligible == (set(PARTITIONS) - {BROKEN} if planning else set(PARTITIONS))
+    if moved:  # a commit to a partition of no run: staging reads the run's partitions afresh
+        acquire_fencing_epoch(table_in_store(store), "elsewhere", 0, "another run", NOW, topic_id=TOPIC_ID)
     proxy.fault = fault
     staged = stage(spark, run)
     report = run_report(staged, commit(staged)).to_dict()
@@ -116,7 +121,8 @@ def segment_reads_of(tp: tuple[str, int], *suffixes: str) -> Callable[[str, str]
 
 _METADATA_ROWS = f"_kcompact_metadata/topic%3D{BROKEN[0]}/partition%3D{BROKEN[1]}/"
 BROKEN_READS: dict[str, tuple[Callable[[str, str], bool], bool]] = {
-    # the reads that keep failing, and whether they are the planner's (else staging's, or its Spark tasks')
+    # the reads that keep failing, and whether they are the planner's (else staging's, or its Spark tasks'); for
+    # staging's read of the rows, another partition's commit lands after the plan
     "scan-task-segments": (segment_reads_of(BROKEN, ".log"), False),
     "staging-metadata-rows": (lambda method, path: method == "GET" and _METADATA_ROWS in path, False),
     "plan-producer-state": (segment_reads_of(BROKEN, ".snapshot", ".txnindex"), True),
@@ -131,7 +137,27 @@ def test_reads_that_keep_failing_fail_their_partition_only(
     live_before = live_ids(direct(store, moto_endpoint))
     hits, planning = BROKEN_READS[reads]
     report = run_with_fault(spark, store, proxy, lambda m, p, seen: (503, "SlowDown") if hits(m, p) else None,
-                            planning=planning)
+                            planning=planning, moved=reads == "staging-metadata-rows")
     assert proxy.injected, "the fault was reached"
     check_only_broken_failed(report, store, moto_endpoint, live_before, before)
     rerun_converges(spark, store, moto_endpoint, before)
+
+
+def test_staging_and_the_commit_read_no_partition_rows_when_no_other_commit_landed(
+    spark: SparkSession, store: ObjectStore, proxy: FlakyProxy, moto_endpoint: str
+) -> None:
+    """The plan read every partition's rows; with no other commit since, taking the partitions and committing their
+    swaps reads none of the table's data files again (each commit is the next version: `known_reader`), and the
+    run is the same run."""
+    before = views(direct(store, moto_endpoint), PARTITIONS)
+    rows_read: list[str] = []
+
+    def record(method: str, path: str, seen: int) -> None:
+        if method == "GET" and "_kcompact_metadata/topic%3D" in path:
+            rows_read.append(path)
+        return None
+
+    report = run_with_fault(spark, store, proxy, record)
+    assert rows_read == []
+    assert report["failed"] == [] and {(p["topic"], p["partition"]) for p in report["partitions"]} == set(PARTITIONS)
+    assert views(direct(store, moto_endpoint), PARTITIONS) == before

@@ -197,8 +197,8 @@ def _die_around_commit(staged: StagedRun, rng: random.Random, monkeypatch: pytes
     staged.partitions[:] = staged.partitions[: rng.randint(1, len(staged.partitions))]
     real = cleaner_module.commit_change_sets
 
-    def commit_change_sets(table: Any, changes: Any, now_ms: int) -> Any:
-        real(table, changes, now_ms)
+    def commit_change_sets(table: Any, changes: Any, now_ms: int, **kwargs: Any) -> Any:
+        real(table, changes, now_ms, **kwargs)
         raise SimulatedCrash("the commit landed, then the driver died")
 
     with monkeypatch.context() as m:

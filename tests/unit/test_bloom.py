@@ -11,6 +11,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -46,7 +47,8 @@ from compaction.metadata import ObjectKey, ObjectSuffix, SegmentMetadata
 from compaction.metadata.change_set import AddedObjectKey, ChangeSet, apply_change_set
 from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.planner.grouping import estimated_index_sizes, group_segments_by_size
-from compaction.rewrite.upload import DiskBudgetError, rewrite_groups
+from compaction.rewrite import upload
+from compaction.rewrite.upload import DiskBudgetError, rewrite_groups, shared_scratch
 from compaction.run.report import TARGET_FALSE_READ_RATE, bloom_sizing
 from compaction.storage import open_store
 from compaction.storage.layout import Suffix, segment_object_key
@@ -278,7 +280,10 @@ def partition_task(store_root: Path, sizes: Sequence[int], budget: int | None, p
     return task, by_group
 
 
-def test_chunks_stay_within_the_disk_budget_and_outputs_carry_their_filter(tmp_path: Path) -> None:
+@pytest.mark.parametrize("in_memory", [upload.IN_MEMORY_BYTES, 0], ids=["read", "mapped"])
+def test_chunks_stay_within_the_disk_budget_and_outputs_carry_their_filter(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_memory: int) -> None:
+    monkeypatch.setattr(upload, "IN_MEMORY_BYTES", in_memory)
     task, winners = partition_task(tmp_path / "store", [2000] * 10, budget=4_800)
     store = open_store(str(tmp_path / "store"))
     done = rewrite_groups(store, task, task.groups, winners)
@@ -302,9 +307,13 @@ def test_a_chunk_above_the_budget_is_refused_before_any_download(tmp_path: Path)
     assert store.stats.gets == 0 and store.stats.puts == 0
 
 
-def test_a_corrupt_input_found_by_the_rewrite_is_reported_as_such(tmp_path: Path) -> None:
-    """The chunk's inputs are memory-mapped: cleaning up after a failing chunk must not replace its error (a
-    CorruptInputError, which quarantines the partition) with a BufferError from a slice the traceback holds."""
+@pytest.mark.parametrize("in_memory", [upload.IN_MEMORY_BYTES, 0], ids=["read", "mapped"])
+def test_a_corrupt_input_found_by_the_rewrite_is_reported_as_such(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  in_memory: int) -> None:
+    """A big chunk's inputs are memory-mapped: cleaning up after a failing chunk must not replace its error (a
+    CorruptInputError, which quarantines the partition) with a BufferError from a slice the traceback holds. A small
+    chunk's are read."""
+    monkeypatch.setattr(upload, "IN_MEMORY_BYTES", in_memory)
     task, winners = partition_task(tmp_path / "store", [2000] * 2, budget=None)
     store = open_store(str(tmp_path / "store"))
     key = task.groups[0].inputs[1].keys["log"]
@@ -315,6 +324,52 @@ def test_a_corrupt_input_found_by_the_rewrite_is_reported_as_such(tmp_path: Path
     with pytest.raises(CorruptInputError, match="CRC"):
         rewrite_groups(store, task, task.groups, winners)
     assert not list((tmp_path / "store").glob("**/kcompact-rewrite-*")), "the chunk's files are gone"
+
+
+def test_calls_within_shared_scratch_download_into_one_directory_removed_at_its_end(tmp_path: Path) -> None:
+    """A task's rewrites (`shared_scratch`, as the Spark tasks run them) share one download directory under the
+    task's `temp_dir`, empty between calls and gone at the end; each call's outputs are those of a call alone."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    task, winners = partition_task(tmp_path / "store", [2000] * 4, budget=None)
+    task = replace(task, temp_dir=str(scratch))
+    store = open_store(str(tmp_path / "store"))
+    alone = rewrite_groups(store, task, task.groups, winners)
+    assert list(scratch.iterdir()) == []
+    seen: list[list[Path]] = []
+    with shared_scratch():
+        for _ in range(3):
+            done = rewrite_groups(store, task, task.groups, winners)
+            seen.append(list(scratch.iterdir()))
+            assert [list(d.iterdir()) for d in seen[-1]] == [[]], "empty between calls"
+            assert [g.record_count for g in done.groups] == [g.record_count for g in alone.groups]
+            assert done.peak_temp_bytes == alone.peak_temp_bytes
+    assert len(seen[0]) == 1 and seen == [seen[0]] * 3, "one directory for the three calls"
+    assert list(scratch.iterdir()) == [], "removed at the end"
+
+
+@pytest.mark.parametrize("in_memory", [upload.IN_MEMORY_BYTES, 0], ids=["small", "big"])
+def test_a_small_chunk_puts_its_objects_filter_included_in_one_round(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_memory: int) -> None:
+    """A small chunk builds its filter piece by piece at once and puts every object in one `put_many`; a big one
+    hands the pieces to the filter thread and puts the filter after the rest. The objects are the same."""
+    monkeypatch.setattr(upload, "IN_MEMORY_BYTES", in_memory)
+    task, winners = partition_task(tmp_path / "store", [2000] * 2, budget=None)
+    store = open_store(str(tmp_path / "store"))
+    rounds: list[list[str]] = []
+    real = store.put_many
+
+    def put_many(objects: Any, copied_from: Any = None) -> None:
+        rounds.append(sorted(k.rsplit(".", 1)[1] for k in [*objects, *(copied_from or {})]))
+        real(objects, copied_from)
+
+    monkeypatch.setattr(store, "put_many", put_many)
+    (done,) = rewrite_groups(store, task, task.groups, winners).groups
+    assert sorted(sum(rounds, [])) == sorted(k.rsplit(".", 1)[1] for k in done.object_keys.values())
+    assert "bloom" in rounds[-1] and len(sum(rounds, [])) == 4  # log, both indexes, filter
+    assert len(rounds) == (1 if in_memory else 2), rounds
+    f = KeyFilter.from_bytes(store.get(done.object_keys["bloom"]))
+    assert f.positives(key_hashes(pa.array([b"k%06d" % i for i in range(40)], pa.binary()))) == 40
 
 
 # --- the metadata change that records a lazily built filter ------------------------------------------------
