@@ -30,6 +30,7 @@ from compaction.gc.report import GcReport
 from compaction.gc.wal import execute_wal_gc, plan_wal_gc
 from compaction.metadata import (
     ChangeSet,
+    MetadataSnapshot,
     MetadataTable,
     PartitionSnapshot,
     SegmentState,
@@ -38,6 +39,7 @@ from compaction.metadata import (
     commit_current_batch,
     mark_deleted_finished,
 )
+from compaction.metadata.batch import Reader, known_reader
 from compaction.metadata.upkeep import expire_log
 from compaction.storage.base import ObjectStore
 from compaction.wal.model import WAL_TABLE_NAME
@@ -86,8 +88,8 @@ def collect_garbage(
     if dry_run:
         report = plan.report(dry_run=True)
     else:
-        report = execute_gc(plan, store, table, grace_ms=grace_ms, writer=writer or default_writer()).report(
-            dry_run=False)
+        report = execute_gc(plan, store, table, grace_ms=grace_ms, writer=writer or default_writer(),
+                            read=snapshot).report(dry_run=False)
         report = replace(report, metadata_log=expire_log(table).summary())
         if wal_plan.deletions:
             wal_plan = execute_wal_gc(wal_plan, store, wal_table, now_ms)
@@ -101,14 +103,18 @@ def collect_garbage(
     return replace(report, wal=wal, wal_summary=summary)
 
 
-def execute_gc(plan: GcPlan, store: ObjectStore, table: MetadataTable, *, grace_ms: GraceMs, writer: str) -> GcPlan:
-    """Carry out `plan`; returns it as executed (rows that a concurrent commit moved first are dropped).
+def execute_gc(plan: GcPlan, store: ObjectStore, table: MetadataTable, *, grace_ms: GraceMs, writer: str,
+               read: MetadataSnapshot | None = None) -> GcPlan:
+    """Carry out `plan`; returns it as executed (rows that a concurrent commit moved first are dropped). `read`: the
+    snapshot `plan` was made from, whose rows the retiring commit starts from while no other commit landed since.
 
     Raises:
         CommitConflictError: a partition's rows kept changing under gc; everything else was done. Rerun.
     """
-    retired, refused = _retire(table, [p for p in plan.partitions if p.retire], plan.now_ms, grace_function(grace_ms),
-                               writer)
+    retiring = [p for p in plan.partitions if p.retire]
+    reader = known_reader(table, {} if read is None else {p.tp: read.partition(p.topic, p.partition)
+                                                         for p in retiring})
+    retired, refused = _retire(table, retiring, plan.now_ms, grace_function(grace_ms), writer, reader)
     done = []
     for p in plan.partitions:
         tp = p.tp
@@ -133,7 +139,7 @@ def _delete(store: ObjectStore, keys: Iterable[str]) -> None:
 
 
 def _retire(table: MetadataTable, partitions: Iterable[PartitionGcPlan], now_ms: int,
-            grace: Callable[[str], int], writer: str, attempts: int = 3
+            grace: Callable[[str], int], writer: str, reader: Reader, attempts: int = 3
             ) -> tuple[dict[TopicPartition, frozenset[str]], dict[TopicPartition, KcompactError]]:
     """Move each partition's `retire` to DELETE_SEGMENT_STARTED, all in one commit, re-deciding each row on the
     latest table; (the ids retired per partition, the partitions refused).
@@ -164,6 +170,6 @@ def _retire(table: MetadataTable, partitions: Iterable[PartitionGcPlan], now_ms:
         return plan
 
     plans = {p.tp: retiring(p) for p in partitions}
-    outcomes = commit_current_batch(table, plans, now_ms, attempts=attempts)
+    outcomes = commit_current_batch(table, plans, now_ms, attempts=attempts, reader=reader)
     refused = {tp: o for tp, o in sorted(outcomes.items()) if isinstance(o, KcompactError)}
     return {tp: ids for tp, ids in retired.items() if tp not in refused}, refused

@@ -53,7 +53,7 @@ from compaction.errors import (
     MetadataInvariantError,
     MetadataVersionNotFoundError,
 )
-from compaction.metadata.batch import CommitResult, Landed, Outcome, Reader, land
+from compaction.metadata.batch import CommitResult, Landed, Outcome, Reader, known_reader, land
 from compaction.metadata.change_set import (
     ChangeSet,
     PartitionRows,
@@ -351,7 +351,8 @@ def mark_deleted_finished(
     """
     wanted = set(segment_ids)
     by_tp: dict[TopicPartition, set[str]] = defaultdict(set)
-    for tp, p in table.snapshot().partitions.items():
+    snapshot = table.snapshot()
+    for tp, p in snapshot.partitions.items():
         for s in p.segments:
             if s.segment_id in wanted:
                 by_tp[tp].add(s.segment_id)
@@ -360,7 +361,8 @@ def mark_deleted_finished(
         raise MetadataInvariantError(f"{table.table_uri}: unknown segment ids {sorted(unknown)}")
 
     plans = {tp: _deletion_plan(ids, writer, run_id) for tp, ids in by_tp.items()}
-    outcomes = sorted(commit_current_batch(table, plans, now_ms, attempts=attempts).items())
+    reader = known_reader(table, {tp: snapshot.partitions[tp] for tp in plans})  # the rows just read, while current
+    outcomes = sorted(commit_current_batch(table, plans, now_ms, attempts=attempts, reader=reader).items())
     refused = [o for _, o in outcomes if isinstance(o, KcompactError)]
     if refused:
         raise refused[0]

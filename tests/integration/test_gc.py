@@ -41,10 +41,13 @@ from compaction.metadata import (
 )
 from compaction.metadata.change_set import merge_leader_epochs
 from compaction.metadata.model import rows_to_arrow
+from compaction.metadata.table import load_partitions
 from compaction.reader import consumer_records, segment_ref
 from compaction.storage import ObjectStore
 from compaction.storage.layout import new_segment_id, parse_segment_object_key
 from compaction.tier import tier_logdir
+
+batch_module = importlib.import_module("compaction.metadata.batch")
 
 execute_module = importlib.import_module("compaction.gc.execute")
 
@@ -200,7 +203,8 @@ def assert_no_orphan(s: Scenario) -> None:
     assert leftover == {UNKNOWN_KEY}
 
 
-def test_gc_waits_for_each_grace_and_a_dry_run_foretells_it(scenario: Scenario) -> None:
+def test_gc_waits_for_each_grace_and_a_dry_run_foretells_it(scenario: Scenario, monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
     s = scenario
     before = {o.key: o.size for o in s.store.list("")}
     metadata_before = {k for k in before if k.startswith(METADATA_TABLE_NAME + "/")}
@@ -216,7 +220,11 @@ def test_gc_waits_for_each_grace_and_a_dry_run_foretells_it(scenario: Scenario) 
     dry = gc(s, s.t0 + GRACE + SLACK, dry_run=True)
     assert keys_in(s.store) == before.keys() and s.table.version() == version
     assert any("would be deleted" in line for line in dry.summary())
+    reads = []  # the partitions' rows its commits read from the table's files
+    monkeypatch.setattr(batch_module, "load_partitions", lambda *args: reads.append(args) or load_partitions(*args))
     segments_due = gc(s, s.t0 + GRACE + SLACK)
+    monkeypatch.undo()
+    assert reads == [], "both commits start from the rows of the snapshots gc read (no other commit landed)"
     assert {**dry.to_dict(), "dry_run": False} == segments_due.to_dict(), "a dry run reports what gc then does"
     assert states(s.table, *s.replaced, *s.abandoned) == {SegmentState.DELETE_SEGMENT_FINISHED}
     assert not object_keys(*s.replaced, *s.abandoned) & keys_in(s.store)

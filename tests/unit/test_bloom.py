@@ -365,8 +365,9 @@ def test_a_small_chunk_puts_its_objects_filter_included_in_one_round(
 
     monkeypatch.setattr(store, "put_many", put_many)
     (done,) = rewrite_groups(store, task, task.groups, winners).groups
-    assert sorted(sum(rounds, [])) == sorted(k.rsplit(".", 1)[1] for k in done.object_keys.values())
-    assert "bloom" in rounds[-1] and len(sum(rounds, [])) == 4  # log, both indexes, filter
+    put = [suffix for r in rounds for suffix in r]
+    assert sorted(put) == sorted(k.rsplit(".", 1)[1] for k in done.object_keys.values())
+    assert "bloom" in rounds[-1] and len(put) == 4  # log, both indexes, filter
     assert len(rounds) == (1 if in_memory else 2), rounds
     f = KeyFilter.from_bytes(store.get(done.object_keys["bloom"]))
     assert f.positives(key_hashes(pa.array([b"k%06d" % i for i in range(40)], pa.binary()))) == 40
