@@ -49,6 +49,7 @@ from compaction.metadata import (
     commit_batch,
     commit_current_batch,
 )
+from compaction.metadata.batch import Reader, known_reader
 from compaction.metadata.commit import tier_finished_plan
 from compaction.metadata.model import OfPartition
 from compaction.producers import producer_state
@@ -234,12 +235,13 @@ def _attempt(copy: _Copy, store: ObjectStore) -> KcompactError | None:
     return None
 
 
-def _copy_batch(copies: Sequence[_Copy], store: ObjectStore, table: MetadataTable, now_ms: int, writer: str
-                ) -> dict[TopicPartition, KcompactError]:
+def _copy_batch(copies: Sequence[_Copy], store: ObjectStore, table: MetadataTable, now_ms: int, writer: str,
+                reader: Reader | None = None) -> dict[TopicPartition, KcompactError]:
     """Tier a batch: one commit of every partition's STARTED rows, the uploads, one commit of their FINISHED rows.
-    Returns the partitions that failed (their results say why, and only that); nothing of one becomes live."""
+    Returns the partitions that failed (their results say why, and only that); nothing of one becomes live.
+    `reader`: where both commits read the partitions' latest rows (default: the table, afresh)."""
     failed: dict[TopicPartition, KcompactError] = {}
-    started = commit_batch(table, [c.start for c in copies if c.start is not None], now_ms)
+    started = commit_batch(table, [c.start for c in copies if c.start is not None], now_ms, reader=reader)
     finishing = {}
     epochs: dict[TopicPartition, int] = {}
     for c in copies:
@@ -255,7 +257,7 @@ def _copy_batch(copies: Sequence[_Copy], store: ObjectStore, table: MetadataTabl
         if c.tp not in failed and c.new:
             finishing[c.tp] = tier_finished_plan([n.segment_id for n in c.new], fencing_epoch=epochs[c.tp],
                                                  writer=writer)
-    finished = commit_current_batch(table, finishing, now_ms, attempts=FINISH_ATTEMPTS)
+    finished = commit_current_batch(table, finishing, now_ms, attempts=FINISH_ATTEMPTS, reader=reader)
     failed.update({tp: r for tp, r in finished.items() if isinstance(r, KcompactError)})
     for c in copies:
         if c.tp in failed:  # what it copied is not live: the result is the failure alone
@@ -292,6 +294,7 @@ def tier_logdir(
     parts = list(partitions(logdir))
     writer = writer or default_writer()
     current = table.partition_snapshots(p.tp for p in parts)
+    reader = known_reader(table, current)  # each commit starts from these rows while no one else committed since
     results: dict[TopicPartition, PartitionTierResult] = {}
     batch: list[_Copy] = []
     batch_bytes = 0
@@ -304,7 +307,7 @@ def tier_logdir(
 
     def flush() -> None:
         nonlocal batch_bytes
-        _copy_batch(batch, store, table, now_ms, writer)
+        _copy_batch(batch, store, table, now_ms, writer, reader)
         report(c.result for c in batch)
         batch.clear()
         batch_bytes = 0
