@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from compaction.config import KcompactConfig
 from compaction.errors import ConfigError, CorruptInputError, TransientStoreError
 from compaction.format.producer_snapshot import ProducerStateEntry
-from compaction.metadata import MetadataSnapshot, TopicPartition, table_in_store
+from compaction.metadata import MetadataSnapshot, PartitionSnapshot, TopicPartition, table_in_store
 from compaction.planner import CompactionPlan, build_plan
 from compaction.producers import PartitionInputs, aborted_transactions, first_unstable_offset, producer_state
 from compaction.retention.plan import RetentionPlan, after_expiry, plan_retention
@@ -45,9 +45,10 @@ class RunPlan:
     quarantined: tuple[tuple[str, int, Unreadable], ...] = ()
     inputs: Mapping[TopicPartition, PartitionInputs] = field(default_factory=dict)
     retention: RetentionPlan | None = None  # what retention.ms / retention.bytes expire first (compact,delete)
-    read: MetadataSnapshot | None = field(default=None, compare=False, repr=False)
-    """The table as the plan read it (its rows at the version it planned from): staging takes its partitions from these
-    rows, without reading them again, while no other commit landed since (`metadata.batch.known_reader`)."""
+    read: Mapping[TopicPartition, PartitionSnapshot] = field(default_factory=dict, compare=False, repr=False)
+    """The eligible partitions as the plan read them (their rows at the version it planned from): staging takes them
+    from these rows, without reading them again, while no other commit landed since (`metadata.batch.known_reader`).
+    Only the eligible ones are kept: a run holds no more rows than it works on."""
 
     @property
     def now_ms(self) -> int:
@@ -99,7 +100,8 @@ def plan(
     notes = tuple(f"{t}-{p} quarantined, not compacted: {e}" for t, p, e in quarantined)
     compaction_plan = replace(compaction_plan, notes=compaction_plan.notes + notes)
     return RunPlan(store.spec, compaction_plan, uuid.uuid4().hex[:12], f"kcompact@{socket.gethostname()}",
-                   disk_budget_bytes, quarantined=quarantined, inputs=inputs, retention=retention, read=read)
+                   disk_budget_bytes, quarantined=quarantined, inputs=inputs, retention=retention,
+                   read={tp: read.partition(tp.topic, tp.partition) for tp in inputs})
 
 
 def _producers(store: ObjectStore, snapshot: MetadataSnapshot, unreadable: dict[TopicPartition, Unreadable]

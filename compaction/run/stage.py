@@ -141,8 +141,7 @@ def _take_partitions(run: RunPlan, failed: dict[TopicPartition, KcompactError], 
     budget = run.disk_budget_bytes if run.disk_budget_bytes is not None else default_disk_budget(temp_dir)
     wanted = [p for p in run.plan.eligible
               if (tp := p.tp) not in failed and tp in run.inputs]
-    read = run.read
-    reader = known_reader(table, {} if read is None else {p.tp: read.partition(p.topic, p.partition) for p in wanted})
+    reader = known_reader(table, {p.tp: run.read[p.tp] for p in wanted if p.tp in run.read})
     acquired = acquire_fencing_epochs(table, [p.tp for p in wanted], run.writer,
                                       run.now_ms, run_id=run.run_id, reader=reader)
     taken = []
