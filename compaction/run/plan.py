@@ -12,8 +12,9 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from compaction.config import KcompactConfig
 from compaction.errors import ConfigError, CorruptInputError, TransientStoreError
@@ -22,7 +23,7 @@ from compaction.metadata import MetadataSnapshot, PartitionSnapshot, TopicPartit
 from compaction.planner import CompactionPlan, build_plan
 from compaction.producers import PartitionInputs, aborted_transactions, first_unstable_offset, producer_state
 from compaction.retention.plan import RetentionPlan, after_expiry, plan_retention
-from compaction.storage.base import ObjectStore, StoreSpec
+from compaction.storage.base import ObjectStore, StoreSpec, shared_pool
 
 Unreadable = CorruptInputError | TransientStoreError
 """Why a partition's producer state or txn indexes could not be read: it is quarantined, the others go on."""
@@ -84,16 +85,10 @@ def plan(
     compaction_plan = build_plan(snapshot, config, now, topics=topics, partition=partition, force=force,
                                  first_unstable_offsets=unstable)
     inputs: dict[TopicPartition, PartitionInputs] = {}
-    for p in compaction_plan.eligible:
-        tp = p.tp
-        if tp in unreadable or p.regions is None:
-            continue
-        live = snapshot.partitions[tp].live_segments
-        try:
-            aborted = aborted_transactions(store, live, p.regions.first_uncleanable_offset)
-        except (CorruptInputError, TransientStoreError) as exc:
-            unreadable[tp] = exc
-            continue
+    wanted = {p.tp: p.regions.first_uncleanable_offset for p in compaction_plan.eligible
+              if p.tp not in unreadable and p.regions is not None}
+    for tp, aborted in _each(lambda tp: aborted_transactions(store, snapshot.partitions[tp].live_segments,
+                                                             wanted[tp]), wanted, unreadable).items():
         inputs[tp] = PartitionInputs(tuple(producers.get(tp, ())), aborted)
     quarantined = tuple((p.topic, p.partition, unreadable[p.tp])
                         for p in compaction_plan.partitions if p.tp in unreadable)
@@ -104,17 +99,37 @@ def plan(
                    read={tp: read.partition(tp.topic, tp.partition) for tp in inputs})
 
 
+PLAN_READ_THREADS = 16
+"""Partitions whose producer snapshot (or txn indexes) the plan reads at once: each read is a GET (a round trip on
+S3), one per partition, and a plan of 1,000 partitions made them one after the other."""
+
+_T = TypeVar("_T")
+
+
+def _each(read: Callable[[TopicPartition], _T], partitions: Iterable[TopicPartition],
+          unreadable: dict[TopicPartition, Unreadable]) -> dict[TopicPartition, _T]:
+    """`read` of every partition, `PLAN_READ_THREADS` at once, in the order given; a partition whose read fails
+    (corrupt, or the store kept failing) goes into `unreadable` instead. Any other error is raised."""
+    def attempt(tp: TopicPartition) -> _T | Unreadable:
+        try:
+            return read(tp)
+        except (CorruptInputError, TransientStoreError) as exc:
+            return exc
+
+    order = list(partitions)
+    out: dict[TopicPartition, _T] = {}
+    for tp, result in zip(order, shared_pool("plan-reads", PLAN_READ_THREADS).map(attempt, order), strict=True):
+        if isinstance(result, (CorruptInputError, TransientStoreError)):
+            unreadable[tp] = result
+        else:
+            out[tp] = result
+    return out
+
+
 def _producers(store: ObjectStore, snapshot: MetadataSnapshot, unreadable: dict[TopicPartition, Unreadable]
                ) -> dict[TopicPartition, list[ProducerStateEntry]]:
-    out = {}
-    for (topic, partition), part in snapshot.partitions.items():
-        if not part.live_segments:
-            continue
-        try:
-            out[TopicPartition(topic, partition)] = producer_state(store, part.live_segments)
-        except (CorruptInputError, TransientStoreError) as exc:
-            unreadable[TopicPartition(topic, partition)] = exc
-    return out
+    live = {tp: part.live_segments for tp, part in snapshot.partitions.items() if part.live_segments}
+    return _each(lambda tp: producer_state(store, live[tp]), live, unreadable)
 
 
 def first_unstable_offsets(store: ObjectStore, snapshot: MetadataSnapshot) -> dict[TopicPartition, int]:
