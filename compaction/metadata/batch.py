@@ -61,7 +61,8 @@ Build = Callable[[PartitionSnapshot], PartitionRows | None]
 class Reader(Protocol):
     """Where a batch reads its partitions' latest rows: the table at a version and the partitions at it, the commit
     written on top of that `DeltaTable`. By default the table opened afresh (`fresh_reader`); a process that keeps
-    the table followed reuses its state (`compaction.metadata.follower.TableFollower`)."""
+    the table followed reuses its state (`compaction.metadata.follower.TableFollower`); a writer that has just read
+    the partitions reuses those rows while no other commit landed (`known_reader`)."""
 
     def read(self, partitions: Iterable[TopicPartition]
              ) -> tuple[DeltaTable, dict[TopicPartition, PartitionSnapshot]]: ...
