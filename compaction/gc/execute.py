@@ -106,15 +106,16 @@ def collect_garbage(
 def execute_gc(plan: GcPlan, store: ObjectStore, table: MetadataTable, *, grace_ms: GraceMs, writer: str,
                read: MetadataSnapshot | None = None) -> GcPlan:
     """Carry out `plan`; returns it as executed (rows that a concurrent commit moved first are dropped). `read`: the
-    snapshot `plan` was made from, whose rows the retiring commit starts from while no other commit landed since.
+    snapshot `plan` was made from, whose rows both commits (retiring rows, finishing deletions) start from while no
+    other commit landed since.
 
     Raises:
         CommitConflictError: a partition's rows kept changing under gc; everything else was done. Rerun.
     """
-    retiring = [p for p in plan.partitions if p.retire]
     reader = known_reader(table, {} if read is None else {p.tp: read.partition(p.topic, p.partition)
-                                                         for p in retiring})
-    retired, refused = _retire(table, retiring, plan.now_ms, grace_function(grace_ms), writer, reader)
+                                                         for p in plan.partitions})
+    retired, refused = _retire(table, [p for p in plan.partitions if p.retire], plan.now_ms, grace_function(grace_ms),
+                               writer, reader)
     done = []
     for p in plan.partitions:
         tp = p.tp
@@ -126,7 +127,8 @@ def execute_gc(plan: GcPlan, store: ObjectStore, table: MetadataTable, *, grace_
     _delete(store, (k for p in done for d in p.deletions for k in d.keys))
     finished = [d.segment_id for p in done for d in p.deletions]
     if finished:
-        mark_deleted_finished(table, finished, writer=writer, now_ms=plan.now_ms)
+        mark_deleted_finished(table, finished, writer=writer, now_ms=plan.now_ms,
+                              within=([p.tp for p in done if p.deletions], reader))
     _delete(store, (o.key for p in done for o in p.orphans))
     if refused:
         raise next(iter(refused.values()))

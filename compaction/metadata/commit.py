@@ -336,13 +336,16 @@ def mark_deleted_finished(
     now_ms: int,
     run_id: str | None = None,
     attempts: int = 3,
+    within: tuple[Iterable[TopicPartition], Reader] | None = None,
 ) -> tuple[CommitResult, ...]:
     """Record that gc deleted the objects of `segment_ids` (DELETE_SEGMENT_STARTED -> FINISHED).
 
     One commit for every partition involved (`commit_current_batch`). gc is not fenced: it commits under the
     partition's current epoch, because finishing a deletion an owner already started cannot hurt any owner.
     Idempotent: segments already in DELETE_SEGMENT_FINISHED are skipped, and a partition with nothing left gets no
-    row rewritten (none at all: no commit).
+    row rewritten (none at all: no commit). `within`: the partitions that hold the ids, when the caller knows them,
+    and the reader their rows come from (gc's, holding the rows it read and committed): only those are read, and
+    through it; else the whole table is read to find them.
 
     Raises:
         MetadataInvariantError: an id the table does not know (before anything is committed).
@@ -351,8 +354,13 @@ def mark_deleted_finished(
     """
     wanted = set(segment_ids)
     by_tp: dict[TopicPartition, set[str]] = defaultdict(set)
-    snapshot = table.snapshot()
-    for tp, p in snapshot.partitions.items():
+    if within is None:
+        current = dict(table.snapshot().partitions)
+        reader = known_reader(table, current)  # the rows just read, while current
+    else:
+        reader = within[1]
+        current = reader.read(within[0])[1]
+    for tp, p in current.items():
         for s in p.segments:
             if s.segment_id in wanted:
                 by_tp[tp].add(s.segment_id)
@@ -361,7 +369,6 @@ def mark_deleted_finished(
         raise MetadataInvariantError(f"{table.table_uri}: unknown segment ids {sorted(unknown)}")
 
     plans = {tp: _deletion_plan(ids, writer, run_id) for tp, ids in by_tp.items()}
-    reader = known_reader(table, {tp: snapshot.partitions[tp] for tp in plans})  # the rows just read, while current
     outcomes = sorted(commit_current_batch(table, plans, now_ms, attempts=attempts, reader=reader).items())
     refused = [o for _, o in outcomes if isinstance(o, KcompactError)]
     if refused:

@@ -220,11 +220,14 @@ def test_gc_waits_for_each_grace_and_a_dry_run_foretells_it(scenario: Scenario, 
     dry = gc(s, s.t0 + GRACE + SLACK, dry_run=True)
     assert keys_in(s.store) == before.keys() and s.table.version() == version
     assert any("would be deleted" in line for line in dry.summary())
-    reads = []  # the partitions' rows its commits read from the table's files
+    reads, full_reads = [], []  # the partitions' rows its commits read from the table's files; its whole reads
     monkeypatch.setattr(batch_module, "load_partitions", lambda *args: reads.append(args) or load_partitions(*args))
+    whole = MetadataTable.snapshot
+    monkeypatch.setattr(MetadataTable, "snapshot", lambda table, *a: full_reads.append(a) or whole(table, *a))
     segments_due = gc(s, s.t0 + GRACE + SLACK)
     monkeypatch.undo()
-    assert reads == [], "both commits start from the rows of the snapshots gc read (no other commit landed)"
+    assert reads == [], "both commits start from the rows of the snapshot gc read (no other commit landed)"
+    assert len(full_reads) == 1, "the table read whole once, to plan"
     assert {**dry.to_dict(), "dry_run": False} == segments_due.to_dict(), "a dry run reports what gc then does"
     assert states(s.table, *s.replaced, *s.abandoned) == {SegmentState.DELETE_SEGMENT_FINISHED}
     assert not object_keys(*s.replaced, *s.abandoned) & keys_in(s.store)
