@@ -13,22 +13,27 @@ Requests (`op` and its fields, as `compaction/pipes.json` names them: each reque
 every answer is `{"ok": true, "result": ...}` or
 `{"ok": false, "error": "<one line>", "type": "<kcompact error class>", "version": <the table's latest version>}`):
 
-- `add`: KIP-405's addRemoteLogSegmentMetadata. A row in COPY_SEGMENT_STARTED with the object keys of
+- `add`: KIP-405's addRemoteLogSegmentMetadata as its own commit (what a plugin older than `copy` sends, and the
+  first step of a copy overlapping the tier). A row in COPY_SEGMENT_STARTED with the object keys of
   `compaction.storage.layout`, the `.txnindex` only when the broker says the segment has one.
+- `copy`: a whole copy in one commit: `add`'s fields and `transactional`, the row going in as COPY_SEGMENT_FINISHED.
+  The plugin holds a copy's addRemoteLogSegmentMetadata in the broker (it answers from memory) and sends this at
+  its COPY_SEGMENT_FINISHED: one Delta commit per copy instead of two. A copy that overlaps the tier (a new leader's
+  first after a failover) is committed as `add` then `update` would be, so that it is trimmed as they trim it.
 - `update`: updateRemoteLogSegmentMetadata: `segment_id` moves to `state`; `transactional` (true, false or null)
   is what the plugin's storage manager found in the copied segment's batch headers (a transactional or control
   batch), passed by Kafka from its copy to this update as the segment's custom metadata (KIP-917), and goes into the
   row: a compaction then knows the segment's marker-walk state at plan time (docs/compaction-run.md).
 - `segments`: every segment row of a partition, each with `live` (COPY_SEGMENT_FINISHED and not a zombie),
   and the table version they are the rows of.
-- `batch`: `requests`, writes (`add`, `update`) of different partitions committed in one Delta commit, each
+- `batch`: `requests`, writes (`copy`, `add`, `update`) of different partitions committed in one Delta commit, each
   planned and refused alone; `answers`, one per request in order, each as its own request would be answered.
 - `load`: `segments` for many `partitions` at one version, their files read together (a broker that just became
   leader of them).
 - `follow`: the newest version, and the partitions asked for before whose rows changed after the request's `since`
   (each as `segments` answers it), or `reset` when `since` is older than this process's first version.
 
-`add` and `update` answer as `segments` does, at a version holding their commit: a broker knows its own write at
+`copy`, `add` and `update` answer as `segments` does, at a version holding their commit: a broker knows its own write at
 once. The process follows the table (`compaction.metadata.follower`): every request first reads the commits since
 the last one, if any, and a partition's rows are read again only when a commit changed them; the broker's plugin
 keeps each partition's answer with its version and asks `follow` for what changed (docs/broker.md).
@@ -53,7 +58,7 @@ import json
 import signal
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 from compaction.errors import FencedError, KcompactError
@@ -155,6 +160,20 @@ def add(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
     return _committed(tier, req, _add_plan(tier, req))
 
 
+def copy(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return _committed(tier, req, _copy_plan(tier, req))
+    except _Overlaps:
+        return _copied_in_two(tier, req)
+
+
+def _copied_in_two(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy overlapping the tier, as its `add` and its `update` to COPY_SEGMENT_FINISHED: two commits, the second
+    trimming it (`_update_plan`)."""
+    add(tier, req)
+    return update(tier, {**req, "op": "update", "state": SegmentState.COPY_SEGMENT_FINISHED.value})
+
+
 def update(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
     return _committed(tier, req, _update_plan(tier, req))
 
@@ -163,7 +182,7 @@ _WRITES: dict[str, Callable[[RemoteTier, Mapping[str, Any]], Plan]] = {}
 
 
 def batch(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
-    """Writes (`add`, `update`) of different partitions, committed together (`commit_current_batch`: one Delta
+    """Writes (`copy`, `add`, `update`) of different partitions, committed together (`commit_current_batch`: one Delta
     commit, each partition planned and refused alone): the plugin's group commit of the writes its threads make at
     once. Answers each request in order, as its own request would be answered."""
     requests = req["requests"]
@@ -182,8 +201,14 @@ def batch(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
     landed = [tp for tp, outcome in outcomes.items() if isinstance(outcome, CommitResult)]
     snapshots = tier.follower.partitions(landed)
     for tp, outcome in outcomes.items():
-        answers[tp] = _error(tier, outcome) if isinstance(outcome, KcompactError) else {
-            "ok": True, "result": _partition_json(snapshots[tp])}
+        if isinstance(outcome, _Overlaps):
+            try:
+                answers[tp] = {"ok": True, "result": _copied_in_two(tier, requests[tps.index(tp)])}
+            except KcompactError as e:
+                answers[tp] = _error(tier, e)
+        else:
+            answers[tp] = _error(tier, outcome) if isinstance(outcome, KcompactError) else {
+                "ok": True, "result": _partition_json(snapshots[tp])}
     return {"answers": [answers[tp] for tp in tps]}
 
 
@@ -227,7 +252,26 @@ def _update_plan(tier: RemoteTier, req: Mapping[str, Any]) -> Plan:
     return plan
 
 
-_WRITES.update(add=_add_plan, update=_update_plan)
+class _Overlaps(KcompactError):
+    """A `copy` overlapping the tier's live segments: committed in two steps instead (`_copied_in_two`)."""
+
+
+def _copy_plan(tier: RemoteTier, req: Mapping[str, Any]) -> Plan:
+    segment = replace(new_segment(req), state=SegmentState.COPY_SEGMENT_FINISHED, transactional=req["transactional"])
+    writer = broker_writer(req["broker_id"])
+
+    def plan(current: PartitionSnapshot) -> ChangeSet:
+        check_leader_epoch(current, segment, writer)
+        end = tier_end(current)
+        if end is not None and segment.start_offset <= end:
+            raise _Overlaps(f"segment {segment.segment_id} starts at {segment.start_offset}, in the tier (to {end})")
+        return ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
+                                      new_segments=(segment,), topic_id=req["topic_id"])
+
+    return plan
+
+
+_WRITES.update(add=_add_plan, update=_update_plan, copy=_copy_plan)
 
 
 def _segment_json(s: SegmentMetadata, live: bool) -> dict[str, Any]:
@@ -278,7 +322,7 @@ def follow(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _OPS: dict[str, Callable[[RemoteTier, Mapping[str, Any]], Any]] = {
-    "add": add, "update": update, "batch": batch, "segments": segments, "load": load, "follow": follow,
+    "add": add, "copy": copy, "update": update, "batch": batch, "segments": segments, "load": load, "follow": follow,
 }
 
 

@@ -12,7 +12,7 @@ What is measured, and how:
   `listRemoteLogSegments` over a poll interval, divided by the partitions, give the rounds a partition had; the mean
   round period is its inverse. Besides that: Kafka's `RemoteLogManagerTasksAvgIdlePercent` gauges (the copy and
   expiration thread pools' idle share), and each segment's copy from the broker's log, "Copying" to "Copied ... to
-  remote storage" (the storage manager's write and both metadata updates), with the wait from the segment's roll
+  remote storage" (the storage manager's write and both metadata calls), with the wait from the segment's roll
   deadline that precedes it not counted.
 - Memory: VmRSS of the broker's JVM and of the Python metadata process (`compaction.remote_log_metadata`).
 
@@ -55,7 +55,7 @@ TOPIC = "p11b"
 RLMM = "config=remote.log.metadata.manager.class.name"
 READS = ("remoteLogSegmentMetadata", "listRemoteLogSegments", "listRemoteLogSegments-epoch", "highestOffsetForEpoch",
          "nextSegmentWithTxnIndex", "remoteLogSize", "addRemoteLogSegmentMetadata", "updateRemoteLogSegmentMetadata")
-PIPE = ("segments", "add", "update", "batch", "follow")
+PIPE = ("segments", "copy", "add", "update", "batch", "follow")
 JMX_LINE = re.compile(r"^(kafka\..+?)=(-?[0-9.E+-]+|NaN)$")
 COPY_LINE = re.compile(r"^\[(\S+ \S+)\] INFO (.*)(Copying|Copied) (\d{20})\.log to remote storage")
 

@@ -2,14 +2,15 @@
 S live segments each, one `compaction.remote_log_metadata` tier answering the calls a broker leading all of them
 makes, timed per call.
 
-    python scripts/bench_metadata_manager.py --partitions 1000 --segments 50 [--s3] [--rounds 200]
+    python scripts/bench_metadata_manager.py --partitions 1000 --segments 50 [--s3] [--rounds 200] [--add-update]
 
 What it does, in one process (the metadata process's own code, `answer` on request lines, as the pipe feeds it):
 1. builds the table through kcompact's batched commit path (`commit_current_batch`, 1,000 partitions a commit);
 2. starts the tier (`RemoteTier.of`: the follower's first read of the log) and asks `segments` for every partition
    once, as a broker that just became leader of all of them does (the plugin then answers reads from memory);
-3. runs `--rounds` RLM copy rounds: each an `add` then an `update` to COPY_SEGMENT_FINISHED of the next segment of a
-   random partition (Kafka's `RemoteLogManager.copyLogSegment`), and every 10th round a `follow` after another
+3. runs `--rounds` RLM copy rounds: each the `copy` of the next segment of a random partition, the one request the
+   plugin sends for Kafka's `RemoteLogManager.copyLogSegment` (or, with `--add-update`, an `add` then an `update` to
+   COPY_SEGMENT_FINISHED: what a plugin older than `copy` sends), and every 10th round a `follow` after another
    writer (a compaction, gc) committed to 10 other partitions through its own table handle;
 4. prints p50 / p99 / max per call kind, as a markdown row per kind.
 
@@ -84,7 +85,7 @@ def build(table: Any, partitions: int, segments: int) -> float:
 
 
 def run(store_uri: str, partitions: int, segments: int, rounds: int, seed: int,
-        endpoint: str | None) -> dict[str, list[float]]:
+        endpoint: str | None, add_update: bool = False) -> dict[str, list[float]]:
     store = open_store(store_uri, endpoint_url=endpoint)
     table = table_in_store(store, create=True)
     print(f"building {partitions} partitions x {segments} segments ...", file=sys.stderr)
@@ -115,12 +116,16 @@ def run(store_uri: str, partitions: int, segments: int, rounds: int, seed: int,
         i = next_index[p]
         next_index[p] += 1
         segment_id = _segment_id(p, i)
-        ask({"op": "add", **base, "partition": p, "segment_id": segment_id, "start_offset": i * SEGMENT_RECORDS,
-             "end_offset": (i + 1) * SEGMENT_RECORDS - 1, "max_timestamp_ms": 1_700_000_000_000 + i,
-             "event_timestamp_ms": 1_700_000_000_000 + i, "segment_size_bytes": 1 << 20,
-             "txn_index_empty": True, "leader_epochs": [[0, i * SEGMENT_RECORDS]]})
-        ask({"op": "update", **base, "partition": p, "segment_id": segment_id, "state": "COPY_SEGMENT_FINISHED",
-             "event_timestamp_ms": 1_700_000_000_001 + i, "transactional": False})
+        add = {"op": "add", **base, "partition": p, "segment_id": segment_id, "start_offset": i * SEGMENT_RECORDS,
+               "end_offset": (i + 1) * SEGMENT_RECORDS - 1, "max_timestamp_ms": 1_700_000_000_000 + i,
+               "event_timestamp_ms": 1_700_000_000_000 + i, "segment_size_bytes": 1 << 20,
+               "txn_index_empty": True, "leader_epochs": [[0, i * SEGMENT_RECORDS]]}
+        if add_update:
+            ask(add)
+            ask({"op": "update", **base, "partition": p, "segment_id": segment_id, "state": "COPY_SEGMENT_FINISHED",
+                 "event_timestamp_ms": 1_700_000_000_001 + i, "transactional": False})
+        else:
+            ask({**add, "op": "copy", "event_timestamp_ms": 1_700_000_000_001 + i, "transactional": False})
         if r % 10 == 9:
             touched = {TopicPartition(TOPIC, rng.randrange(partitions)) for _ in range(10)}
             commit_current_batch(other, {tp: (lambda c: ChangeSet.planned_from(
@@ -139,7 +144,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--segments", type=int, default=50, help="live segments per partition before the rounds")
-    parser.add_argument("--rounds", type=int, default=200, help="segments copied (one add + one update each)")
+    parser.add_argument("--rounds", type=int, default=200, help="segments copied (one copy request each)")
+    parser.add_argument("--add-update", action="store_true",
+                        help="copy each segment as an add and an update, as a plugin older than `copy` does")
     parser.add_argument("--seed", type=int, default=41)
     parser.add_argument("--s3", action="store_true", help="on a moto S3 server on 127.0.0.1 instead of a directory")
     args = parser.parse_args(argv)
@@ -157,15 +164,17 @@ def main(argv: list[str] | None = None) -> None:
                 host, port = server.get_host_and_port()
                 endpoint = f"http://{host}:{port}"
                 make_bucket(endpoint, BUCKET)
-                times = run(f"s3://{BUCKET}/bench", args.partitions, args.segments, args.rounds, args.seed, endpoint)
+                times = run(f"s3://{BUCKET}/bench", args.partitions, args.segments, args.rounds, args.seed, endpoint,
+                            args.add_update)
             finally:
                 server.stop()
         else:
-            times = run(tmp, args.partitions, args.segments, args.rounds, args.seed, None)
+            times = run(tmp, args.partitions, args.segments, args.rounds, args.seed, None, args.add_update)
     print(f"{args.partitions} partitions x {args.segments} segments, {'moto S3' if args.s3 else 'local directory'}")
     print("| call | n | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|")
-    for op in ("start", "segments", "add", "update", "follow"):
-        print(_row(op, times[op]))
+    for op in ("start", "segments", "copy", "add", "update", "follow"):
+        if times[op]:
+            print(_row(op, times[op]))
 
 
 if __name__ == "__main__":

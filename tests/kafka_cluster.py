@@ -153,14 +153,15 @@ class KafkaCluster:
             os.kill(pid, signal.SIGSTOP)
         return children
 
-    def thaw_plugin(self, node: int) -> None:
-        for pid in self.plugin_processes(node):
+    def thaw_plugin(self, node: int, *, module: str | None = None) -> None:
+        """SIGCONT the node's plugin processes; with `module`, only those running `python -m <module>`."""
+        for pid in self.plugin_processes(node, module=module):
             os.kill(pid, signal.SIGCONT)
 
     def freeze_store(self, node: int) -> list[int]:
         """SIGSTOP the node's store process only (`compaction.remote_storage`, which copies segment bytes for the
-        RemoteStorageManager): the metadata process runs on, so the node's next copy writes its COPY_SEGMENT_STARTED
-        row and then waits, in flight, for as long as the store stays stopped. A kill of the node ends it."""
+        RemoteStorageManager): the metadata process runs on, so the node's next copy starts (its add, held in the
+        broker) and then waits, in flight, for as long as the store stays stopped. A kill of the node ends it."""
         stores = self.plugin_processes(node, module="compaction.remote_storage")
         assert stores, f"node {node} runs no store process"
         for pid in stores:

@@ -44,6 +44,11 @@ def _add(txn_index_empty: bool = True, segment_id: str = SEGMENT_ID, start: int 
             "txn_index_empty": txn_index_empty, "leader_epochs": [list(e) for e in leader_epochs]}
 
 
+def _copy(transactional: bool | None = None, **add: Any) -> dict[str, Any]:
+    """The plugin's one request for a whole copy: the add's fields and the storage manager's finding."""
+    return {**_add(**add), "op": "copy", "transactional": transactional}
+
+
 def _update(state: SegmentState, segment_id: str = SEGMENT_ID, transactional: bool | None = None) -> dict[str, Any]:
     return {"op": "update", **PARTITION, "segment_id": segment_id, "state": state.value, "event_timestamp_ms": 9,
             "transactional": transactional}
@@ -155,9 +160,11 @@ def _copy_log() -> bytes:
 
 
 def _tier_then_copy(tmp_path: Path, copy_log: bytes, copy_end: int = 149,
-                    copy_epochs: tuple[tuple[int, int], ...] = ((0, 50), (1, 100))) -> list[dict[str, Any]]:
+                    copy_epochs: tuple[tuple[int, int], ...] = ((0, 50), (1, 100)), *, one_request: bool = False
+                    ) -> list[dict[str, Any]]:
     """The old leader (broker 7) tiered [0, 49] and [50, 99] in leader epoch 0; the new leader (broker 8, epoch 1)
-    then copies its own segment [50, copy_end], rolled elsewhere, with every file the plugin writes."""
+    then copies its own segment [50, copy_end], rolled elsewhere, with every file the plugin writes: an `add` and an
+    `update`, or (`one_request`) the plugin's `copy`. The answers, the copy's in the next to last place."""
     store = open_store(str(tmp_path))
     indexes = build_indexes(copy_log, 50, index_interval_bytes=100)
     files = {Suffix.LOG: copy_log, Suffix.OFFSET_INDEX: indexes.offset_index, Suffix.TIME_INDEX: indexes.time_index,
@@ -170,17 +177,20 @@ def _tier_then_copy(tmp_path: Path, copy_log: bytes, copy_end: int = 149,
            _update(SegmentState.COPY_SEGMENT_FINISHED, LATER_ID)]
     copy = {**_add(txn_index_empty=False, segment_id=COPY_ID, start=50, leader_epochs=copy_epochs),
             "end_offset": copy_end, "broker_id": 8, "segment_size_bytes": len(copy_log)}
-    return _ask(tmp_path, {**old[0], "end_offset": 49}, old[1], {**old[2], "end_offset": 99}, old[3], copy,
-                {**_update(SegmentState.COPY_SEGMENT_FINISHED, COPY_ID), "broker_id": 8},
+    finish = {**_update(SegmentState.COPY_SEGMENT_FINISHED, COPY_ID), "broker_id": 8}
+    copying = [{**copy, "op": "copy", "transactional": None}] if one_request else [copy, finish]
+    return _ask(tmp_path, {**old[0], "end_offset": 49}, old[1], {**old[2], "end_offset": 99}, old[3], *copying,
                 {"op": "segments", **PARTITION})
 
 
-def test_a_new_leaders_copy_over_the_tier_goes_live_trimmed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("one_request", [False, True], ids=["add-update", "copy"])
+def test_a_new_leaders_copy_over_the_tier_goes_live_trimmed(tmp_path: Path, one_request: bool) -> None:
     """Issue 40's failover: the new leader's replica rolled at 50, not 100, so its first copy [50, 149] overlaps the
     tier's [50, 99]. It goes live as its part from 100 on (a new segment id, Kafka's files for that base), the copy
-    is superseded, and the tier goes on from 150; the old leader's rows, possibly compacted, stay as they were."""
+    is superseded, and the tier goes on from 150; the old leader's rows, possibly compacted, stay as they were. The
+    plugin's one-request `copy` ends the same as its add and update."""
     log = _copy_log()
-    answers = _tier_then_copy(tmp_path, log)
+    answers = _tier_then_copy(tmp_path, log, one_request=one_request)
     assert all(a["ok"] for a in answers), answers
     store = open_store(str(tmp_path))
     p = table_in_store(store).partition_snapshot("orders", 3)
@@ -208,9 +218,10 @@ def test_a_new_leaders_copy_over_the_tier_goes_live_trimmed(tmp_path: Path) -> N
     assert trimmed.max_timestamp_ms == 149 and trimmed.segment_size_bytes < len(log)
 
 
-def test_a_copy_wholly_below_the_tier_end_is_superseded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("one_request", [False, True], ids=["add-update", "copy"])
+def test_a_copy_wholly_below_the_tier_end_is_superseded(tmp_path: Path, one_request: bool) -> None:
     log = b"".join(encode_batch(build_batch([record(o, o % 7, ts=o)])) for o in range(50, 100))
-    answers = _tier_then_copy(tmp_path, log, copy_end=99, copy_epochs=((0, 50),))
+    answers = _tier_then_copy(tmp_path, log, copy_end=99, copy_epochs=((0, 50),), one_request=one_request)
     assert all(a["ok"] for a in answers), answers
     p = table_in_store(open_store(str(tmp_path))).partition_snapshot("orders", 3)
     assert [(s.start_offset, s.end_offset, s.writer) for s in p.live_segments] == [(0, 49, "broker-7"),
@@ -218,21 +229,23 @@ def test_a_copy_wholly_below_the_tier_end_is_superseded(tmp_path: Path) -> None:
     assert p.segment(COPY_ID).state is SegmentState.DELETE_SEGMENT_STARTED  # type: ignore[union-attr]
 
 
-def test_a_batch_across_the_tier_end_is_refused_naming_its_byte(tmp_path: Path) -> None:
+@pytest.mark.parametrize("one_request", [False, True], ids=["add-update", "copy"])
+def test_a_batch_across_the_tier_end_is_refused_naming_its_byte(tmp_path: Path, one_request: bool) -> None:
     """Replicas share batch boundaries, so the tier's end is one of the copy's; a batch across it cannot be cut
     without re-encoding: the update is an error answer naming the object and byte, and nothing is committed."""
     batches = [build_batch([record(o, 1, ts=o) for o in range(b, b + 10)]) for b in range(50, 150, 10)]
     batches[4] = build_batch([record(o, 1, ts=o) for o in range(95, 105)])  # 90..94 left out: 95..104 crosses 99
     batches[5] = build_batch([record(o, 1, ts=o) for o in range(105, 110)])
     log = b"".join(encode_batch(b) for b in batches)
-    answers = _tier_then_copy(tmp_path, log)
-    refused = answers[5]
+    answers = _tier_then_copy(tmp_path, log, one_request=one_request)
+    refused = answers[-2]
     assert (refused["ok"], refused["type"]) == (False, "MetadataInvariantError"), refused
     position = sum(len(encode_batch(b)) for b in batches[:4])
     assert f"byte {position} of " in refused["error"] and f"00000000000000000050-{COPY_ID}.log" in refused["error"]
     p = table_in_store(open_store(str(tmp_path))).partition_snapshot("orders", 3)
     assert p.segment(COPY_ID).state is SegmentState.COPY_SEGMENT_STARTED  # type: ignore[union-attr]
     assert [s.end_offset for s in p.live_segments] == [49, 99]
+    # the one-request copy too committed its add first: the row is as an add alone leaves it, which gc retires
 
 
 def test_a_compaction_taking_the_partition_never_fences_the_broker(tmp_path: Path,
@@ -276,3 +289,58 @@ def test_a_batch_commits_its_partitions_writes_together_and_refuses_each_alone(t
     table = table_in_store(open_store(str(tmp_path)))
     assert table.version() == first["result"]["version"] + 1  # one commit for the batch
     assert [s.segment_id for s in table.partition_snapshot("orders", 3).segments] == [LATER_ID]
+
+
+@pytest.mark.parametrize("transactional", [True, False, None])
+def test_a_copy_is_one_commit_of_a_finished_row(tmp_path: Path, transactional: bool | None) -> None:
+    """The plugin's `copy` (the broker's add held until its COPY_SEGMENT_FINISHED): one Delta commit, the row live at
+    once with the add's fields, the broker's writer and leader epochs, and the storage manager's finding."""
+    (copied,) = _ask(tmp_path, _copy(transactional, txn_index_empty=False))
+    assert copied["ok"], copied
+    assert copied["result"]["version"] == 1, "the table's creation, then the copy's one commit"
+    assert [(s["state"], s["live"], s["txn_index"]) for s in copied["result"]["segments"]] == [
+        ("COPY_SEGMENT_FINISHED", True, True)]
+    table = table_in_store(open_store(str(tmp_path)))
+    assert table.version() == 1
+    (live,) = table.live_segments("orders", 3)
+    assert (live.start_offset, live.end_offset, live.writer, live.transactional) == (100, 199, "broker-7",
+                                                                                     transactional)
+    assert [(e.epoch, e.start_offset) for e in live.segment_leader_epochs] == [(0, 100), (2, 150)]
+    assert live.event_timestamp_ms == 6
+    assert {o.suffix for o in live.object_keys} == {Suffix.LOG, Suffix.OFFSET_INDEX, Suffix.TIME_INDEX,
+                                                    Suffix.TXN_INDEX, Suffix.PRODUCER_SNAPSHOT,
+                                                    Suffix.LEADER_EPOCH_CHECKPOINT}
+
+
+def test_a_deposed_leaders_copy_is_fenced_and_nothing_committed(tmp_path: Path) -> None:
+    newer = _copy(segment_id=LATER_ID, start=200, leader_epochs=((3, 200),))
+    deposed = _copy(start=300, leader_epochs=((2, 300),))
+    answers = _ask(tmp_path, newer, deposed)
+    assert [a["ok"] for a in answers] == [True, False]
+    assert answers[1]["type"] == "FencedError" and "expected leader epoch 3 or newer, found 2" in answers[1]["error"]
+    table = table_in_store(open_store(str(tmp_path)))
+    assert [s.segment_id for s in table.partition_snapshot("orders", 3).segments] == [LATER_ID]
+    assert table.version() == 1
+
+
+def test_a_batch_of_copies_commits_together_and_an_overlapping_one_alone(tmp_path: Path) -> None:
+    """Copies of three partitions in one batch: a deposed leader's is refused, a first copy lands in the batch's
+    commit, and one that overlaps its partition's tier is committed after it in two steps (as `add` and `update`),
+    superseded; each answer is the one its own request would have had."""
+    other, third = {**PARTITION, "partition": 4}, {**PARTITION, "partition": 5}
+    (first,) = _ask(tmp_path, {"op": "batch", "requests": [
+        _copy(segment_id=LATER_ID, start=200, leader_epochs=((3, 200),)), {**_copy(), **third}]})
+    assert all(a["ok"] for a in first["result"]["answers"]), first
+    version = table_in_store(open_store(str(tmp_path))).version()
+    writes = [_copy(start=300, leader_epochs=((2, 300),)),  # partition 3: a deposed leader's copy
+              {**_copy(), **other},  # partition 4: a first copy
+              {**_copy(segment_id=COPY_ID), **third}]  # partition 5: [100, 199] again (a retried copy)
+    (answered,) = _ask(tmp_path, {"op": "batch", "requests": writes})
+    fenced, copied, overlapping = answered["result"]["answers"]
+    assert (fenced["ok"], fenced["type"]) == (False, "FencedError")
+    assert copied["ok"] and copied["result"]["version"] == version + 1
+    assert [(s["start_offset"], s["state"]) for s in copied["result"]["segments"]] == [(100, "COPY_SEGMENT_FINISHED")]
+    assert overlapping["ok"] and overlapping["result"]["version"] == version + 3, "the batch, then add and update"
+    assert {(s["segment_id"], s["state"], s["live"]) for s in overlapping["result"]["segments"]} == {
+        (SEGMENT_ID, "COPY_SEGMENT_FINISHED", True), (COPY_ID, "DELETE_SEGMENT_STARTED", False)}
+    assert table_in_store(open_store(str(tmp_path))).version() == version + 3

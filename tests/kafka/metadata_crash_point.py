@@ -1,8 +1,9 @@
 """kcompact's metadata process for the broker (`compaction.remote_log_metadata`) with one crash point a test arms.
 
 `python -m tests.kafka.metadata_crash_point --crash-dir DIR <the metadata process's arguments>` serves as the real
-process does until a request matches the point written in `DIR/armed`: `add` or `update <STATE>` before the request
-is served (nothing committed), `after add` or `after update <STATE>` once it is (committed, not answered). It then
+process does until a request matches the point written in `DIR/armed`: its op (`copy`, `add`, ...) or
+`update <STATE>` before the request is served (nothing committed), `after <op>` or `after update <STATE>` once it is
+(committed, not answered). It then
 moves `armed` to `reached`, writes the request there, and never answers, so the broker's call stays in flight until
 the test kills the broker or this process. The point fires once (a restarted process finds nothing armed).
 """

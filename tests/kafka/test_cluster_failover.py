@@ -44,7 +44,7 @@ import pytest
 from confluent_kafka import Producer
 
 import compaction
-from compaction.metadata import SegmentMetadata, SegmentState, broker_writer
+from compaction.metadata import broker_writer
 from compaction.storage import StoreSpec
 from tests.kafka.tiered import (
     TOPIC,
@@ -335,20 +335,17 @@ def test_the_deposed_leader_started_again_writes_nothing_live_and_follows(cluste
 
 
 def test_a_leader_frozen_past_its_session_is_refused_by_leader_epoch_when_it_wakes(cluster_tier: ClusterTier) -> None:
-    """A zombie leader: its copy of the next segment is on its way to the metadata table (its plugin processes are
-    stopped, so the `add` waits in their pipe) when the whole node is frozen past its session. The controller fences
-    it, its successor leads and tiers records written under the newer leader epoch. Woken up, the old leader's `add`
-    reaches the table under the old epoch and is refused (FencedError, which the plugin logs); nothing it writes goes
-    live, and it rejoins the ISR as a follower."""
+    """A zombie leader: its copy of the next segment is on its way to the metadata table (its metadata process is
+    stopped, so the copy's one commit waits in its pipe, the objects written) when the whole node is frozen past its
+    session. The controller fences it, its successor leads and tiers records written under the newer leader epoch.
+    Woken up, the old leader's copy reaches the table under the old epoch and is refused (FencedError, which the
+    plugin logs); nothing it writes goes live, and it rejoins the ISR as a follower."""
     tier = cluster_tier
     assert tier.writer is not None
     writer = tier.writer
 
     def copy_due(leader: int, successor: int, end: int) -> bool:
-        closed = tier.local_segments(leader)[:-1]
-        in_flight = any(s.writer == broker_writer(leader) and s.state is SegmentState.COPY_SEGMENT_STARTED
-                        and s.start_offset > end for s in tier.partition().segments)
-        return not in_flight and any(base == end + 1 for base, _ in closed)
+        return any(base == end + 1 for base, _ in tier.local_segments(leader)[:-1])
 
     caught = _catch_the_leader(tier, copy_due, "the leader has rolled a segment it has not started to copy",
                                lambda: writer.updates(60, pace_s=0.01, age_ms=OLD_MS))
@@ -360,10 +357,18 @@ def test_a_leader_frozen_past_its_session_is_refused_by_leader_epoch_when_it_wak
         return text in log.read_bytes()[log_before:].decode(errors="replace")
 
     tier.cluster.thaw(caught.leader, plugin=False)
-    # its add may have been on its way already when it was caught: the whole log, not only what came since
-    wait_for(f"node {caught.leader} copies {caught.tier_end + 1} (its add waiting in the pipe)",
+    tier.cluster.thaw_plugin(caught.leader, module="compaction.remote_storage")
+    # its copy may have been on its way already when it was caught: the whole log, not only what came since
+    wait_for(f"node {caught.leader} copies {caught.tier_end + 1} (its commit waiting in the pipe)",
              lambda: f"Copying {caught.tier_end + 1:020d}.log to remote storage" in log.read_text(errors="replace"),
              tier.cluster)
+    base = f"/{caught.tier_end + 1:020d}-"
+
+    def copied() -> bool:  # the copy's five objects (log, indexes, producer snapshot, epochs), named by no row yet
+        named = {o.key for s in tier.partition().segments for o in s.object_keys}
+        return len([o for o in tier.store.list() if base in o.key and o.key not in named]) >= 5
+
+    wait_for(f"node {caught.leader} wrote the objects of its copy of {caught.tier_end + 1}", copied, tier.cluster)
     tier.cluster.freeze(caught.leader)
     wait_for(f"node {caught.successor} leads while node {caught.leader} is frozen",
              lambda: tier.leader() == caught.successor, tier.cluster)
@@ -379,7 +384,7 @@ def test_a_leader_frozen_past_its_session_is_refused_by_leader_epoch_when_it_wak
              step=lambda: writer.updates(60, pace_s=0.01, age_ms=OLD_MS, via=fresh))
     before = {s.segment_id for s in tier.partition().segments if s.writer == zombie}
     tier.cluster.thaw(caught.leader)
-    wait_for(f"node {caught.leader}'s add refused by leader epoch", lambda: logged("FencedError"), tier.cluster)
+    wait_for(f"node {caught.leader}'s copy refused by leader epoch", lambda: logged("FencedError"), tier.cluster)
     wait_for(f"node {caught.leader} back in the ISR", lambda: caught.leader in tier.cluster.isr(TOPIC, 0),
              tier.cluster)
     _tiers_on(tier, caught.successor)
@@ -394,20 +399,20 @@ def test_a_leader_frozen_past_its_session_is_refused_by_leader_epoch_when_it_wak
 
 
 def test_a_leader_killed_mid_copy_is_taken_over_from_its_last_finished_segment(cluster_tier: ClusterTier) -> None:
-    """Killed between its COPY_SEGMENT_STARTED and COPY_SEGMENT_FINISHED, the leader leaves a row that never goes
-    live; its successor tiers from the last finished segment's end on.
+    """Killed between its addRemoteLogSegmentMetadata and its COPY_SEGMENT_FINISHED, the leader leaves no row (the
+    plugin holds a copy in the broker until it finishes); its successor tiers from the last finished segment's end on.
 
-    The leader's store process is stopped first, so its next copy writes the STARTED row and stays in flight until
-    the kill (a copy takes ~100 ms: waiting to catch one by chance failed under load)."""
+    The leader's store process is stopped first, so its next copy starts and stays in flight until the kill (a copy
+    takes ~100 ms: waiting to catch one by chance failed under load)."""
     tier = cluster_tier
     leader, successor = tier.leader(), tier.successor()
+    log = tier.cluster.nodes[leader].server_log
+    log_before = log.stat().st_size
     tier.cluster.freeze_store(leader)
-    in_flight: list[SegmentMetadata] = []
 
     def copying() -> bool:
-        in_flight[:] = [s for s in tier.partition().segments if s.writer == broker_writer(leader)
-                        and s.state is SegmentState.COPY_SEGMENT_STARTED and s.start_offset > tier.tier_end()]
-        return bool(in_flight)
+        since = log.read_bytes()[log_before:].decode(errors="replace")
+        return f"Copying {tier.tier_end() + 1:020d}.log to remote storage" in since
 
     assert tier.writer is not None
     writer = tier.writer
@@ -420,7 +425,8 @@ def test_a_leader_killed_mid_copy_is_taken_over_from_its_last_finished_segment(c
     assert tier.contiguous(), tier.rows()
     after = [s for s in tier.live() if s.end_offset > kill.tier_end]
     assert after[0].start_offset == kill.tier_end + 1, tier.rows()
-    assert not {s.segment_id for s in in_flight} & {s.segment_id for s in tier.live()}
+    assert not [s for s in tier.partition().segments if s.writer == broker_writer(leader)
+                and s.start_offset > kill.tier_end], tier.rows()
     assert not tier.refusals()
     _every_record_once(tier)
     _restart(tier, kill.leader)

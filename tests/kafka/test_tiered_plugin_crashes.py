@@ -3,15 +3,17 @@ dies in the middle of tiering a segment.
 
 Kafka tiers a segment in three steps (`RemoteLogManager.copyLogSegment`): addRemoteLogSegmentMetadata
 (COPY_SEGMENT_STARTED), copyLogSegmentData (the objects), updateRemoteLogSegmentMetadata (COPY_SEGMENT_FINISHED).
-The broker's metadata process here is `tests.kafka.metadata_crash_point`, which holds one armed call in flight
-forever, so each test stops the broker, or the process, at a known step:
+The plugin holds the add in the broker and commits the whole copy at its finish, one `copy` request. The broker's
+metadata process here is `tests.kafka.metadata_crash_point`, which holds one armed call in flight forever, so each
+test stops the broker, or the process, at a known step:
 
-- the broker is killed (SIGKILL, its process group) after the objects were written, before COPY_SEGMENT_FINISHED,
-  and restarted: it tiers the segment again under a new id, consumers get every record, and the abandoned
-  COPY_SEGMENT_STARTED row and its objects stay until `kcompact gc` retires them after the grace;
-- the metadata process is killed while the broker's `add` waits for it, before or after its commit: that call fails
-  (RemoteStorageException), the next starts a new process, and the broker tiers on with nothing lost; a row the
-  killed add committed is never live, and `kcompact gc` retires it after the grace (it has no objects).
+- the broker is killed (SIGKILL, its process group) after the objects were written, before its copy's commit, and
+  restarted: it tiers the segment again under a new id, consumers get every record, no row names the abandoned copy,
+  and its objects stay until `kcompact gc` deletes them as orphans after the orphan grace;
+- the metadata process is killed while the broker's `copy` waits for it, before or after its commit: that call fails
+  (RemoteStorageException), the next starts a new process, and the broker tiers on with nothing lost. A copy killed
+  before its commit left no row; one killed after it is live, and the broker's copy of the same segment again (Kafka
+  saw the first fail) is superseded by it.
 
 One broker on a local store serves the module (the S3 path is `test_tiered_plugin_s3.py`'s); the tests run in file
 order.
@@ -32,6 +34,7 @@ from typing import Any
 import pytest
 
 from compaction.metadata import SegmentMetadata, SegmentState
+from compaction.remote_log_metadata import new_segment
 from compaction.storage import open_store
 from tests.kafka.tiered import (
     Tier,
@@ -98,35 +101,34 @@ def crash_tier(kafka_runtime: str, tmp_path_factory: pytest.TempPathFactory) -> 
         broker.stop()
 
 
-def test_a_broker_killed_before_copy_segment_finished_tiers_again_and_gc_retires_the_abandoned_row(
+def test_a_broker_killed_before_its_copy_committed_tiers_again_and_gc_deletes_the_abandoned_objects(
         crash_tier: CrashTier) -> None:
     tier = crash_tier
-    tier.arm("update COPY_SEGMENT_FINISHED")
-    abandoned_id = tier.reached()["segment_id"]
-    abandoned = tier.segment(abandoned_id)
-    assert abandoned is not None and abandoned.state is SegmentState.COPY_SEGMENT_STARTED
-    assert all(tier.store.exists(o.key) for o in abandoned.object_keys), "the objects were written"
+    tier.arm("copy")
+    held = tier.reached()
+    abandoned_id = held["segment_id"]
+    keys = [o.key for o in new_segment(held).object_keys]
+    assert tier.segment(abandoned_id) is None, "nothing of the copy is committed before its finish"
+    assert all(tier.store.exists(k) for k in keys), "the objects were written"
 
     tier.broker.kill()
     tier.broker.start()
     tier.settled()
     assert read_all(tier.broker, len(tier.uncompacted())) == tier.uncompacted()
-    live = tier.live()
-    assert any(s.start_offset <= abandoned.start_offset <= s.end_offset for s in live), "tiered again"
-    assert abandoned_id not in {s.segment_id for s in live}
+    assert any(s.start_offset <= held["start_offset"] <= s.end_offset for s in tier.live()), "tiered again"
+    assert tier.segment(abandoned_id) is None
 
-    kept = tier.cli("gc", "--grace-ms", str(24 * 3600 * 1000), "--json")
-    assert json.loads(kept.stdout)["totals"]["segments_finished"] == 0, kept.stdout
-    assert all(tier.store.exists(o.key) for o in abandoned.object_keys), "gc waits out the grace"
-    time.sleep(max(0.0, (abandoned.event_timestamp_ms + GRACE_MS + 200) / 1000 - time.time()))
-    tier.cli("gc", "--grace-ms", str(GRACE_MS), "--json")
-    retired = tier.segment(abandoned_id)
-    assert retired is not None and retired.state is SegmentState.DELETE_SEGMENT_FINISHED
-    assert not any(tier.store.exists(o.key) for o in abandoned.object_keys)
+    kept = tier.cli("gc", "--grace-ms", str(GRACE_MS), "--json")
+    assert json.loads(kept.stdout)["totals"]["orphans_deleted"] == 0, kept.stdout
+    assert all(tier.store.exists(k) for k in keys), "gc waits out the orphan grace (a day by default)"
+    time.sleep(GRACE_MS / 1000 + 0.2)
+    swept = tier.cli("gc", "--grace-ms", str(GRACE_MS), "--orphan-grace-ms", str(GRACE_MS), "--json")
+    assert json.loads(swept.stdout)["totals"]["orphans_deleted"] >= len(keys), swept.stdout
+    assert not any(tier.store.exists(k) for k in keys)
     assert read_all(tier.broker, len(tier.uncompacted())) == tier.uncompacted()
 
 
-@pytest.mark.parametrize("point", ["add", "after add"])
+@pytest.mark.parametrize("point", ["copy", "after copy"])
 def test_a_metadata_process_killed_mid_call_fails_that_call_and_the_broker_tiers_on(crash_tier: CrashTier,
                                                                                   point: str) -> None:
     tier = crash_tier
@@ -139,24 +141,21 @@ def test_a_metadata_process_killed_mid_call_fails_that_call_and_the_broker_tiers
     def log() -> str:
         return tier.broker.server_log.read_text(errors="replace")[len(log_before):]
 
-    wait_for("the broker's add failed", lambda: "(add, last table version read " in log(), tier.broker)
+    wait_for("the broker's copy failed", lambda: "(copy, last table version read " in log(), tier.broker)
     assert f"the metadata process exited with {128 + signal.SIGKILL}" in log()
     tier.settled()
     started = [pid for pid in _children(tier.broker) if b"metadata_crash_point" in _cmdline(pid)]
     assert started and process not in started, "a new metadata process serves the broker"
     assert read_all(tier.broker, len(tier.uncompacted())) == tier.uncompacted()
     row = tier.segment(held["segment_id"])
-    if point == "add":
-        assert row is None, "the add never committed"
+    if point == "copy":
+        assert row is None, "the copy never committed"
         return
-    assert row is not None and row.state is SegmentState.COPY_SEGMENT_STARTED, "committed, never answered"
-    assert held["segment_id"] not in {s.segment_id for s in tier.live()}
-    assert not any(tier.store.exists(o.key) for o in row.object_keys), "the broker never copied it"
-    time.sleep(max(0.0, (row.event_timestamp_ms + GRACE_MS + 200) / 1000 - time.time()))
-    tier.cli("gc", "--grace-ms", str(GRACE_MS), "--json")
-    retired = tier.segment(held["segment_id"])
-    assert retired is not None and retired.state is SegmentState.DELETE_SEGMENT_FINISHED
-    assert read_all(tier.broker, len(tier.uncompacted())) == tier.uncompacted()
+    assert row is not None and row.state is SegmentState.COPY_SEGMENT_FINISHED, "committed, never answered"
+    assert held["segment_id"] in {s.segment_id for s in tier.live()}
+    again = [s for s in tier.partition().segments if s.start_offset == row.start_offset and s is not row
+             and s.segment_id != row.segment_id]
+    assert all(s.state is SegmentState.DELETE_SEGMENT_STARTED for s in again), again
 
 
 def _children(broker: KafkaBroker) -> list[int]:

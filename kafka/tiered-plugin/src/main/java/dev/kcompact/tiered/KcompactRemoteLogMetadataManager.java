@@ -17,13 +17,16 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Function;
+import java.util.stream.Stream;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.metrics.Monitorable;
 import org.apache.kafka.common.metrics.PluginMetrics;
 import org.apache.kafka.server.log.remote.storage.RemoteLogMetadataManager;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentId;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadataUpdate;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentState;
 import org.apache.kafka.server.log.remote.storage.RemotePartitionDeleteMetadata;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 import org.slf4j.Logger;
@@ -109,6 +112,15 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
     private ScheduledExecutorService follower;
     private long lastFollowFailureLogNanos;
 
+    /** Copies between their add and their COPY_SEGMENT_FINISHED (or, failed, their DELETE_SEGMENT_FINISHED), held in
+     * the broker: nothing of them is committed before their finish. */
+    private final Map<RemoteLogSegmentId, Copy> copies = new ConcurrentHashMap<>();
+
+    /** A copy held since its add: the {@code copy} request committing it, and whether it failed (Kafka is deleting
+     * what it wrote). */
+    private record Copy(RemoteLogSegmentMetadata metadata, ObjectNode request, boolean failed) {
+    }
+
     /** A partition's rows at table version {@code version}, as asked about under {@code tp}'s topic id. */
     private record View(TopicIdPartition tp, long version, RemoteSegments segments) {
     }
@@ -149,10 +161,32 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
                 .put("topic_id", tp.topicId().toString()).put("broker_id", brokerId);
     }
 
+    /** Holds the copy here, in the broker: its row is committed with its COPY_SEGMENT_FINISHED, in one Delta commit
+     * ({@code op=copy}), not one commit for each event. Meanwhile {@link #listRemoteLogSegments(TopicIdPartition)}
+     * shows it, as COPY_SEGMENT_STARTED, to this broker, and nothing of it is in the table: a copy that never finishes
+     * (the broker dies) leaves objects no row names, which {@code kcompact gc} deletes as orphans. A segment whose
+     * leader epoch the partition's view already shows superseded (a deposed leader's) is refused here at once, as the
+     * commit would refuse it. */
     @Override
     public CompletableFuture<Void> addRemoteLogSegmentMetadata(RemoteLogSegmentMetadata segment)
             throws RemoteStorageException {
-        ObjectNode req = request("add", segment.topicIdPartition())
+        long start = System.nanoTime();
+        TopicIdPartition tp = segment.topicIdPartition();
+        View kept = views.get(tp.topicPartition());
+        int latest = segment.segmentLeaderEpochs().lastKey();
+        if (kept != null && kept.tp().equals(tp)) {
+            int newest = kept.segments().newestLeaderEpoch();
+            if (newest > latest) {
+                metrics.error("addRemoteLogSegmentMetadata", "FencedError");
+                String message = String.format("%s: expected leader epoch %d or newer, found %d (segment %s [%d, %d] "
+                        + "from broker-%d, a deposed leader; table version %d)", tp.topicPartition(), newest, latest,
+                        segment.remoteLogSegmentId().id(), segment.startOffset(), segment.endOffset(), brokerId,
+                        kept.version());
+                LOG.warn("add of {} for {} refused: FencedError: {}", segment.remoteLogSegmentId().id(), tp, message);
+                throw new RemoteStorageException("kcompact metadata table: FencedError: " + message);
+            }
+        }
+        ObjectNode req = request("copy", tp)
                 .put("segment_id", segment.remoteLogSegmentId().id().toString())
                 .put("start_offset", segment.startOffset()).put("end_offset", segment.endOffset())
                 .put("max_timestamp_ms", segment.maxTimestampMs())
@@ -160,22 +194,60 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
                 .put("segment_size_bytes", segment.segmentSizeInBytes())
                 .put("txn_index_empty", segment.isTxnIdxEmpty());
         ArrayNode epochs = req.putArray("leader_epochs");
-        segment.segmentLeaderEpochs().forEach((epoch, start) -> epochs.addArray().add(epoch).add(start));
-        write("addRemoteLogSegmentMetadata", segment.topicIdPartition(), req);
+        segment.segmentLeaderEpochs().forEach((epoch, offset) -> epochs.addArray().add(epoch).add(offset));
+        copies.put(segment.remoteLogSegmentId(), new Copy(segment, req, false));
+        metrics.call("addRemoteLogSegmentMetadata", System.nanoTime() - start, 0);
         return CompletableFuture.completedFuture(null);
     }
 
+    /** A copy held since its add: COPY_SEGMENT_FINISHED commits it ({@code op=copy}, its one commit); a copy that
+     * failed goes to DELETE_SEGMENT_STARTED, then DELETE_SEGMENT_FINISHED once Kafka deleted its objects, with
+     * nothing to commit (no row names it). Any other update is committed to the segment's row. */
     @Override
     public CompletableFuture<Void> updateRemoteLogSegmentMetadata(RemoteLogSegmentMetadataUpdate update)
             throws RemoteStorageException {
         TopicIdPartition tp = update.topicIdPartition();
-        ObjectNode req = request("update", tp).put("segment_id", update.remoteLogSegmentId().id().toString())
+        RemoteLogSegmentId id = update.remoteLogSegmentId();
+        Copy copy = copies.get(id);
+        if (copy != null) {
+            finish(copy, update);
+            return CompletableFuture.completedFuture(null);
+        }
+        ObjectNode req = request("update", tp).put("segment_id", id.id().toString())
                 .put("state", update.state().name()).put("event_timestamp_ms", update.eventTimestampMs());
         // what the storage manager found in the copied batches, passed on by Kafka (SegmentFlags); null: unknown
         SegmentFlags.transactional(update.customMetadata()).ifPresentOrElse(
                 t -> req.put("transactional", t), () -> req.putNull("transactional"));
         write("updateRemoteLogSegmentMetadata", tp, req);
         return CompletableFuture.completedFuture(null);
+    }
+
+    private void finish(Copy copy, RemoteLogSegmentMetadataUpdate update) throws RemoteStorageException {
+        RemoteLogSegmentId id = update.remoteLogSegmentId();
+        RemoteLogSegmentState state = update.state();
+        long start = System.nanoTime();
+        if (state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED && !copy.failed()) {
+            ObjectNode req = copy.request().deepCopy().put("event_timestamp_ms", update.eventTimestampMs());
+            SegmentFlags.transactional(update.customMetadata()).ifPresentOrElse(
+                    t -> req.put("transactional", t), () -> req.putNull("transactional"));
+            try {
+                write("updateRemoteLogSegmentMetadata", update.topicIdPartition(), req);
+            } finally {
+                copies.remove(id);
+            }
+            return;
+        }
+        if (state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED) {
+            copies.put(id, new Copy(copy.metadata(), copy.request(), true));
+        } else if (state == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED && copy.failed()) {
+            copies.remove(id);
+        } else {
+            metrics.error("updateRemoteLogSegmentMetadata", "InvalidStateTransitionError");
+            throw new RemoteStorageException(String.format("kcompact metadata table: InvalidStateTransitionError: "
+                    + "segment %s of %s cannot go from %s to %s", id.id(), update.topicIdPartition(),
+                    copy.failed() ? "DELETE_SEGMENT_STARTED" : "COPY_SEGMENT_STARTED", state));
+        }
+        metrics.call("updateRemoteLogSegmentMetadata", System.nanoTime() - start, 0);
     }
 
     /** Commits {@code req}; its answer, the partition's rows at a version holding the commit, becomes the view. A
@@ -320,9 +392,13 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         return CompletableFuture.completedFuture(null);
     }
 
+    /** The partition's listed rows, and this broker's copies in flight (COPY_SEGMENT_STARTED, not yet in the table:
+     * Kafka's topic deletion lists them to delete them). */
     @Override
     public Iterator<RemoteLogSegmentMetadata> listRemoteLogSegments(TopicIdPartition tp) throws RemoteStorageException {
-        return read("listRemoteLogSegments", tp, s -> s.listed().iterator());
+        return read("listRemoteLogSegments", tp, s -> Stream.concat(s.listed(), copies.values().stream()
+                .filter(c -> !c.failed() && c.metadata().topicIdPartition().equals(tp)).map(Copy::metadata))
+                .iterator());
     }
 
     @Override
@@ -336,9 +412,12 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         // Nothing read before may decide for the new role: RemoteLogManager calls this before it starts the new
         // leader's copy task. The new leader's partitions are read again at once, together, on the follower thread
         // (a first question before that reads its partition alone).
+        // A partition this broker now follows has its copy task cancelled: a copy of it still held never commits (its
+        // finish is refused as an update of a row the table does not have; its objects are orphans for gc).
         long change = leadershipChanges.incrementAndGet();
         leaders.forEach(tp -> views.remove(tp.topicPartition()));
         followers.forEach(tp -> views.remove(tp.topicPartition()));
+        copies.values().removeIf(c -> followers.contains(c.metadata().topicIdPartition()));
         if (follower != null && !leaders.isEmpty()) {
             List<TopicIdPartition> led = List.copyOf(leaders);
             follower.execute(() -> preload(led, change));
@@ -366,9 +445,12 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         }
     }
 
+    /** The partitions' views and copies in flight go: a copy finishing after this is refused (its segment is
+     * unknown to the table) and its objects are orphans for {@code kcompact gc}. */
     @Override
     public void onStopPartitions(Set<TopicIdPartition> partitions) {
         partitions.forEach(tp -> views.remove(tp.topicPartition()));
+        copies.values().removeIf(c -> partitions.contains(c.metadata().topicIdPartition()));
     }
 
     @Override

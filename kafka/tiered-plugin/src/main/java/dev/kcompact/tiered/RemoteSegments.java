@@ -51,6 +51,12 @@ final class RemoteSegments {
         return live(epoch).mapToLong(r -> r.metadata().segmentSizeInBytes()).sum();
     }
 
+    /** The newest leader epoch any row holds (-1: none): the partition's lineage reaches it, so a segment whose
+     * latest epoch is older is a deposed leader's. */
+    int newestLeaderEpoch() {
+        return rows.stream().mapToInt(r -> r.metadata().segmentLeaderEpochs().lastKey()).max().orElse(-1);
+    }
+
     /** Live rows and uploads in progress (COPY_SEGMENT_STARTED); not zombies, nor rows being deleted. */
     Stream<RemoteLogSegmentMetadata> listed() {
         return rows.stream().filter(r -> r.live() || r.metadata().state() == RemoteLogSegmentState.COPY_SEGMENT_STARTED)

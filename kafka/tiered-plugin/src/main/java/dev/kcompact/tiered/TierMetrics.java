@@ -30,9 +30,10 @@ import org.apache.kafka.common.metrics.stats.Percentiles.BucketSizing;
  *   <li>per call kind ({@code op}: copy, fetch, fetch-index, delete for the storage manager; for the metadata manager
  *       every call Kafka makes, remoteLogSegmentMetadata, listRemoteLogSegments, listRemoteLogSegments-epoch (the
  *       overload given a leader epoch), highestOffsetForEpoch, nextSegmentWithTxnIndex, remoteLogSize (answered from
- *       memory, or after a {@code segments} call on a partition's first read), addRemoteLogSegmentMetadata and
- *       updateRemoteLogSegmentMetadata (a write's whole time, its wait for a batch included), and its calls of the
- *       Python process: add, update (a write sent alone), batch (writes committed together), segments, follow):
+ *       memory, or after a {@code segments} call on a partition's first read), addRemoteLogSegmentMetadata (a copy
+ *       held in memory until it finishes) and updateRemoteLogSegmentMetadata (a write's whole time, its wait for a
+ *       batch included), and its calls of the Python process: copy (a copy's one commit, at its finish) and update,
+ *       each sent alone, batch (writes committed together), segments, follow):
  *       {@code calls-total}, {@code latency-avg-ms}, {@code latency-max-ms}, {@code latency-p50-ms} and
  *       {@code latency-p99-ms} (Kafka's default sample window, two of 30 s; percentiles from a histogram of
  *       {@value #PERCENTILE_BUCKETS} buckets up to {@value #PERCENTILE_MAX_MS} ms, each wider than the one before: a

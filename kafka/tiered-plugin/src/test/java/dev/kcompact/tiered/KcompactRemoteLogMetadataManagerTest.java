@@ -1,6 +1,7 @@
 package dev.kcompact.tiered;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -8,6 +9,7 @@ import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.attribute.PosixFilePermissions;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -22,6 +24,8 @@ import org.apache.kafka.common.metrics.Metrics;
 import org.apache.kafka.common.metrics.internals.PluginMetricsImpl;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentId;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadataUpdate;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentState;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -81,16 +85,19 @@ class KcompactRemoteLogMetadataManagerTest {
                 + "]}";
     }
 
-    /** A stand-in that logs each request's op to {@code ops} and answers it: a first read with one live segment
-     * ending at 199 (version 8); a write with the segment ending at 299 (version 9); a follow with the segment ending
-     * at 399 (version 10: another writer's commit). */
+    /** A stand-in that logs each request's op to {@code ops} ({@code write} for an update) and answers it: a first
+     * read with one live segment ending at 199 (version 8); a copy or another write with the segment ending at 299
+     * (version 9); a follow with the segment ending at 399 (version 10: another writer's commit). */
     private String logging(Path ops) {
-        return READY + "while read line; do case \"$line\" in\n"
+        return READY + "while read line; do printf '%s\\n' \"$line\" >> " + ops.resolveSibling("requests")
+                + "; case \"$line\" in\n"
                 + "  *'\"op\":\"segments\"'*) echo segments >> " + ops + "; "
                 + "echo '{\"ok\": true, \"result\": " + partition(8, row(199, "COPY_SEGMENT_FINISHED")) + "}' ;;\n"
                 + "  *'\"op\":\"follow\"'*) echo follow >> " + ops + "; "
                 + "echo '{\"ok\": true, \"result\": {\"version\": 10, \"reset\": false, \"partitions\": ["
                 + partition(10, row(399, "COPY_SEGMENT_FINISHED")) + "]}}' ;;\n"
+                + "  *'\"op\":\"copy\"'*) echo copy >> " + ops + "; "
+                + "echo '{\"ok\": true, \"result\": " + partition(9, row(299, "COPY_SEGMENT_FINISHED")) + "}' ;;\n"
                 + "  *) echo write >> " + ops + "; "
                 + "echo '{\"ok\": true, \"result\": " + partition(9, row(299, "COPY_SEGMENT_FINISHED")) + "}' ;;\n"
                 + "esac; done\n";
@@ -111,7 +118,7 @@ class KcompactRemoteLogMetadataManagerTest {
             rlmm.listRemoteLogSegments(TP, 0);
             rlmm.nextSegmentWithTxnIndex(TP, 0, 100);
             rlmm.remoteLogSize(TP, 0);
-            rlmm.addRemoteLogSegmentMetadata(SEGMENT);
+            copy(SEGMENT);
             Map<String, Double> calls = new TreeMap<>();
             Map<String, Double> p99 = new TreeMap<>();
             for (KafkaMetric metric : registry.metrics().values()) {
@@ -123,11 +130,13 @@ class KcompactRemoteLogMetadataManagerTest {
                     p99.put(op, value);
                 }
             }
-            assertEquals(Map.of("add", 1.0, "addRemoteLogSegmentMetadata", 1.0, "highestOffsetForEpoch", 1.0,
+            assertEquals(Map.of("addRemoteLogSegmentMetadata", 1.0, "copy", 1.0, "highestOffsetForEpoch", 1.0,
                     "listRemoteLogSegments", 1.0, "listRemoteLogSegments-epoch", 1.0, "nextSegmentWithTxnIndex", 1.0,
-                    "remoteLogSegmentMetadata", 1000.0, "remoteLogSize", 1.0, "segments", 1.0), calls);
+                    "remoteLogSegmentMetadata", 1000.0, "remoteLogSize", 1.0, "segments", 1.0,
+                    "updateRemoteLogSegmentMetadata", 1.0), calls);
             assertEquals(calls.keySet(), p99.keySet());
             assertTrue(p99.get("remoteLogSegmentMetadata") < 1, "a read from memory: " + p99);
+            assertTrue(p99.get("addRemoteLogSegmentMetadata") < 1, "a copy held in memory: " + p99);
             assertTrue(p99.get("segments") > 0, "a call of the process: " + p99);
         }
     }
@@ -140,10 +149,122 @@ class KcompactRemoteLogMetadataManagerTest {
         assertTrue(rlmm.remoteLogSegmentMetadata(TP, 0, 150).isPresent());
         assertEquals(10L, rlmm.remoteLogSize(TP, 0));
         assertEquals(List.of("segments"), Files.readAllLines(ops));
-        rlmm.addRemoteLogSegmentMetadata(SEGMENT);
+        copy(SEGMENT);
         assertEquals(Optional.of(299L), rlmm.highestOffsetForEpoch(TP, 0));
         assertTrue(rlmm.listRemoteLogSegments(TP).hasNext());
-        assertEquals(List.of("segments", "write"), Files.readAllLines(ops));
+        assertEquals(List.of("segments", "copy"), Files.readAllLines(ops));
+    }
+
+    /** A copy's add is held in the broker, shown only by the listing of its partition (as COPY_SEGMENT_STARTED, as
+     * Kafka's own manager lists it): its finish commits it, one request for the whole copy. */
+    @Test
+    void aCopyIsHeldUntilItFinishesThenCommittedInOneRequest() throws Exception {
+        Path ops = tmp.resolve("ops");
+        configure(logging(ops));
+        rlmm.highestOffsetForEpoch(TP, 0);
+        RemoteLogSegmentMetadata next = segment("AAAAAAAAAAAAAAAAAAAAAQ", 200, 299, Map.of(0, 200L));
+        rlmm.addRemoteLogSegmentMetadata(next);
+        assertEquals(List.of("segments"), Files.readAllLines(ops), "nothing sent at the add");
+        assertEquals(Optional.of(199L), rlmm.highestOffsetForEpoch(TP, 0), "not live before its finish");
+        List<RemoteLogSegmentMetadata> listed = new ArrayList<>();
+        rlmm.listRemoteLogSegments(TP).forEachRemaining(listed::add);
+        assertEquals(List.of(RemoteLogSegmentState.COPY_SEGMENT_FINISHED, RemoteLogSegmentState.COPY_SEGMENT_STARTED),
+                listed.stream().map(RemoteLogSegmentMetadata::state).toList());
+        assertEquals(next.remoteLogSegmentId(), listed.get(1).remoteLogSegmentId());
+        List<RemoteLogSegmentId> ofEpoch = new ArrayList<>();
+        rlmm.listRemoteLogSegments(TP, 0).forEachRemaining(s -> ofEpoch.add(s.remoteLogSegmentId()));
+        assertFalse(ofEpoch.contains(next.remoteLogSegmentId()), "the epoch's listing holds live rows only");
+        finish(next, RemoteLogSegmentState.COPY_SEGMENT_FINISHED);
+        assertEquals(List.of("segments", "copy"), Files.readAllLines(ops));
+        String sent = Files.readString(tmp.resolve("requests"));
+        assertTrue(sent.contains("\"op\":\"copy\"") && sent.contains("\"segment_id\":\"AAAAAAAAAAAAAAAAAAAAAQ\"")
+                && sent.contains("\"start_offset\":200") && sent.contains("\"leader_epochs\":[[0,200]]"), sent);
+    }
+
+    /** A copy that failed (Kafka deletes what it wrote: DELETE_SEGMENT_STARTED, then DELETE_SEGMENT_FINISHED) was
+     * never committed, so nothing is; it leaves the listing, and a finish after its deletion is refused. */
+    @Test
+    void aFailedCopyIsDroppedWithoutACommit() throws Exception {
+        Path ops = tmp.resolve("ops");
+        configure(logging(ops));
+        rlmm.highestOffsetForEpoch(TP, 0);
+        RemoteLogSegmentMetadata next = segment("AAAAAAAAAAAAAAAAAAAAAQ", 200, 299, Map.of(0, 200L));
+        rlmm.addRemoteLogSegmentMetadata(next);
+        finish(next, RemoteLogSegmentState.DELETE_SEGMENT_STARTED);
+        assertFalse(listed(TP).contains(next.remoteLogSegmentId()));
+        RemoteStorageException e = assertThrows(RemoteStorageException.class,
+                () -> finish(next, RemoteLogSegmentState.COPY_SEGMENT_FINISHED));
+        assertTrue(e.getMessage().contains("InvalidStateTransitionError") && e.getMessage().contains(
+                "from DELETE_SEGMENT_STARTED to COPY_SEGMENT_FINISHED"), e.getMessage());
+        finish(next, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED);
+        assertEquals(List.of("segments"), Files.readAllLines(ops), "nothing committed");
+    }
+
+    /** A deposed leader's add, when the partition's rows already hold a newer leader epoch, is refused at once (the
+     * commit would refuse it), and Kafka copies nothing for it; the current leader's is held. */
+    @Test
+    void aDeposedLeadersAddIsRefusedFromTheRowsHeld() throws Exception {
+        Path ops = tmp.resolve("ops");
+        configure(READY + "while read line; do echo segments >> " + ops + "; echo '{\"ok\": true, \"result\": "
+                + partition(8, row(199, "COPY_SEGMENT_FINISHED").replace("[[0, 100]]", "[[0, 100], [3, 150]]"))
+                + "}'; done\n");
+        assertEquals(Optional.of(199L), rlmm.highestOffsetForEpoch(TP, 3));
+        RemoteLogSegmentMetadata deposed = segment("AAAAAAAAAAAAAAAAAAAAAQ", 200, 299, Map.of(2, 200L));
+        RemoteStorageException e = assertThrows(RemoteStorageException.class,
+                () -> rlmm.addRemoteLogSegmentMetadata(deposed));
+        assertTrue(e.getMessage().contains("FencedError") && e.getMessage().contains(
+                "expected leader epoch 3 or newer, found 2 (segment AAAAAAAAAAAAAAAAAAAAAQ [200, 299] from broker-1"),
+                e.getMessage());
+        assertFalse(listed(TP).contains(deposed.remoteLogSegmentId()));
+        RemoteLogSegmentMetadata current = segment("AAAAAAAAAAAAAAAAAAAAAg", 200, 299, Map.of(3, 200L));
+        rlmm.addRemoteLogSegmentMetadata(current);
+        assertTrue(listed(TP).contains(current.remoteLogSegmentId()));
+        assertEquals(List.of("segments"), Files.readAllLines(ops), "both decided without the process");
+    }
+
+    /** A partition stopped (deleted, or moved off this broker), or one this broker now follows, loses the copies held
+     * for it: one finishing after is sent as an update of a row the table does not have, and refused there. One it
+     * goes on leading keeps them. */
+    @Test
+    void aStoppedOrFollowedPartitionsHeldCopiesGo() throws Exception {
+        Path ops = tmp.resolve("ops");
+        configure(logging(ops));
+        RemoteLogSegmentMetadata stopped = segment("AAAAAAAAAAAAAAAAAAAAAQ", 200, 299, Map.of(0, 200L));
+        rlmm.addRemoteLogSegmentMetadata(stopped);
+        rlmm.onStopPartitions(Set.of(TP));
+        finish(stopped, RemoteLogSegmentState.COPY_SEGMENT_FINISHED);
+        RemoteLogSegmentMetadata followed = segment("AAAAAAAAAAAAAAAAAAAAAg", 200, 299, Map.of(0, 200L));
+        rlmm.addRemoteLogSegmentMetadata(followed);
+        rlmm.onPartitionLeadershipChanges(Set.of(), Set.of(TP));
+        finish(followed, RemoteLogSegmentState.COPY_SEGMENT_FINISHED);
+        assertEquals(List.of("write", "write"), Files.readAllLines(ops), "updates, not copies");
+        RemoteLogSegmentMetadata led = segment("AAAAAAAAAAAAAAAAAAAAAw", 200, 299, Map.of(0, 200L));
+        rlmm.addRemoteLogSegmentMetadata(led);
+        rlmm.onPartitionLeadershipChanges(Set.of(TP), Set.of());
+        finish(led, RemoteLogSegmentState.COPY_SEGMENT_FINISHED);
+        assertTrue(Files.readAllLines(ops).contains("copy"), Files.readAllLines(ops).toString());
+    }
+
+    private static RemoteLogSegmentMetadata segment(String id, long start, long end, Map<Integer, Long> epochs) {
+        return new RemoteLogSegmentMetadata(new RemoteLogSegmentId(TP, Uuid.fromString(id)), start, end, 5, 1, 6, 10,
+                epochs.isEmpty() ? Map.of(0, start) : epochs);
+    }
+
+    private List<RemoteLogSegmentId> listed(TopicIdPartition tp) throws RemoteStorageException {
+        List<RemoteLogSegmentId> ids = new ArrayList<>();
+        rlmm.listRemoteLogSegments(tp).forEachRemaining(s -> ids.add(s.remoteLogSegmentId()));
+        return ids;
+    }
+
+    private void finish(RemoteLogSegmentMetadata segment, RemoteLogSegmentState state) throws RemoteStorageException {
+        rlmm.updateRemoteLogSegmentMetadata(new RemoteLogSegmentMetadataUpdate(segment.remoteLogSegmentId(), 7,
+                Optional.empty(), state, 1));
+    }
+
+    /** A whole copy as Kafka makes it: its add, then its COPY_SEGMENT_FINISHED. */
+    private void copy(RemoteLogSegmentMetadata segment) throws RemoteStorageException {
+        rlmm.addRemoteLogSegmentMetadata(segment);
+        finish(segment, RemoteLogSegmentState.COPY_SEGMENT_FINISHED);
     }
 
     @Test
@@ -204,7 +325,7 @@ class KcompactRemoteLogMetadataManagerTest {
         while (!rlmm.highestOffsetForEpoch(TP, 0).equals(Optional.of(399L)) && System.nanoTime() < deadline) {
             Thread.sleep(10);
         }
-        rlmm.addRemoteLogSegmentMetadata(SEGMENT);
+        copy(SEGMENT);
         assertEquals(Optional.of(399L), rlmm.highestOffsetForEpoch(TP, 0));
     }
 
@@ -212,10 +333,9 @@ class KcompactRemoteLogMetadataManagerTest {
     void aRefusedRequestNamesTheTableVersionTheProcessRead() throws Exception {
         configure(READY + "while read line; do echo '{\"ok\": false, \"type\": \"CommitConflictError\", "
                 + "\"error\": \"orders-0: expected commit_seq 2, found 3\", \"version\": 9}'; done\n");
-        RemoteStorageException e = assertThrows(RemoteStorageException.class,
-                () -> rlmm.addRemoteLogSegmentMetadata(SEGMENT));
+        RemoteStorageException e = assertThrows(RemoteStorageException.class, () -> copy(SEGMENT));
         assertTrue(e.getMessage().startsWith("kcompact metadata table " + store()
-                + "/_kcompact_metadata (add, table version 9): CommitConflictError: orders-0: expected commit_seq 2, "
+                + "/_kcompact_metadata (copy, table version 9): CommitConflictError: orders-0: expected commit_seq 2, "
                 + "found 3"), e.getMessage());
     }
 
@@ -224,9 +344,8 @@ class KcompactRemoteLogMetadataManagerTest {
         configure(READY + "read line; echo '{\"ok\": true, \"result\": {\"version\": 8, \"segments\": []}}'\n"
                 + "read line; exit 3\n");
         assertTrue(rlmm.highestOffsetForEpoch(TP, 0).isEmpty());
-        RemoteStorageException e = assertThrows(RemoteStorageException.class,
-                () -> rlmm.addRemoteLogSegmentMetadata(SEGMENT));
-        assertTrue(e.getMessage().contains("/_kcompact_metadata (add, last table version read 8): "
+        RemoteStorageException e = assertThrows(RemoteStorageException.class, () -> copy(SEGMENT));
+        assertTrue(e.getMessage().contains("/_kcompact_metadata (copy, last table version read 8): "
                 + "the metadata process exited with 3"), e.getMessage());
     }
 

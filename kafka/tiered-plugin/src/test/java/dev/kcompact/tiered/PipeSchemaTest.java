@@ -94,8 +94,9 @@ class PipeSchemaTest {
                 6, 10, Map.of(0, 100L));
     }
 
-    /** Every op the manager sends, a {@code batch} among them (two writes queued while a first is held), and the
-     * follower's {@code follow}: each request's fields are its op's in the schema, a batch's inner writes too. */
+    /** Every op the manager sends, a {@code batch} among them (two copies queued while a first is held), and the
+     * follower's {@code follow}: each request's fields are its op's in the schema, a batch's inner writes too.
+     * ({@code add}, a COPY_SEGMENT_STARTED row alone, stays in the schema for a plugin older than its {@code copy}.) */
     @Test
     @Timeout(120)
     void everyRequestTheManagerSendsCarriesItsOpsFields() throws Exception {
@@ -113,6 +114,8 @@ class PipeSchemaTest {
                 Thread t = new Thread(() -> {
                     try {
                         rlmm.addRemoteLogSegmentMetadata(s);
+                        rlmm.updateRemoteLogSegmentMetadata(new RemoteLogSegmentMetadataUpdate(s.remoteLogSegmentId(),
+                                7, Optional.empty(), RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 1));
                     } catch (Exception e) {
                         throw new RuntimeException(e);
                     }
@@ -120,7 +123,7 @@ class PipeSchemaTest {
                 t.start();
                 writers.add(t);
             }
-            // A request is held and two writers wait behind it, queued: once it is answered, they go as one batch.
+            // A copy is held and two wait behind it, queued: once it is answered, they go as one batch.
             long deadline = System.nanoTime() + 30_000_000_000L;
             while (!(Files.exists(Path.of(gate + ".held"))
                     && writers.stream().filter(t -> t.getState() == Thread.State.BLOCKED).count() >= 2)) {
@@ -132,11 +135,11 @@ class PipeSchemaTest {
                 t.join(60_000);
             }
             RemoteLogSegmentMetadata first = segment(0, ids[0]);
-            rlmm.updateRemoteLogSegmentMetadata(new RemoteLogSegmentMetadataUpdate(first.remoteLogSegmentId(), 7,
-                    Optional.empty(), RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 1));
-            rlmm.onPartitionLeadershipChanges(Set.of(tp(1)), Set.of());
             Iterator<RemoteLogSegmentMetadata> listed = rlmm.listRemoteLogSegments(tp(0));
             assertEquals(first.remoteLogSegmentId(), listed.next().remoteLogSegmentId(), "a real answer, read back");
+            rlmm.updateRemoteLogSegmentMetadata(new RemoteLogSegmentMetadataUpdate(first.remoteLogSegmentId(), 8,
+                    Optional.empty(), RemoteLogSegmentState.DELETE_SEGMENT_STARTED, 1));
+            rlmm.onPartitionLeadershipChanges(Set.of(tp(1)), Set.of());
             assertTrue(!rlmm.listRemoteLogSegments(tp(5)).hasNext(), "a partition never written: read by segments");
             deadline = System.nanoTime() + 30_000_000_000L;
             while (requests(log).stream().map(r -> r.get("op").asText()).distinct().count() < 6
@@ -160,7 +163,7 @@ class PipeSchemaTest {
                 assertEquals(expected(schema.get("load_partition")), fields(partition), "in a load: " + partition);
             }
         }
-        assertEquals(expected(JSON.valueToTree(List.of("add", "batch", "follow", "load", "segments", "update"))), ops);
+        assertEquals(expected(JSON.valueToTree(List.of("batch", "copy", "follow", "load", "segments", "update"))), ops);
     }
 
     /** Every op the store sends: put_file, put, get, list, delete. */
