@@ -412,12 +412,11 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         // Nothing read before may decide for the new role: RemoteLogManager calls this before it starts the new
         // leader's copy task. The new leader's partitions are read again at once, together, on the follower thread
         // (a first question before that reads its partition alone).
-        // A partition this broker now follows has its copy task cancelled: a copy of it still held never commits (its
-        // finish is refused as an update of a row the table does not have; its objects are orphans for gc).
         long change = leadershipChanges.incrementAndGet();
         leaders.forEach(tp -> views.remove(tp.topicPartition()));
         followers.forEach(tp -> views.remove(tp.topicPartition()));
-        copies.values().removeIf(c -> followers.contains(c.metadata().topicIdPartition()));
+        // Copies held stay: one in flight when this broker lost the lead still finishes, and its commit is refused by
+        // leader epoch if a newer leader tiered meanwhile (Kafka's own manager takes such a finish too).
         if (follower != null && !leaders.isEmpty()) {
             List<TopicIdPartition> led = List.copyOf(leaders);
             follower.execute(() -> preload(led, change));
