@@ -52,6 +52,9 @@ def _metadata_requests() -> list[dict[str, Any]]:
         update("tqimKeZwStOEOwRzT3L5oQ", 3),
         {"op": "segments", **PARTITION},
         {"op": "batch", "requests": [add("AAAAAAAAAAAAAAAAAAAAAQ", 4, 0), add("AAAAAAAAAAAAAAAAAAAAAg", 3, 200)]},
+        {**add("AAAAAAAAAAAAAAAAAAAAAw", 5, 0), "op": "copy", "transactional": True},
+        {"op": "batch", "requests": [{**add("AAAAAAAAAAAAAAAAAAAABA", 6, 0), "op": "copy", "transactional": None},
+                                     update("AAAAAAAAAAAAAAAAAAAAAQ", 4)]},
         {"op": "load", "partitions": [{"topic": "orders", "partition": 3}, {"topic": "orders", "partition": 4}]},
         {"op": "follow", "since": 0},
     ]
@@ -146,7 +149,7 @@ def test_the_store_handlers_read_only_the_schemas_fields_and_answer_its_fields(t
 @pytest.mark.parametrize(("pipe", "request_", "expected"), [
     ("metadata", {"op": "update", **PARTITION, "segment_id": "x", "state": "COPY_SEGMENT_FINISHED"},
      "metadata request 'update' lacks event_timestamp_ms, transactional"),
-    ("metadata", {"op": "drop"}, "expected op one of ['add', 'batch', 'follow', 'load', 'segments', 'update']"),
+    ("metadata", {"op": "drop"}, "expected op one of ['add', 'batch', 'copy', 'follow', 'load', 'segments', 'update']"),
     ("store", {"op": "get", "id": 1, "key": "k", "start": 0}, "store request 'get' lacks end"),
     ("store", [1], "expected a JSON object as a store request, found list"),
 ])
