@@ -59,6 +59,7 @@ class TableFollower:
         self._changed_at: dict[TopicPartition, int] = {}
         self._files: dict[TopicPartition, set[str]] = {}
         self._partition_of: dict[str, TopicPartition] = {}
+        self._sizes: dict[str, int] = {}  # by path, as the add actions give them (a read then asks for none)
         self._take_files(self._first)
 
     @property
@@ -98,7 +99,7 @@ class TableFollower:
         self._watched |= wanted
         missing = [tp for tp in wanted if tp not in self._loaded]
         if missing:
-            files: list[DataFile] = [(path, {"topic": tp.topic, "partition": tp.partition})
+            files: list[DataFile] = [(path, {"topic": tp.topic, "partition": tp.partition}, self._sizes[path])
                                      for tp in missing for path in self._files.get(tp, ())]
             read = snapshot_of_files(self._dt, files, self._table.table_uri, self._table.storage_options)
             self._loaded.update({tp: read.partition(tp.topic, tp.partition) for tp in missing})
@@ -154,14 +155,17 @@ class TableFollower:
         changed: set[TopicPartition] = set()
         for path in self._partition_of.keys() - now:
             tp = self._partition_of.pop(path)
+            del self._sizes[path]
             self._files[tp].discard(path)
             changed.add(tp)
         added = [(i, path) for i, path in enumerate(paths) if path not in self._partition_of]
         if added:
             topics, numbers = adds.column("partition.topic"), adds.column("partition.partition")
+            sizes = adds.column("size_bytes")
             for i, path in added:
                 tp = TopicPartition(topics[i].as_py(), numbers[i].as_py())
                 self._partition_of[path] = tp
+                self._sizes[path] = sizes[i].as_py()
                 self._files.setdefault(tp, set()).add(path)
                 changed.add(tp)
         for tp in changed:

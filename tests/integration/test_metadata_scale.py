@@ -21,6 +21,7 @@ import pytest
 from deltalake import DeltaTable
 
 from compaction.metadata import ChangeSet, MetadataTable, PartitionSnapshot, TopicPartition, commit_current
+from compaction.metadata.follower import TableFollower
 from compaction.metadata.model import METADATA_SCHEMA, PARTITION_COLUMNS
 from compaction.metadata.table import LOG_CONFIGURATION, TABLE_NAME, table_in_store
 from compaction.metadata.upkeep import expire_log, log_files
@@ -133,3 +134,24 @@ def test_expire_log_gives_an_older_table_the_settings_once(tmp_path: Path) -> No
     assert expire_log(table).properties_set == ()
     assert sum(len(p.segments) for p in table.snapshot().partitions.values()) == 5
 
+
+
+def test_on_s3_a_read_fetches_each_data_file_without_asking_its_size(
+        counted: tuple[FlakyProxy, list[tuple[str, str]]], fake_aws_env: None) -> None:
+    """A read of the table's rows opens each partition's data file with the size the log gives it: no HEAD (a round
+    trip per partition, 1,000 of them for a full read at 1,000 partitions), only the GETs of the file itself."""
+    proxy, seen = counted
+    table = table_in_store(fresh_s3_store(proxy.endpoint, "sizes"), create=True)
+    commits(table, 8, partitions=8)
+    follower = TableFollower(table)
+    reads = {"snapshot": (lambda: table.snapshot().partitions, 8),
+             "partitions": (lambda: table.partition_snapshots([TopicPartition(TOPIC, p) for p in range(3)]), 3),
+             "follower": (lambda: follower.partitions([TopicPartition(TOPIC, p) for p in range(4)]), 4)}
+    for read, (rows, expected) in reads.items():
+        seen.clear()
+        assert len(rows()) == expected
+        requests = [(m, p) for m, p in seen if ".parquet" in p and "_delta_log" not in p]
+        methods = collections.Counter(m for m, _ in requests)
+        files = {p.split("?")[0] for _, p in requests}
+        assert len(files) == expected, (read, requests)
+        assert methods["HEAD"] == 0 and methods["GET"] <= 2 * len(files), (read, requests)

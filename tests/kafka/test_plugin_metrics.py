@@ -86,9 +86,10 @@ def test_copies_fetches_and_metadata_calls_are_counted(tier: Tier) -> None:
     assert metric(m, RSM, "calls-total", op="fetch") >= 1, "the consumer read the tier"
     assert metric(m, RSM, "bytes-total", op="fetch") > 0
     assert metric(m, RSM, "calls-total", op="fetch-index") >= 1
-    assert metric(m, RLMM, "calls-total", op="add") >= copies
-    assert metric(m, RLMM, "calls-total", op="update") >= copies
-    assert metric(m, RLMM, "latency-avg-ms", op="add") > 0
+    assert metric(m, RLMM, "calls-total", op="addRemoteLogSegmentMetadata") >= copies
+    assert metric(m, RLMM, "calls-total", op="updateRemoteLogSegmentMetadata") >= copies
+    assert metric(m, RLMM, "calls-total", op="copy") >= 1, "a copy's one commit, at its finish"
+    assert metric(m, RLMM, "latency-avg-ms", op="copy") > 0
     assert metric(m, RLMM, "cache-hits-total", cache="listing") + metric(
         m, RLMM, "cache-misses-total", cache="listing") > 0
     assert metric(m, RLMM, "python-queue-depth") >= 0 and metric(m, RLMM, "python-restarts-total") == 0

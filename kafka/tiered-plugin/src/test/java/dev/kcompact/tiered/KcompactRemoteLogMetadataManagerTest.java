@@ -160,10 +160,7 @@ class KcompactRemoteLogMetadataManagerTest {
     @Test
     void aCopyIsHeldUntilItFinishesThenCommittedInOneRequest() throws Exception {
         Path ops = tmp.resolve("ops");
-        configure(logging(ops));
-        rlmm.highestOffsetForEpoch(TP, 0);
-        RemoteLogSegmentMetadata next = segment("AAAAAAAAAAAAAAAAAAAAAQ", 200, 299, Map.of(0, 200L));
-        rlmm.addRemoteLogSegmentMetadata(next);
+        RemoteLogSegmentMetadata next = nextCopyHeld(ops);
         assertEquals(List.of("segments"), Files.readAllLines(ops), "nothing sent at the add");
         assertEquals(Optional.of(199L), rlmm.highestOffsetForEpoch(TP, 0), "not live before its finish");
         List<RemoteLogSegmentMetadata> listed = new ArrayList<>();
@@ -186,10 +183,7 @@ class KcompactRemoteLogMetadataManagerTest {
     @Test
     void aFailedCopyIsDroppedWithoutACommit() throws Exception {
         Path ops = tmp.resolve("ops");
-        configure(logging(ops));
-        rlmm.highestOffsetForEpoch(TP, 0);
-        RemoteLogSegmentMetadata next = segment("AAAAAAAAAAAAAAAAAAAAAQ", 200, 299, Map.of(0, 200L));
-        rlmm.addRemoteLogSegmentMetadata(next);
+        RemoteLogSegmentMetadata next = nextCopyHeld(ops);
         finish(next, RemoteLogSegmentState.DELETE_SEGMENT_STARTED);
         assertFalse(listed(TP).contains(next.remoteLogSegmentId()));
         RemoteStorageException e = assertThrows(RemoteStorageException.class,
@@ -239,6 +233,16 @@ class KcompactRemoteLogMetadataManagerTest {
         rlmm.onPartitionLeadershipChanges(Set.of(), Set.of(TP));
         finish(followed, RemoteLogSegmentState.COPY_SEGMENT_FINISHED);
         assertEquals(List.of("write", "copy"), Files.readAllLines(ops));
+    }
+
+    /** The logging stand-in configured, the partition read (one live segment to 199), and the next segment's copy
+     * added: held. */
+    private RemoteLogSegmentMetadata nextCopyHeld(Path ops) throws Exception {
+        configure(logging(ops));
+        rlmm.highestOffsetForEpoch(TP, 0);
+        RemoteLogSegmentMetadata next = segment("AAAAAAAAAAAAAAAAAAAAAQ", 200, 299, Map.of(0, 200L));
+        rlmm.addRemoteLogSegmentMetadata(next);
+        return next;
     }
 
     private static RemoteLogSegmentMetadata segment(String id, long start, long end, Map<Integer, Long> epochs) {
