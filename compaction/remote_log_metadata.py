@@ -213,10 +213,19 @@ def batch(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _add_plan(tier: RemoteTier, req: Mapping[str, Any]) -> Plan:
-    segment, writer = new_segment(req), broker_writer(req["broker_id"])
+    return _new_row_plan(req, new_segment(req), overlapping=True)
+
+
+def _new_row_plan(req: Mapping[str, Any], segment: NewSegment, *, overlapping: bool) -> Plan:
+    """The broker's new row `segment`, refused for a deposed leader's (`check_leader_epoch`); unless `overlapping`,
+    one that starts within the tier's live segments raises `_Overlaps`."""
+    writer = broker_writer(req["broker_id"])
 
     def plan(current: PartitionSnapshot) -> ChangeSet:
         check_leader_epoch(current, segment, writer)
+        end = tier_end(current)
+        if not overlapping and end is not None and segment.start_offset <= end:
+            raise _Overlaps(f"segment {segment.segment_id} starts at {segment.start_offset}, in the tier (to {end})")
         return ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
                                       new_segments=(segment,), topic_id=req["topic_id"])
 
@@ -257,18 +266,8 @@ class _Overlaps(KcompactError):
 
 
 def _copy_plan(tier: RemoteTier, req: Mapping[str, Any]) -> Plan:
-    segment = replace(new_segment(req), state=SegmentState.COPY_SEGMENT_FINISHED, transactional=req["transactional"])
-    writer = broker_writer(req["broker_id"])
-
-    def plan(current: PartitionSnapshot) -> ChangeSet:
-        check_leader_epoch(current, segment, writer)
-        end = tier_end(current)
-        if end is not None and segment.start_offset <= end:
-            raise _Overlaps(f"segment {segment.segment_id} starts at {segment.start_offset}, in the tier (to {end})")
-        return ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer=writer,
-                                      new_segments=(segment,), topic_id=req["topic_id"])
-
-    return plan
+    finished = replace(new_segment(req), state=SegmentState.COPY_SEGMENT_FINISHED, transactional=req["transactional"])
+    return _new_row_plan(req, finished, overlapping=False)
 
 
 _WRITES.update(add=_add_plan, update=_update_plan, copy=_copy_plan)

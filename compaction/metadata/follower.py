@@ -58,8 +58,7 @@ class TableFollower:
         self._watched: set[TopicPartition] = set()
         self._changed_at: dict[TopicPartition, int] = {}
         self._files: dict[TopicPartition, set[str]] = {}
-        self._partition_of: dict[str, TopicPartition] = {}
-        self._sizes: dict[str, int] = {}  # by path, as the add actions give them (a read then asks for none)
+        self._file_of: dict[str, tuple[TopicPartition, int]] = {}  # by path: its partition and size (add actions)
         self._take_files(self._first)
 
     @property
@@ -99,7 +98,7 @@ class TableFollower:
         self._watched |= wanted
         missing = [tp for tp in wanted if tp not in self._loaded]
         if missing:
-            files: list[DataFile] = [(path, {"topic": tp.topic, "partition": tp.partition}, self._sizes[path])
+            files: list[DataFile] = [(path, {"topic": tp.topic, "partition": tp.partition}, self._file_of[path][1])
                                      for tp in missing for path in self._files.get(tp, ())]
             read = snapshot_of_files(self._dt, files, self._table.table_uri, self._table.storage_options)
             self._loaded.update({tp: read.partition(tp.topic, tp.partition) for tp in missing})
@@ -153,19 +152,17 @@ class TableFollower:
         paths = [unquote(path) for path in adds.column("path").to_pylist()]
         now = set(paths)
         changed: set[TopicPartition] = set()
-        for path in self._partition_of.keys() - now:
-            tp = self._partition_of.pop(path)
-            del self._sizes[path]
+        for path in self._file_of.keys() - now:
+            tp, _ = self._file_of.pop(path)
             self._files[tp].discard(path)
             changed.add(tp)
-        added = [(i, path) for i, path in enumerate(paths) if path not in self._partition_of]
+        added = [(i, path) for i, path in enumerate(paths) if path not in self._file_of]
         if added:
             topics, numbers = adds.column("partition.topic"), adds.column("partition.partition")
             sizes = adds.column("size_bytes")
             for i, path in added:
                 tp = TopicPartition(topics[i].as_py(), numbers[i].as_py())
-                self._partition_of[path] = tp
-                self._sizes[path] = sizes[i].as_py()
+                self._file_of[path] = (tp, sizes[i].as_py())
                 self._files.setdefault(tp, set()).add(path)
                 changed.add(tp)
         for tp in changed:

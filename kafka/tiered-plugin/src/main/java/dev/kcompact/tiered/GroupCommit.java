@@ -15,8 +15,8 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 /**
  * The broker's metadata writes ({@code copy}, a whole copy at its finish, and {@code update}) committed together when
  * its threads make them at once: Kafka copies segments on {@code remote.log.manager.copier.thread.pool.size} threads
- * (10 by default), each write is a Delta commit in the metadata process, and one commit per write one after the other made a write wait for every
- * write queued before it. A write joins the queue; the first writer to find no batch in flight sends everything queued
+ * (10 by default), each write is a Delta commit in the metadata process, and one commit per write one after the
+ * other made a write wait for every write queued before it. A write joins the queue; the first writer to find no batch in flight sends everything queued
  * (at most one write per partition: a partition's writes keep their order, the next waits for the next batch) as one
  * {@code batch} request, which the process commits in one Delta commit, each partition planned and refused alone
  * ({@code compaction.remote_log_metadata.batch}). A lone write is sent as itself. Every write gets its own answer or
