@@ -139,7 +139,7 @@ def run_compact(args: argparse.Namespace) -> int:
     from compaction.progress import Progress
     from compaction.run.report import plan_report, run_report
     from compaction.run.report_text import render_text
-    from compaction.run.stage import expire_first, stage
+    from compaction.run.stage import expire_first, take
 
     progress = Progress(sys.stderr)
     run = _build_plan(args)
@@ -163,12 +163,16 @@ def run_compact(args: argparse.Namespace) -> int:
                   f"nothing to compact; {len(report.failed)} partitions quarantined (see above)")
         _write_outputs(args, report)
         return report.exit_code  # a partition quarantined at planning is a failure an orchestrator sees
-    with options.spark_session(args.master, progress) as spark:
-        staged = stage(spark, run)
-    phases["stage"] = progress.elapsed() - phases["plan"]
-    progress.phase(f"stage: {len(staged.partitions)} partitions rewritten and uploaded, {len(staged.failed)} failed")
-    outcomes = _commit_each(staged, progress)
-    phases["commit"] = progress.elapsed() - phases["plan"] - phases["stage"]
+    # the JVM starts while the driver commits the run's retention and fencing epochs; it stops while the run commits
+    with options.CommandSession(args.master, progress, background=True) as session:
+        taken = take(run)
+        staged = taken.stage(session.get()) if taken.taken else taken.staged  # every partition refused: no Spark
+        session.stop(wait=False)
+        phases["stage"] = progress.elapsed() - phases["plan"]
+        progress.phase(f"stage: {len(staged.partitions)} partitions rewritten and uploaded, "
+                       f"{len(staged.failed)} failed")
+        outcomes = _commit_each(staged, progress)
+        phases["commit"] = progress.elapsed() - phases["plan"] - phases["stage"]
     report = run_report(staged, outcomes, phases)
     _write_outputs(args, report)
     options.print_result(args.json, report.to_dict(), render_text(report))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -129,19 +130,80 @@ def spark_session(master: str | None, progress: Progress | None = None) -> Itera
     """The Spark session of a command: built here (and stopped after) unless a notebook's or test's is active.
     With `progress`, a session started here says how long its start took, so that time is not read as the first
     partitions' work."""
-    from pyspark.sql import SparkSession as Session
+    with CommandSession(master, progress) as session:
+        yield session.get()
 
-    from compaction.spark.session import build_session
 
-    started_here = Session.getActiveSession() is None
-    began = time.monotonic()
-    spark = build_session(master)
-    if progress is not None and started_here:
-        sc = spark.sparkContext
-        progress.phase(f"spark: session started in {time.monotonic() - began:.1f} s "
-                       f"({sc.master}, {sc.defaultParallelism} task slots)")
-    try:
-        yield spark
-    finally:
-        if started_here:
-            spark.stop()
+class CommandSession:
+    """The Spark session of a command, built here and stopped when the command is done with it, unless a notebook's
+    or test's session is active (then that one is used and left running).
+
+    `background=True` starts it in a thread: the JVM's start (3 s or more on a small machine) then overlaps what the
+    driver does before its first Spark job (a compaction's retention and fencing-epoch commits, which at 1,000
+    partitions take about a second), and `get` waits for it. `stop(wait=False)` stops it in a thread too, so the
+    run's commit overlaps the JVM's shutdown; leaving the `with` block waits for that stop. A session started in a
+    thread has no SIGINT handler of Spark's (pyspark installs one only from the main thread): Ctrl-C still ends
+    the command, without asking the JVM to cancel its jobs first."""
+
+    def __init__(self, master: str | None, progress: Progress | None = None, *, background: bool = False) -> None:
+        from pyspark.sql import SparkSession as Session
+
+        self._master, self._progress = master, progress
+        self.started_here = Session.getActiveSession() is None
+        self._spark: SparkSession | None = None
+        self._failure: BaseException | None = None
+        self._seconds = 0.0
+        self._reported = False
+        self._stopper: threading.Thread | None = None
+        self._starter: threading.Thread | None = None
+        if background and self.started_here:
+            self._starter = threading.Thread(target=self._start, name="kcompact-spark-start", daemon=True)
+            self._starter.start()
+
+    def _start(self) -> None:
+        from compaction.spark.session import build_session
+
+        began = time.monotonic()
+        try:
+            self._spark = build_session(self._master)
+        except BaseException as exc:  # handed to the caller of `get`, on its own thread
+            self._failure = exc
+        self._seconds = time.monotonic() - began
+
+    def get(self) -> SparkSession:
+        """The session, waiting for its start when it runs in a thread (its failure is raised here)."""
+        if self._starter is not None:
+            self._starter.join()
+            self._starter = None
+            if self._failure is not None:
+                raise self._failure
+        elif self._spark is None:
+            self._start()
+            if self._failure is not None:
+                raise self._failure
+        assert self._spark is not None
+        if self._progress is not None and self.started_here and not self._reported:
+            self._reported = True
+            sc = self._spark.sparkContext
+            self._progress.phase(f"spark: session started in {self._seconds:.1f} s "
+                                 f"({sc.master}, {sc.defaultParallelism} task slots)")
+        return self._spark
+
+    def stop(self, *, wait: bool = True) -> None:
+        """Stop a session started here (once; nothing for an active one that was not); `wait=False` stops it in a
+        thread, which leaving the `with` block joins."""
+        if self._starter is not None:  # never used: wait for its start, so that it is stopped below
+            self._starter.join()
+            self._starter = None
+        spark, self._spark = self._spark, None
+        if spark is not None and self.started_here and self._stopper is None:
+            self._stopper = threading.Thread(target=spark.stop, name="kcompact-spark-stop", daemon=True)
+            self._stopper.start()
+        if wait and self._stopper is not None:
+            self._stopper.join()
+
+    def __enter__(self) -> CommandSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop(wait=True)

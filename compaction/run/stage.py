@@ -93,21 +93,41 @@ def stage(spark: SparkSession, run: RunPlan, *, temp_dir: str | None = None) -> 
     `temp_dir` is where executors keep the run's segment cache and download rewrite chunks (default: their
     system temporary directory).
     """
-    from compaction.spark.pipeline import stage_partitions
+    return take(run, temp_dir=temp_dir).stage(spark)
 
+
+@dataclass
+class TakenRun:
+    """A run whose partitions are taken (`take`): what the Spark side stages next. Taking them needs no Spark, so a
+    command can take them while its session starts (`compaction.cli.options.CommandSession`)."""
+
+    staged: StagedRun
+    taken: list[_TakenPartition]
+
+    def stage(self, spark: SparkSession) -> StagedRun:
+        """Scan, rewrite and upload the taken partitions (`compaction.spark.pipeline`); nothing becomes visible."""
+        from compaction.spark.pipeline import stage_partitions
+
+        staged = self.staged
+        result = stage_partitions(spark, staged.run.store, [t.work for t in self.taken])
+        for t in self.taken:
+            done = result.partitions[t.work.tp]
+            if done.error is not None:
+                staged.failed[t.work.tp] = done.error
+            else:
+                staged.partitions.append(_staged_partition(t, done, result.map_seconds))
+        staged.map_seconds, staged.rewrite_seconds = result.map_seconds, result.rewrite_seconds
+        return staged
+
+
+def take(run: RunPlan, *, temp_dir: str | None = None) -> TakenRun:
+    """`run`'s retention committed, then its eligible partitions taken in one commit of new fencing epochs, each
+    checked and given its work (see the module docstring); a partition refused on the way is in `staged.failed`."""
     staged = StagedRun(run)
     staged.failed.update({TopicPartition(t, p): exc for t, p, exc in run.quarantined})
     staged.retention = expire_first(run, staged.failed)
     taken, staged.reader = _take_partitions(run, staged.failed, temp_dir)
-    result = stage_partitions(spark, run.store, [t.work for t in taken])
-    for t in taken:
-        done = result.partitions[t.work.tp]
-        if done.error is not None:
-            staged.failed[t.work.tp] = done.error
-        else:
-            staged.partitions.append(_staged_partition(t, done, result.map_seconds))
-    staged.map_seconds, staged.rewrite_seconds = result.map_seconds, result.rewrite_seconds
-    return staged
+    return TakenRun(staged, taken)
 
 
 def expire_first(run: RunPlan, failed: dict[TopicPartition, KcompactError]) -> RetentionReport | None:
