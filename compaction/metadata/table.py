@@ -24,6 +24,7 @@ partition, when it read one) and a rerun is safe.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
@@ -58,6 +59,7 @@ from compaction.metadata.model import (
     segment_from_row,
 )
 from compaction.metadata.snapshot import MetadataSnapshot, PartitionSnapshot, build_snapshot
+from compaction.storage.base import shared_pool
 
 TABLE_NAME = "kcompact_metadata"
 
@@ -297,8 +299,12 @@ def read_files(dt: DeltaTable, storage_options: Mapping[str, str] | None, files:
     their partition values, read through Arrow's filesystem for the table (`read_rows` says why).
 
     Each file is opened with the size its add action gives: Arrow would otherwise ask the store for it first (on S3
-    a HEAD request per file, one more round trip per partition), and `READ_AHEAD_FILES` files are fetched at once."""
+    a HEAD request per file, one more round trip per partition), and `READ_AHEAD_FILES` files are fetched at once.
+    On S3 a file of at most `WHOLE_FILE_BYTES` is fetched whole, in one GET, and decoded from memory
+    (`_read_whole`): Arrow's reader would make two, its footer then its rows, for a file of a few KB."""
     schema = pa.schema(dt.schema().to_arrow())
+    if urlsplit(dt.table_uri).scheme in ("s3", "s3a") and all(size <= WHOLE_FILE_BYTES for _p, _v, size in files):
+        return _read_whole(_s3_getter(dt.table_uri, storage_options or {}), schema, files, row_filter)
     parquet = ds.ParquetFileFormat()
     filesystem = arrow_filesystem(dt.table_uri, storage_options or {})
     if urlsplit(dt.table_uri).scheme in ("s3", "s3a") and pa.io_thread_count() < READ_AHEAD_FILES:
@@ -307,6 +313,71 @@ def read_files(dt: DeltaTable, storage_options: Mapping[str, str] | None, files:
                  for path, values, size in files]
     dataset = ds.FileSystemDataset(fragments, schema, parquet, filesystem)
     return dataset.to_table(filter=row_filter, fragment_readahead=READ_AHEAD_FILES)
+
+
+WHOLE_FILE_BYTES = 8 << 20
+"""The largest data file a read on S3 fetches whole (`read_files`). A partition's file is a few KB (50 live segments
+and their history: well under a MB); a larger one, should a table hold it, is read through Arrow's ranged reads."""
+
+
+def _read_whole(get: Callable[[str], bytes], schema: pa.Schema, files: Sequence[DataFile],
+                row_filter: pc.Expression | None) -> pa.Table:
+    """The rows of `files`, each fetched whole with `get` (`READ_AHEAD_FILES` at once) and decoded from memory, its
+    partition columns filled from its partition values and a column its file lacks (written before the column was
+    added) as nulls: the table `read_files` returns through Arrow's dataset, in one request per file."""
+    tables = []
+    fetched = shared_pool("table-read", READ_AHEAD_FILES).map(get, [path for path, _v, _s in files])
+    for (_path, values, _size), data in zip(files, fetched, strict=True):
+        found = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+        columns = []
+        for field in schema:
+            if field.name in values:
+                columns.append(pa.repeat(pa.scalar(values[field.name], field.type), found.num_rows))
+            elif field.name in found.column_names:
+                column = found.column(field.name)
+                columns.append(column if column.type == field.type else column.cast(field.type))
+            else:
+                columns.append(pa.nulls(found.num_rows, field.type))
+        tables.append(pa.Table.from_arrays(columns, schema=schema))
+    rows = pa.concat_tables(tables) if tables else schema.empty_table()
+    return rows.filter(row_filter) if row_filter is not None else rows
+
+
+_clients: dict[tuple[str | None, str | None, str | None], Any] = {}
+_clients_lock = threading.Lock()
+
+
+def _s3_getter(table_uri: str, storage_options: Mapping[str, str]) -> Callable[[str], bytes]:
+    """A GET of a file of the table at `table_uri` on S3 (its path relative to the table), with the endpoint, region
+    and credentials delta-rs is given (none given: the AWS SDK's own chain, as `arrow_filesystem`). A failure is an
+    OSError naming the object (`reading` turns it into TransientStoreError). One client per endpoint, region and key
+    in the process (boto3's clients are thread-safe), with botocore's standard retries."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    parts = urlsplit(table_uri)
+    bucket, prefix = parts.netloc, unquote(parts.path).strip("/")
+    endpoint, region = storage_options.get("AWS_ENDPOINT_URL"), storage_options.get("AWS_REGION")
+    key_id = storage_options.get("AWS_ACCESS_KEY_ID")
+    with _clients_lock:
+        if (endpoint, region, key_id) not in _clients:
+            _clients[(endpoint, region, key_id)] = boto3.session.Session().client(
+                "s3", endpoint_url=endpoint, region_name=region, aws_access_key_id=key_id,
+                aws_secret_access_key=storage_options.get("AWS_SECRET_ACCESS_KEY"),
+                aws_session_token=storage_options.get("AWS_SESSION_TOKEN"),
+                config=Config(retries={"mode": "standard", "total_max_attempts": 3},
+                              max_pool_connections=READ_AHEAD_FILES))
+        client = _clients[(endpoint, region, key_id)]
+
+    def get(path: str) -> bytes:
+        key = f"{prefix}/{path}" if prefix else path
+        try:
+            return bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+        except (BotoCoreError, ClientError) as exc:
+            raise OSError(f"s3://{bucket}/{key}: {exc}") from exc
+
+    return get
 
 
 _Conjunction = Sequence[tuple[str, str, Any]]
@@ -371,9 +442,9 @@ def arrow_filesystem(table_uri: str, storage_options: Mapping[str, str]) -> pa_f
 
 @contextlib.contextmanager
 def reading(where: str, diagnose: Diagnose | None = None) -> Iterator[None]:
-    """delta-rs's and pyarrow's read failures (after delta-rs's retries) as `TransientStoreError`, naming `where`,
-    in plain text; or, when `diagnose` (the store's) finds a cause a rerun cannot fix, as that error; or, when
-    delta-rs cannot read the table's protocol, as `UnsupportedDeltaProtocolError` (`delta_protocol`, exit 2).
+    """Read failures of delta-rs, pyarrow and a data file's GET (after their retries) as `TransientStoreError`, naming
+    `where`, in plain text; or, when `diagnose` (the store's) finds a cause a rerun cannot fix, as that error; or,
+    when delta-rs cannot read the table's protocol, as `UnsupportedDeltaProtocolError` (`delta_protocol`, exit 2).
 
     `TableNotFoundError` passes through: the caller knows what a missing table means.
     """
@@ -387,7 +458,7 @@ def reading(where: str, diagnose: Diagnose | None = None) -> Iterator[None]:
             found = diagnose()
         if found is not None:
             raise found from e
-        raise TransientStoreError(f"{where}: reading the table failed after delta-rs's retries "
+        raise TransientStoreError(f"{where}: reading the table failed after retries "
                                   f"(a rerun may pass): {plain_text(e)}") from e
 
 

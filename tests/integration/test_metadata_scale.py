@@ -21,9 +21,17 @@ import pytest
 from deltalake import DeltaTable
 
 from compaction.metadata import ChangeSet, MetadataTable, PartitionSnapshot, TopicPartition, commit_current
+from compaction.metadata import table as table_module
 from compaction.metadata.follower import TableFollower
 from compaction.metadata.model import METADATA_SCHEMA, PARTITION_COLUMNS
-from compaction.metadata.table import LOG_CONFIGURATION, TABLE_NAME, table_in_store
+from compaction.metadata.table import (
+    LOG_CONFIGURATION,
+    TABLE_NAME,
+    WHOLE_FILE_BYTES,
+    data_files,
+    read_rows,
+    table_in_store,
+)
 from compaction.metadata.upkeep import expire_log, log_files
 from tests.factories import TOPIC_ID, new_segment
 from tests.moto_s3 import fresh_s3_store
@@ -136,10 +144,11 @@ def test_expire_log_gives_an_older_table_the_settings_once(tmp_path: Path) -> No
 
 
 
-def test_on_s3_a_read_fetches_each_data_file_without_asking_its_size(
+def test_on_s3_a_read_fetches_each_data_file_whole_in_one_request(
         counted: tuple[FlakyProxy, list[tuple[str, str]]], fake_aws_env: None) -> None:
-    """A read of the table's rows opens each partition's data file with the size the log gives it: no HEAD (a round
-    trip per partition, 1,000 of them for a full read at 1,000 partitions), only the GETs of the file itself."""
+    """A read of the table's rows fetches each partition's data file in one GET: no HEAD for its size (the log gives
+    it), no second GET for its rows after its footer (a round trip per partition each, 1,000 of them for a full read
+    at 1,000 partitions)."""
     proxy, seen = counted
     table = table_in_store(fresh_s3_store(proxy.endpoint, "sizes"), create=True)
     commits(table, 8, partitions=8)
@@ -154,4 +163,31 @@ def test_on_s3_a_read_fetches_each_data_file_without_asking_its_size(
         methods = collections.Counter(m for m, _ in requests)
         files = {p.split("?")[0] for _, p in requests}
         assert len(files) == expected, (read, requests)
-        assert methods["HEAD"] == 0 and methods["GET"] <= 2 * len(files), (read, requests)
+        assert methods["HEAD"] == 0 and methods["GET"] == len(files), (read, requests)
+
+
+def test_on_s3_a_whole_file_read_gives_the_rows_arrow_reads(
+        counted: tuple[FlakyProxy, list[tuple[str, str]]], fake_aws_env: None, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """The rows of files fetched whole and decoded in memory are those Arrow's dataset reads (ranged reads, as it
+    reads a file above `WHOLE_FILE_BYTES`): every column, the partition columns filled, a row filter applied."""
+    proxy, seen = counted
+    table = table_in_store(fresh_s3_store(proxy.endpoint, "whole"), create=True)
+    commits(table, 12, partitions=4)
+    dt = table.delta_table()
+    files = data_files(dt)
+    by_arrow, whole = {}, {}
+    for threshold, found in ((0, by_arrow), (WHOLE_FILE_BYTES, whole)):
+        monkeypatch.setattr(table_module, "WHOLE_FILE_BYTES", threshold)
+        seen.clear()
+        found["all"] = read_rows(dt, table.storage_options).sort_by(_ORDER)
+        found["filtered"] = read_rows(dt, table.storage_options, [("partition", "in", [1, 2]),
+                                                                  ("start_offset", ">=", 10)]).sort_by(_ORDER)
+        found["gets"] = sum(1 for m, p in seen if m == "GET" and ".parquet" in p and "_delta_log" not in p)
+    assert whole["all"].num_rows > 12 and whole["filtered"].num_rows > 0
+    assert whole["all"].equals(by_arrow["all"]) and whole["filtered"].equals(by_arrow["filtered"])
+    assert whole["gets"] < by_arrow["gets"]  # one GET a file against Arrow's footer and rows
+    assert len(files) == 4
+
+
+_ORDER = [("partition", "ascending"), ("row_kind", "ascending"), ("segment_id", "ascending")]
