@@ -20,6 +20,7 @@ from enum import IntEnum
 
 import cramjam
 import lz4.frame
+import numpy as np
 import zstandard
 
 from compaction.errors import CorruptBatchError
@@ -91,6 +92,52 @@ def decompress(codec: Codec, data: bytes | memoryview) -> bytes:
     except Exception as exc:  # each codec library has its own error types
         raise CorruptBatchError(f"cannot decompress {codec.name.lower()} records: {exc}", position=0) from exc
     raise ValueError(f"unknown codec {codec!r}")
+
+
+class DecompressedSections:
+    """Records sections decompressed back to back into one numpy buffer (`add`; `buffer` holds the bytes added so
+    far). zstd decompresses straight into it, a frame at a time (Kafka's frames carry no content size: the buffer
+    grows by doubling when a section outruns it); the other codecs' output is copied in. Decompressing each section
+    to its own `bytes` and joining them touched every byte twice: for 4 KiB zstd values, a third of the scan."""
+
+    def __init__(self, capacity: int) -> None:
+        self._buffer = np.empty(max(capacity, 1 << 16), np.uint8)  # pages are faulted in as they are written
+        self.size = 0
+
+    @property
+    def buffer(self) -> np.ndarray:
+        """The bytes added so far (a view of the buffer)."""
+        return self._buffer[: self.size]
+
+    def add(self, codec: Codec, data: bytes | memoryview) -> int:
+        """Decompress one records section to the end of the buffer; returns its decompressed size. Raises
+        CorruptBatchError (position relative to `data`) on bad input, as `decompress`."""
+        start = self.size
+        if codec is not Codec.ZSTD:
+            raw = decompress(codec, data)
+            self._room(len(raw))
+            self._buffer[start : start + len(raw)] = np.frombuffer(raw, np.uint8)
+            self.size += len(raw)
+            return len(raw)
+        try:
+            with zstandard.ZstdDecompressor().stream_reader(data) as reader:
+                while True:
+                    if self.size == len(self._buffer):
+                        self._room(len(self._buffer))
+                    n = reader.readinto(memoryview(self._buffer.data)[self.size :])
+                    if not n:
+                        return self.size - start
+                    self.size += n
+        except zstandard.ZstdError as exc:
+            self.size = start
+            raise CorruptBatchError(f"cannot decompress zstd records: {exc}", position=0) from exc
+
+    def _room(self, n: int) -> None:
+        """At least `n` more bytes of room, doubling the buffer (copying what it holds) when it has less."""
+        if self.size + n > len(self._buffer):
+            grown = np.empty(max(2 * len(self._buffer), self.size + n), np.uint8)
+            grown[: self.size] = self._buffer[: self.size]
+            self._buffer = grown
 
 
 def _snappy_decompress(data: bytes) -> bytes:

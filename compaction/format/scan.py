@@ -35,7 +35,7 @@ from compaction.format.batch import (
     crc32c,
     decode_batch,
 )
-from compaction.format.codecs import Codec, decompress
+from compaction.format.codecs import Codec, DecompressedSections
 from compaction.format.scan_kernels import (
     BATCH_ATTRIBUTES,
     BATCH_BASE_OFFSET,
@@ -200,6 +200,11 @@ def _check_crcs(mv: memoryview, fields: np.ndarray, obj: str) -> None:
             )
 
 
+SIDE_GUESS = 8
+"""The side buffer's first size, in times the compressed bytes of a segment's compressed batches: above Kafka's
+usual ratios on records (2-5x), so it rarely grows; its pages beyond what is written are never touched."""
+
+
 def _record_sections(mv: memoryview, fields: np.ndarray, obj: str) -> _Sections:
     """Each batch's records section; compressed ones are decompressed, back to back, into the side buffer."""
     codecs = fields[:, BATCH_ATTRIBUTES] & CODEC_MASK
@@ -214,23 +219,17 @@ def _record_sections(mv: memoryview, fields: np.ndarray, obj: str) -> _Sections:
     side = _NO_SIDE
     if use_side.any():
         start, end = start.copy(), end.copy()
-        chunks = []
-        cursor = 0
-        for b in np.flatnonzero(use_side):
+        compressed = np.flatnonzero(use_side)
+        sections = DecompressedSections(SIDE_GUESS * int((end[compressed] - start[compressed]).sum()))
+        for b in compressed:
             try:
-                raw = decompress(Codec(int(codecs[b])), mv[int(start[b]) : int(end[b])])
+                size = sections.add(Codec(int(codecs[b])), mv[int(start[b]) : int(end[b])])
             except CorruptInputError as exc:
                 position = int(fields[b, BATCH_POS]) + RECORDS_OFFSET
                 raise CorruptBatchError(exc.detail, obj=obj, position=position) from None
-            chunks.append(raw)
-            start[b] = cursor
-            cursor = cursor + len(raw)
-            end[b] = cursor
-        side = np.empty(cursor, np.uint8)  # numpy asks for huge pages: fewer page faults than a join
-        view, cursor = memoryview(side.data), 0
-        for raw in chunks:
-            view[cursor:cursor + len(raw)] = raw
-            cursor += len(raw)
+            end[b] = sections.size
+            start[b] = sections.size - size
+        side = sections.buffer
         side.setflags(write=False)  # as `_readonly`
     return _Sections(np.frombuffer(mv, dtype=np.uint8), side, use_side, start, end)
 

@@ -178,3 +178,33 @@ def test_every_buffer_shape_reaches_the_kernels_as_one_numba_type() -> None:
         for shape in (data, bytearray(data), memoryview(buffer.data)):
             assert scan_segment(shape).records.equals(scan_segment(data).records)
     assert [len(k.signatures) for k in kernels] == compiled
+
+
+def test_compressed_sections_larger_than_the_first_guess_grow_the_side_buffer() -> None:
+    """Sections decompress into one buffer sized from the compressed bytes (`scan.SIDE_GUESS` times them); values
+    that compress far better (here ~1,000x) outgrow it, and the buffer grows with every byte kept."""
+    from compaction.format.batch import Record, build_batch
+    from compaction.format.codecs import Codec
+    from compaction.format.scan import SIDE_GUESS
+
+    batches = [build_batch([Record(200 * b + i, 1000, b"k%d" % i, bytes(20_000) if b != 1 else b"v%d" % i)
+                            for i in range(200)], codec=codec)
+               for b, codec in enumerate((Codec.ZSTD, Codec.LZ4, Codec.ZSTD, Codec.GZIP))]
+    data = segment_of(batches)
+    assert len(data) * SIDE_GUESS < 3 * 200 * 20_000  # the guess is far too small
+    assert scan_rows(data) == reference_rows(data)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
+def test_a_section_that_does_not_decompress_names_its_codec_and_position(codec: str) -> None:
+    from compaction.format.batch import RECORDS_OFFSET, Record, build_batch, frame_batch
+    from compaction.format.codecs import Codec
+
+    good = encode_batch(build_batch([Record(0, 1000, b"k", b"v" * 50)], codec=Codec.ZSTD))
+    bad = build_batch([Record(1, 1000, b"k", b"v")], codec=Codec[codec.upper()])
+    framed = frame_batch(b"\x00\x01not a compressed frame" * 4, base_offset=1, partition_leader_epoch=0,
+                         attributes=bad.attributes, last_offset_delta=0, base_timestamp=1000, max_timestamp=1000,
+                         producer_id=-1, producer_epoch=-1, base_sequence=-1, records_count=1)
+    with pytest.raises(CorruptBatchError, match=f"cannot decompress {codec} records") as err:
+        scan_segment(good + framed, obj="seg.log")
+    assert (err.value.obj, err.value.position) == ("seg.log", len(good) + RECORDS_OFFSET)
