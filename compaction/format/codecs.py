@@ -94,14 +94,23 @@ def decompress(codec: Codec, data: bytes | memoryview) -> bytes:
     raise ValueError(f"unknown codec {codec!r}")
 
 
+FIRST_RATIO_GUESS = 8
+"""`DecompressedSections`' first size, in times the compressed bytes to come: above Kafka's usual ratios on records
+(2-5x); after each section the buffer is sized again from the ratio seen so far."""
+
+
 class DecompressedSections:
     """Records sections decompressed back to back into one numpy buffer (`add`; `buffer` holds the bytes added so
-    far). zstd decompresses straight into it, a frame at a time (Kafka's frames carry no content size: the buffer
-    grows by doubling when a section outruns it); the other codecs' output is copied in. Decompressing each section
-    to its own `bytes` and joining them touched every byte twice: for 4 KiB zstd values, a third of the scan."""
+    far). zstd decompresses straight into it, a frame at a time; the other codecs' output is copied in. Decompressing
+    each section to its own `bytes` and joining them touched every byte twice: for 4 KiB zstd values, a third of the
+    scan. Kafka's frames carry no content size, so the buffer is sized from the `compressed` bytes to come, first at
+    `FIRST_RATIO_GUESS` times them, then, after each section, at the ratio seen so far (a quarter more): it grows,
+    copying what it holds, mostly right after the first section; within a section that outruns it, it doubles.
+    Pages beyond what is written are never touched."""
 
-    def __init__(self, capacity: int) -> None:
-        self._buffer = np.empty(max(capacity, 1 << 16), np.uint8)  # pages are faulted in as they are written
+    def __init__(self, compressed: int) -> None:
+        self._buffer = np.empty(max(FIRST_RATIO_GUESS * compressed, 1 << 16), np.uint8)
+        self._seen, self._left = 0, compressed  # compressed bytes added, and still to come
         self.size = 0
 
     @property
@@ -112,10 +121,19 @@ class DecompressedSections:
     def add(self, codec: Codec, data: bytes | memoryview) -> int:
         """Decompress one records section to the end of the buffer; returns its decompressed size. Raises
         CorruptBatchError (position relative to `data`) on bad input, as `decompress`."""
+        size = self._decompress(codec, data)
+        self._seen, self._left = self._seen + len(data), max(0, self._left - len(data))
+        projected = self.size + self._left * self.size // max(1, self._seen)
+        if projected > len(self._buffer):
+            self._resize(projected + projected // 4)
+        return size
+
+    def _decompress(self, codec: Codec, data: bytes | memoryview) -> int:
         start = self.size
         if codec is not Codec.ZSTD:
             raw = decompress(codec, data)
-            self._room(len(raw))
+            if start + len(raw) > len(self._buffer):
+                self._resize(max(2 * len(self._buffer), start + len(raw)))
             self._buffer[start : start + len(raw)] = np.frombuffer(raw, np.uint8)
             self.size += len(raw)
             return len(raw)
@@ -123,7 +141,7 @@ class DecompressedSections:
             with zstandard.ZstdDecompressor().stream_reader(data) as reader:
                 while True:
                     if self.size == len(self._buffer):
-                        self._room(len(self._buffer))
+                        self._resize(2 * len(self._buffer))
                     n = reader.readinto(memoryview(self._buffer.data)[self.size :])
                     if not n:
                         return self.size - start
@@ -132,12 +150,11 @@ class DecompressedSections:
             self.size = start
             raise CorruptBatchError(f"cannot decompress zstd records: {exc}", position=0) from exc
 
-    def _room(self, n: int) -> None:
-        """At least `n` more bytes of room, doubling the buffer (copying what it holds) when it has less."""
-        if self.size + n > len(self._buffer):
-            grown = np.empty(max(2 * len(self._buffer), self.size + n), np.uint8)
-            grown[: self.size] = self._buffer[: self.size]
-            self._buffer = grown
+    def _resize(self, capacity: int) -> None:
+        """A buffer of `capacity` bytes holding what this one holds."""
+        grown = np.empty(capacity, np.uint8)
+        grown[: self.size] = self._buffer[: self.size]
+        self._buffer = grown
 
 
 def _snappy_decompress(data: bytes) -> bytes:

@@ -200,11 +200,6 @@ def _check_crcs(mv: memoryview, fields: np.ndarray, obj: str) -> None:
             )
 
 
-SIDE_GUESS = 8
-"""The side buffer's first size, in times the compressed bytes of a segment's compressed batches: above Kafka's
-usual ratios on records (2-5x), so it rarely grows; its pages beyond what is written are never touched."""
-
-
 def _record_sections(mv: memoryview, fields: np.ndarray, obj: str) -> _Sections:
     """Each batch's records section; compressed ones are decompressed, back to back, into the side buffer."""
     codecs = fields[:, BATCH_ATTRIBUTES] & CODEC_MASK
@@ -220,7 +215,7 @@ def _record_sections(mv: memoryview, fields: np.ndarray, obj: str) -> _Sections:
     if use_side.any():
         start, end = start.copy(), end.copy()
         compressed = np.flatnonzero(use_side)
-        sections = DecompressedSections(SIDE_GUESS * int((end[compressed] - start[compressed]).sum()))
+        sections = DecompressedSections(int((end[compressed] - start[compressed]).sum()))
         for b in compressed:
             try:
                 size = sections.add(Codec(int(codecs[b])), mv[int(start[b]) : int(end[b])])

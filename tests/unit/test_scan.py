@@ -181,17 +181,16 @@ def test_every_buffer_shape_reaches_the_kernels_as_one_numba_type() -> None:
 
 
 def test_compressed_sections_larger_than_the_first_guess_grow_the_side_buffer() -> None:
-    """Sections decompress into one buffer sized from the compressed bytes (`scan.SIDE_GUESS` times them); values
-    that compress far better (here ~1,000x) outgrow it, and the buffer grows with every byte kept."""
+    """Sections decompress into one buffer sized from the compressed bytes (`codecs.FIRST_RATIO_GUESS` times them);
+    values that compress far better (here ~1,000x) outgrow it, and the buffer grows with every byte kept."""
     from compaction.format.batch import Record, build_batch
-    from compaction.format.codecs import Codec
-    from compaction.format.scan import SIDE_GUESS
+    from compaction.format.codecs import FIRST_RATIO_GUESS, Codec
 
     batches = [build_batch([Record(200 * b + i, 1000, b"k%d" % i, bytes(20_000) if b != 1 else b"v%d" % i)
                             for i in range(200)], codec=codec)
                for b, codec in enumerate((Codec.ZSTD, Codec.LZ4, Codec.ZSTD, Codec.GZIP))]
     data = segment_of(batches)
-    assert len(data) * SIDE_GUESS < 3 * 200 * 20_000  # the guess is far too small
+    assert len(data) * FIRST_RATIO_GUESS < 3 * 200 * 20_000  # the guess is far too small
     assert scan_rows(data) == reference_rows(data)
 
 
