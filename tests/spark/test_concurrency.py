@@ -157,16 +157,16 @@ def test_the_cli_loser_exits_4_and_reports_the_fenced_partitions(
     live_before = {p: table_in_store(store).live_segments(TOPIC, p) for p in (0, 1)}
     config = tmp_path / "kcompact.yaml"
     config.write_text("defaults:\n" + "".join(f"  {k}: {v!r}\n" for k, v in SETTINGS.items()))
-    real_stage = cleaner_module.stage
+    real_stage = cleaner_module.TakenRun.stage
 
-    def stage_then_a_newer_run_takes_over(spark: Any, run: Any, **kwargs: Any) -> StagedRun:
-        staged = real_stage(spark, run, **kwargs)
+    def stage_then_a_newer_run_takes_over(taken: Any, spark: Any) -> StagedRun:
+        staged = real_stage(taken, spark)
         for tp in PARTITIONS:  # what a newer run's stage does first: the CLI's run is a zombie from here on
             acquire_fencing_epoch(table_in_store(store), *tp, "a newer run", NOW, run_id="newer")
         return staged
 
     monkeypatch.setattr(session_module, "build_session", lambda *args, **kwargs: BorrowedSession(spark))
-    monkeypatch.setattr(cleaner_module, "stage", stage_then_a_newer_run_takes_over)
+    monkeypatch.setattr(cleaner_module.TakenRun, "stage", stage_then_a_newer_run_takes_over)
     code = main(["compact", "--store", store.uri, "--config", str(config), "--now", str(NOW), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert code == 4
