@@ -175,12 +175,10 @@ class CommandSession:
         if self._starter is not None:
             self._starter.join()
             self._starter = None
-            if self._failure is not None:
-                raise self._failure
         elif self._spark is None:
             self._start()
-            if self._failure is not None:
-                raise self._failure
+        if self._failure is not None:
+            raise self._failure
         assert self._spark is not None
         if self._progress is not None and self.started_here and not self._reported:
             self._reported = True

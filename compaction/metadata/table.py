@@ -24,7 +24,6 @@ partition, when it read one) and a rerun is safe.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
@@ -303,11 +302,12 @@ def read_files(dt: DeltaTable, storage_options: Mapping[str, str] | None, files:
     On S3 a file of at most `WHOLE_FILE_BYTES` is fetched whole, in one GET, and decoded from memory
     (`_read_whole`): Arrow's reader would make two, its footer then its rows, for a file of a few KB."""
     schema = pa.schema(dt.schema().to_arrow())
-    if urlsplit(dt.table_uri).scheme in ("s3", "s3a") and all(size <= WHOLE_FILE_BYTES for _p, _v, size in files):
+    on_s3 = urlsplit(dt.table_uri).scheme in ("s3", "s3a")
+    if on_s3 and all(size <= WHOLE_FILE_BYTES for _p, _v, size in files):
         return _read_whole(_s3_getter(dt.table_uri, storage_options or {}), schema, files, row_filter)
     parquet = ds.ParquetFileFormat()
     filesystem = arrow_filesystem(dt.table_uri, storage_options or {})
-    if urlsplit(dt.table_uri).scheme in ("s3", "s3a") and pa.io_thread_count() < READ_AHEAD_FILES:
+    if on_s3 and pa.io_thread_count() < READ_AHEAD_FILES:
         pa.set_io_thread_count(READ_AHEAD_FILES)  # threads waiting on S3 round trips, not on a disk
     fragments = [parquet.make_fragment(path, filesystem, _partition_expression(schema, values), file_size=size)
                  for path, values, size in files]
@@ -343,39 +343,23 @@ def _read_whole(get: Callable[[str], bytes], schema: pa.Schema, files: Sequence[
     return rows.filter(row_filter) if row_filter is not None else rows
 
 
-_clients: dict[tuple[str | None, str | None, str | None], Any] = {}
-_clients_lock = threading.Lock()
-
-
 def _s3_getter(table_uri: str, storage_options: Mapping[str, str]) -> Callable[[str], bytes]:
-    """A GET of a file of the table at `table_uri` on S3 (its path relative to the table), with the endpoint, region
-    and credentials delta-rs is given (none given: the AWS SDK's own chain, as `arrow_filesystem`). A failure is an
-    OSError naming the object (`reading` turns it into TransientStoreError). One client per endpoint, region and key
-    in the process (boto3's clients are thread-safe), with botocore's standard retries."""
-    import boto3
-    from botocore.config import Config
-    from botocore.exceptions import BotoCoreError, ClientError
+    """A GET of a file of the table at `table_uri` on S3 (its path relative to the table), through kcompact's own S3
+    store at the table's root: the process's shared client and the store's retries. The endpoint and region are the
+    ones delta-rs is given; the credentials are the process's (every table is opened from a store, whose
+    `delta_storage_options` passes delta-rs those same credentials). A failure after the retries is an OSError
+    naming the object, as Arrow's would be: `reading` then asks the store's `diagnose` what it means."""
+    from compaction.storage.base import StoreSpec
 
     parts = urlsplit(table_uri)
-    bucket, prefix = parts.netloc, unquote(parts.path).strip("/")
-    endpoint, region = storage_options.get("AWS_ENDPOINT_URL"), storage_options.get("AWS_REGION")
-    key_id = storage_options.get("AWS_ACCESS_KEY_ID")
-    with _clients_lock:
-        if (endpoint, region, key_id) not in _clients:
-            _clients[(endpoint, region, key_id)] = boto3.session.Session().client(
-                "s3", endpoint_url=endpoint, region_name=region, aws_access_key_id=key_id,
-                aws_secret_access_key=storage_options.get("AWS_SECRET_ACCESS_KEY"),
-                aws_session_token=storage_options.get("AWS_SESSION_TOKEN"),
-                config=Config(retries={"mode": "standard", "total_max_attempts": 3},
-                              max_pool_connections=READ_AHEAD_FILES))
-        client = _clients[(endpoint, region, key_id)]
+    store = StoreSpec.parse(f"s3://{parts.netloc}{unquote(parts.path)}", endpoint_url=storage_options.get(
+        "AWS_ENDPOINT_URL"), region=storage_options.get("AWS_REGION")).open()
 
     def get(path: str) -> bytes:
-        key = f"{prefix}/{path}" if prefix else path
         try:
-            return bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())
-        except (BotoCoreError, ClientError) as exc:
-            raise OSError(f"s3://{bucket}/{key}: {exc}") from exc
+            return store.get(path)
+        except KcompactError as exc:
+            raise OSError(str(exc)) from exc
 
     return get
 
