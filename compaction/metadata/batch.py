@@ -35,21 +35,23 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 
 from compaction.errors import CommitConflictError, KcompactError, MetadataInvariantError, TransientStoreError
 from compaction.metadata.change_set import PartitionRows
+from compaction.metadata.delta_log import Commit, DataFile, DeltaConflict, overwrite_partitions, store_of
 from compaction.metadata.model import (
     LEGACY_METADATA_SCHEMA,
     METADATA_SCHEMA,
+    PARTITION_COLUMNS,
     PartitionState,
     TopicPartition,
     check_topic,
     rows_to_arrow,
 )
 from compaction.metadata.snapshot import PartitionSnapshot
-from compaction.metadata.table import MetadataTable, load_partitions
+from compaction.metadata.table import MetadataTable, load_partitions, partition_files
 
 BATCH_PARTITIONS = 1000
 """The most partitions one Delta commit rewrites: a bigger run commits in batches of this size."""
@@ -64,11 +66,18 @@ class Reader(Protocol):
     the table followed reuses its state (`compaction.metadata.follower.TableFollower`); a writer that has just read
     the partitions reuses those rows while no other commit landed (`known_reader`)."""
 
+    @property
+    def table(self) -> MetadataTable:
+        """The table read and written."""
+
     def read(self, partitions: Iterable[TopicPartition]
              ) -> tuple[DeltaTable, dict[TopicPartition, PartitionSnapshot]]: ...
 
-    def landed(self, snapshots: Sequence[PartitionSnapshot]) -> None:
-        """The partitions a commit written on the last `read`'s `DeltaTable` just landed, at its version."""
+    def files(self, dt: DeltaTable, partitions: Iterable[TopicPartition]) -> list[DataFile]:
+        """Every data file of `partitions` at the version of the last `read` (`dt`, the table it returned)."""
+
+    def landed(self, snapshots: Sequence[PartitionSnapshot], commit: Commit) -> None:
+        """The partitions a commit written on the last `read`'s version just landed, at its version (`commit`)."""
 
     @property
     def checkpoints_inline(self) -> bool:
@@ -87,7 +96,10 @@ class _Fresh:
         dt = self.table.delta_table()
         return dt, load_partitions(dt, partitions, self.table.table_uri, self.table.storage_options)
 
-    def landed(self, snapshots: Sequence[PartitionSnapshot]) -> None:
+    def files(self, dt: DeltaTable, partitions: Iterable[TopicPartition]) -> list[DataFile]:
+        return partition_files(dt, partitions)
+
+    def landed(self, snapshots: Sequence[PartitionSnapshot], commit: Commit) -> None:
         pass
 
 
@@ -122,7 +134,10 @@ class KnownRows:
         held = {tp: self.snapshots[tp] for tp in wanted}  # a partition no commit touched since: its rows, restamped
         return dt, {tp: s if s.version == version else replace(s, version=version) for tp, s in held.items()}
 
-    def landed(self, snapshots: Sequence[PartitionSnapshot]) -> None:
+    def files(self, dt: DeltaTable, partitions: Iterable[TopicPartition]) -> list[DataFile]:
+        return partition_files(dt, partitions)
+
+    def landed(self, snapshots: Sequence[PartitionSnapshot], commit: Commit) -> None:
         """The partitions a commit written on the last read's version landed: when it is the very next version,
         nothing else changed in between and every other partition held is still current; else only these are."""
         if not snapshots:
@@ -209,40 +224,36 @@ def _commit_metadata(states: Sequence[PartitionState]) -> dict[str, str]:
     return metadata
 
 
-def _write(dt: DeltaTable, rows: Sequence[PartitionRows], checkpoint: bool) -> int:
-    """Replace every row of the partitions of `rows` with `rows`, in one Delta commit on top of `dt`'s version; the
-    version it created. `checkpoint`: whether delta-rs writes the version's checkpoint when it is due
-    (`Reader.checkpoints_inline`).
+def _write(reader: Reader, dt: DeltaTable, base: int, rows: Sequence[PartitionRows], checkpoint: bool) -> Commit:
+    """Replace every row of the partitions of `rows` with `rows`, in one Delta commit on top of version `base`
+    (`dt` is the table `reader` read it from); the commit (`delta_log.overwrite_partitions`).
+    `checkpoint`: whether the commit writes the version's checkpoint when it is due (`Reader.checkpoints_inline`).
 
     Raises:
-        CommitConflictError: a commit after `dt`'s version touched one of the partitions; nothing landed.
-        TransientStoreError: the store kept failing under delta-rs's own retries.
+        CommitConflictError: a commit after `base` touched one of the partitions; nothing landed.
+        TransientStoreError: the store kept failing under its retries.
     """
     states = [r.state for r in rows]
-    base = dt.version()
     where = _named(states)
     legacy = pa.schema(dt.schema().to_arrow()).equals(LEGACY_METADATA_SCHEMA)  # created before `transactional`
+    schema = LEGACY_METADATA_SCHEMA if legacy else METADATA_SCHEMA
+    data_columns = [f.name for f in schema if f.name not in PARTITION_COLUMNS]
+    tables = {r.state.tp: rows_to_arrow([r.state], r.segments, schema).select(data_columns) for r in rows}
+    table = reader.table
     try:
-        write_deltalake(
-            dt,
-            rows_to_arrow(states, [s for r in rows for s in r.segments],
-                          LEGACY_METADATA_SCHEMA if legacy else METADATA_SCHEMA),
-            mode="overwrite",
-            predicate=partitions_predicate(s.tp for s in states),
-            commit_properties=CommitProperties(custom_metadata=_commit_metadata(states)),
-            post_commithook_properties=PostCommitHookProperties(create_checkpoint=checkpoint),
-        )
-    except CommitFailedError as e:
+        return overwrite_partitions(dt, base, store_of(table.table_uri, table.storage_options), tables,
+                                    reader.files(dt, tables), partitions_predicate(tables),
+                                    _commit_metadata(states), checkpoint)
+    except DeltaConflict as e:
         raise CommitConflictError(
             f"{where}: expected no commit to the partition after table version {base}, "
-            f"found one (delta-rs: {str(e).splitlines()[0]}); re-plan and retry"
+            f"found one ({e}); re-plan and retry"
         ) from e
-    except (DeltaError, OSError) as e:  # the store kept failing under delta-rs's own retries
+    except (DeltaError, OSError) as e:  # delta-rs failed to load the version written for its checkpoint
         raise TransientStoreError(
             f"{where}: writing the metadata commit after table version {base} failed "
             f"(delta-rs: {str(e).splitlines()[0]}); re-read the partition and rerun"
         ) from e
-    return int(dt.version())
 
 
 @dataclass(frozen=True)
@@ -302,16 +313,16 @@ def _land_batch(reader: Reader, builds: Mapping[TopicPartition, Build], attempts
                 del pending[tp]
         if not rows:
             return None
-        base = int(dt.version())
+        base = next(iter(current.values())).version  # every partition read is at the version read
         try:
-            version = _write(dt, list(rows.values()), reader.checkpoints_inline)
+            commit = _write(reader, dt, base, list(rows.values()), reader.checkpoints_inline)
         except CommitConflictError as e:
             lost = _Lost(current, base, str(e.__cause__ or e).splitlines()[0])
             continue
         except TransientStoreError as e:
             return pending, e
-        landed = {tp: Landed(r, version) for tp, r in rows.items()}
-        reader.landed([outcome.snapshot for outcome in landed.values()])
+        landed = {tp: Landed(r, commit.version) for tp, r in rows.items()}
+        reader.landed([outcome.snapshot for outcome in landed.values()], commit)
         outcomes.update(landed)
         return None
     return None

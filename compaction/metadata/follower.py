@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from urllib.parse import unquote
 
@@ -39,9 +40,15 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from compaction.errors import plain_text
+from compaction.metadata.delta_log import Commit, DataFile, read_commit, store_of
 from compaction.metadata.model import TopicPartition
 from compaction.metadata.snapshot import PartitionSnapshot
-from compaction.metadata.table import DataFile, MetadataTable, reading, snapshot_of_files
+from compaction.metadata.table import DataFile as TableFile
+from compaction.metadata.table import MetadataTable, reading, snapshot_of_files
+
+RESYNC_SECONDS = 60.0
+"""A follower that has not looked at the log for longer brings delta-rs's state up to date instead of reading the
+commit files after its version one by one (`follow`)."""
 
 
 class TableFollower:
@@ -60,6 +67,7 @@ class TableFollower:
         self._files: dict[TopicPartition, set[str]] = {}
         self._file_of: dict[str, tuple[TopicPartition, int]] = {}  # by path: its partition and size (add actions)
         self._take_files(self._first)
+        self._looked = time.monotonic()  # the last look at the log
 
     @property
     def table(self) -> MetadataTable:
@@ -83,12 +91,27 @@ class TableFollower:
     def follow(self) -> int:
         """Read the commits after the version followed, if any; the newest version.
 
+        Each commit file after the version is read and applied to the file list held (`delta_log.read_commit`),
+        until the log has none: a version costs its own file, however large the table. delta-rs's state is
+        brought up to date instead, and the whole file list diffed (`_take_files`), when a commit changes the
+        table's metadata or protocol, or when the last look is older than `RESYNC_SECONDS` (a commit file read
+        then may have been expired from the log since: `expire_log` keeps far longer than that).
+
         Raises:
-            TransientStoreError: the log could not be read after delta-rs's retries (the state stays at its version).
+            TransientStoreError: the log could not be read after the store's retries (the state stays at its
+                version).
         """
+        store = store_of(self._table.table_uri, self._table.storage_options)
+        looked, self._looked = self._looked, time.monotonic()
         with reading(self._table.table_uri):
-            self._dt.update_incremental()
-        self._advance()
+            if self._looked - looked > RESYNC_SECONDS:
+                self._resync()
+                return self._version
+            while (commit := read_commit(store, self._version + 1)) is not None:
+                if commit.table_changed:
+                    self._resync()
+                    break
+                self._apply(commit)
         return self._version
 
     def partitions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionSnapshot]:
@@ -98,22 +121,30 @@ class TableFollower:
         self._watched |= wanted
         missing = [tp for tp in wanted if tp not in self._loaded]
         if missing:
-            files: list[DataFile] = [(path, {"topic": tp.topic, "partition": tp.partition}, self._file_of[path][1])
+            files: list[TableFile] = [(path, {"topic": tp.topic, "partition": tp.partition}, self._file_of[path][1])
                                      for tp in missing for path in self._files.get(tp, ())]
             read = snapshot_of_files(self._dt, files, self._table.table_uri, self._table.storage_options)
             self._loaded.update({tp: read.partition(tp.topic, tp.partition) for tp in missing})
         return {tp: self._at_version(self._loaded[tp]) for tp in wanted}
 
     def read(self, partitions: Iterable[TopicPartition]) -> tuple[DeltaTable, dict[TopicPartition, PartitionSnapshot]]:
-        """`batch.Reader`: follow, then `partitions` at the newest version, with the followed `DeltaTable` a commit
-        writes on top of (delta-rs advances it to the commit's version; the next `follow` picks that up)."""
+        """`batch.Reader`: follow, then `partitions` at the newest version, with the `DeltaTable` the follower holds
+        (its schema and configuration; a commit is written on top of the version followed)."""
         self.follow()
         return self._dt, self.partitions(partitions)
 
-    def landed(self, snapshots: Sequence[PartitionSnapshot]) -> None:
-        """`batch.Reader`: a commit written on the followed `DeltaTable` landed these rows, at its version: they are
-        the partitions' rows there, with no read."""
-        self._advance()
+    def files(self, dt: DeltaTable, partitions: Iterable[TopicPartition]) -> list[DataFile]:
+        """`batch.Reader`: the data files of `partitions` at the version followed, from the list held."""
+        return [(path, tp, self._file_of[path][1]) for tp in partitions for path in sorted(self._files.get(tp, ()))]
+
+    def landed(self, snapshots: Sequence[PartitionSnapshot], commit: Commit) -> None:
+        """`batch.Reader`: a commit written on the version followed landed these rows, at its version: they are
+        the partitions' rows there, with no read. When it is the next version its files are applied as they are;
+        else the commits in between are read first."""
+        if commit.version == self._version + 1:
+            self._apply(commit)
+        else:
+            self.follow()
         for snapshot in snapshots:
             if snapshot.version == self._version:
                 tp = snapshot.tp
@@ -135,15 +166,37 @@ class TableFollower:
             return snapshot
         return dataclasses.replace(snapshot, version=self._version)
 
-    def _advance(self) -> None:
-        """Take in the `DeltaTable`'s version (moved by `follow` or by a commit written on it): the partitions whose
-        files changed are dropped, to be loaded again when asked for; a due checkpoint is started."""
+    def _resync(self) -> None:
+        """Bring delta-rs's state to the log's newest version and take in its whole file list."""
+        self._dt.update_incremental()
         version = int(self._dt.version())
-        if version == self._version:
-            return
-        self._take_files(version)
-        self._version = version
+        if version != self._version:
+            self._take_files(version)
+            self._version = version
+            self._checkpoint_if_due()
+
+    def _apply(self, commit: Commit) -> None:
+        """Take in the commit of the version after the one followed: the partitions whose files it changed are
+        dropped, to be loaded again when asked for; a due checkpoint is started."""
+        changed: set[TopicPartition] = set()
+        for path in commit.removed:
+            if (held := self._file_of.pop(path, None)) is not None:
+                self._files[held[0]].discard(path)
+                changed.add(held[0])
+        for path, tp, size in commit.added:
+            self._file_of[path] = (tp, size)
+            self._files.setdefault(tp, set()).add(path)
+            changed.add(tp)
+        self._version = commit.version
+        self._changed(changed)
         self._checkpoint_if_due()
+
+    def _changed(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            if not self._files.get(tp):
+                self._files.pop(tp, None)
+            self._changed_at[tp] = self._version
+            self._loaded.pop(tp, None)
 
     def _take_files(self, version: int) -> None:
         """Diff the file list of the `DeltaTable` (at `version`) against the one held, by path: only the files
@@ -165,11 +218,8 @@ class TableFollower:
                 self._file_of[path] = (tp, sizes[i].as_py())
                 self._files.setdefault(tp, set()).add(path)
                 changed.add(tp)
-        for tp in changed:
-            if not self._files[tp]:
-                del self._files[tp]
-            self._changed_at[tp] = version
-            self._loaded.pop(tp, None)
+        self._version = version
+        self._changed(changed)
 
     def _checkpoint_if_due(self) -> None:
         """Start writing the checkpoint of the newest version when a version delta-rs would have checkpointed (every

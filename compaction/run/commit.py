@@ -115,8 +115,9 @@ def commit_partitions(table: MetadataTable, run: RunPlan, staged: Sequence[Stage
     results = commit_change_sets(table, [_swap(run, sp) for sp in staged], run.now_ms if now_ms is None else now_ms,
                                  reader=reader or known_reader(table, {sp.plan.tp: sp.snapshot for sp in staged}))
     landed = {tp: r.version if isinstance(r, CommitResult) else r for tp, r in results.items()}
-    # The outcome may be unknown, not refused: a commit whose reply was lost is reported as a conflict when delta-rs
-    # retries it. Its new segment ids are fresh, so finding them all in the table proves it landed.
+    # The outcome may be unknown, not refused: a commit that landed (an earlier attempt of this run, or an entry the
+    # store could not tell as its own after a lost reply) is refused when tried again. Its new segment ids are fresh,
+    # so finding them all in the table proves it landed.
     unknown = [sp for sp in staged if sp.new_segments
                and isinstance(landed[sp.plan.tp], CommitConflictError)]
     if unknown:

@@ -77,19 +77,19 @@ def live(table: MetadataTable) -> list[tuple[int, int, str]]:
 
 def before_each_write(monkeypatch: pytest.MonkeyPatch, action: Callable[[int], object]) -> None:
     """Run `action(n)` before the n-th write of a commit (n from 1), after the commit read the partition: the race
-    delta-rs's conflict check decides."""
-    real, calls = batch_module.write_deltalake, [0]
+    the commit's conflict check decides."""
+    real, calls = batch_module.overwrite_partitions, [0]
 
-    def racing(*args: Any, **kwargs: Any) -> None:
+    def racing(*args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
-        monkeypatch.setattr(batch_module, "write_deltalake", real)  # the action's own commits write plainly
+        monkeypatch.setattr(batch_module, "overwrite_partitions", real)  # the action's own commits write plainly
         try:
             action(calls[0])
         finally:
-            monkeypatch.setattr(batch_module, "write_deltalake", racing)
-        real(*args, **kwargs)
+            monkeypatch.setattr(batch_module, "overwrite_partitions", racing)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(batch_module, "write_deltalake", racing)
+    monkeypatch.setattr(batch_module, "overwrite_partitions", racing)
 
 
 def test_a_compaction_lands_over_a_new_leaders_superseded_copy(table: MetadataTable) -> None:

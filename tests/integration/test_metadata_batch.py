@@ -5,7 +5,7 @@ topics): a commit to a partition outside the batch, landing between the batch's 
 one to a partition in it does, and costs only that partition: it is checked again (refused, rebased or planned
 again) and the others land in the batch's next write. A zombie's epoch refuses the partitions a newer run took and
 no other; a store that keeps refusing one partition's files fails that partition alone. Races are made deterministic
-by running the concurrent commit inside the batch's `write_deltalake`, after its read.
+by running the concurrent commit inside the batch's write (`delta_log.overwrite_partitions`), after its read.
 """
 
 from __future__ import annotations
@@ -84,18 +84,18 @@ def commits_after(table: MetadataTable, version: int) -> list[dict[str, Any]]:
 def before_each_write(monkeypatch: pytest.MonkeyPatch, action: Callable[[int], object]) -> list[int]:
     """Run `action(n)` before the n-th batch write, after the batch read its partitions; returns the list the number
     of rows of each write is appended to."""
-    real, sizes = batch_module.write_deltalake, []
+    real, sizes = batch_module.overwrite_partitions, []
 
-    def racing(dt: Any, rows: Any, **kwargs: Any) -> None:
-        sizes.append(rows.num_rows)
-        monkeypatch.setattr(batch_module, "write_deltalake", real)  # the action's own commits write plainly
+    def racing(*args: Any) -> Any:
+        sizes.append(sum(rows.num_rows for rows in args[3].values()))
+        monkeypatch.setattr(batch_module, "overwrite_partitions", real)  # the action's own commits write plainly
         try:
             action(len(sizes))
         finally:
-            monkeypatch.setattr(batch_module, "write_deltalake", racing)
-        real(dt, rows, **kwargs)
+            monkeypatch.setattr(batch_module, "overwrite_partitions", racing)
+        return real(*args)
 
-    monkeypatch.setattr(batch_module, "write_deltalake", racing)
+    monkeypatch.setattr(batch_module, "overwrite_partitions", racing)
     return sizes
 
 
@@ -113,7 +113,7 @@ def test_acquiring_many_partitions_is_one_commit_and_returns_what_it_wrote(table
     acquired = acquire_fencing_epochs(table, partitions, "run", NOW, topic_ids=dict.fromkeys(partitions, TOPIC_ID))
     assert table.version() == before + 1
     assert [h["operationParameters"]["predicate"] for h in commits_after(table, before)] == [
-        "topic = 'orders' AND partition IN (0, 1, 2, 3, 4, 5) OR topic = 'payments' AND partition = 0"]
+        "(topic = 'orders' AND partition IN (0, 1, 2, 3, 4, 5)) OR (topic = 'payments' AND partition = 0)"]
     fresh = table.partition_snapshots(partitions)
     assert acquired == fresh
     assert {p: s.fencing_epoch for p, s in acquired.items()} == dict.fromkeys(partitions, 1)  # type: ignore[union-attr]
@@ -225,11 +225,11 @@ def test_a_partition_whose_files_the_store_refuses_fails_alone(
     batch = [tp(p) for p in range(8)]
     real, writes = batch_module._write, []
 
-    def throttled(dt: Any, rows: Any, checkpoint: bool) -> int:
+    def throttled(reader: Any, dt: Any, base: int, rows: Any, checkpoint: bool) -> Any:
         writes.append([TopicPartition(r.state.topic, r.state.partition) for r in rows])
         if tp(5) in writes[-1]:
             raise TransientStoreError("orders-5: writing the metadata commit failed (simulated: SlowDown)")
-        return int(real(dt, rows, checkpoint))
+        return real(reader, dt, base, rows, checkpoint)
 
     monkeypatch.setattr(batch_module, "_write", throttled)
     acquired = acquire_fencing_epochs(table, batch, "run", NOW, topic_ids=dict.fromkeys(batch, TOPIC_ID))
@@ -242,7 +242,7 @@ def test_a_partition_whose_files_the_store_refuses_fails_alone(
 def test_a_failing_store_stops_after_both_halves_fail(table: MetadataTable, monkeypatch: pytest.MonkeyPatch) -> None:
     writes = []
 
-    def down(dt: Any, rows: Any, checkpoint: bool) -> int:
+    def down(reader: Any, dt: Any, base: int, rows: Any, checkpoint: bool) -> Any:
         writes.append(len(rows))
         raise TransientStoreError("simulated: the store is down")
 
@@ -258,15 +258,15 @@ def test_racing_batches_that_share_a_partition_both_land(table: MetadataTable, m
     """Two runs acquire overlapping partitions at the same instant: one write wins, the other is checked again on the
     shared partition and lands on top (the later epoch wins there); no partition of either is lost."""
     tier(table, [tp(p) for p in range(4)], (0, 99))
-    barrier, real = threading.Barrier(2, timeout=30), batch_module.write_deltalake
+    barrier, real = threading.Barrier(2, timeout=30), batch_module.overwrite_partitions
     gated = iter(range(2))
 
-    def first_writes_wait(*args: Any, **kwargs: Any) -> None:
+    def first_writes_wait(*args: Any, **kwargs: Any) -> Any:
         if next(gated, None) is not None:
             barrier.wait()
-        real(*args, **kwargs)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(batch_module, "write_deltalake", first_writes_wait)
+    monkeypatch.setattr(batch_module, "overwrite_partitions", first_writes_wait)
     results: list[Any] = [None, None]
     runs = [[tp(0), tp(1), tp(2)], [tp(2), tp(3)]]
 

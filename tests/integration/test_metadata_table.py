@@ -1,6 +1,6 @@
 """The metadata table on a local directory: plain Delta, atomic and fenced commits, time travel.
 
-Races are made deterministic by wrapping `write_deltalake` in `compaction.metadata.batch`: every
+Races are made deterministic by wrapping `overwrite_partitions` in `compaction.metadata.batch`: every
 committer has loaded the partition and passed its preconditions before any of them writes, so only
 delta-rs's own conflict check can decide the winner.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -110,23 +110,23 @@ def all_segment_ids(table: MetadataTable) -> set[str]:
 
 @pytest.fixture
 def race(monkeypatch: pytest.MonkeyPatch) -> Callable[[list[Callable[[], object]]], list[object]]:
-    """Run callables in threads that all reach `write_deltalake` before any of them writes.
+    """Run callables in threads that all reach `overwrite_partitions` before any of them writes.
 
     Returns each callable's result or the exception it raised, in order.
     """
 
     def run(calls: list[Callable[[], object]]) -> list[object]:
         barrier = threading.Barrier(len(calls), timeout=30)
-        real = batch_module.write_deltalake
+        real = batch_module.overwrite_partitions
 
         gated_calls = iter(range(len(calls)))  # only the first write of each caller waits (retries pass)
 
-        def gated(*args: Any, **kwargs: Any) -> None:
+        def gated(*args: Any, **kwargs: Any) -> Any:
             if next(gated_calls, None) is not None:
                 barrier.wait()
-            real(*args, **kwargs)
+            return real(*args, **kwargs)
 
-        monkeypatch.setattr(batch_module, "write_deltalake", gated)
+        monkeypatch.setattr(batch_module, "overwrite_partitions", gated)
         results: list[object] = [None] * len(calls)
 
         def target(i: int) -> None:
@@ -140,7 +140,7 @@ def race(monkeypatch: pytest.MonkeyPatch) -> Callable[[list[Callable[[], object]
             t.start()
         for t in threads:
             t.join(60)
-        monkeypatch.setattr(batch_module, "write_deltalake", real)
+        monkeypatch.setattr(batch_module, "overwrite_partitions", real)
         return results
 
     return run
@@ -247,24 +247,35 @@ def test_compaction_swaps_segments_in_one_commit(table: MetadataTable) -> None:
 
 
 def test_commit_lands_whole_or_not_at_all(table: MetadataTable, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The new row set is written as two batches and the second fails: no version, no partial rows."""
+    """The new row set's data files are written and the commit file is not (the process dies creating it): no
+    version, no partial rows."""
     a, b = tier(table, (0, 99), (100, 199))
     delta = DeltaTable(table.table_uri, storage_options=table.storage_options)
     before, files_before = table.version(), set(delta.file_uris())
     cs, merged = compaction(table, [a, b], (0, 199), epoch=0, cleaner_offset=200)
-    real = batch_module.write_deltalake
+    real = batch_module.overwrite_partitions
 
-    def failing(dt: DeltaTable, rows: pa.Table, **kwargs: Any) -> None:
-        def batches() -> Iterator[pa.RecordBatch]:
-            yield rows.to_batches(max_chunksize=1)[0]
-            raise OSError("simulated crash in the middle of writing the row set")
+    class CrashingStore:
+        """The table's store, but the process dies as it creates the commit file: its data files are written."""
 
-        real(dt, pa.RecordBatchReader.from_batches(rows.schema, batches()), **kwargs)
+        def __init__(self, store: Any) -> None:
+            self.store = store
 
-    monkeypatch.setattr(batch_module, "write_deltalake", failing)
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.store, name)
+
+        def put(self, key: str, data: bytes) -> None:
+            if key.startswith("_delta_log/"):
+                raise OSError("simulated crash in the middle of writing the commit")
+            self.store.put(key, data)
+
+    def failing(dt: DeltaTable, base: int, store: Any, *rest: Any) -> Any:
+        return real(dt, base, CrashingStore(store), *rest)
+
+    monkeypatch.setattr(batch_module, "overwrite_partitions", failing)
     with pytest.raises(Exception, match="simulated crash"):
         commit(table, cs, NOW)
-    monkeypatch.setattr(batch_module, "write_deltalake", real)
+    monkeypatch.setattr(batch_module, "overwrite_partitions", real)
     assert table.version() == before
     assert set(DeltaTable(table.table_uri, storage_options=table.storage_options).file_uris()) == files_before
     assert live_ranges(table) == [(0, 99), (100, 199)] and merged.segment_id not in all_segment_ids(table)

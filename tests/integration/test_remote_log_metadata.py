@@ -256,12 +256,13 @@ def test_a_compaction_taking_the_partition_never_fences_the_broker(tmp_path: Pat
     _ask(tmp_path, _add())
     real, raced = batch_module._write, []
 
-    def write_after_a_compaction_took_the_partition(dt: Any, rows: Any, checkpoint: bool) -> Any:
+    def write_after_a_compaction_took_the_partition(reader: Any, dt: Any, base: int, rows: Any, checkpoint: bool
+                                                     ) -> Any:
         if not raced:
             raced.append(-1)  # the compaction's own commit goes through here too
             raced[0] = acquire_fencing_epoch(table_in_store(open_store(str(tmp_path))), "orders", 3,
                                              "kcompact compact@test", 10)
-        return real(dt, rows, checkpoint)
+        return real(reader, dt, base, rows, checkpoint)
 
     monkeypatch.setattr(batch_module, "_write", write_after_a_compaction_took_the_partition)
     (answer,) = _ask(tmp_path, _update(SegmentState.COPY_SEGMENT_FINISHED))

@@ -137,11 +137,12 @@ def test_an_expiry_that_loses_a_race_decides_again(local_store: ObjectStore, log
     real = batch_module._write
     races = {"left": 1}
 
-    def write_after_a_race(dt: object, rows: Sequence[PartitionRows], checkpoint: bool) -> object:
+    def write_after_a_race(reader: object, dt: object, base: int, rows: Sequence[PartitionRows], checkpoint: bool
+                           ) -> object:
         if races["left"] and rows[0].state.writer != "kcompact compact@test":
             races["left"] -= 1
             acquire_fencing_epoch(table, "orders", 0, "kcompact compact@test", now)
-        return real(dt, rows, checkpoint)
+        return real(reader, dt, base, rows, checkpoint)
 
     monkeypatch.setattr(batch_module, "_write", write_after_a_race)
     report = expire(table, CONFIG, now)

@@ -123,20 +123,20 @@ def test_a_concurrent_commit_costs_the_run_only_its_partition(
     assert len(staged.partitions) == 4
     table = table_in_store(four)
     expired = table.live_segments("four", 1)[0].segment_id
-    real, writes = batch_module.write_deltalake, []
+    real, writes = batch_module.overwrite_partitions, []
 
-    def retention_first(dt: Any, rows: Any, **kwargs: Any) -> None:
-        writes.append(rows.num_rows)
+    def retention_first(*args: Any) -> Any:
+        writes.append(sum(rows.num_rows for rows in args[3].values()))
         if len(writes) == 1:
-            monkeypatch.setattr(batch_module, "write_deltalake", real)
+            monkeypatch.setattr(batch_module, "overwrite_partitions", real)
             expire_first_segment(table, expired)
-            monkeypatch.setattr(batch_module, "write_deltalake", retention_first)
-        real(dt, rows, **kwargs)
+            monkeypatch.setattr(batch_module, "overwrite_partitions", retention_first)
+        return real(*args)
 
-    monkeypatch.setattr(batch_module, "write_deltalake", retention_first)
+    monkeypatch.setattr(batch_module, "overwrite_partitions", retention_first)
     version = table.version()
     outcomes = by_partition(commit(staged))
-    monkeypatch.setattr(batch_module, "write_deltalake", real)
+    monkeypatch.setattr(batch_module, "overwrite_partitions", real)
 
     lost = outcomes.pop(1)
     assert (lost.committed, lost.error_type, lost.exit_code) == (False, CommitConflictError.__name__, 4), lost
