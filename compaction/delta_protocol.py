@@ -11,9 +11,11 @@ implement the reader features too. Another writer may raise it at any time: a de
   `catalogOwned-preview` name) and `coordinatedCommits-preview`, whose commits go through a catalog or a commit
   coordinator kcompact's path-based writes bypass; `appendOnly` while `delta.appendOnly` is true (every run
   removes rows); and any feature delta-spark 4.4 does not know (`DELTA_SPARK_FEATURES`).
-- the metadata table (`compaction.metadata.table`), and the WAL table (`compaction.wal.table`) written the same
-  way: delta-rs's `write_deltalake` (append, or overwrite with a predicate) and reads of the data files through
-  Arrow that apply no deletion vector and map no column. It implements no table feature (`METADATA_TABLE`).
+- the metadata table (`compaction.metadata.table`), whose commits kcompact writes itself (`compaction.metadata.
+  delta_log`: add and remove actions of whole Parquet files, overwriting partitions), checked again before each
+  commit, and the WAL table (`compaction.wal.table`), written by delta-rs's `write_deltalake` (append, or overwrite
+  with a predicate); both read through Arrow, which applies no deletion vector and maps no column. They implement
+  no table feature (`METADATA_TABLE`).
 
 **Conservative by design**: a table is accepted only if every feature it requires is one its writer implements, or
 one of `INERT_WHEN_OFF`, features that constrain only the writes that use them, and only while the table's

@@ -38,6 +38,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from compaction.delta_protocol import METADATA_TABLE
 from compaction.errors import CommitConflictError, KcompactError, MetadataInvariantError, TransientStoreError
 from compaction.metadata.change_set import PartitionRows
 from compaction.metadata.delta_log import Commit, DataFile, DeltaConflict, overwrite_partitions, store_of
@@ -232,14 +233,17 @@ def _write(reader: Reader, dt: DeltaTable, base: int, rows: Sequence[PartitionRo
     Raises:
         CommitConflictError: a commit after `base` touched one of the partitions; nothing landed.
         TransientStoreError: the store kept failing under its retries.
+        UnsupportedDeltaProtocolError: another writer turned on a table feature since the table was opened, which
+            kcompact's commits do not honour (a change after `base` is a conflict, and read again).
     """
     states = [r.state for r in rows]
     where = _named(states)
+    table = reader.table
+    METADATA_TABLE.check(dt, table.table_uri)
     legacy = pa.schema(dt.schema().to_arrow()).equals(LEGACY_METADATA_SCHEMA)  # created before `transactional`
     schema = LEGACY_METADATA_SCHEMA if legacy else METADATA_SCHEMA
     data_columns = [f.name for f in schema if f.name not in PARTITION_COLUMNS]
     tables = {r.state.tp: rows_to_arrow([r.state], r.segments, schema).select(data_columns) for r in rows}
-    table = reader.table
     try:
         return overwrite_partitions(dt, base, store_of(table.table_uri, table.storage_options), tables,
                                     reader.files(dt, tables), partitions_predicate(tables),

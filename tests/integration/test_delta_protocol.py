@@ -18,6 +18,8 @@ from compaction.cli import options as cli_options
 from compaction.config import CompactionStrategy
 from compaction.delta_protocol import METADATA_TABLE, TOPIC_TABLE, WAL_TABLE
 from compaction.errors import ExitCode, TransientStoreError, UnsupportedDeltaProtocolError
+from compaction.metadata import ChangeSet, TopicPartition, commit_current
+from compaction.metadata.follower import TableFollower
 from compaction.metadata.table import METADATA_TABLE_NAME, MetadataTable, table_in_store
 from compaction.storage import ObjectStore
 from compaction.topic_table import Location, TopicTable
@@ -204,6 +206,24 @@ def test_the_metadata_table_with_a_writer_feature_is_refused_for_writing_and_rea
     err = capsys.readouterr().err
     assert err.startswith(f"kcompact gc: UnsupportedDeltaProtocolError: {uri}: the table requires writer feature(s) "
                           "rowTracking") and "Traceback" not in err
+    assert DeltaTable(uri).version() == version
+
+
+def test_a_feature_turned_on_after_the_table_was_opened_refuses_the_next_commit(local_store: ObjectStore,
+                                                                                 tmp_path: Path) -> None:
+    """A long-lived writer (the broker's metadata process) opened the table before another writer turned on row
+    tracking: its next commit reads the protocol change, checks it again and is refused, nothing written."""
+    tiered(local_store, tmp_path)
+    table = table_in_store(local_store)
+    follower = TableFollower(table)
+    uri = local_store.delta_uri(METADATA_TABLE_NAME)
+    version = add_feature(uri, TableFeatures.RowTracking)
+    def touch(current: Any) -> ChangeSet:
+        return ChangeSet.planned_from(current, fencing_epoch=current.fencing_epoch, writer="late")
+
+    for reader in (follower, None):
+        with pytest.raises(UnsupportedDeltaProtocolError, match=r"writer feature\(s\) rowTracking"):
+            commit_current(table, TopicPartition(TOPIC, 0), NOW, touch, reader=reader)
     assert DeltaTable(uri).version() == version
 
 
