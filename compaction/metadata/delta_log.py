@@ -17,8 +17,8 @@ table (11 ms at 1,000 files, 20 ms at 5,000 for a one-row overwrite). Here a com
 
 When another writer took the version, its actions are read: if any adds or removes a file of one of the batch's
 partitions, or changes the table's metadata or protocol, the commit lost (`DeltaConflict`: nothing of it is
-visible; its Parquet files are left, unreferenced, for `kcompact gc`'s vacuum of the table, as delta-rs leaves
-its own); otherwise the same actions are tried at the next version. That is delta-rs's conflict check for this
+visible, and its Parquet files, which no commit names, are deleted again); otherwise the same actions are tried at
+the next version. That is delta-rs's conflict check for this
 write, file by file: a commit to other partitions never fails one to these.
 
 Checkpoints and log cleanup are the caller's choice, as with delta-rs's post-commit hook: `checkpoint` writes the
@@ -28,6 +28,7 @@ the table's expired-log cleanup is off (`compaction.metadata.upkeep`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import io
@@ -43,7 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from compaction.errors import CorruptMetadataError, MissingObjectError, ObjectExistsError
+from compaction.errors import CorruptMetadataError, KcompactError, MissingObjectError, ObjectExistsError
 from compaction.metadata.model import PARTITION_COLUMNS, TopicPartition
 from compaction.storage.base import ObjectStore, StoreSpec
 
@@ -141,12 +142,33 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
                              "num_added_rows": sum(t.num_rows for t in rows.values())}}}
     body = "\n".join(json.dumps(action, separators=(",", ":")) for action in [info, *removes, *adds]).encode()
     store.put_many(objects)  # (not in `deferred_sync`: the store is shared by the process's writers)
-    touched = set(rows)
+    try:
+        version = _claim(store, base, body, set(rows))
+    except DeltaConflict:
+        for key in objects:  # never referenced by any commit, and named by a fresh uuid: nobody else can know them
+            with contextlib.suppress(KcompactError):
+                store.delete(key)
+        raise
+    if checkpoint:
+        interval = int(dt.metadata().configuration.get("delta.checkpointInterval", "100"))
+        if (version + 1) % interval == 0:
+            dt.load_as_version(version)
+            dt.create_checkpoint()
+    return Commit(version, tuple(added), tuple(path for path, _tp, _size in current),
+                  tuple(tp for _path, tp, _size in current), False)
+
+
+def _claim(store: ObjectStore, base: int, body: bytes, touched: set[TopicPartition]) -> int:
+    """Create the commit file `body` at the first version after `base` no other writer took; the version.
+
+    Raises:
+        DeltaConflict: a version taken first touched `touched` or the table's metadata, or `COMMIT_ATTEMPTS` were.
+    """
     version = base + 1
     for _attempt in range(COMMIT_ATTEMPTS):
         try:
             store.put(log_key(version), body)
-            break
+            return version
         except ObjectExistsError:
             winner = read_commit(store, version)
             if winner is None:  # expired between the refusal and the read: far older than any base
@@ -157,15 +179,7 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
                 tp = min(hit)
                 raise DeltaConflict(f"version {version} wrote a file of partition {tp.topic}-{tp.partition}") from None
             version += 1
-    else:
-        raise DeltaConflict(f"{COMMIT_ATTEMPTS} versions after {base} were taken by other writers first")
-    if checkpoint:
-        interval = int(dt.metadata().configuration.get("delta.checkpointInterval", "100"))
-        if (version + 1) % interval == 0:
-            dt.load_as_version(version)
-            dt.create_checkpoint()
-    return Commit(version, tuple(added), tuple(path for path, _tp, _size in current),
-                  tuple(tp for _path, tp, _size in current), False)
+    raise DeltaConflict(f"{COMMIT_ATTEMPTS} versions after {base} were taken by other writers first")
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,10 @@ from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.metadata.table import DataFile as TableFile
 from compaction.metadata.table import MetadataTable, reading, snapshot_of_files
 
+FOLLOW_FILES = 32
+"""The most commit files one `follow` reads one after the other (a GET each on S3) before it brings delta-rs's state
+up to date instead: a broker's follower looks every second, and finds a few."""
+
 RESYNC_SECONDS = 60.0
 """A follower that has not looked at the log for longer brings delta-rs's state up to date instead of reading the
 commit files after its version one by one (`follow`)."""
@@ -94,8 +98,9 @@ class TableFollower:
         Each commit file after the version is read and applied to the file list held (`delta_log.read_commit`),
         until the log has none: a version costs its own file, however large the table. delta-rs's state is
         brought up to date instead, and the whole file list diffed (`_take_files`), when a commit changes the
-        table's metadata or protocol, or when the last look is older than `RESYNC_SECONDS` (a commit file read
-        then may have been expired from the log since: `expire_log` keeps far longer than that).
+        table's metadata or protocol, when more than `FOLLOW_FILES` commits came since, or when the last look is
+        older than `RESYNC_SECONDS` (a commit file read then may have been expired from the log since:
+        `expire_log` keeps far longer than that).
 
         Raises:
             TransientStoreError: the log could not be read after the store's retries (the state stays at its
@@ -107,11 +112,15 @@ class TableFollower:
             if self._looked - looked > RESYNC_SECONDS:
                 self._resync()
                 return self._version
-            while (commit := read_commit(store, self._version + 1)) is not None:
+            for _read in range(FOLLOW_FILES):
+                if (commit := read_commit(store, self._version + 1)) is None:
+                    break
                 if commit.table_changed:
                     self._resync()
                     break
                 self._apply(commit)
+            else:  # far behind: one listing and delta-rs's concurrent reads rather than a GET after another
+                self._resync()
         return self._version
 
     def partitions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionSnapshot]:

@@ -81,7 +81,7 @@ def test_a_commit_is_a_delta_commit_delta_rs_reads(tmp_path: Path) -> None:
 
 def test_a_version_another_writer_took_is_checked_and_passed(tmp_path: Path) -> None:
     """delta-rs commits to the other partition at the version ours wanted: ours lands at the next one; delta-rs
-    commits to ours: ours lost, and nothing of it is visible."""
+    commits to ours: ours lost, nothing of it is visible, and its data file is gone."""
     table = _table(tmp_path)
     store = store_of(table.table_uri, table.storage_options)
     dt, base = table.delta_table(), table.version()
@@ -96,9 +96,15 @@ def test_a_version_another_writer_took_is_checked_and_passed(tmp_path: Path) -> 
     files = partition_files(dt, [A])
     theirs = rows_to_arrow([_state(A, "rs-on-a")], [], METADATA_SCHEMA)
     write_deltalake(table.delta_table(), theirs, mode="overwrite", predicate="topic = 'orders' AND partition = 0")
+    before = set(_parquet_files(tmp_path))
     with pytest.raises(DeltaConflict, match=f"version {base + 1} wrote a file of partition orders-0"):
         overwrite_partitions(dt, base, store, {A: _state_rows(A, "lost")}, files, "p", {}, checkpoint=False)
     assert table.version() == base + 1 and _writers(table) == {A: "rs-on-a", B: "rs"}
+    assert set(_parquet_files(tmp_path)) == before, "the lost commit's data file is deleted again"
+
+
+def _parquet_files(store: Path) -> list[str]:
+    return [str(p) for p in (store / "_kcompact_metadata").rglob("*.parquet") if "_delta_log" not in p.parts]
 
 
 def test_a_due_checkpoint_is_written_by_a_commit_that_asks(tmp_path: Path) -> None:
@@ -115,7 +121,8 @@ def test_a_due_checkpoint_is_written_by_a_commit_that_asks(tmp_path: Path) -> No
 def test_the_follower_reads_commit_files_and_never_asks_delta_rs(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Commits of its own and of others are read from their commit files; delta-rs's state is brought up to date
-    only when a commit changes the table's metadata, or after `RESYNC_SECONDS` without a look."""
+    only when a commit changes the table's metadata, after `RESYNC_SECONDS` without a look, or when more than
+    `FOLLOW_FILES` commits came since the last."""
     table = _table(tmp_path)
     follower = TableFollower(table)
     updates: list[int] = []
@@ -142,6 +149,13 @@ def test_the_follower_reads_commit_files_and_never_asks_delta_rs(tmp_path: Path,
     time.sleep(0.01)
     assert follower.follow() == table.version() and len(updates) == 2
     assert follower.partitions([B])[B].fencing_epoch == 3
+
+    monkeypatch.setattr(follower_module, "RESYNC_SECONDS", 60.0)
+    monkeypatch.setattr(follower_module, "FOLLOW_FILES", 2)
+    for epoch in range(4, 7):  # three commits: more than a follow reads one by one
+        acquire_fencing_epoch(table, A.topic, A.partition, "burst", epoch)
+    assert follower.follow() == table.version() and len(updates) == 3
+    assert follower.partitions([A])[A].fencing_epoch == 5
 
 
 def test_a_broker_commit_that_loses_is_replanned(tmp_path: Path) -> None:
