@@ -46,6 +46,7 @@ from compaction.errors import (
     TransientStoreError,
     plain_text,
 )
+from compaction.metadata.delta_log import store_of
 from compaction.metadata.model import (
     LEGACY_METADATA_SCHEMA,
     METADATA_SCHEMA,
@@ -345,15 +346,12 @@ def _read_whole(get: Callable[[str], bytes], schema: pa.Schema, files: Sequence[
 
 def _s3_getter(table_uri: str, storage_options: Mapping[str, str]) -> Callable[[str], bytes]:
     """A GET of a file of the table at `table_uri` on S3 (its path relative to the table), through kcompact's own S3
-    store at the table's root: the process's shared client and the store's retries. The endpoint and region are the
-    ones delta-rs is given; the credentials are the process's (every table is opened from a store, whose
-    `delta_storage_options` passes delta-rs those same credentials). A failure after the retries is an OSError
-    naming the object, as Arrow's would be: `reading` then asks the store's `diagnose` what it means."""
-    from compaction.storage.base import StoreSpec
-
-    parts = urlsplit(table_uri)
-    store = StoreSpec.parse(f"s3://{parts.netloc}{unquote(parts.path)}", endpoint_url=storage_options.get(
-        "AWS_ENDPOINT_URL"), region=storage_options.get("AWS_REGION")).open()
+    store at the table's root (`delta_log.store_of`: the process's shared client and the store's retries, the store
+    the table's commits are written through). The endpoint and region are the ones delta-rs is given; the
+    credentials are the process's (every table is opened from a store, whose `delta_storage_options` passes
+    delta-rs those same credentials). A failure after the retries is an OSError naming the object, as Arrow's would
+    be: `reading` then asks the store's `diagnose` what it means."""
+    store = store_of(table_uri, storage_options)
 
     def get(path: str) -> bytes:
         try:
