@@ -4,7 +4,7 @@ The tiered plugin (`kafka/tiered-plugin`, `KcompactRemoteLogMetadataManager`) st
 `python -m compaction.remote_log_metadata --store STORE [--endpoint-url URL]` (a directory or `s3://bucket/prefix`)
 and speaks JSON lines with it on stdin/stdout: one
 request per line, one answer per line, in order. The table is read and written here, through the same
-delta-rs commit path every other kcompact writer uses (`compaction.metadata.commit`), so the broker's rows
+commit path every other kcompact writer uses (`compaction.metadata.commit`), so the broker's rows
 are kcompact's rows by construction, conditional commits and fencing included. The broker owns the process's
 life: it ends when its stdin closes (the broker closed the manager, or died), and ignores SIGTERM and SIGINT, which
 a broker's own stop may send its whole process group while the broker still finishes a copy.

@@ -3,20 +3,21 @@
 A writer hands `land` a *build* per partition: a function from the partition's latest rows to its complete new row
 set (`PartitionRows`), None when there is nothing to do, or a `KcompactError` raised to refuse (a fencing epoch that
 is not the partition's, a stale change set, a broken invariant). `land` reads every partition of a batch at one
-table version `v` (one read), builds each, and writes all the row sets with one
-`write_deltalake(dt_at_v, rows, mode="overwrite", predicate=...)` whose predicate names exactly the batch's
-partitions (`partitions_predicate`: `topic = 't' AND partition IN (0, 3)`, an OR of such terms across topics).
+table version `v` (one read), builds each, and writes all the row sets in one Delta commit on top of `v` that removes
+every file of the batch's partitions and adds one new file each (`delta_log.overwrite_partitions`; its commitInfo
+records the predicate `partitions_predicate` gives: `topic = 't' AND partition IN (0, 3)`, an OR of such terms
+across topics).
 
-Conflicts stay per partition. delta-rs checks every commit that landed after `v` against that predicate: one that
-added or removed a file of a partition in the batch fails the write (`CommitFailedError`, nothing of it visible),
-while commits to other partitions, or to partitions the table does not hold yet and the batch does not name, pass
+Conflicts stay per partition. The commit checks every commit that landed after `v`: one that added or removed a file
+of a partition in the batch fails the write (`delta_log.DeltaConflict`, nothing of it visible), while commits to
+other partitions, or to partitions the table does not hold yet and the batch does not name, pass
 (tests/integration/test_metadata_batch.py checks both). After a failed write `land` reads the batch again; a
 partition whose rows moved since `v` has used one of its `attempts` and is built again on its new rows (where a
 change set is checked again, rebased or refused), and the rest of the batch is written again without the
 partitions that were refused or ran out of attempts. One partition's refusal never holds back the others, and a
 partition that did not move is never charged for another's conflict.
 
-A read or write that still fails after delta-rs's own retries (`TransientStoreError`) fails the batch it was for.
+A read or write that still fails after the store's own retries (`TransientStoreError`) fails the batch it was for.
 The batch is then split in halves, each landed on its own, so that a partition whose files the store keeps refusing
 (a throttled prefix) fails alone, for about two writes per halving; when both halves fail as well, the store is what
 fails, and every partition of both fails with its error, without more writes. A rerun is safe either way.
@@ -83,8 +84,8 @@ class Reader(Protocol):
     @property
     def checkpoints_inline(self) -> bool:
         """Whether a commit on a version that is a multiple of `delta.checkpointInterval` writes that checkpoint
-        before it returns (delta-rs's post-commit hook); False for a reader that writes checkpoints itself, off the
-        commit's path (the follower, whose commits a broker waits for)."""
+        before it returns (as delta-rs's post-commit hook would); False for a reader that writes checkpoints itself,
+        off the commit's path (the follower, whose commits a broker waits for)."""
 
 
 @dataclass(frozen=True)
@@ -262,8 +263,8 @@ def _write(reader: Reader, dt: DeltaTable, base: int, rows: Sequence[PartitionRo
 
 @dataclass(frozen=True)
 class _Lost:
-    """A write that lost to a concurrent commit: the rows it was built on (at table version `base`), and delta-rs's
-    word."""
+    """A write that lost to a concurrent commit: the rows it was built on (at table version `base`), and what the
+    commit found."""
 
     seen: Mapping[TopicPartition, PartitionSnapshot]
     base: int
@@ -278,7 +279,7 @@ class _Lost:
 
     def refusal(self, tp: TopicPartition) -> CommitConflictError:
         return CommitConflictError(f"{tp.topic}-{tp.partition}: expected no commit to the partition after table "
-                                   f"version {self.base}, found one (delta-rs: {self.detail}); re-plan and retry")
+                                   f"version {self.base}, found one ({self.detail}); re-plan and retry")
 
 
 _Failed = tuple[dict[TopicPartition, Build], TransientStoreError]

@@ -7,18 +7,18 @@ How a partition's commit works (`commit`, and `commit_batch` for many):
    partitions in one read);
 2. check the change set's preconditions against them and compute the partition's complete new row set
    (`change_set.apply_change_set`, pure);
-3. write the row sets with `write_deltalake(dt_at_v, rows, mode="overwrite", predicate=...)`, the predicate naming
-   exactly the partitions written (`topic = '<t>' AND partition = <n>`, or `... partition IN (...)` per topic): one
-   Delta commit that removes every file of those partitions and adds the new ones (`batch.land`).
+3. write the row sets in one Delta commit on top of `v` that removes every file of exactly the partitions written
+   and adds the new ones (`batch.land`, `delta_log.overwrite_partitions`; its commitInfo records the predicate
+   `topic = '<t>' AND partition = <n>`, or `... partition IN (...)` per topic).
 
-Step 3 is what makes the check in step 2 hold at commit time. delta-rs checks every commit that landed
-after `v`: if one added or removed a file of a partition written, the write fails with `CommitFailedError` and
+Step 3 is what makes the check in step 2 hold at commit time. The commit checks every commit that landed
+after `v`: if one added or removed a file of a partition written, the write fails (`delta_log.DeltaConflict`) and
 nothing of it is visible; the partitions that moved are checked again on their new rows (and count one of their
 attempts), the others are written again with them, so a conflict costs only the partitions it touched:
 `CommitConflictError` for a partition that kept losing, never for its neighbours in the batch. Commits to *other*
-partitions do not conflict (the predicate is a literal on both partition columns; the tests check both cases on a
-local directory). A Delta commit is a single log entry written put-if-absent, so the new row sets land whole or not
-at all; files written by a failed attempt are never referenced and vacuum removes them. Blind appends are never
+partitions do not conflict (the check is by both partition columns; the tests check both cases on a local
+directory). A Delta commit is a single log entry written put-if-absent, so the new row sets land whole or not at
+all; the files of an attempt that lost are never referenced, and it deletes them. Blind appends are never
 used for partition data: they would skip the conflict check.
 
 Fencing as docs/fencing.md explains it. `acquire_fencing_epoch` bumps the partition's fencing epoch in a commit of its
@@ -96,8 +96,8 @@ def commit(table: MetadataTable, change_set: ChangeSet, now_ms: int) -> CommitRe
     Raises:
         FencedError: a run with a newer fencing epoch owns the partition. Stop; do not retry.
         CommitConflictError: another commit touched the partition since `change_set` was planned, other than by
-            appending segments above it (seen in the preconditions, or by delta-rs at commit time), or appends kept
-            winning the race `REBASE_ATTEMPTS` times. Re-plan from a fresh snapshot.
+            appending segments above it (seen in the preconditions, or by the commit's conflict check), or appends
+            kept winning the race `REBASE_ATTEMPTS` times. Re-plan from a fresh snapshot.
         MetadataInvariantError, InvalidStateTransitionError, TopicIdMismatchError: the change set is wrong.
 
     Not idempotent by design: a replay after success fails with CommitConflictError (expected commit_seq
@@ -249,7 +249,7 @@ def commit_current(
     The one rule for every writer that commits under the partition's *current* state rather than a run's own
     fencing epoch: a broker through the plugin, gc, retention, a tier run finishing its uploads. `plan` sees the
     rows at the version the write will be checked against, so a commit landing in between (another writer's, or a
-    compaction taking a new fencing epoch) is a conflict delta-rs reports at write time, never a `FencedError` of
+    compaction taking a new fencing epoch) is a conflict the commit reports at write time, never a `FencedError` of
     an epoch this writer never held: it is planned again on the rows after it, up to `attempts` times. `plan`
     returning None means nothing is left to do: no commit, None returned. `commit_current_batch` is the same rule
     for many partitions in one commit.

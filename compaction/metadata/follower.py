@@ -2,27 +2,28 @@
 broker's metadata process (`compaction.remote_log_metadata`), as Kafka's own topic-based manager answers from the
 state it consumed off its topic.
 
-A `TableFollower` holds one `DeltaTable`, which delta-rs brings up to date incrementally (`update_incremental`: a
-listing of the log after its version, and only the commits found there), the data files of that version per
-partition (delta-rs's file list), and every partition it was asked for, loaded once and loaded again only when
-its files change. Every commit replaces the files of the partitions it writes (`compaction.metadata.batch`), so a
-partition whose files did not change between two versions has the same rows at both: its snapshot is the one
-loaded, at the newer version. A read costs one look for newer commits and no data file unless the partition
-changed; a table of 10,000 partitions costs a diff of its file list per version followed.
+A `TableFollower` holds the data files of the version it followed, per partition, and every partition it was asked
+for, loaded once and loaded again only when its files change. It starts from delta-rs's state of the table (its
+file list), then reads each commit file after its version from the log (`delta_log.read_commit`: the files it
+added and removed), so a version costs its own commit file however large the table; delta-rs's state is brought up
+to date instead (`update_incremental`, and the whole file list diffed) only now and then (`follow`). Every commit
+replaces the files of the partitions it writes (`compaction.metadata.batch`), so a partition whose files did not
+change between two versions has the same rows at both: its snapshot is the one loaded, at the newer version. A read
+costs one look for newer commits and no data file unless the partition changed.
 
 What a follower answers is exact for its version and says which (`version`): staleness is a version number, never
 a time. `changed_since` tells a client holding partitions at an older version which of them moved (a client that
 saw versions older than this follower's first must drop everything it holds: the follower cannot say what changed
 before it started).
 
-The follower is also the `batch.Reader` of the process's own commits, so they plan on the followed rows and write
-on top of the followed version (delta-rs checks the commits in between, as for any writer), never reopening the
-table. Its commits do not write checkpoints themselves (a broker's copier thread would wait a whole checkpoint, up to
-a second at 10,000 partitions, on every `delta.checkpointInterval`-th commit): when a commit it landed, or one it
-followed, passes a multiple of the interval with no checkpoint written for it, the follower writes that
-version's checkpoint on a background thread, one at a time, while requests go on (delta-rs releases the GIL). A
-checkpoint that fails is reported on stderr and written at the next due version instead: the table stays correct
-without it, a fresh reader only reads more commits.
+The follower is also the `batch.Reader` of the process's own commits, so they plan on the followed rows and write on
+top of the followed version (the commit checks the commits in between, as for any writer), never reopening the
+table, and each lands in the followed state with no read. Its commits do not write checkpoints themselves (a
+broker's copier thread would wait a whole checkpoint, up to a second at 10,000 partitions, on every
+`delta.checkpointInterval`-th commit): when a commit it landed, or one it followed, passes a multiple of the
+interval with no checkpoint written for it, the follower writes that version's checkpoint on a background thread,
+one at a time, while requests go on (delta-rs releases the GIL). A checkpoint that fails is reported on stderr and
+written at the next due version instead: the table stays correct without it, a fresh reader only reads more commits.
 
 Not thread-safe: one process, one thread of requests.
 """
