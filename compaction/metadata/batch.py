@@ -42,7 +42,7 @@ from deltalake.exceptions import DeltaError
 from compaction.delta_protocol import METADATA_TABLE
 from compaction.errors import CommitConflictError, KcompactError, MetadataInvariantError, TransientStoreError
 from compaction.metadata.change_set import PartitionRows
-from compaction.metadata.delta_log import Commit, DataFile, DeltaConflict, overwrite_partitions, store_of
+from compaction.metadata.delta_log import Commit, DeltaConflict, PartitionFile, overwrite_partitions, store_of
 from compaction.metadata.model import (
     LEGACY_METADATA_SCHEMA,
     METADATA_SCHEMA,
@@ -75,7 +75,7 @@ class Reader(Protocol):
     def read(self, partitions: Iterable[TopicPartition]
              ) -> tuple[DeltaTable, dict[TopicPartition, PartitionSnapshot]]: ...
 
-    def files(self, dt: DeltaTable, partitions: Iterable[TopicPartition]) -> list[DataFile]:
+    def files(self, dt: DeltaTable, partitions: Iterable[TopicPartition]) -> list[PartitionFile]:
         """Every data file of `partitions` at the version of the last `read` (`dt`, the table it returned)."""
 
     def landed(self, snapshots: Sequence[PartitionSnapshot], commit: Commit) -> None:
@@ -98,7 +98,7 @@ class _Fresh:
         dt = self.table.delta_table()
         return dt, load_partitions(dt, partitions, self.table.table_uri, self.table.storage_options)
 
-    def files(self, dt: DeltaTable, partitions: Iterable[TopicPartition]) -> list[DataFile]:
+    def files(self, dt: DeltaTable, partitions: Iterable[TopicPartition]) -> list[PartitionFile]:
         return partition_files(dt, partitions)
 
     def landed(self, snapshots: Sequence[PartitionSnapshot], commit: Commit) -> None:
@@ -136,7 +136,7 @@ class KnownRows:
         held = {tp: self.snapshots[tp] for tp in wanted}  # a partition no commit touched since: its rows, restamped
         return dt, {tp: s if s.version == version else replace(s, version=version) for tp, s in held.items()}
 
-    def files(self, dt: DeltaTable, partitions: Iterable[TopicPartition]) -> list[DataFile]:
+    def files(self, dt: DeltaTable, partitions: Iterable[TopicPartition]) -> list[PartitionFile]:
         return partition_files(dt, partitions)
 
     def landed(self, snapshots: Sequence[PartitionSnapshot], commit: Commit) -> None:

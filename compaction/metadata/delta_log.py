@@ -18,8 +18,8 @@ table (11 ms at 1,000 files, 20 ms at 5,000 for a one-row overwrite). Here a com
 When another writer took the version, its actions are read: if any adds or removes a file of one of the batch's
 partitions, or changes the table's metadata or protocol, the commit lost (`DeltaConflict`: nothing of it is
 visible, and its Parquet files, which no commit names, are deleted again); otherwise the same actions are tried at
-the next version. That is delta-rs's conflict check for this
-write, file by file: a commit to other partitions never fails one to these.
+the next version. That is delta-rs's conflict check for this write, file by file: a commit to other partitions never
+fails one to these.
 
 Checkpoints and log cleanup are the caller's choice, as with delta-rs's post-commit hook: `checkpoint` writes the
 version's checkpoint when it is due (the last version of each `delta.checkpointInterval`: 99, 199, ... at 100), and
@@ -48,8 +48,9 @@ from compaction.errors import CorruptMetadataError, KcompactError, MissingObject
 from compaction.metadata.model import PARTITION_COLUMNS, TopicPartition
 from compaction.storage.base import ObjectStore, StoreSpec
 
-DataFile = tuple[str, TopicPartition, int]
-"""A data file of the table: its path relative to the table (decoded), its partition and its size in bytes."""
+PartitionFile = tuple[str, TopicPartition, int]
+"""A data file of the table: its path relative to the table (decoded), its partition and its size in bytes (the
+metadata table's `table.DataFile`, with the partition values as the partition they name)."""
 
 COMMIT_ATTEMPTS = 15
 """Versions a commit tries before it counts as lost: each taken by another writer that touched none of its
@@ -103,7 +104,7 @@ def _partition_values(tp: TopicPartition) -> dict[str, str]:
 
 
 def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Mapping[TopicPartition, pa.Table],
-                         current: Sequence[DataFile], predicate: str, custom_metadata: Mapping[str, str],
+                         current: Sequence[PartitionFile], predicate: str, custom_metadata: Mapping[str, str],
                          checkpoint: bool) -> Commit:
     """Replace every row of the partitions of `rows` (each a table of the data columns, without the partition
     columns) with those rows, in one commit on top of version `base` of the table `dt` opened; the commit, as
@@ -118,7 +119,7 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
     now = int(time.time() * 1000)
     objects: dict[str, bytes] = {}
     adds = []
-    added: list[DataFile] = []
+    added: list[PartitionFile] = []
     for tp, table in rows.items():
         path = f"topic={tp.topic}/partition={int(tp.partition)}/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
         objects[path] = data = _parquet(table)
@@ -187,7 +188,7 @@ class Commit:
     """What one commit file of the log changed in the table's files."""
 
     version: int
-    added: tuple[DataFile, ...]
+    added: tuple[PartitionFile, ...]
     removed: tuple[str, ...]
     removed_from: tuple[TopicPartition, ...]
     """The partitions of the removed files (a remove without partition values names none)."""
@@ -212,7 +213,7 @@ def read_commit(store: ObjectStore, version: int) -> Commit | None:
         text = store.get(key).decode()
     except MissingObjectError:
         return None
-    added: list[DataFile] = []
+    added: list[PartitionFile] = []
     removed: list[str] = []
     removed_tps: list[TopicPartition] = []
     changed = False
@@ -242,5 +243,5 @@ def _partition_of(action: Mapping[str, Any]) -> TopicPartition:
     return TopicPartition(str(values["topic"]), int(values["partition"]))
 
 
-__all__ = ["COMMIT_ATTEMPTS", "Commit", "DataFile", "DeltaConflict", "log_key", "overwrite_partitions", "read_commit",
-           "store_of", "table_store"]
+__all__ = ["COMMIT_ATTEMPTS", "Commit", "DeltaConflict", "PartitionFile", "log_key", "overwrite_partitions",
+           "read_commit", "store_of", "table_store"]

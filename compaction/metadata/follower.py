@@ -41,11 +41,10 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from compaction.errors import plain_text
-from compaction.metadata.delta_log import Commit, DataFile, read_commit, store_of
+from compaction.metadata.delta_log import Commit, PartitionFile, read_commit, store_of
 from compaction.metadata.model import TopicPartition
 from compaction.metadata.snapshot import PartitionSnapshot
-from compaction.metadata.table import DataFile as TableFile
-from compaction.metadata.table import MetadataTable, reading, snapshot_of_files
+from compaction.metadata.table import DataFile, MetadataTable, reading, snapshot_of_files
 
 FOLLOW_FILES = 32
 """The most commit files one `follow` reads one after the other (a GET each on S3) before it brings delta-rs's state
@@ -73,6 +72,7 @@ class TableFollower:
         self._file_of: dict[str, tuple[TopicPartition, int]] = {}  # by path: its partition and size (add actions)
         self._take_files(self._first)
         self._looked = time.monotonic()  # the last look at the log
+        self._store = store_of(table.table_uri, table.storage_options)  # where its commit files are read
 
     @property
     def table(self) -> MetadataTable:
@@ -107,14 +107,13 @@ class TableFollower:
             TransientStoreError: the log could not be read after the store's retries (the state stays at its
                 version).
         """
-        store = store_of(self._table.table_uri, self._table.storage_options)
         looked, self._looked = self._looked, time.monotonic()
         with reading(self._table.table_uri):
             if self._looked - looked > RESYNC_SECONDS:
                 self._resync()
                 return self._version
             for _read in range(FOLLOW_FILES):
-                if (commit := read_commit(store, self._version + 1)) is None:
+                if (commit := read_commit(self._store, self._version + 1)) is None:
                     break
                 if commit.table_changed:
                     self._resync()
@@ -131,7 +130,7 @@ class TableFollower:
         self._watched |= wanted
         missing = [tp for tp in wanted if tp not in self._loaded]
         if missing:
-            files: list[TableFile] = [(path, {"topic": tp.topic, "partition": tp.partition}, self._file_of[path][1])
+            files: list[DataFile] = [(path, {"topic": tp.topic, "partition": tp.partition}, self._file_of[path][1])
                                      for tp in missing for path in self._files.get(tp, ())]
             read = snapshot_of_files(self._dt, files, self._table.table_uri, self._table.storage_options)
             self._loaded.update({tp: read.partition(tp.topic, tp.partition) for tp in missing})
@@ -143,7 +142,7 @@ class TableFollower:
         self.follow()
         return self._dt, self.partitions(partitions)
 
-    def files(self, dt: DeltaTable, partitions: Iterable[TopicPartition]) -> list[DataFile]:
+    def files(self, dt: DeltaTable, partitions: Iterable[TopicPartition]) -> list[PartitionFile]:
         """`batch.Reader`: the data files of `partitions` at the version followed, from the list held."""
         return [(path, tp, self._file_of[path][1]) for tp in partitions for path in sorted(self._files.get(tp, ()))]
 
@@ -182,7 +181,6 @@ class TableFollower:
         version = int(self._dt.version())
         if version != self._version:
             self._take_files(version)
-            self._version = version
             self._checkpoint_if_due()
 
     def _apply(self, commit: Commit) -> None:

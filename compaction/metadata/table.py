@@ -46,7 +46,7 @@ from compaction.errors import (
     TransientStoreError,
     plain_text,
 )
-from compaction.metadata.delta_log import store_of
+from compaction.metadata.delta_log import PartitionFile, store_of
 from compaction.metadata.model import (
     LEGACY_METADATA_SCHEMA,
     METADATA_SCHEMA,
@@ -381,7 +381,7 @@ def data_files(dt: DeltaTable) -> list[DataFile]:
             for i, path in enumerate(adds["path"])]
 
 
-def partition_files(dt: DeltaTable, partitions: Iterable[TopicPartition]) -> list[tuple[str, TopicPartition, int]]:
+def partition_files(dt: DeltaTable, partitions: Iterable[TopicPartition]) -> list[PartitionFile]:
     """The data files of `partitions` at `dt`'s version (path relative to the table, partition, size), picked from
     delta-rs's list of the version's add actions in Arrow, not row by row in Python."""
     wanted = sorted(set(partitions))
