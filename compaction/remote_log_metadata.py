@@ -30,8 +30,9 @@ every answer is `{"ok": true, "result": ...}` or
   planned and refused alone; `answers`, one per request in order, each as its own request would be answered.
 - `load`: `segments` for many `partitions` at one version, their files read together (a broker that just became
   leader of them).
-- `follow`: the newest version, and the partitions asked for before whose rows changed after the request's `since`
-  (each as `segments` answers it), or `reset` when `since` is older than this process's first version.
+- `follow`: the newest version, and the partitions asked for before whose rows another writer's commit changed after
+  the request's `since` (each as `segments` answers it; a change by this process's own writes was in their answers),
+  or `reset` when `since` is older than this process's first version.
 
 `copy`, `add` and `update` answer as `segments` does, at a version holding their commit: a broker knows its own write at
 once. The process follows the table (`compaction.metadata.follower`): every request first reads the commits since
@@ -310,12 +311,15 @@ def load(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def follow(tier: RemoteTier, req: Mapping[str, Any]) -> dict[str, Any]:
-    """The newest version and the partitions asked for before that changed after `since`; `reset` (and no
-    partitions) when `since` is older than the follower's first version: the client drops what it holds."""
+    """The newest version and the partitions asked for before that another writer's commit changed after `since`;
+    `reset` (and no partitions) when `since` is older than the follower's first version: the client drops what it
+    holds. A partition changed after `since` only by this process's own commits is left out: the client had its rows
+    in the answer to each of those writes (or, the write failed, dropped its view), and a broker tiering every
+    partition it leads would otherwise have them all sent again on every follow."""
     version, since = tier.follower.follow(), int(req["since"])
     if since < tier.follower.first_version:
         return {"version": version, "reset": True, "partitions": []}
-    changed = tier.follower.changed_since(since)
+    changed = tier.follower.changed_since(since, by_others=True)
     snapshots = tier.follower.partitions(changed)
     return {"version": version, "reset": False, "partitions": [_partition_json(snapshots[tp]) for tp in changed]}
 

@@ -75,6 +75,7 @@ CONSUME_TIMEOUT_S = 0.05
 end-of-partition event): a long timeout would be added to every read whose last batch is short (a compacted tier
 of 8000 records took 1.0 s with 1 s), so a short one bounds the delay."""
 STOCK_RLMM = "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager"
+TIMED_RLMM = "dev.kcompact.tiered.TimedRemoteLogMetadataManager"
 LISTING_CACHE_S = 2.0
 """kcompact's metadata manager reads the table's new commits every `kcompact.metadata.follow.ms` (1000 by default), so
 the broker serves a compaction's swap within that time: the compacted read starts after it (else its first fetches
@@ -83,12 +84,15 @@ COPY_LINE = re.compile(r"^\[(\S+ \S+)\] INFO .*(Copying|Copied) (\d{20})\.log to
 
 
 def overrides(manager: str, store: ObjectStore) -> dict[str, str]:
-    """kcompact's storage manager either way; the metadata manager kcompact's, or Kafka's default (not named),
-    which on one broker needs its metadata topic at replication factor 1 and the listener its clients use."""
+    """kcompact's storage manager either way; the metadata manager kcompact's, or Kafka's default
+    (`STOCK_RLMM`) behind the plugin's `TimedRemoteLogMetadataManager`, which passes every call on and publishes its
+    latency as kcompact's manager publishes its own; on one broker it needs its metadata topic at replication factor
+    1 and the listener its clients use."""
     props = plugin_overrides(store)
     if manager == "stock":
         props = {k: v for k, v in props.items() if not k.startswith("rlmm.config.")}
-        del props["remote.log.metadata.manager.class.name"]
+        props["remote.log.metadata.manager.class.name"] = TIMED_RLMM
+        props["rlmm.config.kcompact.timed.delegate"] = STOCK_RLMM
         props["remote.log.metadata.manager.listener.name"] = "PLAINTEXT"
         props["rlmm.config.remote.log.metadata.topic.replication.factor"] = "1"
     return props

@@ -17,8 +17,11 @@ What is measured, and how:
 - Memory: VmRSS of the broker's JVM and of the Python metadata process (`compaction.remote_log_metadata`).
 
 `--manager stock` runs the same with Kafka's own `TopicBasedRemoteLogMetadataManager` in place of kcompact's (the
-storage manager stays kcompact's): the referee for what the copies cost the broker, where only the copy times, the
-copier pool's idle share and the broker's memory compare (the stock manager has no per-call metrics).
+storage manager stays kcompact's): the referee. It runs behind the plugin's `TimedRemoteLogMetadataManager`, which
+passes every call on and publishes each call's latency under the same names as kcompact's manager (a write timed
+until the future it returns completes, which is what Kafka's copier thread waits on), so the Kafka-named calls,
+the copy times, the copier pool's idle share and the broker's memory compare; the `process:` rows are kcompact's
+alone.
 
 Segments roll by time (`segment.ms`, with jitter so the partitions do not roll at once), so every partition tiers a
 few segments during the run; the producer sends small records round-robin to every partition at `--rate` records/s.

@@ -68,6 +68,8 @@ class TableFollower:
         self._loaded: dict[TopicPartition, PartitionSnapshot] = {}
         self._watched: set[TopicPartition] = set()
         self._changed_at: dict[TopicPartition, int] = {}
+        self._others_at: dict[TopicPartition, int] = {}  # the last version a commit not landed here changed it at
+        self._own: set[int] = set()  # versions of commits landed here, not yet applied
         self._files: dict[TopicPartition, set[str]] = {}
         self._file_of: dict[str, tuple[TopicPartition, int]] = {}  # by path: its partition and size (add actions)
         self._take_files(self._first)
@@ -150,25 +152,32 @@ class TableFollower:
         """`batch.Reader`: a commit written on the version followed landed these rows, at its version: they are
         the partitions' rows there, with no read. When it is the next version its files are applied as they are;
         else the commits in between are read first."""
-        if commit.version == self._version + 1:
-            self._apply(commit)
-        else:
-            self.follow()
+        self._own.add(commit.version)
+        try:
+            if commit.version == self._version + 1:
+                self._apply(commit)
+            else:
+                self.follow()
+        finally:
+            self._own.discard(commit.version)
         for snapshot in snapshots:
             if snapshot.version == self._version:
                 tp = snapshot.tp
                 self._loaded[tp] = snapshot
                 self._watched.add(tp)
 
-    def changed_since(self, version: int) -> list[TopicPartition]:
-        """The partitions asked for before whose rows changed after `version`.
+    def changed_since(self, version: int, *, by_others: bool = False) -> list[TopicPartition]:
+        """The partitions asked for before whose rows changed after `version`; with `by_others`, only those changed
+        by a commit this process did not land (`landed`) itself, or one it could not tell from another's (a version
+        taken in by `_resync`): whoever asked for this process's commits already has their rows.
 
         Raises:
             ValueError: `version` is older than `first_version` (what changed then is unknown here).
         """
         if version < self._first:
             raise ValueError(f"expected a version of {self._first} or newer (this follower's first), found {version}")
-        return sorted(tp for tp in self._watched if self._changed_at.get(tp, -1) > version)
+        changed = self._others_at if by_others else self._changed_at
+        return sorted(tp for tp in self._watched if changed.get(tp, -1) > version)
 
     def _at_version(self, snapshot: PartitionSnapshot) -> PartitionSnapshot:
         if snapshot.version == self._version:
@@ -196,14 +205,16 @@ class TableFollower:
             self._files.setdefault(tp, set()).add(path)
             changed.add(tp)
         self._version = commit.version
-        self._changed(changed)
+        self._changed(changed, own=commit.version in self._own)
         self._checkpoint_if_due()
 
-    def _changed(self, partitions: Iterable[TopicPartition]) -> None:
+    def _changed(self, partitions: Iterable[TopicPartition], *, own: bool = False) -> None:
         for tp in partitions:
             if not self._files.get(tp):
                 self._files.pop(tp, None)
             self._changed_at[tp] = self._version
+            if not own:
+                self._others_at[tp] = self._version
             self._loaded.pop(tp, None)
 
     def _take_files(self, version: int) -> None:

@@ -112,6 +112,46 @@ def test_the_process_answers_follow_with_what_changed(tmp_path: Path) -> None:
     assert ask({"op": "segments", "topic": "orders", "partition": 1, **BROKER}) == loaded["partitions"][0]
 
 
+def _copy(partition: int, segment_id: str, start: int) -> dict[str, Any]:
+    """The plugin's request for one whole copy (compaction/pipes.json)."""
+    return {"op": "copy", "topic": "orders", "partition": partition, **BROKER, "segment_id": segment_id,
+            "start_offset": start, "end_offset": start + 99, "max_timestamp_ms": 5, "event_timestamp_ms": 6,
+            "segment_size_bytes": 4096, "txn_index_empty": True, "leader_epochs": [[0, start]], "transactional": False}
+
+
+def test_follow_leaves_out_what_only_the_process_own_writes_changed(tmp_path: Path) -> None:
+    """The broker had the rows of its own writes in their answers: follow names a partition only when another
+    writer's commit changed it, also when the process's own commit lands after one it had not followed yet."""
+    store = open_store(str(tmp_path))
+    table = table_in_store(store, create=True)
+    tier = RemoteTier.of(table, store)
+
+    def ask(request: dict[str, Any]) -> dict[str, Any]:
+        answered = answer(tier, json.dumps(request))
+        assert answered["ok"], answered
+        return answered["result"]
+
+    for p in (0, 1):
+        ask({"op": "segments", "topic": "orders", "partition": p, **BROKER})
+    since = tier.follower.version
+    copied = ask(_copy(0, "tqimKeZwStOEOwRzT3L5oQ", 0))
+    assert copied["version"] == table.version() and len(copied["segments"]) == 1
+    assert ask({"op": "follow", "since": since}) == {"version": table.version(), "reset": False, "partitions": []}
+
+    acquire_fencing_epoch(table, "orders", 1, "a-run", 5, topic_id=TOPIC_ID)  # another writer, not followed yet
+    other = table.version()
+    ask(_copy(0, "AAAAAAAAAAAAAAAAAAAAAQ", 100))  # lands after it: the follower reads the other's commit first
+    assert tier.follower.version == table.version() == other + 1
+    followed = ask({"op": "follow", "since": since})
+    assert [(p["partition"], p["version"]) for p in followed["partitions"]] == [(1, other + 1)]
+
+    acquire_fencing_epoch(table, "orders", 0, "a-run", 6, topic_id=TOPIC_ID)  # another writer's commit to 0
+    followed = ask({"op": "follow", "since": other + 1})
+    assert [(p["partition"], p["version"]) for p in followed["partitions"]] == [(0, table.version())]
+    assert [s["segment_id"] for s in followed["partitions"][0]["segments"]] == [
+        "tqimKeZwStOEOwRzT3L5oQ", "AAAAAAAAAAAAAAAAAAAAAQ"]
+
+
 def test_the_followers_commits_leave_checkpoints_to_a_background_thread(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A commit through the follower never waits for a checkpoint: the one due at the table's interval is written

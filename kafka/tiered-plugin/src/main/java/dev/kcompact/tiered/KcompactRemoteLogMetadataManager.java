@@ -50,8 +50,9 @@ import org.slf4j.LoggerFactory;
  * so a call never waits on the Python process or on another partition's call. The process follows the table's log
  * ({@code compaction.metadata.follower}); a partition's view comes from its first question, from the answer to each
  * of this broker's own writes (the rows at a version holding the write: the broker knows its write at once), and from
- * a follower thread asking every {@code kcompact.metadata.follow.ms} which partitions changed after the version it
- * followed last ({@code op=follow}). A view is only ever replaced by one of a newer version, so which of two
+ * a follower thread asking every {@code kcompact.metadata.follow.ms} which partitions another writer changed after the
+ * version it followed last ({@code op=follow}; the broker's own writes are not sent again, their answers had the rows,
+ * and a refused one dropped the view). A view is only ever replaced by one of a newer version, so which of two
  * answers wins is decided by version, not by arrival. Another writer's commit (a compaction's swap, gc, retention)
  * reaches the views within one follow interval; a replaced segment's objects outlive that by {@code kcompact gc}'s
  * grace ({@code file.delete.delay.ms}, 60 s by default).
@@ -304,8 +305,8 @@ public final class KcompactRemoteLogMetadataManager implements RemoteLogMetadata
         return install(tp, answer);
     }
 
-    /** One round of the follower thread: the partitions with a view that changed after the version followed last
-     * take their new rows (a view dropped meanwhile stays dropped). A process that started after that version (the
+    /** One round of the follower thread: the partitions with a view that another writer changed after the version
+     * followed last take their new rows (a view dropped meanwhile stays dropped). A process that started after that version (the
      * old one died) cannot say what changed: every view is dropped, to be read afresh. A failure is logged (at most
      * once a minute) and the next round tries again from the same version. */
     private void followOnce() {
