@@ -18,9 +18,10 @@ TIER_DESCRIPTION = """
 Copy every rolled segment (all but the active, highest one) of each <topic>-<partition> directory into the store
 (Kafka's internal partitions, such as __cluster_metadata-0 and __consumer_offsets-N, are skipped and named),
 with its offset/time indexes (rebuilt when missing or inconsistent), transaction index, producer snapshot and
-leader-epoch checkpoint. Each segment is recorded COPY_SEGMENT_STARTED, uploaded under a fresh segment id, then
-COPY_SEGMENT_FINISHED in the metadata table, for all partitions together: two metadata commits per GiB uploaded,
-whatever the partition count. A rerun copies only what is new. A partition with corrupt input is
+leader-epoch checkpoint. Each segment is uploaded under a fresh segment id, then recorded COPY_SEGMENT_FINISHED in
+the metadata table, for all partitions together: one metadata commit per GiB uploaded, whatever the partition
+count. A crash before that commit leaves objects no row names, which `kcompact gc` deletes once older than its
+orphan grace. A rerun copies only what is new. A partition with corrupt input is
 reported (exit 3) and nothing of it becomes live; the other partitions are still tiered.
 """
 

@@ -6,16 +6,17 @@ Per segment row (`segment_action`):
   objects, then record DELETE_SEGMENT_FINISHED. A row whose objects are all gone already (a gc that
   crashed before its commit, a tier attempt that never uploaded) is finished without waiting: nothing
   is left for a reader to read.
-- COPY_SEGMENT_STARTED older than the grace (an abandoned tier attempt, never live): first moved to
+- COPY_SEGMENT_STARTED older than the grace (an abandoned copy, never live: a broker's that died between its add
+  and its finish, or an older kcompact tier's): first moved to
   DELETE_SEGMENT_STARTED, then handled as above in the same run. The move comes first so that a slow
   writer can no longer make the row live (STARTED -> FINISHED after our delete would lose data).
 - A zombie (rejected by the cleaner-offset lineage): moved to DELETE_SEGMENT_STARTED only. An older
   table version may show the row as live, so its objects wait a full grace from the move.
 
 Per listed object: an object under a segment key that no row references is an orphan (an upload of a
-failed or fenced run) and is deleted once older than `max(grace, orphan_grace_ms)` by its mtime. A
-running compaction uploads before it commits, so its objects look like orphans until then: the orphan
-grace must exceed a run's longest upload-to-commit time, hence its larger default.
+failed, fenced or crashed run) and is deleted once older than `max(grace, orphan_grace_ms)` by its mtime. A
+running compaction, a tier batch and a broker's copy upload before they commit, so their objects look like orphans
+until then: the orphan grace must exceed a run's longest upload-to-commit time, hence its larger default.
 
 Combined WAL objects and the WAL table are `compaction.gc.wal`'s. Never deleted here: anything under the
 metadata table, a key that does not parse as a segment object key

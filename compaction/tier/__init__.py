@@ -2,8 +2,8 @@
 
 - `logdir`: reading a broker's log dir: its partitions (Kafka's internal ones skipped), and each rolled segment
   validated and prepared with every companion a remote copy needs (indexes rebuilt when missing or inconsistent);
-- `copy`: the two metadata commits around the uploads (COPY_SEGMENT_STARTED, then FINISHED), each for a batch of
-  partitions, and the producer snapshot every segment goes up with.
+- `copy`: the uploads and the one metadata commit after them (COPY_SEGMENT_FINISHED) for each batch of partitions,
+  and the producer snapshot every segment goes up with.
 
 `kcompact wal upload` reads log dirs through `logdir` too.
 """

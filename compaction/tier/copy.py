@@ -1,13 +1,15 @@
 """KIP-405's copy path: every rolled segment of a Kafka log dir into the store (`kcompact tier`).
 
 Per partition: validate the new segments first (a corrupt one fails the partition before anything is
-committed), record them COPY_SEGMENT_STARTED, upload every object under a fresh segment id, then record
-COPY_SEGMENT_FINISHED. The partitions go in batches of up to `TIER_BATCH_BYTES` of segments (and
-`BATCH_PARTITIONS` partitions, uploaded `UPLOAD_THREADS` at once), each batch two metadata commits, whatever its
-partition count: one records every partition's STARTED rows, one their FINISHED (`commit_batch`,
-`commit_current_batch`: a partition refused in either fails alone). A crash between the two leaves STARTED rows
-that are never live, at most a batch of them; the next run moves them to DELETE_SEGMENT_STARTED (for gc) in the
-same commit that starts their replacements. A rerun copies only what is new.
+committed), upload every object under a fresh segment id, then record the segments COPY_SEGMENT_FINISHED. The
+partitions go in batches of up to `TIER_BATCH_BYTES` of segments (and `BATCH_PARTITIONS` partitions, uploaded
+`UPLOAD_THREADS` at once), each batch one metadata commit whatever its partition count (`commit_current_batch`:
+each partition planned on its latest rows, and refused alone). As the broker plugin's copy, a segment gets no
+COPY_SEGMENT_STARTED row of its own: a crash before the commit leaves objects no row names, which `kcompact gc`
+deletes once older than its orphan grace (it never deletes a younger one: an upload in flight), and nothing live.
+A rerun copies only what is new. COPY_SEGMENT_STARTED rows another writer left (an older kcompact's tier, a
+broker's copy that died between its two commits) are moved to DELETE_SEGMENT_STARTED, for gc, in the commit that
+records the partition's next segments.
 
 Every segment goes up with a producer snapshot, the producer state at its end, as Kafka's RemoteLogManager
 uploads one: the broker's `<next base>.snapshot` when the log dir has it, else one built here by replaying the
@@ -46,11 +48,10 @@ from compaction.metadata import (
     SegmentState,
     StateChange,
     TopicPartition,
-    commit_batch,
     commit_current_batch,
 )
 from compaction.metadata.batch import Reader, known_reader
-from compaction.metadata.commit import tier_finished_plan
+from compaction.metadata.commit import Plan
 from compaction.metadata.model import OfPartition
 from compaction.producers import producer_state
 from compaction.storage.base import ObjectStore
@@ -93,7 +94,7 @@ def _new_segment(store_prefix: str, topic: str, topic_id: str, partition: int, s
         object_keys=keys,
         record_count=seg.record_count,
         first_batch_max_timestamp_ms=seg.first_batch_max_timestamp_ms,
-        state=SegmentState.COPY_SEGMENT_STARTED,
+        state=SegmentState.COPY_SEGMENT_FINISHED,
         transactional=seg.transactional,
     )
 
@@ -135,21 +136,21 @@ def _state_at(part: LocalPartition, store: ObjectStore, live: Sequence[SegmentMe
 
 
 TIER_BATCH_BYTES = 1 << 30
-"""Segment bytes a tier run uploads between two metadata commits: what a crash there leaves to upload again."""
+"""Segment bytes a tier run uploads before a metadata commit: what a crash there leaves to upload again."""
 
 FINISH_ATTEMPTS = 3
 
 
 @dataclass
 class _Copy:
-    """One partition's share of a batch: its prepared segments, their rows, and the commit that starts them (None:
-    nothing to do)."""
+    """One partition's share of a batch: its prepared segments and their rows, and whether there is anything to
+    commit (segments to record, or abandoned attempts to retire)."""
 
     result: PartitionTierResult
     prepared: list[PreparedSegment] = field(default_factory=list)
     new: list[NewSegment] = field(default_factory=list)
-    abandoned: int = 0
-    start: ChangeSet | None = None
+    topic_id: str = ""
+    todo: bool = False
 
     @property
     def tp(self) -> TopicPartition:
@@ -159,13 +160,33 @@ class _Copy:
     def size(self) -> int:
         return sum(seg.size for seg in self.prepared)
 
+    def plan(self, writer: str) -> Plan:
+        """The commit of the uploaded segments, planned on the partition's latest rows (`commit_current_batch`):
+        under its current fencing epoch (a tier run holds none; a compaction that took the partition since only
+        rewrote segments below these), retiring the COPY_SEGMENT_STARTED rows it holds then. A segment that another
+        writer tiered since overlaps the tier: the partition is refused (`MetadataInvariantError`), nothing of it
+        live, and a rerun copies what is still new."""
+        def change(current: PartitionSnapshot) -> ChangeSet:
+            abandoned = [s for s in current.segments if s.state is SegmentState.COPY_SEGMENT_STARTED]
+            self.result.abandoned_attempts = len(abandoned)
+            return ChangeSet.planned_from(
+                current,
+                fencing_epoch=current.fencing_epoch,
+                writer=writer,
+                new_segments=tuple(self.new),
+                state_changes=tuple(StateChange(s.segment_id, SegmentState.DELETE_SEGMENT_STARTED) for s in abandoned),
+                topic_id=self.topic_id,
+            )
 
-def _plan_copy(part: LocalPartition, store: ObjectStore, current: PartitionSnapshot, writer: str) -> _Copy:
+        return change
+
+
+def _plan_copy(part: LocalPartition, store: ObjectStore, current: PartitionSnapshot) -> _Copy:
     """What tiering `part` takes, on its rows `current`: the rolled segments the store does not hold yet, validated
-    and prepared, and the change set that records them STARTED and retires abandoned attempts."""
-    copy = _Copy(PartitionTierResult(part.topic, part.partition))
+    and prepared, with their rows (`todo` when there are some, or abandoned attempts to retire)."""
+    copy = _Copy(PartitionTierResult(part.topic, part.partition), topic_id=part.topic_id)
     tiered_end = max((s.end_offset for s in current.live_segments), default=-1)
-    abandoned = [s for s in current.segments if s.state is SegmentState.COPY_SEGMENT_STARTED]
+    abandoned = any(s.state is SegmentState.COPY_SEGMENT_STARTED for s in current.segments)
     todo = []
     for base, next_base in itertools.pairwise(part.segment_bases()):
         if next_base - 1 <= tiered_end:
@@ -174,22 +195,17 @@ def _plan_copy(part: LocalPartition, store: ObjectStore, current: PartitionSnaps
             todo.append((base, next_base, tiered_end + 1 if base <= tiered_end else None))
     if not todo and not abandoned:
         return copy
+    copy.todo = True
+    if not todo:
+        return copy
     epochs = part.leader_epochs()
     carried = open_transactions(producer_state(store, current.live_segments)) if any(t[2] for t in todo) else {}
     prepared = [prepare_segment(part, base, next_base, epochs, start, carried) for base, next_base, start in todo]
     if any(_SNAPSHOT not in seg.companions for seg in prepared):
         at_start = _state_at(part, store, current.live_segments, prepared[0].start_offset)
         prepared, copy.result.built_snapshots = with_producer_snapshots(prepared, at_start)
-    copy.prepared, copy.abandoned = prepared, len(abandoned)
+    copy.prepared = prepared
     copy.new = [_new_segment("", part.topic, part.topic_id, part.partition, seg) for seg in prepared]
-    copy.start = ChangeSet.planned_from(
-        current,
-        fencing_epoch=current.fencing_epoch,
-        writer=writer,
-        new_segments=tuple(copy.new),
-        state_changes=tuple(StateChange(s.segment_id, SegmentState.DELETE_SEGMENT_STARTED) for s in abandoned),
-        topic_id=part.topic_id,
-    )
     return copy
 
 
@@ -237,28 +253,13 @@ def _attempt(copy: _Copy, store: ObjectStore) -> KcompactError | None:
 
 def _copy_batch(copies: Sequence[_Copy], store: ObjectStore, table: MetadataTable, now_ms: int, writer: str,
                 reader: Reader | None = None) -> dict[TopicPartition, KcompactError]:
-    """Tier a batch: one commit of every partition's STARTED rows, the uploads, one commit of their FINISHED rows.
-    Returns the partitions that failed (their results say why, and only that); nothing of one becomes live.
-    `reader`: where both commits read the partitions' latest rows (default: the table, afresh)."""
-    failed: dict[TopicPartition, KcompactError] = {}
-    started = commit_batch(table, [c.start for c in copies if c.start is not None], now_ms, reader=reader)
-    finishing = {}
-    epochs: dict[TopicPartition, int] = {}
-    for c in copies:
-        landed = started[c.tp]
-        if isinstance(landed, KcompactError):
-            failed[c.tp] = landed
-            continue
-        c.result.abandoned_attempts = c.abandoned
-        epochs[c.tp] = landed.fencing_epoch
-    uploading = [c for c in copies if c.tp in epochs]
-    failed.update(_upload_all(uploading, store))
-    for c in uploading:
-        if c.tp not in failed and c.new:
-            finishing[c.tp] = tier_finished_plan([n.segment_id for n in c.new], fencing_epoch=epochs[c.tp],
-                                                 writer=writer)
-    finished = commit_current_batch(table, finishing, now_ms, attempts=FINISH_ATTEMPTS, reader=reader)
-    failed.update({tp: r for tp, r in finished.items() if isinstance(r, KcompactError)})
+    """Tier a batch: the uploads, then one commit of every partition's new rows. Returns the partitions that
+    failed (their results say why, and only that); nothing of one becomes live. `reader`: where the commit reads
+    the partitions' latest rows (default: the table, afresh)."""
+    failed = _upload_all(copies, store)
+    plans = {c.tp: c.plan(writer) for c in copies if c.tp not in failed}
+    landed = commit_current_batch(table, plans, now_ms, attempts=FINISH_ATTEMPTS, reader=reader)
+    failed.update({tp: r for tp, r in landed.items() if isinstance(r, KcompactError)})
     for c in copies:
         if c.tp in failed:  # what it copied is not live: the result is the failure alone
             c.result = PartitionTierResult(c.result.topic, c.result.partition, **failed[c.tp].outcome_fields())
@@ -273,8 +274,8 @@ def tier_partition(
     Raises:
         KcompactError: what failed the partition (corrupt input, a refused commit, the store); nothing became live.
     """
-    copy = _plan_copy(part, store, table.partition_snapshot(part.topic, part.partition), writer)
-    if copy.start is not None and (failed := _copy_batch([copy], store, table, now_ms, writer)):
+    copy = _plan_copy(part, store, table.partition_snapshot(part.topic, part.partition))
+    if copy.todo and (failed := _copy_batch([copy], store, table, now_ms, writer)):
         raise failed[copy.tp]
     return copy.result
 
@@ -314,11 +315,11 @@ def tier_logdir(
 
     for part in parts:
         try:
-            copy = _plan_copy(part, store, current[part.tp], writer)
+            copy = _plan_copy(part, store, current[part.tp])
         except KcompactError as exc:
             report([PartitionTierResult(part.topic, part.partition, **exc.outcome_fields())])
             continue
-        if copy.start is None:
+        if not copy.todo:
             report([copy.result])
             continue
         batch.append(copy)

@@ -3,8 +3,8 @@
 Every test starts from one scenario, built for real: a tiered log dir (tier_logdir), a simulated
 compaction of orders-0 that replaces its first two live segments by one (their two .log files
 concatenated, uploaded under a fresh segment id), a fenced run's upload in orders-0 that no row
-references (the orphans), a tier run of users-0 that died mid-upload (abandoned COPY_SEGMENT_STARTED
-rows), and an object that is not a segment key. Object mtimes come from the store's clock, so the
+references (the orphans), a broker's copy of users-0's next segment that died after its add (an abandoned
+COPY_SEGMENT_STARTED row), and an object that is not a segment key. Object mtimes come from the store's clock, so the
 scenario's clock `t0` is the wall clock and every `now` is relative to it.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from deltalake import write_deltalake
 
 from compaction.cli import main
-from compaction.errors import TransientStoreError
+from compaction.format.checkpoints import EpochEntry
 from compaction.gc import GcReport, collect_garbage
 from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import (
@@ -87,19 +87,29 @@ def consumer_view(store: ObjectStore, table: MetadataTable, topic: str, partitio
     return [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in consumer_records(store, refs)]
 
 
-def crash_tier_of_users(store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    """users-0's second segment upload fails: its first segment is uploaded, nothing after it."""
-    real = store.put_file
-    calls = {"users": 0}
-
-    def put_file(key: str, path: object) -> None:
-        if key.startswith("users-"):
-            calls["users"] += 1
-            if calls["users"] == 2:
-                raise TransientStoreError("simulated: the tier run died mid-upload")
-        real(key, path)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(store, "put_file", put_file)
+def abandon_copy_of_users(store: ObjectStore, table: MetadataTable, now_ms: int) -> None:
+    """What a broker's copy of users-0's next segment leaves when it dies between its add (COPY_SEGMENT_STARTED,
+    committed by the plugin's two-commit path or an older kcompact) and its finish: the row, never live, and the
+    object it had uploaded."""
+    snap = table.partition_snapshot("users", 0)
+    last = snap.live_segments[-1]
+    data = store.get(last.object_key(ObjectSuffix.LOG) or "")
+    start, sid = last.end_offset + 1, new_segment_id()
+    key = replace(parse_segment_object_key(last.object_key(ObjectSuffix.LOG) or ""), segment_id=sid,
+                  start_offset=start).key
+    store.put(key, data)
+    started = NewSegment(
+        segment_id=sid,
+        start_offset=start,
+        end_offset=start + last.end_offset - last.start_offset,
+        max_timestamp_ms=last.max_timestamp_ms,
+        segment_leader_epochs=(EpochEntry(last.segment_leader_epochs[-1].epoch, start),),
+        segment_size_bytes=len(data),
+        object_keys=(ObjectKey(ObjectSuffix.LOG, key),),
+        state=SegmentState.COPY_SEGMENT_STARTED,
+    )
+    commit(table, ChangeSet.planned_from(snap, fencing_epoch=snap.fencing_epoch, writer="broker-1",
+                                         new_segments=[started]), now_ms)
 
 
 def compact_first_two(store: ObjectStore, table: MetadataTable, now_ms: int) -> tuple[SegmentMetadata, ...]:
@@ -148,16 +158,16 @@ def upload_orphan(store: ObjectStore, table: MetadataTable) -> tuple[str, ...]:
 def build_scenario(store: ObjectStore, logdir: Path, monkeypatch: pytest.MonkeyPatch) -> Scenario:
     t0 = int(time.time() * 1000)
     table = table_in_store(store, create=True)
-    with monkeypatch.context() as m:
-        crash_tier_of_users(store, m)
-        results = tier_logdir(logdir, store, table, t0)
-    assert [(r.topic, r.error_type) for r in results if r.error] == [("users", "TransientStoreError")]
+    results = tier_logdir(logdir, store, table, t0)
+    assert [r.error for r in results] == [None] * len(results)
+    abandon_copy_of_users(store, table, t0)
     before = consumer_view(store, table, "orders", 0)
     replaced = compact_first_two(store, table, t0)
     assert consumer_view(store, table, "orders", 0) == before
     orphan_keys = upload_orphan(store, table)
     store.put(UNKNOWN_KEY, b"not a segment")
-    abandoned = table.partition_snapshot("users", 0).segments
+    abandoned = tuple(s for s in table.partition_snapshot("users", 0).segments
+                      if s.state is SegmentState.COPY_SEGMENT_STARTED)
     assert abandoned and {s.state for s in abandoned} == {SegmentState.COPY_SEGMENT_STARTED}
     views = {tp: consumer_view(store, table, *tp) for tp in PARTITIONS}
     return Scenario(store, table, t0, replaced, abandoned, orphan_keys, views)

@@ -16,14 +16,30 @@ from deltalake import DeltaTable
 
 from compaction.cli import main
 from compaction.errors import CorruptInputError
+from compaction.format.checkpoints import EpochEntry
 from compaction.format.control import ControlType, batch_control_type
 from compaction.format.producer_snapshot import ProducerStateEntry, producer_state_from_log, read_producer_snapshot
 from compaction.format.segment import iter_batches
+from compaction.gc import collect_garbage
+from compaction.gc.plan import DEFAULT_ORPHAN_GRACE_MS
 from compaction.generate import TopicSpec, WorkloadSpec
-from compaction.metadata import METADATA_SCHEMA, ObjectSuffix, SegmentState, table_in_store
+from compaction.metadata import (
+    METADATA_SCHEMA,
+    ChangeSet,
+    NewSegment,
+    ObjectKey,
+    ObjectSuffix,
+    SegmentState,
+    TopicPartition,
+    commit,
+    table_in_store,
+)
+from compaction.metadata.snapshot import referenced_object_keys
 from compaction.reader import ConsumerRead, Isolation, consumer_records, segment_records, segment_ref
 from compaction.storage import ObjectStore, open_store
+from compaction.storage.layout import new_segment_id, segment_object_key
 from compaction.tier import tier_logdir
+from compaction.tier.logdir import partitions
 from tests.tiered_logdir import generated_logdir
 
 NOW = 1_800_000_000_000
@@ -153,6 +169,8 @@ def test_rerun_copies_only_new_segments(logdir: Path, tmp_path: Path, local_stor
 
 def test_crash_mid_upload_leaves_nothing_live_and_rerun_converges(logdir: Path, store: ObjectStore,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch's one commit comes after its uploads: a crash before it leaves objects no row names (gc's orphans,
+    deleted once older than its orphan grace) and no row at all; a rerun tiers everything again."""
     table = table_in_store(store, create=True)
     real_put_file = store.put_file
     calls = {"n": 0}
@@ -166,15 +184,39 @@ def test_crash_mid_upload_leaves_nothing_live_and_rerun_converges(logdir: Path, 
     monkeypatch.setattr(store, "put_file", crashing_put_file)
     with pytest.raises(RuntimeError):
         tier_logdir(logdir, store, table, NOW)
-    snap = table.partition_snapshot("orders", 0)
-    assert snap.live_segments == ()
-    assert {s.state for s in snap.segments} == {SegmentState.COPY_SEGMENT_STARTED}
+    assert table.version() == 0 and table.snapshot().partitions == {}, "nothing committed before the uploads end"
+    left = {o.key for o in store.list() if o.key.endswith(".log")}
+    assert left  # what was uploaded before the crash (other partitions' uploads go on beside it)
     monkeypatch.setattr(store, "put_file", real_put_file)
     results = tier_logdir(logdir, store, table, NOW)
-    assert results[0].abandoned_attempts == len(snap.segments)
+    assert [r.error for r in results] == [None] * len(results) and table.version() == 1
     assert read_back(store, "orders", 0) == rolled_records(logdir / "orders-0")
+    assert not left & referenced_object_keys(table.snapshot()), "the crashed run's objects are orphans"
+    report = collect_garbage(store, table, NOW + DEFAULT_ORPHAN_GRACE_MS + 1)
+    assert report.totals.orphans_deleted >= len(left)
+    assert not left & {o.key for o in store.list()}
+    assert read_back(store, "orders", 0) == rolled_records(logdir / "orders-0")
+
+
+def test_copy_started_rows_another_writer_left_are_retired(logdir: Path, local_store: ObjectStore) -> None:
+    """A COPY_SEGMENT_STARTED row (an older tier's, or a broker copy that died between its add and its finish) is
+    never live; the next tier of its partition moves it to DELETE_SEGMENT_STARTED, for gc, in the same commit."""
+    table = table_in_store(local_store, create=True)
+    current = table.partition_snapshot("orders", 0)
+    topic_id = next(p.topic_id for p in partitions(logdir) if p.tp == current.tp)
+    sid = new_segment_id()
+    key = segment_object_key("orders", topic_id, 0, 0, sid, ObjectSuffix.LOG)
+    started = NewSegment(segment_id=sid, start_offset=0, end_offset=9, max_timestamp_ms=NOW,
+                         segment_leader_epochs=(EpochEntry(0, 0),), segment_size_bytes=1,
+                         object_keys=(ObjectKey(ObjectSuffix.LOG, key),), state=SegmentState.COPY_SEGMENT_STARTED)
+    commit(table, ChangeSet.planned_from(current, fencing_epoch=0, writer="broker-1", new_segments=[started],
+                                         topic_id=topic_id), NOW)
+    results = {r.tp: r for r in tier_logdir(logdir, local_store, table, NOW)}
+    assert results[TopicPartition("orders", 0)].abandoned_attempts == 1
+    assert results[TopicPartition("orders", 1)].abandoned_attempts == 0
     states = {s.segment_id: s.state for s in table.partition_snapshot("orders", 0).segments}
-    assert all(states[s.segment_id] is SegmentState.DELETE_SEGMENT_STARTED for s in snap.segments)
+    assert states[started.segment_id] is SegmentState.DELETE_SEGMENT_STARTED
+    assert read_back(local_store, "orders", 0) == rolled_records(logdir / "orders-0")
 
 
 def test_corrupt_segment_fails_only_its_partition(logdir: Path, local_store: ObjectStore,
