@@ -31,7 +31,6 @@ from compaction.gc import collect_garbage
 from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import (
     ChangeSet,
-    SegmentState,
     acquire_fencing_epoch,
     commit,
     new_kafka_uuid,
