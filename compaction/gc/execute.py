@@ -43,7 +43,7 @@ from compaction.metadata.batch import Reader, known_reader
 from compaction.metadata.upkeep import expire_log
 from compaction.storage.base import ObjectStore
 from compaction.wal.model import WAL_TABLE_NAME
-from compaction.wal.table import WalTable
+from compaction.wal.table import FINISHED_ROWS_RETENTION_MS, WalTable
 
 
 def default_writer() -> str:
@@ -97,9 +97,12 @@ def collect_garbage(
         return report
     wal, summary = wal_plan.to_dict(store, dry_run=dry_run), wal_plan.summary(store, dry_run=dry_run)
     if not dry_run:
+        forgotten = wal_table.forget_finished(now_ms - FINISHED_ROWS_RETENTION_MS)
         compacted, vacuumed = wal_table.upkeep(lambda path: store.exists(f"{WAL_TABLE_NAME}/{path}"))
-        wal["table_upkeep"] = {"files_compacted": compacted, "files_vacuumed": vacuumed}
-        summary += f"; WAL table: {compacted} small files compacted, {vacuumed} removed files vacuumed"
+        wal["table_upkeep"] = {"rows_dropped_objects": forgotten, "files_compacted": compacted,
+                               "files_vacuumed": vacuumed}
+        summary += (f"; WAL table: rows of {forgotten} objects deleted over a day ago dropped, {compacted} small files "
+                    f"compacted, {vacuumed} removed files vacuumed")
     return replace(report, wal=wal, wal_summary=summary)
 
 

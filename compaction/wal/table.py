@@ -2,6 +2,8 @@
 
 - `record_started` appends an object's rows in COPY_SEGMENT_STARTED (a blind append is safe here: the
   object id is new, so no other writer can hold rows of it).
+- `forget_finished` drops the rows of objects gc deleted a day ago or more (`FINISHED_ROWS_RETENTION_MS`), so the
+  table holds what is live or in flight, not everything ever uploaded.
 - `change_state` moves objects to a new state with one Delta commit that rewrites exactly their rows
   (`write_deltalake(..., mode="overwrite", predicate="object_id IN (...)")`). It checks the objects' current
   states against the allowed KIP-405 transitions first, and delta-rs refuses the commit if another commit
@@ -41,6 +43,12 @@ from compaction.metadata.model import SegmentState, check_transition
 from compaction.metadata.table import DeltaTableRef, ObjectStoreLike, read_rows, reading
 from compaction.metadata.upkeep import compact_if_crowded, vacuum
 from compaction.wal.model import WAL_SCHEMA, WAL_TABLE_NAME, WalObject, objects_from_rows, objects_to_arrow
+
+FINISHED_ROWS_RETENTION_MS = 86_400_000
+"""How long the rows of an object gc deleted (DELETE_SEGMENT_FINISHED) stay in the WAL table: a day, as the metadata
+table's log keeps its entries. Nothing reads them but `kcompact wal list`; kept for ever, every upload's rows (one
+per partition it holds) would stay, and every state change, which reads the table and rewrites the file holding its
+object's rows, would grow with everything ever uploaded."""
 
 MAX_FILES = 64
 """The WAL table's data files before `WalTable.upkeep` compacts them: past that, a read of the table (every upload,
@@ -194,6 +202,37 @@ class WalTable(DeltaTableRef):
                 raise TransientStoreError(f"{self._uri}: WAL state commit failed ({plain_text(e)}); rerun") from e
             done = {o.object_id: o for o in changed}
             return [done.get(i, current[i]) for i in wanted]
+        raise AssertionError("unreachable")
+
+    def forget_finished(self, before_ms: int, attempts: int = 5) -> int:
+        """Drop the rows of the objects that reached DELETE_SEGMENT_FINISHED before `before_ms` (their bytes are gone:
+        gc deleted them), in one commit; returns how many objects' rows went. A commit that rewrote those rows first
+        is refused by delta-rs and the drop planned again.
+
+        Raises:
+            CommitConflictError: other commits kept rewriting the rows for `attempts` tries; TransientStoreError.
+        """
+        finished = SegmentState.DELETE_SEGMENT_FINISHED.value
+        predicate = f"state = '{finished}' AND event_timestamp_ms < {int(before_ms)}"
+        for attempt in range(1, attempts + 1):
+            dt = self._delta_table(write=True)
+            done = {o.object_id for o in self._objects_of(dt, [SegmentState.DELETE_SEGMENT_FINISHED])
+                    if o.event_timestamp_ms < before_ms}
+            if not done:
+                return 0
+            try:
+                dt.delete(predicate, commit_properties=CommitProperties(custom_metadata={"kcompact.wal": "forget"}))
+            except CommitFailedError as e:
+                if attempt == attempts:
+                    raise CommitConflictError(
+                        f"{self._uri}: dropping the rows of {len(done)} deleted WAL objects kept conflicting with "
+                        f"other commits ({str(e).splitlines()[0]}); rerun") from e
+                time.sleep(0.05 * attempt)
+                continue
+            except (DeltaError, OSError) as e:
+                raise TransientStoreError(f"{self._uri}: dropping the rows of deleted WAL objects failed "
+                                          f"({plain_text(e)}); rerun") from e
+            return len(done)
         raise AssertionError("unreachable")
 
     def upkeep(self, exists: Callable[[str], bool], max_files: int = MAX_FILES) -> tuple[int, int]:

@@ -9,10 +9,10 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from compaction.gc import collect_garbage
-from compaction.metadata import table_in_store
+from compaction.metadata import SegmentState, table_in_store
 from compaction.storage import ObjectStore, open_store
 from compaction.wal.model import WAL_TABLE_NAME
-from compaction.wal.table import WalTable
+from compaction.wal.table import FINISHED_ROWS_RETENTION_MS, WalTable
 from compaction.wal.upload import upload_logdir
 from tests.scenario_log import ScenarioLog
 
@@ -63,6 +63,26 @@ def test_upkeep_compacts_past_the_count_and_keeps_every_row(tmp_path: Path) -> N
 def test_gc_reports_the_wal_table_upkeep(tmp_path: Path) -> None:
     store, _ = uploaded(tmp_path, 2)
     report = collect_garbage(store, table_in_store(store), NOW + 10)
-    assert report.wal is not None and report.wal["table_upkeep"] == {"files_compacted": 0, "files_vacuumed": 0}
+    assert report.wal is not None and report.wal["table_upkeep"] == {
+        "rows_dropped_objects": 0, "files_compacted": 0, "files_vacuumed": 0}
     dry = collect_garbage(store, table_in_store(store), NOW + 10, dry_run=True)
     assert dry.wal is not None and "table_upkeep" not in dry.wal
+
+
+def test_gc_drops_the_rows_of_objects_it_deleted_a_day_before(tmp_path: Path) -> None:
+    """The rows of an object in DELETE_SEGMENT_FINISHED for longer than `FINISHED_ROWS_RETENTION_MS` go (its bytes
+    went with gc's delete); a younger one's stay, and so does every row of an object not deleted."""
+    store, table = uploaded(tmp_path, 3)
+    old, young, live = sorted(table.objects(), key=lambda o: o.created_ms)
+    for o, at in ((old, NOW + 100), (young, NOW + 100 + FINISHED_ROWS_RETENTION_MS)):
+        table.change_state([o.object_id], SegmentState.DELETE_SEGMENT_STARTED, at)
+        store.delete(o.key)
+        table.change_state([o.object_id], SegmentState.DELETE_SEGMENT_FINISHED, at)
+    now = NOW + 101 + FINISHED_ROWS_RETENTION_MS
+    report = collect_garbage(store, table_in_store(store), now)
+    assert report.wal is not None and report.wal["table_upkeep"]["rows_dropped_objects"] == 1
+    assert "rows of 1 objects deleted over a day ago dropped" in report.wal_summary
+    left = {o.object_id: o for o in table.objects()}
+    assert old.object_id not in left and left[young.object_id].state is SegmentState.DELETE_SEGMENT_FINISHED
+    assert left[live.object_id].entries == live.entries
+    assert table.forget_finished(now - FINISHED_ROWS_RETENTION_MS) == 0  # nothing more: no commit
