@@ -12,12 +12,14 @@ GC_HELP = ("delete the objects of replaced, abandoned and orphaned segments, and
            "needed, once past their grace period")
 GC_DESCRIPTION = """
 Garbage-collect the store, metadata first. Segments in DELETE_SEGMENT_STARTED (replaced by a compaction) for longer
-than the grace (file.delete.delay.ms) lose their objects, then are recorded DELETE_SEGMENT_FINISHED. Tier attempts
-stuck in COPY_SEGMENT_STARTED for longer than the grace are retired and deleted the same way; zombie rows are
-retired now and deleted a grace later. Objects under segment keys that no metadata row references (uploads of failed
-or fenced runs) are deleted once older than the orphan grace. Combined WAL objects (`kcompact wal upload`) are
-deleted once no entry of theirs is needed any more (tiered segments cover it, a newer leader epoch truncated it, or
-another copy serves it), the grace after that moment; uploads abandoned in COPY_SEGMENT_STARTED likewise. Live
+than the grace (file.delete.delay.ms) lose their objects, then are recorded DELETE_SEGMENT_FINISHED. Copies stuck
+in COPY_SEGMENT_STARTED for longer than the grace (a broker's that died between its add and its finish) are retired
+and deleted the same way; zombie rows are retired now and deleted a grace later. Objects under segment keys that no
+metadata row references (uploads of failed, fenced or crashed runs and tier batches) are deleted once older than the
+orphan grace. Combined WAL objects (`kcompact wal upload`) are deleted once no entry of theirs is needed any more
+(tiered segments cover it, a newer leader epoch truncated it, or another copy serves it), the grace after that
+moment; uploads abandoned in COPY_SEGMENT_STARTED likewise; the WAL table's rows of objects deleted over a day ago
+are dropped. Live
 segments, the metadata and WAL tables, combined objects still needed and keys that are not segment keys are never
 touched. Each metadata step (retiring, recording the deletions) is one commit for every partition; a partition that
 keeps changing under gc is left for the next run (exit 4). Idempotent: a rerun, also after a crash, converges.
