@@ -33,7 +33,7 @@ acquiring (an unfenced single writer).
 one over commits that only appended segments above everything it touches (`rebase`: a broker tiering the next
 segment while a compaction runs), up to `REBASE_ATTEMPTS` times; any other commit in between is a conflict, and a
 `FencedError` is never rebased. Writers that hold no fencing epoch of their own (the broker's plugin, gc, retention,
-a tier run finishing its uploads) use `commit_current` (`commit_current_batch` for many partitions), which plans on
+a tier batch after its uploads) use `commit_current` (`commit_current_batch` for many partitions), which plans on
 the latest rows and plans again when another commit, a compaction's new fencing epoch included, lands first; so do
 the conveniences (`record_tier_finished`, `mark_deleted_finished`). A change set that already landed cannot land
 twice (its `expected_commit_seq` is then stale, and its own rows forbid a rebase).
@@ -247,7 +247,7 @@ def commit_current(
     """Commit a change planned on the partition's latest rows; plan it again if another commit lands first.
 
     The one rule for every writer that commits under the partition's *current* state rather than a run's own
-    fencing epoch: a broker through the plugin, gc, retention, a tier run finishing its uploads. `plan` sees the
+    fencing epoch: a broker through the plugin, gc, retention, a tier batch after its uploads. `plan` sees the
     rows at the version the write will be checked against, so a commit landing in between (another writer's, or a
     compaction taking a new fencing epoch) is a conflict the commit reports at write time, never a `FencedError` of
     an epoch this writer never held: it is planned again on the rows after it, up to `attempts` times. `plan`
