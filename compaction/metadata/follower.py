@@ -69,7 +69,7 @@ class TableFollower:
         self._watched: set[TopicPartition] = set()
         self._changed_at: dict[TopicPartition, int] = {}
         self._others_at: dict[TopicPartition, int] = {}  # the last version a commit not landed here changed it at
-        self._own: set[int] = set()  # versions of commits landed here, not yet applied
+        self._landing: int | None = None  # the version of the commit `landed` is taking in: this process's own
         self._files: dict[TopicPartition, set[str]] = {}
         self._file_of: dict[str, tuple[TopicPartition, int]] = {}  # by path: its partition and size (add actions)
         self._take_files(self._first)
@@ -152,14 +152,14 @@ class TableFollower:
         """`batch.Reader`: a commit written on the version followed landed these rows, at its version: they are
         the partitions' rows there, with no read. When it is the next version its files are applied as they are;
         else the commits in between are read first."""
-        self._own.add(commit.version)
+        self._landing = commit.version
         try:
             if commit.version == self._version + 1:
                 self._apply(commit)
             else:
                 self.follow()
         finally:
-            self._own.discard(commit.version)
+            self._landing = None
         for snapshot in snapshots:
             if snapshot.version == self._version:
                 tp = snapshot.tp
@@ -205,7 +205,7 @@ class TableFollower:
             self._files.setdefault(tp, set()).add(path)
             changed.add(tp)
         self._version = commit.version
-        self._changed(changed, own=commit.version in self._own)
+        self._changed(changed, own=commit.version == self._landing)
         self._checkpoint_if_due()
 
     def _changed(self, partitions: Iterable[TopicPartition], *, own: bool = False) -> None:
