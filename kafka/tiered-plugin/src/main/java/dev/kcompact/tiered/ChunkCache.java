@@ -253,8 +253,11 @@ final class ChunkCache {
                 if (!victim.read) {
                     unusedPrefetches++;
                 }
-                if (disk != null && victim.size > 0) {
-                    disk.write(next.getKey(), victim.bytes.getNow(null));
+                // a failed chunk has size 0; arrived is set before the bytes complete, outside the lock, so a chunk
+                // dropped in between is not kept
+                byte[] bytes = disk != null && victim.size > 0 ? victim.bytes.getNow(null) : null;
+                if (bytes != null) {
+                    disk.write(next.getKey(), bytes);
                 }
             }
         }

@@ -6,6 +6,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -48,6 +49,8 @@ final class ChunkFiles implements AutoCloseable {
     });
     /** Least recently used first; guarded by {@code this}, as are the fields below. */
     private final LinkedHashMap<Object, Held> files = new LinkedHashMap<>(64, 0.75f, true);
+    /** Chunks waiting for their write, readable meanwhile from the heap they wait in. */
+    private final Map<Object, byte[]> waiting = new HashMap<>();
     private long held;
     private long peak;
     private long hits;
@@ -77,10 +80,15 @@ final class ChunkFiles implements AutoCloseable {
     }
 
     /** The chunk kept under {@code id}, or null (never kept, or its file went meanwhile), read on this class's
-     * threads. */
+     * threads; a chunk still waiting for its write is answered from the heap it waits in. */
     CompletableFuture<byte[]> read(Object id) {
         Held file;
         synchronized (this) {
+            byte[] unwritten = waiting.get(id);
+            if (unwritten != null) {
+                hits++;
+                return CompletableFuture.completedFuture(unwritten);
+            }
             file = files.get(id);
         }
         if (file == null) {
@@ -104,10 +112,12 @@ final class ChunkFiles implements AutoCloseable {
     void write(Object id, byte[] bytes) {
         Path path;
         synchronized (this) {
-            if (pending >= pendingWrites || bytes.length > maxBytes || files.containsKey(id)) {
+            if (pending >= pendingWrites || bytes.length > maxBytes || files.containsKey(id)
+                    || waiting.containsKey(id)) {
                 return;
             }
             pending++;
+            waiting.put(id, bytes);
             path = dir.resolve(PREFIX + names++ + SUFFIX);
         }
         io.execute(() -> {
@@ -134,6 +144,7 @@ final class ChunkFiles implements AutoCloseable {
             } finally {
                 synchronized (this) {
                     pending--;
+                    waiting.remove(id);
                 }
             }
             for (Path p : dropped) {

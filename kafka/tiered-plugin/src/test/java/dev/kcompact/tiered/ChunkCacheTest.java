@@ -317,6 +317,22 @@ class ChunkCacheTest {
         }
     }
 
+    @Test
+    void aChunkWaitingForItsWriteIsReadFromTheHeapItWaitsIn(@TempDir Path dir) throws Exception {
+        try (ChunkFiles disk = new ChunkFiles(dir, 8L * CHUNK, 4)) {
+            byte[] chunk = new byte[CHUNK];
+            Arrays.fill(chunk, (byte) 7);
+            for (int i = 0; i < 4; i++) {
+                disk.write("c" + i, chunk);
+                // asked for at once, before its write ran: found, not sent to the store
+                assertArrayEquals(chunk, disk.read("c" + i).get(10, TimeUnit.SECONDS), "c" + i);
+            }
+            awaitWrites(disk, 4);
+            assertArrayEquals(chunk, disk.read("c3").get(10, TimeUnit.SECONDS), "read back from its file");
+            assertEquals(5, disk.stats().hits());
+        }
+    }
+
     /** Waits until {@code disk} wrote {@code written} chunks (its writes are asynchronous). */
     private static void awaitWrites(ChunkFiles disk, long written) throws InterruptedException {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
