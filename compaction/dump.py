@@ -195,6 +195,16 @@ def dump_path(path: Path, *, print_data: bool) -> dict[str, Any]:
             "type": "leader_epoch_checkpoint",
             "entries": [{"epoch": e.epoch, "startOffset": e.start_offset} for e in epochs],
         }
+    if name.endswith(".indexes"):
+        from compaction.storage.indexes import read_header
+
+        data = path.read_bytes()
+        parts = read_header(data, obj=str(path), size=len(data))
+        return {
+            "file": str(path),
+            "type": "indexes",
+            "entries": [{"part": s.value, "position": a, "size": b - a} for s, (a, b) in parts.items()],
+        }
     if name == "partition.metadata":
         return {
             "file": str(path),
@@ -203,7 +213,7 @@ def dump_path(path: Path, *, print_data: bool) -> dict[str, Any]:
         }
     raise ConfigError(
         f"{path}: don't know how to dump this file (expected .log, .index, .timeindex, .txnindex, "
-        ".snapshot, leader-epoch-checkpoint or partition.metadata)"
+        ".snapshot, leader-epoch-checkpoint, partition.metadata or kcompact's .indexes)"
     )
 
 

@@ -20,6 +20,7 @@ from compaction.format.producer_snapshot import (
 )
 from compaction.metadata import ObjectSuffix, SegmentMetadata
 from compaction.storage.base import ObjectStore
+from compaction.storage.indexes import parse_part
 from compaction.strategies.retention import ActiveProducer
 
 
@@ -34,7 +35,8 @@ def producer_state(store: ObjectStore, live: Sequence[SegmentMetadata]) -> list[
         return []
     key = live[-1].object_key(ObjectSuffix.PRODUCER_SNAPSHOT)
     if key is not None:
-        return read_producer_snapshot(store.get(key), obj=store.object_uri(key))
+        return parse_part(store, key, ObjectSuffix.PRODUCER_SNAPSHOT,
+                          lambda data, obj: read_producer_snapshot(data, obj=obj))
     state: dict[int, ProducerStateEntry] = {}
     for seg in live:
         log_key = seg.object_key(ObjectSuffix.LOG) or ""
@@ -67,7 +69,8 @@ def aborted_transactions(store: ObjectStore, live: Sequence[SegmentMetadata], up
     per_segment = []
     for seg in live:
         key = seg.object_key(ObjectSuffix.TXN_INDEX)
-        per_segment.append(read_txn_index(store.get(key), obj=store.object_uri(key)) if key is not None else [])
+        per_segment.append([] if key is None else parse_part(store, key, ObjectSuffix.TXN_INDEX,
+                                                             lambda data, obj: read_txn_index(data, obj=obj)))
     start = live[0].start_offset if live else 0
     found = collect_aborted_txns(per_segment, start, upper_bound)
     return tuple(sorted(found, key=lambda t: t.last_offset))

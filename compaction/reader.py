@@ -56,6 +56,7 @@ from compaction.format.segment import BatchHeader, iter_batch_headers, iter_batc
 from compaction.metadata import ObjectSuffix, SegmentMetadata
 from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.storage.base import ObjectStore
+from compaction.storage.indexes import parse_part
 from compaction.wal.log import PartitionLog, WalSlice
 from compaction.wal.view import partition_log
 
@@ -157,7 +158,8 @@ def _indexed_aborts(store: ObjectStore, segments: Sequence[SegmentRef]) -> dict[
     for seg in segments:
         if seg.txn_index_key is None:
             continue
-        for txn in read_txn_index(store.get(seg.txn_index_key), obj=store.object_uri(seg.txn_index_key)):
+        for txn in parse_part(store, seg.txn_index_key, ObjectSuffix.TXN_INDEX,
+                              lambda data, obj: read_txn_index(data, obj=obj)):
             seen.setdefault((txn.producer_id, txn.first_offset), txn)
     ranges: dict[int, list[tuple[int, int]]] = {}
     for txn in seen.values():
@@ -326,8 +328,8 @@ def _segment_tail(store: ObjectStore, seg: SegmentRef, from_offset: int) -> tupl
         return slice_bytes(store, seg), seg.start_position
     if from_offset <= seg.start_offset or seg.offset_index_key is None:
         return store.view(seg.log_key), 0
-    index = store.get(seg.offset_index_key)
-    entries = read_offset_index(index, seg.start_offset, obj=store.object_uri(seg.offset_index_key))
+    entries = parse_part(store, seg.offset_index_key, ObjectSuffix.OFFSET_INDEX,
+                         lambda data, obj: read_offset_index(data, seg.start_offset, obj=obj))
     _offset, position = offset_index_lookup(entries, seg.start_offset, from_offset)
     return store.view(seg.log_key, position), position
 

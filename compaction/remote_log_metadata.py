@@ -85,6 +85,7 @@ from compaction.metadata.commit import Plan
 from compaction.metadata.follower import TableFollower
 from compaction.pipes import check_request
 from compaction.storage import ObjectStore, open_store
+from compaction.storage.indexes import is_parts_key
 from compaction.storage.layout import Suffix, segment_object_key
 from compaction.tier.overlap import tier_end, trim_copy
 
@@ -275,8 +276,10 @@ _WRITES.update(add=_add_plan, update=_update_plan, copy=_copy_plan)
 
 
 def _segment_json(s: SegmentMetadata, live: bool) -> dict[str, Any]:
-    """A row as the broker's plugin reads it. A segment that holds no batch (a compaction output that kept nothing,
-    whose row carries its inputs' largest timestamp for retention) shows the broker no timestamp: its
+    """A row as the broker's plugin reads it, `parts` the files it reads from the segment's `.indexes` object
+    (`compaction.storage.indexes`; the others are objects of their own). A segment that holds no batch (a
+    compaction output that kept nothing, whose row carries its inputs' largest timestamp for retention) shows the
+    broker no timestamp: its
     `RemoteLogManager.findOffsetByTimestamp` looks only in the first segment whose maxTimestampMs reaches the target,
     and would find nothing there."""
     return {
@@ -286,6 +289,7 @@ def _segment_json(s: SegmentMetadata, live: bool) -> dict[str, Any]:
         "state": s.state.value, "live": live, "writer": s.writer,
         "leader_epochs": [[e.epoch, e.start_offset] for e in s.segment_leader_epochs],
         "txn_index": s.object_key(Suffix.TXN_INDEX) is not None,
+        "parts": [o.suffix.value for o in s.object_keys if o.suffix is not Suffix.INDEXES and is_parts_key(o.key)],
     }
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from compaction.metadata.table import table_in_store
 from compaction.storage import ObjectStore, open_store
+from compaction.storage.indexes import get_part, is_parts_key
 from compaction.storage.layout import Suffix
 from tests.kafka_runtime import run_tool
 
@@ -158,18 +159,21 @@ def materialise_partition(store: ObjectStore | str | Path, topic: str, partition
                           version: int | None = None) -> list[Path]:
     """Writes the live segments of `topic`-`partition` (metadata table at `version`, default the latest) into `dest`
     as Kafka-named files, one set per segment: `<base>.log`, `.index`, `.timeindex`, `.txnindex` (when the segment
-    has one), `<end + 1>.snapshot` and `<base>.leader-epoch-checkpoint`; kcompact's `.bloom` is left out. Returns the
-    files written, in offset order."""
+    has one), `<end + 1>.snapshot` and `<base>.leader-epoch-checkpoint`, each an object of its own or a part of the
+    segment's `.indexes` object; kcompact's key filter is left out. Returns the files written, in offset order."""
     opened = store if isinstance(store, ObjectStore) else open_store(str(store))
     segments = table_in_store(opened).live_segments(topic, partition, version)
     dest.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for seg in segments:
         for obj in seg.object_keys:
-            if obj.suffix is Suffix.BLOOM:
+            if obj.suffix in (Suffix.BLOOM, Suffix.INDEXES):
                 continue
             path = dest / _file_name(seg.start_offset, seg.end_offset, obj.suffix)
-            opened.get_to_file(obj.key, path)
+            if is_parts_key(obj.key):  # a part of the segment's .indexes object
+                path.write_bytes(get_part(opened, obj.key, obj.suffix))
+            else:
+                opened.get_to_file(obj.key, path)
             written.append(path)
     return written
 

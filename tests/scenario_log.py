@@ -46,6 +46,7 @@ from compaction.run.commit import commit
 from compaction.run.plan import plan
 from compaction.run.stage import StagedRun, stage
 from compaction.storage import ObjectStore
+from compaction.storage.indexes import get_part
 from compaction.tier import tier_partition
 from compaction.tier.logdir import LocalPartition
 from tests import factories
@@ -407,7 +408,8 @@ def indexed_aborted_txns(store: ObjectStore, segments: Sequence[SegmentMetadata]
     for seg in segments:
         key = seg.object_key(ObjectSuffix.TXN_INDEX)
         if key is not None:
-            out += [(t.producer_id, t.first_offset, t.last_offset) for t in read_txn_index(store.get(key))]
+            txns = read_txn_index(get_part(store, key, ObjectSuffix.TXN_INDEX))
+            out += [(t.producer_id, t.first_offset, t.last_offset) for t in txns]
     return out
 
 

@@ -1,4 +1,5 @@
-"""A segment's key filter: a bloom filter over every key the segment holds, stored as its `.bloom` object.
+"""A segment's key filter: a bloom filter over every key the segment holds, stored in its `.indexes` object or as
+its `.bloom`.
 
 Why a bloom filter at all: a cleaned segment below the first dirty offset holds each key at most
 once, and its records can only be superseded by records of the run's *dirty keys*. A filter answers "may

@@ -1,9 +1,10 @@
 """A segment's filter from its columnar scan, and where the filter lives in the store.
 
-The filter of a segment is the object `<start offset>-<segment id>.bloom` next to its `.log`: uploaded under
-the segment's own id, it describes exactly that upload and goes with it (gc deletes every object key of a
-replaced segment's row). kcompact writes one with every segment it writes and, lazily, for a clean segment
-it had to read without one (recorded in the row by the round's commit, `ChangeSet.added_object_keys`).
+The filter of a segment kcompact writes is a part of its `.indexes` object (`compaction.storage.indexes`), under the
+segment's own id: it describes exactly that upload and goes with it (gc deletes every object key of a replaced
+segment's row). A clean segment it had to read without one (a tier or broker copy) lazily gets one as the object
+`<start offset>-<segment id>.bloom` next to its `.log` (recorded in the row by the round's commit,
+`ChangeSet.added_object_keys`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from compaction.format.batch import CONTROL_FLAG_MASK, DELETE_HORIZON_FLAG_MASK,
 from compaction.format.scan import SegmentScan, scan_segment
 from compaction.format.scan_kernels import BATCH_ATTRIBUTES, BATCH_BASE_TIMESTAMP
 from compaction.storage.base import ObjectStore
+from compaction.storage.indexes import get_part
 from compaction.storage.layout import Suffix, parse_segment_object_key
 
 
@@ -77,7 +79,7 @@ def read_filter(store: ObjectStore, key: str) -> tuple[KeyFilter | None, int]:
     An unreadable filter is never an error for the run: the segment is then read like one without a filter.
     """
     try:
-        data = store.get(key)
+        data = get_part(store, key, Suffix.BLOOM)
     except MissingObjectError:
         return None, 0
     try:

@@ -202,8 +202,9 @@ def _partition_plan(
     shared = 0
     for s, action in rows:
         if action.deletes:
-            keys = tuple(o.key for o in s.object_keys if o.key not in protected)
-            shared += len(s.object_keys) - len(keys)
+            distinct = dict.fromkeys(o.key for o in s.object_keys)  # an .indexes object is named once a file in it
+            keys = tuple(k for k in distinct if k not in protected)
+            shared += len(distinct) - len(keys)
             seen = tuple(listed[k] for k in keys if k in listed)
             deletions.append(SegmentDeletion(s.segment_id, action is SegmentAction.RETIRE_AND_DELETE, keys, seen))
     return PartitionGcPlan(

@@ -17,12 +17,14 @@ before the next chunk starts. The driver sizes chunks to at most min(segment.byt
 `disk_budget_bytes` is refused (`DiskBudgetError`) before anything is downloaded, and the largest
 temporary-directory size seen (`peak_temp_bytes`, measured after every input is in place) is reported.
 
-**Filters.** Every output segment gets its `.bloom` object (`compaction.bloom`), built from a scan of the output,
-under the output's own id. Both run beside the rewrite, in threads: the output each input segment adds is scanned
-for the filter while the next input is rewritten (`rewrite_group`'s `on_written`; the numba scan and hashing
-release the interpreter), and the other objects are uploaded while the filter is finished (a store write waits on
-I/O). The chunk holding most winners ends a hot partition's rewrite, and the core its earlier chunks freed takes
-that work, instead of the chunk's rewrite, filter and upload running one after the other.
+**Objects.** Every output segment is two objects under the output's own id (`compaction.storage.indexes`): its
+`.log`, and one `.indexes` object holding its offset, time and transaction indexes, the producer snapshot and
+leader-epoch checkpoint of the group's last input, and its key filter (`compaction.bloom`), built from a scan of the
+output. The scan runs beside the rewrite, in threads: the output each input segment adds is scanned for the filter
+while the next input is rewritten (`rewrite_group`'s `on_written`; the numba scan and hashing release the
+interpreter), and the `.log` is uploaded while the filter is finished (a store write waits on I/O). The chunk
+holding most winners ends a hot partition's rewrite, and the core its earlier chunks freed takes that work, instead
+of the chunk's rewrite, filter and upload running one after the other.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from compaction.errors import ConfigError
 from compaction.rewrite.cache import SegmentCache
 from compaction.rewrite.group import SegmentInput, TransactionState, rewrite_group
 from compaction.storage.base import ObjectStore, StoreStats, shared_pool
+from compaction.storage.indexes import get_parts, segment_objects
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
 from compaction.tasks import GroupTask, PartitionTask
 
@@ -89,8 +92,8 @@ class PartitionRewrite:
     requests: StoreStats = field(default_factory=StoreStats)
 
 
-# Companions copied from the group's last member: the producer state and the epoch lineage as of its end,
-# which compaction does not change (offsets, sequences and the last batch of every producer are kept).
+# Files carried over from the group's last member: the producer state and the epoch lineage as of its end, which
+# compaction does not change (offsets, sequences and the last batch of every producer are kept).
 _CARRIED = (Suffix.PRODUCER_SNAPSHOT, Suffix.LEADER_EPOCH_CHECKPOINT)
 
 
@@ -295,47 +298,47 @@ class _FilterParts:
         wait(self.parts)
 
 
-def _put_all(store: ObjectStore, objects: Mapping[str, bytes], copied_from: Mapping[str, str] | None = None) -> float:
-    """Put every object at once (`ObjectStore.put_many`: nothing references them before the commit), the carried
-    companions as copies; the seconds it took."""
+def _put_all(store: ObjectStore, objects: Mapping[str, bytes]) -> float:
+    """Put every object at once (`ObjectStore.put_many`: nothing references them before the commit); the seconds it
+    took."""
     started = time.monotonic()
-    store.put_many(objects, copied_from)
+    store.put_many(objects)
     return time.monotonic() - started
 
 
 def _upload(store: ObjectStore, task: PartitionTask, group: GroupTask, output: Any,
-            parts: _FilterParts, started: float, times: dict[str, int]) -> ChunkResult:
+            filters: _FilterParts, started: float, times: dict[str, int]) -> ChunkResult:
     segment_id = new_segment_id()
 
     def key(suffix: Suffix) -> str:
         return segment_object_key(task.topic, task.topic_id, task.partition, group.start_offset, segment_id, suffix)
 
-    objects = {
-        Suffix.LOG: output.log,
+    parts = {
         Suffix.OFFSET_INDEX: output.offset_index,
         Suffix.TIME_INDEX: output.time_index,
     }
     if output.txn_index:
-        objects[Suffix.TXN_INDEX] = output.txn_index
+        parts[Suffix.TXN_INDEX] = output.txn_index
     last = group.inputs[-1]
     carried = {suffix: last.keys[suffix.value] for suffix in _CARRIED if suffix.value in last.keys}
+    parts.update(get_parts(store, carried))  # read, not copied: they go in the new segment's .indexes object
     filtering = time.monotonic()
-    copies = {key(suffix): source for suffix, source in carried.items()}
-    if parts.pool is None:  # a small chunk: its filter is all but built, and every object goes in one round
-        objects[Suffix.BLOOM] = parts.filter(task.bloom_fpp).to_bytes()
+    if filters.pool is None:  # a small chunk: its filter is all but built, and both objects go in one round
+        parts[Suffix.BLOOM] = filters.filter(task.bloom_fpp).to_bytes()
         filtered = time.monotonic()
-        upload_seconds = _put_all(store, {key(suffix): data for suffix, data in objects.items()}, copies)
+        objects, keys = segment_objects(key, output.log, parts)
+        upload_seconds = _put_all(store, objects)
     else:
-        uploaded = shared_pool("upload", 1).submit(_put_all, store,  # its objects put while the filter is finished
-                                                   {key(suffix): data for suffix, data in objects.items()}, copies)
-        try:  # upload while the filter is built
-            bloom = parts.filter(task.bloom_fpp).to_bytes()
+        log_key = key(Suffix.LOG)
+        uploaded = shared_pool("upload", 1).submit(_put_all, store, {log_key: output.log})  # while the filter is built
+        try:
+            bloom = filters.filter(task.bloom_fpp).to_bytes()
         finally:  # the upload done before anything else happens, as when the pool was this call's own
             wait([uploaded])
         filtered = time.monotonic()
         upload_seconds = uploaded.result()
-        objects[Suffix.BLOOM] = bloom
-        upload_seconds += _put_all(store, {key(Suffix.BLOOM): bloom})
+        objects, keys = segment_objects(key, output.log, {**parts, Suffix.BLOOM: bloom})
+        upload_seconds += _put_all(store, {k: v for k, v in objects.items() if k != log_key})
     times = {**times, "rewrite_task_ms": times["rewrite_task_ms"] + round(1000 * (filtered - filtering))}
     stats = output.stats
     return ChunkResult(
@@ -347,7 +350,7 @@ def _upload(store: ObjectStore, task: PartitionTask, group: GroupTask, output: A
         max_timestamp_ms=stats.max_timestamp,
         first_batch_max_timestamp_ms=stats.first_batch_max_timestamp,
         record_count=stats.records_written,
-        object_keys={s.value: key(s) for s in [*objects, *carried]},
+        object_keys={s.value: k for s, k in keys.items()},
         stats={**stats.to_dict(), **times, "upload_task_ms": round(1000 * upload_seconds)},
         seconds=time.monotonic() - started,
         transactional=output.transactional,

@@ -56,6 +56,7 @@ class Suffix(StrEnum):
     PRODUCER_SNAPSHOT = "snapshot"
     LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
     BLOOM = "bloom"
+    INDEXES = "indexes"  # every file but the log in one object (`compaction.storage.indexes`), as kcompact writes them
 
 
 def kafka_uuid_text(value: uuid.UUID) -> str:

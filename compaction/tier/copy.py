@@ -55,6 +55,7 @@ from compaction.metadata.commit import Plan
 from compaction.metadata.model import OfPartition
 from compaction.producers import producer_state
 from compaction.storage.base import ObjectStore
+from compaction.storage.indexes import pack_parts, segment_keys
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
 from compaction.tier.logdir import LocalPartition, PreparedSegment, partitions, prepare_segment
 
@@ -79,11 +80,10 @@ def default_writer() -> str:
 
 def _new_segment(store_prefix: str, topic: str, topic_id: str, partition: int, seg: PreparedSegment) -> NewSegment:
     segment_id = new_segment_id()
-    suffixes = [Suffix.LOG, *(Suffix(s) for s in seg.companions)]
-    keys = tuple(
-        ObjectKey(s, segment_object_key(topic, topic_id, partition, seg.start_offset, segment_id, s, store_prefix))
-        for s in suffixes
-    )
+    files = segment_keys(
+        lambda s: segment_object_key(topic, topic_id, partition, seg.start_offset, segment_id, s, store_prefix),
+        [Suffix(s) for s in seg.companions])
+    keys = tuple(ObjectKey(s, key) for s, key in files.items())
     return NewSegment(
         segment_id=segment_id,
         start_offset=seg.start_offset,
@@ -217,8 +217,8 @@ def _upload(copy: _Copy, store: ObjectStore) -> None:
                 in_memory[obj.key] = seg.log_bytes
             elif obj.suffix is Suffix.LOG:
                 store.put_file(obj.key, seg.log_path)
-            else:
-                in_memory[obj.key] = seg.companions[obj.suffix.value]
+            elif obj.suffix is Suffix.INDEXES:
+                in_memory[obj.key] = pack_parts({Suffix(s): data for s, data in seg.companions.items()})
         store.put_many(in_memory)
         copy.result.copied.append(seg.start_offset)
         copy.result.bytes_copied += seg.size

@@ -31,6 +31,7 @@ from compaction.format.indexes.txn_index import encode_txn_index
 from compaction.format.segment import iter_batch_headers
 from compaction.metadata import NewSegment, ObjectKey, ObjectSuffix, PartitionSnapshot, SegmentMetadata
 from compaction.storage.base import ObjectStore
+from compaction.storage.indexes import get_part, parse_part, segment_objects
 from compaction.storage.layout import segment_object_key
 
 
@@ -62,7 +63,8 @@ def trim_copy(store: ObjectStore, row: SegmentMetadata, first_offset: int, segme
     index_key = row.object_key(ObjectSuffix.OFFSET_INDEX)
     floor = 0
     if index_key is not None:
-        entries = read_offset_index(store.get(index_key), row.start_offset, obj=index_key)
+        entries = parse_part(store, index_key, ObjectSuffix.OFFSET_INDEX,
+                             lambda data, obj: read_offset_index(data, row.start_offset, obj=obj))
         floor = offset_index_lookup(entries, row.start_offset, first_offset)[1]
     data = store.get(log_key, floor)
     cut, max_ts, transactional = len(data), NO_TIMESTAMP, False
@@ -87,14 +89,17 @@ def trim_copy(store: ObjectStore, row: SegmentMetadata, first_offset: int, segme
              ObjectSuffix.TIME_INDEX: indexes.time_index}
     txn_key = row.object_key(ObjectSuffix.TXN_INDEX)
     if txn_key is not None:
-        aborted = [t for t in read_txn_index(store.get(txn_key), obj=txn_key) if t.last_offset >= first_offset]
+        txns = parse_part(store, txn_key, ObjectSuffix.TXN_INDEX, lambda data, obj: read_txn_index(data, obj=obj))
+        aborted = [t for t in txns if t.last_offset >= first_offset]
         if aborted:
             files[ObjectSuffix.TXN_INDEX] = encode_txn_index(aborted)
     for suffix in (ObjectSuffix.PRODUCER_SNAPSHOT, ObjectSuffix.LEADER_EPOCH_CHECKPOINT):
         if (copied := row.object_key(suffix)) is not None:
-            files[suffix] = store.get(copied)
-    for suffix, body in files.items():
-        store.put(key(suffix), body)
+            files[suffix] = get_part(store, copied, suffix)
+    log = files.pop(ObjectSuffix.LOG)
+    objects, keys = segment_objects(key, log, files)
+    for object_key, body in objects.items():
+        store.put(object_key, body)
     return NewSegment(
         segment_id=segment_id,
         start_offset=first_offset,
@@ -102,7 +107,7 @@ def trim_copy(store: ObjectStore, row: SegmentMetadata, first_offset: int, segme
         max_timestamp_ms=max_ts if max_ts != NO_TIMESTAMP else row.max_timestamp_ms,
         segment_leader_epochs=trimmed_epochs(row.segment_leader_epochs, first_offset),
         segment_size_bytes=len(log),
-        object_keys=tuple(ObjectKey(suffix, key(suffix)) for suffix in files),
+        object_keys=tuple(ObjectKey(suffix, k) for suffix, k in keys.items()),
         transactional=transactional,
     )
 

@@ -58,6 +58,7 @@ from compaction.packing import pack_for
 from compaction.producers import producer_state
 from compaction.reader import SegmentRef, slice_bytes, wal_headers, wal_ref
 from compaction.storage.base import ObjectStore, StoreSpec
+from compaction.storage.indexes import segment_objects
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
 from compaction.wal.log import PartitionLog
 from compaction.wal.view import StoreLog, store_log, tier_epochs
@@ -237,7 +238,6 @@ def _build(store: ObjectStore, task: RollTask, rolled: list[list[_Batch]], tail:
                                 txn_first_offsets=open_transactions(state.values()))
         state = producer_state_from_log(log, obj=name, initial=state.values())
         files: dict[Suffix, bytes] = {
-            Suffix.LOG: log,
             Suffix.OFFSET_INDEX: indexes.offset_index,
             Suffix.TIME_INDEX: indexes.time_index,
             Suffix.PRODUCER_SNAPSHOT: encode_producer_snapshot(state.values()),
@@ -247,10 +247,12 @@ def _build(store: ObjectStore, task: RollTask, rolled: list[list[_Batch]], tail:
         if indexes.txn_index is not None:
             files[Suffix.TXN_INDEX] = indexes.txn_index
         segment_id = new_segment_id()
-        keys = {s: segment_object_key(task.topic, task.topic_id, task.partition, base, segment_id, s) for s in files}
+        objects, keys = segment_objects(
+            lambda s: segment_object_key(task.topic, task.topic_id, task.partition, base, segment_id, s),  # noqa: B023
+            log, files)
         if not task.dry_run:
-            for s, data in files.items():
-                store.put(keys[s], data)
+            for k, data in objects.items():
+                store.put(k, data)
         headers = [b.header for b in seg]
         out.rolled_bytes += len(log)
         out.new_segments.append(NewSegment(

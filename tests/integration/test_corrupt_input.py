@@ -40,6 +40,7 @@ from compaction.metadata import ChangeSet, ObjectKey, ObjectSuffix, SegmentMetad
 from compaction.metadata.change_set import AddedObjectKey
 from compaction.spark.session import build_session
 from compaction.storage import open_store
+from compaction.storage.indexes import get_part, is_parts_key, pack_parts, read_header, unpack_parts
 from compaction.storage.layout import Suffix, segment_object_key
 from compaction.storage.local import LocalStore
 from compaction.tier import tier_logdir
@@ -120,8 +121,8 @@ def damage(store: LocalStore) -> Expected:
     expected[3] = ("UnsupportedMagicError", {live[3][0].object_key(ObjectSuffix.LOG) or "": third + MAGIC_OFFSET})
 
     for seg in live[4]:
-        path_of(store, seg.object_key(ObjectSuffix.OFFSET_INDEX)).write_bytes(b"\xffgarbage-index\x01")
-        path_of(store, seg.object_key(ObjectSuffix.TIME_INDEX)).write_bytes(b"\x00" * 5)
+        replace_part(store, seg, ObjectSuffix.OFFSET_INDEX, b"\xffgarbage-index\x01")
+        replace_part(store, seg, ObjectSuffix.TIME_INDEX, b"\x00" * 5)
 
     gone = live[5][0].object_key(ObjectSuffix.LOG) or ""
     path_of(store, gone).unlink()
@@ -135,9 +136,21 @@ def damage(store: LocalStore) -> Expected:
     expected[7] = ("CorruptIndexError", {add_object_key(store, no_txn[0], Suffix.TXN_INDEX, bad_entry): 0})
 
     snapshot = live[8][-1].object_key(ObjectSuffix.PRODUCER_SNAPSHOT) or ""
-    path_of(store, snapshot).write_bytes(b"\x00\x07 not a producer snapshot")
-    expected[8] = ("CorruptIndexError", {snapshot: 0})
+    at = replace_part(store, live[8][-1], ObjectSuffix.PRODUCER_SNAPSHOT, b"\x00\x07 not a producer snapshot")
+    expected[8] = ("CorruptIndexError", {snapshot: at})  # the byte of the .indexes object, not of its part
     return expected
+
+
+def replace_part(store: LocalStore, seg: SegmentMetadata, suffix: Suffix, data: bytes) -> int:
+    """Rewrites, in place, the `.indexes` object holding `seg`'s file `suffix` with that part's bytes replaced by
+    `data` (its header still valid); the part's position in the object."""
+    key = seg.object_key(suffix) or ""
+    assert is_parts_key(key), key
+    path = path_of(store, key)
+    parts = unpack_parts(path.read_bytes(), obj=key)
+    packed = pack_parts({**parts, suffix: data})
+    path.write_bytes(packed)
+    return read_header(packed, obj=key)[suffix][0]
 
 
 @pytest.mark.spark
@@ -186,8 +199,9 @@ def test_corrupt_input_quarantines_only_its_partition_through_the_cli(
     for seg in rewritten:  # built from the rewritten log, not carried over
         log = store.get(seg.object_key(ObjectSuffix.LOG) or "")
         rebuilt = build_indexes(log, seg.start_offset, 4096)
-        assert store.get(seg.object_key(ObjectSuffix.OFFSET_INDEX) or "") == rebuilt.offset_index
-        assert store.get(seg.object_key(ObjectSuffix.TIME_INDEX) or "") == rebuilt.time_index
+        assert get_part(store, seg.object_key(ObjectSuffix.OFFSET_INDEX) or "", Suffix.OFFSET_INDEX
+                        ) == rebuilt.offset_index
+        assert get_part(store, seg.object_key(ObjectSuffix.TIME_INDEX) or "", Suffix.TIME_INDEX) == rebuilt.time_index
 
 
 def test_a_partition_quarantined_at_planning_fails_the_run_even_with_nothing_to_compact(
@@ -200,8 +214,8 @@ def test_a_partition_quarantined_at_planning_fails_the_run_even_with_nothing_to_
     store = open_store(str(tmp_path / "store"))
     tier_logdir(tmp_path / "logs", store, table_in_store(store, create=True), NOW - 10 * DAY)
     live = table_in_store(store).live_segments(TOPIC, 0)
-    snapshot = next(k for s in reversed(live) if (k := s.object_key(ObjectSuffix.PRODUCER_SNAPSHOT)))
-    path_of(store, snapshot).write_bytes(b"\x00\x07 not a producer snapshot")
+    last = next(s for s in reversed(live) if s.object_key(ObjectSuffix.PRODUCER_SNAPSHOT))
+    replace_part(store, last, ObjectSuffix.PRODUCER_SNAPSHOT, b"\x00\x07 not a producer snapshot")
     config = tmp_path / "kcompact.yaml"
     config.write_text("defaults:\n" + "".join(f"  {k}: {v!r}\n" for k, v in SETTINGS.items()))
     code = main(["compact", "--store", store.uri, "--config", str(config), "--now", str(NOW), "--json"])
@@ -210,5 +224,5 @@ def test_a_partition_quarantined_at_planning_fails_the_run_even_with_nothing_to_
     assert code == 3 and report["exit_code"] == 3
     [failed] = report["failed"]
     assert (failed["topic"], failed["partition"], failed["exit_code"]) == (TOPIC, 0, 3)
-    assert store.object_uri(snapshot) in failed["error"]
+    assert store.object_uri(last.object_key(ObjectSuffix.PRODUCER_SNAPSHOT) or "") in failed["error"]
     assert table_in_store(store).live_segments(TOPIC, 0) == live

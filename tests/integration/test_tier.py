@@ -37,6 +37,7 @@ from compaction.metadata import (
 from compaction.metadata.snapshot import referenced_object_keys
 from compaction.reader import ConsumerRead, Isolation, consumer_records, segment_records, segment_ref
 from compaction.storage import ObjectStore, open_store
+from compaction.storage.indexes import get_part
 from compaction.storage.layout import new_segment_id, segment_object_key
 from compaction.tier import tier_logdir
 from compaction.tier.logdir import partitions
@@ -246,7 +247,8 @@ def test_missing_or_garbage_index_is_rebuilt(logdir: Path, local_store: ObjectSt
                 if r.topic == "users.v2"]
     assert result.rebuilt_indexes == 2
     first = table_in_store(local_store).live_segments("users.v2", 0)[0]
-    assert local_store.get(first.object_key(ObjectSuffix.OFFSET_INDEX) or "") == original
+    assert get_part(local_store, first.object_key(ObjectSuffix.OFFSET_INDEX) or "", ObjectSuffix.OFFSET_INDEX
+                    ) == original
 
 
 def test_metadata_table_is_plain_delta(logdir: Path, local_store: ObjectStore) -> None:
@@ -294,7 +296,7 @@ def tier_snapshots(store: ObjectStore, topic: str, partition: int) -> list[list[
     live = table_in_store(store).live_segments(topic, partition)
     keys = [s.object_key(ObjectSuffix.PRODUCER_SNAPSHOT) for s in live]
     assert None not in keys, "every tiered segment must come with a producer snapshot"
-    return [read_producer_snapshot(store.get(k or ""), obj=k) for k in keys]
+    return [read_producer_snapshot(get_part(store, k or "", ObjectSuffix.PRODUCER_SNAPSHOT), obj=k) for k in keys]
 
 
 def replayed(store: ObjectStore, topic: str, partition: int) -> list[list[ProducerStateEntry]]:

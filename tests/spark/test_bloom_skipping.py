@@ -46,6 +46,7 @@ from compaction.run.plan import plan
 from compaction.run.report import run_report
 from compaction.run.stage import StagedRun, stage
 from compaction.storage import ObjectStore, open_store
+from compaction.storage.indexes import get_part
 from tests.scenario_log import ScenarioLog, tier
 
 NOW1 = 1_800_000_000_000
@@ -282,7 +283,7 @@ def test_transactional_clean_segments_are_always_rewritten(rounds: Rounds) -> No
     txn_segments = []
     for s in r.live_before["txn"]:
         bloom = s.object_key(ObjectSuffix.BLOOM)  # the clean ones have one (round 1 wrote them)
-        if bloom is not None and KeyFilter.from_bytes(store.get(bloom)).facts.transactional:
+        if bloom is not None and KeyFilter.from_bytes(get_part(store, bloom, ObjectSuffix.BLOOM)).facts.transactional:
             txn_segments.append(s.segment_id)
     assert txn_segments and set(txn_segments) <= set(staged.replaced)
     assert staged.kept, "segments without transactions and without key 5 are kept"

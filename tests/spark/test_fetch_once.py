@@ -85,10 +85,10 @@ def test_a_first_compaction_fetches_each_segment_once(rounds: Rounds) -> None:
     s = part["stats"]
     assert s["segments_scanned"] == part["segments_replaced"] > 1
     assert s["cache_hits"] == s["segments_scanned"], "the rewrite fetched again what the scan had fetched"
-    # each output's producer snapshot and leader-epoch checkpoint are copies of its last input's: on this local store
-    # hard links, which read nothing (a store without links reads each once: `ObjectStore.put_many`)
-    assert part["requests"]["gets"] == s["segments_scanned"]
-    assert part["requests"]["puts"] >= 6 * part["segments_written"]  # log, 2 indexes, 2 copies, filter
+    # each output carries its last input's producer snapshot and leader-epoch checkpoint into its own .indexes
+    # object: one read of that input's .indexes object (its first 64 KiB: all of it), no more
+    assert part["requests"]["gets"] == s["segments_scanned"] + part["segments_written"]
+    assert part["requests"]["puts"] == 2 * part["segments_written"]  # its log; indexes, snapshot, checkpoint, filter
     assert 1.0 <= part["fetch_ratio"] <= 1.05 and rounds.first["fetch_ratio"] == part["fetch_ratio"]
 
 

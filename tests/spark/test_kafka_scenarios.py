@@ -35,6 +35,7 @@ from compaction.generate import TopicSpec, WorkloadSpec, generate_logdir
 from compaction.metadata import MetadataSnapshot, ObjectSuffix, table_in_store
 from compaction.run.stats import PartitionStats
 from compaction.storage import ObjectStore, open_store
+from compaction.storage.indexes import get_part
 from compaction.tier import tier_logdir
 from tests.scenario_log import (
     RemoteBatch,
@@ -252,7 +253,8 @@ def test_scenario_2_dedupe_with_idempotent_producers(history: History) -> None:
     # snapshot the tier carries still names, for every producer, a batch the log still holds.
     store = history.store
     last = table_in_store(store).live_segments("s02", 0)[-1]
-    snapshot = read_producer_snapshot(store.get(last.object_key(ObjectSuffix.PRODUCER_SNAPSHOT) or ""))
+    snapshot = read_producer_snapshot(get_part(store, last.object_key(ObjectSuffix.PRODUCER_SNAPSHOT) or "",
+                                               ObjectSuffix.PRODUCER_SNAPSHOT))
     held = {(b.producer_id, b.last_offset, b.last_sequence) for b in second.batches}
     assert {(e.producer_id, e.last_offset, e.last_sequence) for e in snapshot} == {
         (1, 2, 2), (2, 5, 2), (3, 7, 1), (4, 8, 0)} <= held

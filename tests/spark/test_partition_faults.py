@@ -125,7 +125,7 @@ BROKEN_READS: dict[str, tuple[Callable[[str, str], bool], bool]] = {
     # staging's read of the rows, another partition's commit lands after the plan
     "scan-task-segments": (segment_reads_of(BROKEN, ".log"), False),
     "staging-metadata-rows": (lambda method, path: method == "GET" and _METADATA_ROWS in path, False),
-    "plan-producer-state": (segment_reads_of(BROKEN, ".snapshot", ".txnindex"), True),
+    "plan-producer-state": (segment_reads_of(BROKEN, ".indexes", ".snapshot", ".txnindex"), True),
 }
 
 

@@ -286,7 +286,8 @@ def test_a_rewrite_missing_a_batch_fails_listing_exactly_its_latest_keys(spark: 
     for obj in victim.object_keys:  # the other files (the transaction index above all) as they were
         if obj.suffix is not ObjectSuffix.LOG:
             copied = replace(parse_segment_object_key(obj.key), segment_id=new_key.segment_id).key
-            store.put(copied, store.get(obj.key))
+            if not store.exists(copied):  # an .indexes object holds several files
+                store.put(copied, store.get(obj.key))
             keys.append(ObjectKey(obj.suffix, copied))
     epoch = acquire_fencing_epoch(table, TOPIC, 0, "rogue@test", NOW)
     snap = table.partition_snapshot(TOPIC, 0)

@@ -22,8 +22,9 @@ from compaction.format.checkpoints import read_leader_epoch_checkpoint
 from compaction.format.indexes import verify_indexes
 from compaction.format.producer_snapshot import read_producer_snapshot
 from compaction.gc import collect_garbage
-from compaction.metadata import ObjectSuffix, SegmentState, table_in_store
+from compaction.metadata import ObjectSuffix, SegmentMetadata, SegmentState, table_in_store
 from compaction.storage import ObjectStore, open_store
+from compaction.storage.indexes import get_part
 from compaction.wal import roll as roll_module
 from compaction.wal.roll import roll
 from compaction.wal.table import WalTable
@@ -38,6 +39,11 @@ with warnings.catch_warnings():
 NOW = 1_700_000_000_000
 HOUR = 3_600_000
 
+
+
+def part(store: ObjectStore, seg: SegmentMetadata, suffix: ObjectSuffix) -> bytes:
+    """`seg`'s file `suffix`, an object of its own or a part of its `.indexes` object."""
+    return get_part(store, seg.object_key(suffix) or "", suffix)
 
 def config(segment_bytes: int = 2000, segment_ms: int = HOUR, **extra: object) -> KcompactConfig:
     return parse_config({"defaults": {"cleanup.policy": "compact", "segment.bytes": segment_bytes,
@@ -90,10 +96,10 @@ def test_roll_makes_complete_segments_with_kafkas_rules_and_leaves_the_open_tail
                 assert batch.validate_crc()
                 last = batch
             assert last is not None
-            verify_indexes(data, s.start_offset, store.get(s.object_key(ObjectSuffix.OFFSET_INDEX) or ""),
-                           store.get(s.object_key(ObjectSuffix.TIME_INDEX) or ""))
-            read_producer_snapshot(store.get(s.object_key(ObjectSuffix.PRODUCER_SNAPSHOT) or ""))
-            epochs = read_leader_epoch_checkpoint(store.get(s.object_key(ObjectSuffix.LEADER_EPOCH_CHECKPOINT) or ""))
+            verify_indexes(data, s.start_offset, part(store, s, ObjectSuffix.OFFSET_INDEX),
+                           part(store, s, ObjectSuffix.TIME_INDEX))
+            read_producer_snapshot(part(store, s, ObjectSuffix.PRODUCER_SNAPSHOT))
+            epochs = read_leader_epoch_checkpoint(part(store, s, ObjectSuffix.LEADER_EPOCH_CHECKPOINT))
             assert [e.epoch for e in epochs] == [0]
         rolled_to = live[-1].end_offset + 1
         assert rolled_to < log.next_offset, "the open tail was rolled although it is neither full nor old"
@@ -349,6 +355,6 @@ def test_tier_after_roll_tiers_a_local_segment_from_where_the_roll_ended(spark: 
     tail = live[-1]
     assert (tail.start_offset, tail.end_offset) == (rolled_end + 1, 79)
     data = store.get(tail.object_key(ObjectSuffix.LOG) or "")
-    verify_indexes(data, tail.start_offset, store.get(tail.object_key(ObjectSuffix.OFFSET_INDEX) or ""),
-                   store.get(tail.object_key(ObjectSuffix.TIME_INDEX) or ""))
+    verify_indexes(data, tail.start_offset, part(store, tail, ObjectSuffix.OFFSET_INDEX),
+                   part(store, tail, ObjectSuffix.TIME_INDEX))
     assert latest_view(store, "orders", 0) == before

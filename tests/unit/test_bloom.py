@@ -51,6 +51,7 @@ from compaction.rewrite import upload
 from compaction.rewrite.upload import DiskBudgetError, rewrite_groups, shared_scratch
 from compaction.run.report import TARGET_FALSE_READ_RATE, bloom_sizing
 from compaction.storage import open_store
+from compaction.storage.indexes import get_part
 from compaction.storage.layout import Suffix, segment_object_key
 from compaction.tasks import GroupTask, InputSegment, PartitionTask, PartitionWork
 from tests import factories
@@ -292,10 +293,10 @@ def test_chunks_stay_within_the_disk_budget_and_outputs_carry_their_filter(
     assert done.peak_temp_bytes >= max(g.size for g in task.groups)  # it measured a whole chunk
     for result in done.groups:
         log = store.get(result.object_keys["log"])
-        f = KeyFilter.from_bytes(store.get(result.object_keys["bloom"]))
+        f = KeyFilter.from_bytes(get_part(store, result.object_keys["bloom"], Suffix.BLOOM))
         keys = scan_segment(log).records["key"]
         assert f.n == len(keys) and f.positives(key_hashes(keys)) == len(keys)
-        assert result.object_keys["bloom"] == filter_key(result.object_keys["log"])
+        assert result.object_keys["bloom"] == result.object_keys["indexes"]  # the filter is a part of it
 
 
 def test_a_chunk_above_the_budget_is_refused_before_any_download(tmp_path: Path) -> None:
@@ -351,8 +352,9 @@ def test_calls_within_shared_scratch_download_into_one_directory_removed_at_its_
 @pytest.mark.parametrize("in_memory", [upload.IN_MEMORY_BYTES, 0], ids=["small", "big"])
 def test_a_small_chunk_puts_its_objects_filter_included_in_one_round(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_memory: int) -> None:
-    """A small chunk builds its filter piece by piece at once and puts every object in one `put_many`; a big one
-    hands the pieces to the filter thread and puts the filter after the rest. The objects are the same."""
+    """A small chunk builds its filter piece by piece at once and puts both its objects in one `put_many`; a big one
+    hands the pieces to the filter thread and puts its `.log` while the filter is built, then the `.indexes` object
+    that holds the filter. The objects are the same."""
     monkeypatch.setattr(upload, "IN_MEMORY_BYTES", in_memory)
     task, winners = partition_task(tmp_path / "store", [2000] * 2, budget=None)
     store = open_store(str(tmp_path / "store"))
@@ -366,10 +368,10 @@ def test_a_small_chunk_puts_its_objects_filter_included_in_one_round(
     monkeypatch.setattr(store, "put_many", put_many)
     (done,) = rewrite_groups(store, task, task.groups, winners).groups
     put = [suffix for r in rounds for suffix in r]
-    assert sorted(put) == sorted(k.rsplit(".", 1)[1] for k in done.object_keys.values())
-    assert "bloom" in rounds[-1] and len(put) == 4  # log, both indexes, filter
+    assert sorted(put) == sorted({k.rsplit(".", 1)[1] for k in done.object_keys.values()}) == ["indexes", "log"]
+    assert "indexes" in rounds[-1] and len(put) == 2  # the log; both indexes and the filter in one object
     assert len(rounds) == (1 if in_memory else 2), rounds
-    f = KeyFilter.from_bytes(store.get(done.object_keys["bloom"]))
+    f = KeyFilter.from_bytes(get_part(store, done.object_keys["bloom"], Suffix.BLOOM))
     assert f.positives(key_hashes(pa.array([b"k%06d" % i for i in range(40)], pa.binary()))) == 40
 
 

@@ -42,7 +42,9 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageManager;
  *
  * <p>A segment without a transaction index (Kafka passes none when it is empty) has no {@code .txnindex} object;
  * {@link #fetchIndex} then throws {@link RemoteResourceNotFoundException}, which is what {@code RemoteLogManager}
- * expects of a missing optional index. Every failure is a {@link RemoteStorageException} naming the object.
+ * expects of a missing optional index. Every failure is a {@link RemoteStorageException} naming the object. A segment
+ * kcompact wrote keeps its indexes, producer snapshot and leader-epoch checkpoint in one {@code .indexes} object, which
+ * its custom metadata says ({@link IndexParts}); {@link #fetchIndex} reads such a file as its range there.
  *
  * <p>Each call's count, time, bytes and failures, and the Python process's queue and restarts, are KIP-877 plugin
  * metrics ({@link TierMetrics}).
@@ -237,7 +239,11 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
     @Override
     public InputStream fetchIndex(RemoteLogSegmentMetadata segment, IndexType indexType)
             throws RemoteStorageException {
-        String key = keys.key(segment, Suffix.of(indexType));
+        Suffix suffix = Suffix.of(indexType);
+        if (IndexParts.holds(segment, suffix)) {
+            return counted("fetch-index", () -> openPart(segment, suffix));
+        }
+        String key = keys.key(segment, suffix);
         if (chunks == null) {
             return counted("fetch-index", () -> open(key, 0, Long.MAX_VALUE));
         }
@@ -250,6 +256,25 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
         }
         return counted("fetch-index", () -> reading(key, 0, Long.MAX_VALUE,
                 () -> chunks.open(key, 0, Long.MAX_VALUE, -1)));
+    }
+
+    /** File {@code suffix} of a segment kcompact wrote, a part of its {@code .indexes} object: the header's bytes,
+     * then the part's range (through the chunk cache, both are in the object's first chunk for all but a large
+     * segment's indexes). */
+    private InputStream openPart(RemoteLogSegmentMetadata segment, Suffix suffix) throws RemoteStorageException {
+        String key = keys.key(segment, Suffix.INDEXES);
+        if (chunks != null && suffix == Suffix.OFFSET_INDEX) {
+            fetchAheadOfLog(segment);
+        }
+        return reading(key, 0, Long.MAX_VALUE, () -> {
+            byte[] head;
+            try (InputStream in = chunks == null ? store.open(key, 0, IndexParts.MAX_HEADER)
+                    : chunks.open(key, 0, IndexParts.MAX_HEADER, -1)) {
+                head = in.readAllBytes();
+            }
+            long[] range = IndexParts.locate(head, suffix, store.uri(key));
+            return chunks == null ? store.open(key, range[0], range[1]) : chunks.open(key, range[0], range[1], -1);
+        });
     }
 
     /**
@@ -265,6 +290,11 @@ public final class KcompactRemoteStorageManager implements RemoteStorageManager,
         if (!segment.isTxnIdxEmpty()) {
             chunks.fetchAhead(keys.key(segment, Suffix.TXN_INDEX), -1);
         }
+        fetchAheadOfLog(segment);
+    }
+
+    /** The segment's first chunk, when it follows the one last read of its partition. */
+    private void fetchAheadOfLog(RemoteLogSegmentMetadata segment) {
         Long before = lastRead.get(segment.topicIdPartition());
         if (before != null && before + 1 == segment.startOffset()) {
             chunks.fetchAhead(keys.key(segment, Suffix.LOG), segment.segmentSizeInBytes());

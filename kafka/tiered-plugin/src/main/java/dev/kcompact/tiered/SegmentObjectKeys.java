@@ -21,7 +21,9 @@ public final class SegmentObjectKeys {
         PRODUCER_SNAPSHOT("snapshot"),
         LEADER_EPOCH_CHECKPOINT("leader-epoch-checkpoint"),
         /** kcompact's key filter of a segment it wrote (never one the broker copies); deleted with the segment. */
-        BLOOM("bloom");
+        BLOOM("bloom"),
+        /** The other files of a segment kcompact wrote, in one object ({@link IndexParts}). */
+        INDEXES("indexes");
 
         public final String text;
 

@@ -1,9 +1,10 @@
 package dev.kcompact.tiered;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 import java.util.NavigableMap;
-import java.util.Optional;
 import java.util.TreeMap;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.Uuid;
@@ -31,10 +32,20 @@ record SegmentRow(RemoteLogSegmentMetadata metadata, boolean live) {
                 new RemoteLogSegmentId(rowTp, Uuid.fromString(row.get("segment_id").asText())),
                 row.get("start_offset").asLong(), row.get("end_offset").asLong(),
                 row.get("max_timestamp_ms").asLong(), brokerId, row.get("event_timestamp_ms").asLong(),
-                (int) Math.min(Integer.MAX_VALUE, row.get("segment_size_bytes").asLong()), Optional.empty(),
+                (int) Math.min(Integer.MAX_VALUE, row.get("segment_size_bytes").asLong()), IndexParts.of(parts(row)),
                 RemoteLogSegmentState.valueOf(row.get("state").asText()), epochs,
                 !row.get("txn_index").asBoolean());
         return new SegmentRow(metadata, row.get("live").asBoolean());
+    }
+
+    /** The files the row says are in the segment's {@code .indexes} object (none in a row of an older kcompact). */
+    private static List<String> parts(JsonNode row) {
+        List<String> parts = new ArrayList<>();
+        JsonNode listed = row.get("parts");
+        if (listed != null) {
+            listed.forEach(p -> parts.add(p.asText()));
+        }
+        return parts;
     }
 
     boolean holdsEpoch(int epoch) {

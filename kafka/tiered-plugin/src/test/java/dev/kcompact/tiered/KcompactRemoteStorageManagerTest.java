@@ -20,7 +20,9 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.Uuid;
 import org.apache.kafka.server.log.remote.storage.LogSegmentData;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentId;
+import dev.kcompact.tiered.SegmentObjectKeys.Suffix;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentState;
 import org.apache.kafka.server.log.remote.storage.RemoteResourceNotFoundException;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageManager.IndexType;
@@ -82,6 +84,65 @@ class KcompactRemoteStorageManagerTest {
         assertEquals("times", read(rsm.fetchIndex(segment, IndexType.TIMESTAMP)));
         assertEquals("producers", read(rsm.fetchIndex(segment, IndexType.PRODUCER_SNAPSHOT)));
         assertThrows(RemoteResourceNotFoundException.class, () -> rsm.fetchIndex(segment, IndexType.TRANSACTION));
+    }
+
+    /** The {@code .indexes} object kcompact writes for a segment's offset and time indexes, producer snapshot,
+     * leader-epoch checkpoint and key filter: {@code compaction.storage.indexes.pack_parts}'s bytes, which
+     * {@code tests/unit/test_segment_parts.py} checks against the same hex. */
+    static final String PACKED = "4b434958010501000000000000000702000000000000000504000000000000000905000000000000000b06"
+            + "00000000000000066f66667365747374696d657370726f647563657273300a310a3020313233340a66696c746572";
+
+    private RemoteLogSegmentMetadata kcompacts(java.util.List<String> parts) {
+        return new RemoteLogSegmentMetadata(segment.remoteLogSegmentId(), 1234, 1299, 5, 1, 6, 10,
+                IndexParts.of(parts), RemoteLogSegmentState.COPY_SEGMENT_FINISHED, Map.of(0, 1234L), true);
+    }
+
+    @Test
+    void readsTheFilesOfASegmentKcompactWroteFromItsIndexesObject() throws Exception {
+        Files.createDirectories(object("log").getParent());
+        Files.writeString(object("log"), "0123456789");
+        Files.write(object("indexes"), java.util.HexFormat.of().parseHex(PACKED));
+        RemoteLogSegmentMetadata written = kcompacts(java.util.List.of("index", "timeindex", "snapshot",
+                "leader-epoch-checkpoint", "bloom"));
+
+        assertEquals("offsets", read(rsm.fetchIndex(written, IndexType.OFFSET)));
+        assertEquals("times", read(rsm.fetchIndex(written, IndexType.TIMESTAMP)));
+        assertEquals("producers", read(rsm.fetchIndex(written, IndexType.PRODUCER_SNAPSHOT)));
+        assertEquals("0\n1\n0 1234\n", read(rsm.fetchIndex(written, IndexType.LEADER_EPOCH)));
+        assertThrows(RemoteResourceNotFoundException.class, () -> rsm.fetchIndex(written, IndexType.TRANSACTION));
+        assertEquals("234", read(rsm.fetchLogSegment(written, 2, 4)));
+        // a row that says the snapshot is in the object when it is not: not found, naming the object
+        Files.write(object("indexes"), Arrays.copyOf(java.util.HexFormat.of().parseHex(PACKED), 24));
+        RemoteStorageException cut = assertThrows(RemoteStorageException.class,
+                () -> rsm.fetchIndex(written, IndexType.PRODUCER_SNAPSHOT));
+        assertTrue(cut.getMessage().contains(object("indexes").toString()), cut.getMessage());
+
+        Files.writeString(object("indexes"), "not kcompact's");
+        RemoteStorageException bad = assertThrows(RemoteStorageException.class,
+                () -> rsm.fetchIndex(written, IndexType.OFFSET));
+        assertTrue(bad.getMessage().contains(object("indexes") + ": not an .indexes object (bad magic at byte 0)"),
+                bad.getMessage());
+
+        rsm.deleteLogSegmentData(written);
+        assertFalse(Files.exists(object("indexes")), "the broker deletes the object with the segment");
+        assertFalse(Files.exists(object("log")));
+    }
+
+    @Test
+    void onlyItsOwnCustomMetadataSaysAFileIsInTheIndexesObject() {
+        RemoteLogSegmentMetadata written = kcompacts(java.util.List.of("index", "txnindex"));
+        assertTrue(IndexParts.holds(written, Suffix.OFFSET_INDEX));
+        assertTrue(IndexParts.holds(written, Suffix.TXN_INDEX));
+        assertFalse(IndexParts.holds(written, Suffix.TIME_INDEX));
+        assertFalse(IndexParts.holds(written, Suffix.LOG));
+        assertEquals(Optional.empty(), IndexParts.of(java.util.List.of()));
+        assertEquals(Optional.empty(), SegmentFlags.transactional(written.customMetadata()), "not the copy's flag");
+        RemoteLogSegmentMetadata copied = new RemoteLogSegmentMetadata(segment.remoteLogSegmentId(), 1234, 1299, 5, 1,
+                6, 10, Optional.of(SegmentFlags.of(true)), RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                Map.of(0, 1234L));
+        for (Suffix suffix : Suffix.values()) {
+            assertFalse(IndexParts.holds(copied, suffix), "a broker's copy has an object per file");
+        }
     }
 
     @Test

@@ -1,0 +1,140 @@
+"""A segment's `.indexes` object (`compaction.storage.indexes`): its layout, its reads and their requests, and the
+errors for one that is not kcompact's."""
+
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from compaction.errors import MissingObjectError
+from compaction.storage import open_store
+from compaction.storage.indexes import (
+    FIRST_READ_BYTES,
+    CorruptIndexesObjectError,
+    get_part,
+    get_parts,
+    pack_parts,
+    read_header,
+    segment_keys,
+    segment_objects,
+    unpack_parts,
+)
+from compaction.storage.layout import Suffix, segment_object_key
+
+PARTS = {
+    Suffix.TIME_INDEX: b"t" * 24,
+    Suffix.OFFSET_INDEX: b"o" * 16,
+    Suffix.LEADER_EPOCH_CHECKPOINT: b"0\n1\n0 0\n",
+    Suffix.BLOOM: b"",
+}
+
+
+def test_parts_round_trip_in_kind_order_whatever_the_mapping_order():
+    data = pack_parts(PARTS)
+    assert data[:6] == b"KCIX\x01\x04"
+    # kinds in PART_CODES order: offset index (1), time index (2), checkpoint (5), filter (6)
+    assert [data[6 + 9 * i] for i in range(4)] == [1, 2, 5, 6]
+    assert unpack_parts(data, obj="x") == PARTS
+    header = read_header(data, obj="x", size=len(data))
+    assert header[Suffix.OFFSET_INDEX] == (6 + 36, 6 + 36 + 16)
+    assert header[Suffix.BLOOM][0] == header[Suffix.BLOOM][1] == len(data)
+
+
+def test_a_segments_objects_and_the_keys_its_row_names():
+    def key(suffix: Suffix) -> str:
+        return segment_object_key("t", "MWJ6FHTfRYy67jzwZdeqSQ", 3, 42, "tqimKeZwStOEOwRzT3L5oQ", suffix)
+
+    objects, keys = segment_objects(key, b"log bytes", PARTS)
+    assert sorted(objects) == sorted([key(Suffix.LOG), key(Suffix.INDEXES)])
+    assert objects[key(Suffix.LOG)] == b"log bytes"
+    assert unpack_parts(objects[key(Suffix.INDEXES)], obj="x") == PARTS
+    assert keys == {Suffix.LOG: key(Suffix.LOG), Suffix.INDEXES: key(Suffix.INDEXES),
+                    **{s: key(Suffix.INDEXES) for s in PARTS}}
+    assert segment_keys(key, []) == {Suffix.LOG: key(Suffix.LOG)}
+
+
+@pytest.fixture
+def store(tmp_path):
+    return open_store(str(tmp_path / "store"))
+
+
+def test_a_small_objects_part_is_one_request_and_a_large_ones_two(store):
+    small = "t-MWJ6FHTfRYy67jzwZdeqSQ/0/00000000000000000000-tqimKeZwStOEOwRzT3L5oQ.indexes"
+    store.put(small, pack_parts(PARTS))
+    before = store.stats.gets
+    assert get_part(store, small, Suffix.TIME_INDEX) == PARTS[Suffix.TIME_INDEX]
+    assert store.stats.gets == before + 1
+    before = store.stats.gets
+    assert get_parts(store, {Suffix.OFFSET_INDEX: small, Suffix.LEADER_EPOCH_CHECKPOINT: small}) == {
+        Suffix.OFFSET_INDEX: PARTS[Suffix.OFFSET_INDEX], Suffix.LEADER_EPOCH_CHECKPOINT:
+        PARTS[Suffix.LEADER_EPOCH_CHECKPOINT]}
+    assert store.stats.gets == before + 1, "both parts from one read of the object"
+
+    large = small.replace("00000000000000000000-", "00000000000000000001-")
+    big = bytes(range(256)) * (FIRST_READ_BYTES // 128)
+    store.put(large, pack_parts({Suffix.OFFSET_INDEX: big, Suffix.TIME_INDEX: b"tail"}))
+    before = store.stats.gets
+    assert get_part(store, large, Suffix.TIME_INDEX) == b"tail"
+    assert get_part(store, large, Suffix.OFFSET_INDEX) == big
+    assert store.stats.gets == before + 4, "the first 64 KiB, then each part's range"
+
+    with pytest.raises(MissingObjectError, match=r"holds no \.txnindex part"):
+        get_part(store, small, Suffix.TXN_INDEX)
+
+
+def test_a_key_of_its_own_is_read_as_the_file(store):
+    key = "t-MWJ6FHTfRYy67jzwZdeqSQ/0/00000000000000000000-tqimKeZwStOEOwRzT3L5oQ.index"
+    store.put(key, b"not a container")
+    assert get_part(store, key, Suffix.OFFSET_INDEX) == b"not a container"
+    assert get_parts(store, {Suffix.OFFSET_INDEX: key}) == {Suffix.OFFSET_INDEX: b"not a container"}
+
+
+def _entry(code: int, length: int) -> bytes:
+    return struct.pack(">BQ", code, length)
+
+
+@pytest.mark.parametrize(("data", "message", "position"), [
+    (b"KCI", "shorter than an .indexes header", 3),
+    (b"NOPE\x01\x01" + _entry(1, 0), "not an .indexes object", 0),
+    (b"KCIX\x02\x01" + _entry(1, 0), "unsupported .indexes version 2", 4),
+    (b"KCIX\x01\x00", "0 parts", 5),
+    (b"KCIX\x01\x09" + _entry(1, 0) * 9, "9 parts", 5),
+    (b"KCIX\x01\x02" + _entry(1, 0), "header of 2 parts cut", 15),
+    (b"KCIX\x01\x01" + _entry(9, 0), "unknown part kind 9", 6),
+    (b"KCIX\x01\x02" + _entry(1, 0) + _entry(1, 0), "repeated part kind 1", 15),
+    (b"KCIX\x01\x01" + _entry(1, 5) + b"abc", "parts add up to 20 bytes, the object holds 18", 18),
+])
+def test_an_object_that_is_not_one_is_refused_naming_the_byte(data, message, position):
+    with pytest.raises(CorruptIndexesObjectError, match=message) as caught:
+        read_header(data, obj="s3://b/x.indexes", size=len(data))
+    assert caught.value.position == position
+    assert "s3://b/x.indexes" in str(caught.value)
+
+
+def test_a_corrupt_object_read_from_the_store_names_it(store):
+    key = "t-MWJ6FHTfRYy67jzwZdeqSQ/0/00000000000000000000-tqimKeZwStOEOwRzT3L5oQ.indexes"
+    store.put(key, b"KCIX\x01\x01" + _entry(1, 100) + b"short")
+    with pytest.raises(CorruptIndexesObjectError, match="parts add up to 115 bytes, the object holds 20") as caught:
+        get_part(store, key, Suffix.OFFSET_INDEX)
+    assert store.object_uri(key) in str(caught.value)
+
+
+def test_nothing_but_known_parts_goes_in():
+    with pytest.raises(ValueError, match="not a part"):
+        pack_parts({Suffix.LOG: b"x"})
+    with pytest.raises(ValueError, match="at least one part"):
+        pack_parts({})
+
+
+def test_the_bytes_the_broker_plugins_test_reads():
+    """`KcompactRemoteStorageManagerTest.PACKED` (the plugin reads these parts by range): the same bytes."""
+    java = (Path(__file__).parents[2] / "kafka/tiered-plugin/src/test/java/dev/kcompact/tiered/"
+            "KcompactRemoteStorageManagerTest.java").read_text()
+    hexed = "".join(re.findall(r'"([0-9a-f]+)"', java[java.index("String PACKED"):java.index(";", java.index(
+        "String PACKED"))]))
+    assert bytes.fromhex(hexed) == pack_parts({
+        Suffix.OFFSET_INDEX: b"offsets", Suffix.TIME_INDEX: b"times", Suffix.PRODUCER_SNAPSHOT: b"producers",
+        Suffix.LEADER_EPOCH_CHECKPOINT: b"0\n1\n0 1234\n", Suffix.BLOOM: b"filter"})
