@@ -64,11 +64,21 @@ class FailingUploadStore(LocalStore):
         super().put(key, data)
 
     def put_many(self, objects: Mapping[str, bytes], copied_from: Mapping[str, str] | None = None) -> None:
-        """Each key counts as an upload, in order (objects, then copies); the failing one fails the call before it
-        writes anything."""
-        for key in [*objects, *(copied_from or {})]:
-            self._count_upload(key)
-        self._inside.put_many = True  # a one-object call goes through `put`: counted here already
+        """Each key counts as an upload, in order (objects, then copies); at the failing one, the ones before it are
+        written (as a process dying mid-call leaves the puts it had finished) and the call fails."""
+        copies = dict(copied_from or {})
+        keys = [*objects, *copies]
+        for i, key in enumerate(keys):
+            try:
+                self._count_upload(key)
+            except BaseException:
+                self._put_many_uncounted({k: objects[k] for k in keys[:i] if k in objects},
+                                         {k: copies[k] for k in keys[:i] if k in copies})
+                raise
+        self._put_many_uncounted(objects, copies)
+
+    def _put_many_uncounted(self, objects: Mapping[str, bytes], copied_from: Mapping[str, str]) -> None:
+        self._inside.put_many = True  # a one-object call goes through `put`: counted in put_many already
         try:
             super().put_many(objects, copied_from)
         finally:

@@ -22,7 +22,7 @@ from compaction.format.batch import CONTROL_FLAG_MASK, DELETE_HORIZON_FLAG_MASK,
 from compaction.format.scan import SegmentScan, scan_segment
 from compaction.format.scan_kernels import BATCH_ATTRIBUTES, BATCH_BASE_TIMESTAMP
 from compaction.storage.base import ObjectStore
-from compaction.storage.indexes import get_part
+from compaction.storage.indexes import CorruptIndexesObjectError, get_part_fetched
 from compaction.storage.layout import Suffix, parse_segment_object_key
 
 
@@ -74,18 +74,19 @@ def filter_key(log_key: str) -> str:
 
 
 def read_filter(store: ObjectStore, key: str) -> tuple[KeyFilter | None, int]:
-    """The filter stored at `key` and its size in bytes; (None, bytes) if it is missing or unreadable.
+    """The filter stored at `key` and the bytes fetched to read it (its `.indexes` object's header too); (None,
+    bytes) if it is missing or unreadable.
 
     An unreadable filter is never an error for the run: the segment is then read like one without a filter.
     """
     try:
-        data = get_part(store, key, Suffix.BLOOM)
-    except MissingObjectError:
+        data, fetched = get_part_fetched(store, key, Suffix.BLOOM)
+    except (MissingObjectError, CorruptIndexesObjectError):
         return None, 0
     try:
-        return KeyFilter.from_bytes(data, obj=store.object_uri(key)), len(data)
+        return KeyFilter.from_bytes(data, obj=store.object_uri(key)), fetched
     except FilterFormatError:
-        return None, len(data)
+        return None, fetched
 
 
 __all__ = ["FilterPart", "filter_key", "filter_part", "joined_filter", "read_filter", "segment_facts", "segment_filter"]

@@ -48,8 +48,8 @@ _BY_CODE = {code: suffix for suffix, code in PART_CODES.items()}
 T = TypeVar("T")
 _PREAMBLE = struct.Struct(">4sBB")
 _ENTRY = struct.Struct(">BQ")
-FIRST_READ_BYTES = 64 * 1024
-"""What a reader asks for first: the header and, for a small segment (the common case), every part in one request."""
+MAX_HEADER_BYTES = 6 + MAX_PARTS * 9
+"""What a reader asks for first: the longest header (its parts' lengths, so their positions)."""
 
 
 class CorruptIndexesObjectError(CorruptInputError):
@@ -141,15 +141,21 @@ def unpack_parts(data: bytes, *, obj: str) -> dict[Suffix, bytes]:
 
 def get_part(store: ObjectStore, key: str, suffix: Suffix) -> bytes:
     """The bytes of `suffix`'s file of a segment whose row names `key` for it: the object itself, or its part of an
-    `.indexes` object (one request for a small one, else the header's and the part's). MissingObjectError when the
-    object is missing or holds no such part."""
+    `.indexes` object (two requests: the header's bytes, then the part's). MissingObjectError when the object is
+    missing or holds no such part."""
     return _located_part(store, key, suffix)[0]
+
+
+def get_part_fetched(store: ObjectStore, key: str, suffix: Suffix) -> tuple[bytes, int]:
+    """`get_part`'s bytes, and how many bytes it fetched (the header's too), for a reader that reports them."""
+    data, _start, fetched = _located_part(store, key, suffix)
+    return data, fetched
 
 
 def parse_part(store: ObjectStore, key: str, suffix: Suffix, parse: Callable[[bytes, str], T]) -> T:
     """`parse(bytes, obj)` of `get_part`'s bytes, `obj` the object's URI; a CorruptInputError it raises names the byte
     of the object, not of the part."""
-    data, start = _located_part(store, key, suffix)
+    data, start, _fetched = _located_part(store, key, suffix)
     obj = store.object_uri(key)
     try:
         return parse(data, obj)
@@ -161,45 +167,62 @@ def parse_part(store: ObjectStore, key: str, suffix: Suffix, parse: Callable[[by
                         position=position) from exc
 
 
-def _located_part(store: ObjectStore, key: str, suffix: Suffix) -> tuple[bytes, int]:
+def _located_part(store: ObjectStore, key: str, suffix: Suffix) -> tuple[bytes, int, int]:
+    """The part's bytes, its position in the object and the bytes fetched."""
     if not is_parts_key(key):
-        return store.get(key), 0
-    obj = store.object_uri(key)
-    first = store.get(key, 0, FIRST_READ_BYTES)
-    whole = len(first) < FIRST_READ_BYTES
-    parts = read_header(first, obj=obj, size=len(first) if whole else None)
-    where = parts.get(suffix)
-    if where is None:
-        raise MissingObjectError(f"holds no .{suffix.value} part (it holds {', '.join(s.value for s in parts)})",
-                                 obj=obj)
-    start, end = where
-    if end <= len(first):
-        return bytes(first[start:end]), start
-    return store.get(key, start, end), start
+        data = store.get(key)
+        return data, 0, len(data)
+    ranges, head = _ranges(store, key, [suffix])
+    data = _read(store, key, ranges)[suffix]
+    return data, ranges[suffix][0], head + len(data)
 
 
 def get_parts(store: ObjectStore, keys: Mapping[Suffix, str]) -> dict[Suffix, bytes]:
-    """`get_part` of each `{suffix: key}`, an `.indexes` object read once for all its parts when it is small."""
+    """`get_part` of each `{suffix: key}`; the parts one `.indexes` object holds are read with one request after its
+    header's (they are next to each other when adjacent in `PART_CODES`, as the producer snapshot and the leader-epoch
+    checkpoint a rewrite carries are)."""
     out: dict[Suffix, bytes] = {}
-    whole: dict[str, dict[Suffix, bytes]] = {}
+    by_object: dict[str, list[Suffix]] = {}
     for suffix, key in keys.items():
-        if is_parts_key(key) and key not in whole:
-            first = store.get(key, 0, FIRST_READ_BYTES)
-            if len(first) < FIRST_READ_BYTES:
-                whole[key] = unpack_parts(first, obj=store.object_uri(key))
-        held = whole.get(key)
-        if held is not None and suffix in held:
-            out[suffix] = held[suffix]
+        if is_parts_key(key):
+            by_object.setdefault(key, []).append(suffix)
         else:
-            out[suffix] = get_part(store, key, suffix)
+            out[suffix] = store.get(key)
+    for key, wanted in by_object.items():
+        out.update(_read(store, key, _ranges(store, key, wanted)[0]))
     return out
 
 
+def _ranges(store: ObjectStore, key: str, wanted: Iterable[Suffix]) -> tuple[dict[Suffix, tuple[int, int]], int]:
+    """Where each `wanted` part lies in the `.indexes` object `key`, from its header (one request), and the bytes
+    that request fetched."""
+    obj = store.object_uri(key)
+    head = store.get(key, 0, MAX_HEADER_BYTES)
+    parts = read_header(head, obj=obj)
+    missing = [s for s in wanted if s not in parts]
+    if missing:
+        raise MissingObjectError(f"holds no .{missing[0].value} part (it holds {', '.join(s.value for s in parts)})",
+                                 obj=obj)
+    return {s: parts[s] for s in wanted}, len(head)
+
+
+def _read(store: ObjectStore, key: str, ranges: Mapping[Suffix, tuple[int, int]]) -> dict[Suffix, bytes]:
+    """The parts at `ranges` of object `key`, in one request spanning them all."""
+    low = min(a for a, _b in ranges.values())
+    high = max(b for _a, b in ranges.values())
+    data = store.get(key, low, high) if high > low else b""
+    if len(data) < high - low:
+        raise CorruptIndexesObjectError(f"the header says its parts reach byte {high}, the object ends at byte "
+                                        f"{low + len(data)}", obj=store.object_uri(key), position=low + len(data))
+    return {s: bytes(data[a - low:b - low]) for s, (a, b) in ranges.items()}
+
+
 __all__ = [
-    "FIRST_READ_BYTES",
     "INDEXES_SUFFIX",
+    "MAX_HEADER_BYTES",
     "CorruptIndexesObjectError",
     "get_part",
+    "get_part_fetched",
     "get_parts",
     "is_parts_key",
     "pack_parts",

@@ -12,7 +12,7 @@ import pytest
 from compaction.errors import MissingObjectError
 from compaction.storage import open_store
 from compaction.storage.indexes import (
-    FIRST_READ_BYTES,
+    MAX_HEADER_BYTES,
     CorruptIndexesObjectError,
     get_part,
     get_parts,
@@ -61,28 +61,34 @@ def store(tmp_path):
     return open_store(str(tmp_path / "store"))
 
 
-def test_a_small_objects_part_is_one_request_and_a_large_ones_two(store):
-    small = "t-MWJ6FHTfRYy67jzwZdeqSQ/0/00000000000000000000-tqimKeZwStOEOwRzT3L5oQ.indexes"
-    store.put(small, pack_parts(PARTS))
-    before = store.stats.gets
-    assert get_part(store, small, Suffix.TIME_INDEX) == PARTS[Suffix.TIME_INDEX]
-    assert store.stats.gets == before + 1
-    before = store.stats.gets
-    assert get_parts(store, {Suffix.OFFSET_INDEX: small, Suffix.LEADER_EPOCH_CHECKPOINT: small}) == {
-        Suffix.OFFSET_INDEX: PARTS[Suffix.OFFSET_INDEX], Suffix.LEADER_EPOCH_CHECKPOINT:
-        PARTS[Suffix.LEADER_EPOCH_CHECKPOINT]}
-    assert store.stats.gets == before + 1, "both parts from one read of the object"
+def test_a_part_is_read_with_two_requests_and_exactly_its_bytes(store):
+    key = "t-MWJ6FHTfRYy67jzwZdeqSQ/0/00000000000000000000-tqimKeZwStOEOwRzT3L5oQ.indexes"
+    store.put(key, pack_parts(PARTS))
+    before = (store.stats.gets, store.stats.bytes_read)
+    assert get_part(store, key, Suffix.TIME_INDEX) == PARTS[Suffix.TIME_INDEX]
+    header = min(MAX_HEADER_BYTES, len(pack_parts(PARTS)))  # the longest header's bytes are asked for
+    assert (store.stats.gets, store.stats.bytes_read) == (before[0] + 2, before[1] + header + 24), \
+        "the header, then the part's range"
+    before = (store.stats.gets, store.stats.bytes_read)
+    carried = {Suffix.OFFSET_INDEX: key, Suffix.TIME_INDEX: key}
+    assert get_parts(store, carried) == {s: PARTS[s] for s in carried}
+    assert (store.stats.gets, store.stats.bytes_read) == (before[0] + 2, before[1] + header + 16 + 24), \
+        "two parts next to each other: one range"
 
-    large = small.replace("00000000000000000000-", "00000000000000000001-")
-    big = bytes(range(256)) * (FIRST_READ_BYTES // 128)
+    large = key.replace("00000000000000000000-", "00000000000000000001-")
+    big = bytes(range(256)) * 1024
     store.put(large, pack_parts({Suffix.OFFSET_INDEX: big, Suffix.TIME_INDEX: b"tail"}))
-    before = store.stats.gets
     assert get_part(store, large, Suffix.TIME_INDEX) == b"tail"
     assert get_part(store, large, Suffix.OFFSET_INDEX) == big
-    assert store.stats.gets == before + 4, "the first 64 KiB, then each part's range"
+    assert MAX_HEADER_BYTES == 78
 
     with pytest.raises(MissingObjectError, match=r"holds no \.txnindex part"):
-        get_part(store, small, Suffix.TXN_INDEX)
+        get_part(store, key, Suffix.TXN_INDEX)
+    cut = key.replace("00000000000000000000-", "00000000000000000002-")
+    store.put(cut, pack_parts(PARTS)[:-30])
+    with pytest.raises(CorruptIndexesObjectError, match="reach byte") as caught:
+        get_part(store, cut, Suffix.TIME_INDEX)
+    assert store.object_uri(cut) in str(caught.value)
 
 
 def test_a_key_of_its_own_is_read_as_the_file(store):
@@ -116,8 +122,8 @@ def test_an_object_that_is_not_one_is_refused_naming_the_byte(data, message, pos
 
 def test_a_corrupt_object_read_from_the_store_names_it(store):
     key = "t-MWJ6FHTfRYy67jzwZdeqSQ/0/00000000000000000000-tqimKeZwStOEOwRzT3L5oQ.indexes"
-    store.put(key, b"KCIX\x01\x01" + _entry(1, 100) + b"short")
-    with pytest.raises(CorruptIndexesObjectError, match="parts add up to 115 bytes, the object holds 20") as caught:
+    store.put(key, b"KCIX\x01\x01" + _entry(9, 100) + b"short")
+    with pytest.raises(CorruptIndexesObjectError, match="unknown part kind 9") as caught:
         get_part(store, key, Suffix.OFFSET_INDEX)
     assert store.object_uri(key) in str(caught.value)
 
