@@ -17,7 +17,8 @@ leader-epoch-checkpoint or partition.metadata file. CRCs are checked and reporte
 with exit code 3 naming the byte position. The text is what Kafka's kafka-dump-log.sh prints for the same files
 (--deep-iteration; with --print-data, its --print-data-log), line for line on stdout, and so is its stderr report
 of non-consecutive record offsets (every compacted log has gaps); leader-epoch-checkpoint and partition.metadata,
-which Kafka's tool does not read, are kcompact's own.
+which Kafka's tool does not read, are kcompact's own, and so is an .indexes object (the files of a segment kcompact
+wrote, in one object): its parts' kinds, positions and sizes.
 """
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from compaction.dump import dump_path, format_doc
 from compaction.errors import MissingObjectError
 from compaction.storage import open_store
 from compaction.storage.indexes import (
@@ -144,3 +145,16 @@ def test_the_bytes_the_broker_plugins_test_reads():
     assert bytes.fromhex(hexed) == pack_parts({
         Suffix.OFFSET_INDEX: b"offsets", Suffix.TIME_INDEX: b"times", Suffix.PRODUCER_SNAPSHOT: b"producers",
         Suffix.LEADER_EPOCH_CHECKPOINT: b"0\n1\n0 1234\n", Suffix.BLOOM: b"filter"})
+
+
+def test_kcompact_dump_lists_an_indexes_objects_parts(tmp_path):
+    path = tmp_path / "00000000000000000042-tqimKeZwStOEOwRzT3L5oQ.indexes"
+    path.write_bytes(pack_parts(PARTS))
+    doc = dump_path(path, print_data=False)
+    assert doc["type"] == "indexes"
+    assert [(e["part"], e["size"]) for e in doc["entries"]] == [
+        ("index", 16), ("timeindex", 24), ("leader-epoch-checkpoint", 8), ("bloom", 0)]
+    assert list(format_doc(doc, print_data=False))[1] == "part: index position: 42 size: 16"
+    path.write_bytes(b"KCIX\x01\x01" + _entry(1, 5))
+    with pytest.raises(CorruptIndexesObjectError, match="parts add up to 20 bytes, the object holds 15"):
+        dump_path(path, print_data=False)
