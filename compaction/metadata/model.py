@@ -30,7 +30,7 @@ Columns (a column that does not apply to a row kind is null in it):
 | segment_size_bytes | int64 | segment | size of the `.log` object |
 | record_count | int64 | segment | records in the segment, if known |
 | state | string | segment | a `SegmentState` name |
-| object_keys | list<struct<suffix string, key string>> | segment | store key per file (`.log`, ...) |
+| object_keys | list<struct<suffix string, key string>> | segment | store key per file (`.log`, `.indexes`, ...) |
 | commit_seq | int64 | partition | +1 per commit that touches the partition; 0 = never committed |
 | leader_epochs | list<struct<epoch int32, start_offset int64>> | partition | lineage of tiered data |
 | updated_ms | int64 | partition | time of the last commit |
@@ -164,7 +164,8 @@ class SegmentMetadata(OfPartition):
     transactional: bool | None = None  # holds a transactional or control batch; None: unknown
 
     def object_key(self, suffix: ObjectSuffix) -> str | None:
-        """The store key of this segment's file with `suffix`, or None if it has none (e.g. no txnindex)."""
+        """The store key of this segment's file with `suffix`, or None if it has none (e.g. no txnindex). A key ending
+        in `.indexes` names the object the file is a part of: read it with `compaction.storage.indexes.get_part`."""
         return next((o.key for o in self.object_keys if o.suffix == suffix), None)
 
     @property
