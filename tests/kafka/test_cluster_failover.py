@@ -202,6 +202,8 @@ def _straddling(segments: list[tuple[int, int]], tier_end: int) -> tuple[int, in
     return None
 
 
+CATCH_DEADLINE_S = 240.0
+
 def _catch_the_leader(tier: ClusterTier, when: Callable[[int, int, int], bool], what: str,
                       step: Callable[[], None]) -> Caught:
     """Runs `step` until `when(leader, successor, tier_end)` holds with the leader frozen (SIGSTOP, its plugin
@@ -219,7 +221,9 @@ def _catch_the_leader(tier: ClusterTier, when: Callable[[int, int, int], bool], 
         return False
 
     try:
-        wait_for(what, look, tier.cluster, step=step)
+        # a moment of the nodes' own retention checks, not a bound on kcompact: on a slow machine it can take
+        # longer than the other waits' deadline to come round
+        wait_for(what, look, tier.cluster, step=step, deadline_s=CATCH_DEADLINE_S)
     except AssertionError as e:
         raise AssertionError(f"{e}\nnode {successor}'s local segments (base, bytes): "
                              f"{tier.local_segments(successor)}; the tier ends at {tier.tier_end()}") from None
