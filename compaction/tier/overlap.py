@@ -31,7 +31,7 @@ from compaction.format.indexes.txn_index import encode_txn_index
 from compaction.format.segment import iter_batch_headers
 from compaction.metadata import NewSegment, ObjectKey, ObjectSuffix, PartitionSnapshot, SegmentMetadata
 from compaction.storage.base import ObjectStore
-from compaction.storage.indexes import get_part, parse_part, segment_objects
+from compaction.storage.indexes import get_parts, parse_part, segment_objects
 from compaction.storage.layout import segment_object_key
 
 
@@ -93,9 +93,8 @@ def trim_copy(store: ObjectStore, row: SegmentMetadata, first_offset: int, segme
         aborted = [t for t in txns if t.last_offset >= first_offset]
         if aborted:
             files[ObjectSuffix.TXN_INDEX] = encode_txn_index(aborted)
-    for suffix in (ObjectSuffix.PRODUCER_SNAPSHOT, ObjectSuffix.LEADER_EPOCH_CHECKPOINT):
-        if (copied := row.object_key(suffix)) is not None:
-            files[suffix] = get_part(store, copied, suffix)
+    carried = (ObjectSuffix.PRODUCER_SNAPSHOT, ObjectSuffix.LEADER_EPOCH_CHECKPOINT)
+    files.update(get_parts(store, {s: k for s in carried if (k := row.object_key(s)) is not None}))  # one header read
     log = files.pop(ObjectSuffix.LOG)
     objects, keys = segment_objects(key, log, files)
     for object_key, body in objects.items():
