@@ -135,11 +135,14 @@ def rewrite_groups(
     task: PartitionTask,
     groups: Sequence[GroupTask],
     winners: Mapping[int, Sequence[int] | np.ndarray],
+    held: Mapping[str, bytes | memoryview] | None = None,
 ) -> PartitionRewrite:
     """Rewrite `groups` (of `task`, in offset order) one chunk at a time. Uploads, commits nothing.
 
     Args:
         winners: per group id, the sorted winning offsets Spark found within the group.
+        held: the `.log` bytes of some inputs, by segment id, that the caller already holds (the task that scanned
+            them, `compaction.spark.fused`): read from memory, neither fetched nor written to disk again.
 
     A group's `txn_state` is where its marker walk starts; a group without one continues from the group
     before it in `groups` (the first from the round's start).
@@ -165,7 +168,7 @@ def rewrite_groups(
                     state = TransactionState.start(task.aborted)
                 parts = _FilterParts(pool if group.size > IN_MEMORY_BYTES else None,
                                      f"cleaned {group.inputs[0].segment_id}")
-                with _inputs(store, group, Path(tmp), out, cache) as inputs:
+                with _inputs(store, group, Path(tmp), out, cache, held or {}) as inputs:
                     downloaded = time.monotonic()
                     output, state = rewrite_group(
                         inputs,
@@ -210,10 +213,11 @@ mapping and unmapping the file cost more than reading it."""
 
 
 @contextmanager
-def _inputs(store: ObjectStore, group: GroupTask, tmp: Path, out: PartitionRewrite, cache: SegmentCache | None
-            ) -> Iterator[list[SegmentInput]]:
-    """The group's inputs in `tmp` (from the run's cache, else downloaded), memory-mapped (a group of at most
-    `IN_MEMORY_BYTES`: read); gone on exit."""
+def _inputs(store: ObjectStore, group: GroupTask, tmp: Path, out: PartitionRewrite, cache: SegmentCache | None,
+            held: Mapping[str, bytes | memoryview]) -> Iterator[list[SegmentInput]]:
+    """The group's inputs: those `held` as they are (counted as cache hits: not fetched again), the others in
+    `tmp` (from the run's cache, else downloaded), memory-mapped (a group of at most `IN_MEMORY_BYTES`: read);
+    gone on exit."""
     files: list[Path] = []
     maps: list[mmap.mmap] = []
     views: list[memoryview] = []
@@ -221,6 +225,10 @@ def _inputs(store: ObjectStore, group: GroupTask, tmp: Path, out: PartitionRewri
         inputs = []
         for seg in group.inputs:
             key = seg.keys[Suffix.LOG.value]
+            if seg.segment_id in held:
+                out.cache_hits += 1
+                inputs.append(SegmentInput(held[seg.segment_id], seg.start_offset, store.object_uri(key)))
+                continue
             path = tmp / f"{seg.start_offset:020d}-{seg.segment_id}.log"
             files.append(path)
             size = cache.take(seg.segment_id, path) if cache is not None else None

@@ -19,6 +19,9 @@ alone receives that part's winning offsets, not its fold; under the others, ever
 row per key of the partition, so a partition above `FOLD_RECORDS` offsets, or one of whose parts is larger than a
 scan task, keeps the shuffle.
 
+A partition that is one unit and at most `HELD_BYTES` is rewritten from the very bytes its scan fetched (mapped, on a
+local store): neither fetched again nor copied through the run's disk cache.
+
 The results are those of the shuffle path: the fold is the scan's own (`compaction.strategies.winner.fold_segment`),
 the rewrite the rewrite job's (`compaction.spark.rewrite_job.run_unit`), and what the scan learns (reports, filters
 built, transactional batches) reaches the driver through the same accumulator. A segment that fails its scan fails
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -55,6 +58,12 @@ FOLD_RECORDS = 16_000_000
 """The most offsets a partition cut into chunks may span for its chunks' tasks to merge its folds (a row per
 distinct key, ~40 bytes and the key's own, in each task that merges them)."""
 
+HELD_BYTES = 64 << 20
+"""The most `.log` bytes of a partition that is one unit for its task to hold from its scan to its rewrite (on a
+local store they are mapped, not copied): the rewrite then reads them from memory, where a larger partition's
+segments go through the run's disk cache (`compaction.rewrite.cache`). For a small partition's segment, the cache
+file's create, copy, read, move and delete cost more than its scan."""
+
 _PIECE_KEYS = 1 << 20
 _PIECE_KEY_BYTES = 1 << 28
 """Keys, and key bytes, per packed piece of a fold: a binary value of tens of MB, far below the 2 GiB Spark's
@@ -72,13 +81,15 @@ class FusedUnit:
     chunk is its partition's only one, rewritten at once; else one part of the partition's segments (`_parts`;
     none when the partition has fewer segments than chunks), whose fold goes to the slot keys `send_to`, and only
     its winning offsets to the slot keys `offsets_to` (slots whose units of the partition need no other part: the
-    part's fold is then their winners). The part's number among the run's is `chunk` (-1: no part)."""
+    part's fold is then their winners). The part's number among the run's is `chunk` (-1: no part). `hold`: the
+    task keeps the bytes its scan fetched for the rewrite (`HELD_BYTES`; its segments are then not cached)."""
 
     unit: RewriteUnit
     segments: tuple[SegmentDescriptor, ...]
     send_to: tuple[int, ...] | None = None
     offsets_to: tuple[int, ...] = ()
     chunk: int = 0
+    hold: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,11 +189,13 @@ class _FusedTask:
         with store.deferred_sync(), shared_scratch():  # objects durable together before any outcome; one scratch dir
             for slot in (i for ids in batches for i in ids.column(0).to_pylist()):
                 for fused in slots[slot]:
-                    fold = self._fold(scan, store, fused.segments, KeyFold())
+                    held: dict[str, bytes | memoryview] | None = {} if fused.hold else None
+                    fold = self._fold(scan, store, fused.segments, KeyFold(), held)
                     if fold is None:  # its partition failed (the tracker says why): no rewrite, no fold sent
                         continue
                     if fused.send_to is None:
-                        outcomes.append((slot, run_unit(store, fused.unit, slot, fold.offsets())))
+                        outcomes.append((slot, run_unit(store, fused.unit, slot, fold.offsets(), held)))
+                        del held
                         continue
                     winners = fold.offsets() if fused.offsets_to else None
                     rows = fold.result() if fused.send_to else None
@@ -200,15 +213,18 @@ class _FusedTask:
                 CHUNK_SLOT: [self.keys[slot] for slot, _o in outcomes], "tp": [None] * n, "chunk": [None] * n,
                 "fold": [None] * n, "outcome": [pickle.dumps(o) for _slot, o in outcomes]}, schema=_EXCHANGED)
 
-    def _fold(self, scan: ScanTask, store: ObjectStore, segments: Sequence[SegmentDescriptor], fold: KeyFold
-              ) -> KeyFold | None:
-        """`fold` with the keys of `segments` folded in, or None when one failed its scan (reported)."""
+    def _fold(self, scan: ScanTask, store: ObjectStore, segments: Sequence[SegmentDescriptor], fold: KeyFold,
+              held: dict[str, bytes | memoryview] | None = None) -> KeyFold | None:
+        """`fold` with the keys of `segments` folded in, or None when one failed its scan (reported); each segment's
+        bytes into `held` (by segment id), when given."""
         from compaction.strategies.winner import fold_segment
 
         for d in segments:
             scanned = scan.fetch(store, d)
             if scanned is None:
                 return None
+            if held is not None:
+                held[d.segment_id] = scanned.data
             partition = self.settings.partitions[d.partition_index]
             scan.done(d, scanned, fold_segment(fold, scanned.segment.records, partition.aborted, partition.strategy,
                                                d.dirty))
@@ -337,7 +353,11 @@ def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[Segmen
     for index, at in placed.items():
         part = by_tp.get(tp_of[index], [])
         if len(at) == 1:
-            planned[id(at[0][1])] = FusedUnit(at[0][1], tuple(describe(scans, [part], index_of)[0]))
+            described = describe(scans, [part], index_of)[0]
+            hold = sum(s.size for s in part) <= HELD_BYTES
+            if hold:  # the rewrite reads the scan's bytes: nothing to cache
+                described = [replace(d, cache=False) for d in described]
+            planned[id(at[0][1])] = FusedUnit(at[0][1], tuple(described), hold=hold)
             continue
         at.sort(key=lambda su: su[1].groups[0].start_offset)
         if not _all_inputs([u for _s, u in at], part):
@@ -391,4 +411,4 @@ def fold_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequenc
     return outcomes_of(rows)
 
 
-__all__ = ["FOLD_RECORDS", "FusedUnit", "MergedUnit", "exchange_plan", "fits", "fold_and_rewrite"]
+__all__ = ["FOLD_RECORDS", "HELD_BYTES", "FusedUnit", "MergedUnit", "exchange_plan", "fits", "fold_and_rewrite"]

@@ -125,14 +125,16 @@ class _Rewriter:
         yield outcome_batch(outcomes)
 
 
-def run_unit(store: ObjectStore, unit: RewriteUnit, slot: int, offsets: np.ndarray) -> UnitOutcome:
+def run_unit(store: ObjectStore, unit: RewriteUnit, slot: int, offsets: np.ndarray,
+             held: Mapping[str, bytes | memoryview] | None = None) -> UnitOutcome:
     """Rewrite one unit in the task of `slot` from the winning `offsets` its task has for it (-1: a chunk's
-    marker). Any other error than a kcompact one is a bug: it fails the task, and so the job."""
+    marker); `held`: the bytes of some of its inputs, by segment id, which the task already holds (not fetched
+    again). Any other error than a kcompact one is a bug: it fails the task, and so the job."""
     before = replace(store.stats)
     try:
         winners = split_winners(offsets, unit.groups)  # a task may hold several units of one partition
         keys = sum(len(w) for w in winners.values())
-        return UnitOutcome(unit.partition_index, slot, rewrite_groups(store, unit.task, unit.groups, winners),
+        return UnitOutcome(unit.partition_index, slot, rewrite_groups(store, unit.task, unit.groups, winners, held),
                            keys=keys)
     except KcompactError as exc:  # quarantine this partition: what it uploaded stays unreferenced (gc)
         return UnitOutcome(unit.partition_index, slot, error=exc, requests=store.stats - before)

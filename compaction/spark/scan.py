@@ -302,7 +302,7 @@ class ScanTask:
             return None
         self._learn(store, d, segment, report)
         report.requests = store.stats - before
-        return ScannedSegment(segment, report, started)
+        return ScannedSegment(segment, report, started, data)
 
     def _learn(self, store: ObjectStore, d: SegmentDescriptor, segment: SegmentScan, report: PartitionScan) -> None:
         """What the scan learns of a segment besides its keys: its filter, when it has none, and its transactional
@@ -358,11 +358,13 @@ def _column(name: str, best: SegmentBest, dirty: np.ndarray, constants: Mapping[
 
 @dataclass(frozen=True)
 class ScannedSegment:
-    """A segment a scan task fetched and decoded, with its report so far and when its scan started."""
+    """A segment a scan task fetched and decoded, with its report so far, when its scan started, and its bytes (a
+    fused task's rewrite of the partition reads them again: `compaction.spark.fused`)."""
 
     segment: SegmentScan
     report: PartitionScan
     started: float
+    data: bytes | memoryview
 
 
 _MARKER = SegmentBest(pa.nulls(1, pa.binary()), pa.array([0], pa.int8()), pa.array([0], pa.int64()),
