@@ -112,14 +112,22 @@ final class TierMetrics {
         }
     }
 
-    /** A lookup in {@code cache} that found what it wanted ({@code hit}) or had to read it. */
+    /**
+     * A lookup in {@code cache} that found what it wanted ({@code hit}) or had to read it. The cache's first lookup
+     * registers both counters, so a dashboard (or a ratio of the two) finds the misses at 0 rather than missing.
+     */
     void cache(String cache, boolean hit) {
         PluginMetrics m = metrics;
         if (m != null) {
-            String name = hit ? "cache-hits-total" : "cache-misses-total";
-            sensor(m, name + ":" + cache, s -> s.add(m.metricName(name, "lookups in the " + cache + " cache",
-                    tags("cache", cache)), new CumulativeCount())).record();
+            Sensor hits = cacheSensor(m, "cache-hits-total", cache);
+            Sensor misses = cacheSensor(m, "cache-misses-total", cache);
+            (hit ? hits : misses).record();
         }
+    }
+
+    private Sensor cacheSensor(PluginMetrics m, String name, String cache) {
+        return sensor(m, name + ":" + cache, s -> s.add(m.metricName(name, "lookups in the " + cache + " cache",
+                tags("cache", cache)), new CumulativeCount()));
     }
 
     private Sensor sensor(PluginMetrics m, String key, Consumer<Sensor> stats) {
