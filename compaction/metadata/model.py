@@ -321,7 +321,7 @@ def rows_to_arrow(partitions: Iterable[PartitionState], segments: Iterable[Segme
 def partition_tables(partitions: Sequence[tuple[PartitionState, Sequence[SegmentMetadata]]],
                      schema: pa.Schema = METADATA_SCHEMA) -> list[pa.Table]:
     """`rows_to_arrow([state], segments, schema)` of each partition, in order: built as one table and sliced (a
-    slice shares its buffers), since a table built per partition costs ~13x more a partition at 1,000 of them."""
+    slice shares its buffers): a table built per partition cost ~10x more a partition at 1,000 of them."""
     rows: list[dict[str, Any]] = []
     bounds = [0]
     for state, segments in partitions:

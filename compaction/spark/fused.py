@@ -195,7 +195,6 @@ class _FusedTask:
                         continue
                     if fused.send_to is None:
                         outcomes.append((slot, run_unit(store, fused.unit, slot, fold.offsets(), held)))
-                        del held
                         continue
                     winners = fold.offsets() if fused.offsets_to else None
                     rows = fold.result() if fused.send_to else None
