@@ -33,9 +33,13 @@ java:
 	@command -v mvn >/dev/null || { echo "installing Maven (apt)"; apt-get update -qq && apt-get install -y -qq maven; }
 
 # --durations: the slowest tests close the log, so a test that starts waiting on something (a store retrying a
-# request until its timeout) shows up in CI's output before it eats the 45-minute budget
+# request until its timeout) shows up in CI's output before it eats the 45-minute budget.
+# -n: pytest-xdist workers, each given whole test files (--dist loadfile: a module's fixtures, brokers and stores are
+# built once) and its own SparkSession. Much of the suite's wall is waiting on JVMs and brokers, so 2 workers on 2
+# cores finish sooner than one process; TEST_WORKERS=0 runs everything in this process (pytest's own -x, --pdb, -k).
+TEST_WORKERS ?= 2
 test: venv java delta cds kafka
-	$(BIN)/python -m pytest -q --durations=12 tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=12 tests
 
 # Everything but the tests marked `spark` (tests/conftest.py marks every user of the Spark fixture) or `kafka`
 # (tests/kafka/): no JVM.
