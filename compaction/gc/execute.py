@@ -29,6 +29,7 @@ from compaction.gc.plan import (
 from compaction.gc.report import GcReport
 from compaction.gc.wal import execute_wal_gc, plan_wal_gc
 from compaction.metadata import (
+    METADATA_TABLE_NAME,
     ChangeSet,
     MetadataSnapshot,
     MetadataTable,
@@ -40,7 +41,7 @@ from compaction.metadata import (
     mark_deleted_finished,
 )
 from compaction.metadata.batch import Reader, known_reader
-from compaction.metadata.upkeep import expire_log
+from compaction.metadata.upkeep import expire_log, expire_rows_files
 from compaction.storage.base import ObjectStore
 from compaction.wal.model import WAL_TABLE_NAME
 from compaction.wal.table import FINISHED_ROWS_RETENTION_MS, WalTable
@@ -90,7 +91,13 @@ def collect_garbage(
     else:
         report = execute_gc(plan, store, table, grace_ms=grace_ms, writer=writer or default_writer(),
                             read=snapshot).report(dry_run=False)
-        report = replace(report, metadata_log=expire_log(table).summary())
+        prefix, rows_files = METADATA_TABLE_NAME + "/", 0
+        if table.table_uri.rstrip("/") == store.delta_uri(METADATA_TABLE_NAME).rstrip("/"):  # the listing holds it
+            rows_files = expire_rows_files(
+                table, [replace(o, key=o.key[len(prefix):]) for o in listing if o.key.startswith(prefix)],
+                lambda key: store.delete(prefix + key), now_ms, orphan_grace_ms)
+        report = replace(report, metadata_log=f"{expire_log(table).summary()}; {rows_files} rows files of replaced "
+                                              "commits deleted")
         if wal_plan.deletions:
             wal_plan = execute_wal_gc(wal_plan, store, wal_table, now_ms)
     if not wal_table.exists():

@@ -21,6 +21,15 @@ visible, and its Parquet files, which no commit names, are deleted again); other
 the next version. That is delta-rs's conflict check for this write, file by file: a commit to other partitions never
 fails one to these.
 
+A commit of `ROWS_FILE_MIN_PARTITIONS` partitions or more also puts one more Parquet file, its **rows file**
+(`_kcompact_rows/<group>.parquet`, `rows_file_key`): the rows of all its data files in one object, each row with the
+path of the data file it copies (`_path`), and names its data files after it (`...-c000.g<group>.snappy.parquet`,
+`group_of`). A reader that wants many files of one commit reads that one object instead of one per partition
+(`table.read_files`: 1,000 partitions' rows in ~15 ms against ~1 s, one GET against 1,000 on S3); the data files stay
+the table's truth, so a rows file gone (deleted by `kcompact gc` once no live file names it) or unreadable only
+sends the reader back to them. Delta's readers and vacuum never see it: a path under a directory whose name starts
+with `_` is not part of the table.
+
 Checkpoints and log cleanup are the caller's choice, as with delta-rs's post-commit hook: `checkpoint` writes the
 version's checkpoint when it is due (the last version of each `delta.checkpointInterval`: 99, 199, ... at 100), and
 the table's expired-log cleanup is off (`compaction.metadata.upkeep`).
@@ -33,6 +42,7 @@ import functools
 import importlib.metadata
 import io
 import json
+import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -93,6 +103,36 @@ def log_key(version: int) -> str:
     return f"_delta_log/{version:020d}.json"
 
 
+ROWS_DIR = "_kcompact_rows"
+ROWS_FILE_MIN_PARTITIONS = 8
+"""The fewest partitions a commit writes a rows file for (module docstring), and the fewest files of one rows file
+a read must want before it reads the rows file instead of them (`table.read_files`)."""
+ROWS_PATH_COLUMN = "_path"
+_GROUPED = re.compile(r"-c000\.g([0-9a-f]{32})\.snappy\.parquet$")
+
+
+def rows_file_key(group: str) -> str:
+    """The rows file of the commit whose data files name `group`, relative to the table."""
+    return f"{ROWS_DIR}/{group}.parquet"
+
+
+def group_of(path: str) -> str | None:
+    """The rows file group a data file's path names, or None (a file of a smaller commit, or another writer's)."""
+    m = _GROUPED.search(path)
+    return m.group(1) if m else None
+
+
+def _rows_file(tables: Sequence[tuple[str, pa.Table]]) -> bytes:
+    """The rows file of data files `tables` (path, data columns): their rows, in order, with a `_path` column."""
+    paths = pa.array([path for path, _t in tables], pa.string())
+    indices = pa.array([i for i, (_p, t) in enumerate(tables) for _ in range(t.num_rows)], pa.int32())
+    rows = pa.concat_tables([t for _p, t in tables])
+    rows = rows.append_column(ROWS_PATH_COLUMN, pa.DictionaryArray.from_arrays(indices, paths))
+    out = io.BytesIO()
+    pq.write_table(rows, out, compression="snappy", store_schema=False, write_statistics=False)
+    return out.getvalue()
+
+
 def _parquet(rows: pa.Table) -> bytes:
     """A partition's data file: a few KB, so without what only pays on large files (column statistics, dictionary
     pages) or what no reader of the table needs (Arrow's schema in the footer: readers take the table's schema from
@@ -124,8 +164,10 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
     objects: dict[str, bytes] = {}
     adds = []
     added: list[PartitionFile] = []
+    group = uuid.uuid4().hex if len(rows) >= ROWS_FILE_MIN_PARTITIONS else None
+    suffix = f"c000.g{group}.snappy.parquet" if group else "c000.snappy.parquet"
     for tp, table in rows.items():
-        path = f"topic={tp.topic}/partition={int(tp.partition)}/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        path = f"topic={tp.topic}/partition={int(tp.partition)}/part-00000-{uuid.uuid4()}-{suffix}"
         objects[path] = data = _parquet(table)
         added.append((path, tp, len(data)))
         adds.append({"add": {
@@ -133,6 +175,9 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
             "dataChange": True,
             "stats": json.dumps({"numRecords": table.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}},
                                 separators=(",", ":"))}})
+    if group:
+        objects[rows_file_key(group)] = _rows_file([(path, table) for (path, _tp, _n), table
+                                                    in zip(added, rows.values(), strict=True)])
     removes = [{"remove": {"path": path, "dataChange": True, "deletionTimestamp": now, "extendedFileMetadata": True,
                            "partitionValues": _partition_values(tp), "size": size}}
                for path, tp, size in current]

@@ -24,6 +24,7 @@ partition, when it read one) and a rerun is safe.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
@@ -43,10 +44,18 @@ from compaction.errors import (
     MetadataSchemaError,
     MetadataTableNotFoundError,
     MetadataVersionNotFoundError,
+    MissingObjectError,
     TransientStoreError,
     plain_text,
 )
-from compaction.metadata.delta_log import PartitionFile, store_of
+from compaction.metadata.delta_log import (
+    ROWS_FILE_MIN_PARTITIONS,
+    ROWS_PATH_COLUMN,
+    PartitionFile,
+    group_of,
+    rows_file_key,
+    store_of,
+)
 from compaction.metadata.model import (
     LEGACY_METADATA_SCHEMA,
     METADATA_SCHEMA,
@@ -60,6 +69,8 @@ from compaction.metadata.model import (
 )
 from compaction.metadata.snapshot import MetadataSnapshot, PartitionSnapshot, build_snapshot
 from compaction.storage.base import shared_pool
+
+_log = logging.getLogger(__name__)
 
 TABLE_NAME = "kcompact_metadata"
 
@@ -301,11 +312,25 @@ def read_files(dt: DeltaTable, storage_options: Mapping[str, str] | None, files:
     Each file is opened with the size its add action gives: Arrow would otherwise ask the store for it first (on S3
     a HEAD request per file, one more round trip per partition), and `READ_AHEAD_FILES` files are fetched at once.
     On S3 a file of at most `WHOLE_FILE_BYTES` is fetched whole, in one GET, and decoded from memory
-    (`_read_whole`): Arrow's reader would make two, its footer then its rows, for a file of a few KB."""
+    (`_read_whole`): Arrow's reader would make two, its footer then its rows, for a file of a few KB.
+
+    Files of one commit that wrote a rows file (`delta_log`'s module docstring), when `ROWS_FILE_MIN_PARTITIONS` of
+    them or more are wanted, are read from that one object instead (`_read_rows_files`); a rows file gone sends
+    the read back to its data files."""
     schema = pa.schema(dt.schema().to_arrow())
+    tables, rest = _read_rows_files(dt, storage_options or {}, schema, files)
+    if rest or not tables:
+        tables.append(_read_data_files(dt, storage_options, schema, rest))
+    rows = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    return rows.filter(row_filter) if row_filter is not None else rows
+
+
+def _read_data_files(dt: DeltaTable, storage_options: Mapping[str, str] | None, schema: pa.Schema,
+                     files: Sequence[DataFile]) -> pa.Table:
+    """The rows of `files`, each read from its own data file (`read_files`)."""
     on_s3 = urlsplit(dt.table_uri).scheme in ("s3", "s3a")
     if on_s3 and all(size <= WHOLE_FILE_BYTES for _p, _v, size in files):
-        return _read_whole(_s3_getter(dt.table_uri, storage_options or {}), schema, files, row_filter)
+        return _read_whole(_s3_getter(dt.table_uri, storage_options or {}), schema, files)
     parquet = ds.ParquetFileFormat()
     filesystem = arrow_filesystem(dt.table_uri, storage_options or {})
     if on_s3 and pa.io_thread_count() < READ_AHEAD_FILES:
@@ -313,7 +338,66 @@ def read_files(dt: DeltaTable, storage_options: Mapping[str, str] | None, files:
     fragments = [parquet.make_fragment(path, filesystem, _partition_expression(schema, values), file_size=size)
                  for path, values, size in files]
     dataset = ds.FileSystemDataset(fragments, schema, parquet, filesystem)
-    return dataset.to_table(filter=row_filter, fragment_readahead=READ_AHEAD_FILES)
+    return dataset.to_table(fragment_readahead=READ_AHEAD_FILES)
+
+
+def _read_rows_files(dt: DeltaTable, storage_options: Mapping[str, str], schema: pa.Schema,
+                     files: Sequence[DataFile]) -> tuple[list[pa.Table], list[DataFile]]:
+    """The rows of those of `files` that a rows file holds, when the read wants `ROWS_FILE_MIN_PARTITIONS` files of
+    it or more (one table per rows file), and the files left to read one by one: those of smaller commits, of
+    groups the read wants few of, and of a rows file that is gone or cannot be decoded (a warning says so)."""
+    groups: dict[str, list[DataFile]] = defaultdict(list)
+    rest: list[DataFile] = []
+    for file in files:
+        group = group_of(file[0])
+        (groups[group] if group else rest).append(file)
+    for group in [g for g, members in groups.items() if len(members) < ROWS_FILE_MIN_PARTITIONS]:
+        rest.extend(groups.pop(group))
+    if not groups:
+        return [], rest
+    store = store_of(dt.table_uri, storage_options)
+
+    def get(group: str) -> bytes | None:
+        try:
+            return store.get(rows_file_key(group))
+        except MissingObjectError:
+            return None
+
+    tables = []
+    fetched = shared_pool("table-read", READ_AHEAD_FILES).map(get, list(groups))
+    for (group, members), data in zip(groups.items(), fetched, strict=True):
+        try:
+            table = None if data is None else _rows_of(data, schema, members)
+        except (pa.ArrowException, KeyError) as exc:
+            _log.warning("%s: rows file %s unreadable (%s); reading its %d data files instead",
+                         dt.table_uri, rows_file_key(group), plain_text(exc), len(members))
+            table = None
+        if table is None:
+            rest.extend(members)
+        else:
+            tables.append(table)
+    return tables, rest
+
+
+def _rows_of(data: bytes, schema: pa.Schema, members: Sequence[DataFile]) -> pa.Table:
+    """The rows of the data files `members` from their rows file's bytes `data`, as `read_files` returns them:
+    partition columns filled from each row's file's partition values, a column the file lacks as nulls."""
+    found = pq.read_table(pa.BufferReader(data))
+    paths = pc.cast(found.column(ROWS_PATH_COLUMN), pa.string())
+    index = pc.index_in(paths, value_set=pa.array([path for path, _v, _s in members], pa.string()))
+    wanted = pc.is_valid(index)
+    found, index = found.filter(wanted), index.filter(wanted)
+    columns = []
+    for field in schema:
+        if field.name in members[0][1]:
+            values = pc.cast(pa.array([v[field.name] for _p, v, _s in members]), field.type)
+            columns.append(pc.take(values, index))
+        elif field.name in found.column_names:
+            column = found.column(field.name)
+            columns.append(column if column.type == field.type else column.cast(field.type))
+        else:
+            columns.append(pa.nulls(found.num_rows, field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 WHOLE_FILE_BYTES = 8 << 20
@@ -321,8 +405,7 @@ WHOLE_FILE_BYTES = 8 << 20
 and their history: well under a MB); a larger one, should a table hold it, is read through Arrow's ranged reads."""
 
 
-def _read_whole(get: Callable[[str], bytes], schema: pa.Schema, files: Sequence[DataFile],
-                row_filter: pc.Expression | None) -> pa.Table:
+def _read_whole(get: Callable[[str], bytes], schema: pa.Schema, files: Sequence[DataFile]) -> pa.Table:
     """The rows of `files`, each fetched whole with `get` (`READ_AHEAD_FILES` at once) and decoded from memory, its
     partition columns filled from its partition values and a column its file lacks (written before the column was
     added) as nulls: the table `read_files` returns through Arrow's dataset, in one request per file."""
@@ -340,8 +423,7 @@ def _read_whole(get: Callable[[str], bytes], schema: pa.Schema, files: Sequence[
             else:
                 columns.append(pa.nulls(found.num_rows, field.type))
         tables.append(pa.Table.from_arrays(columns, schema=schema))
-    rows = pa.concat_tables(tables) if tables else schema.empty_table()
-    return rows.filter(row_filter) if row_filter is not None else rows
+    return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
 def _s3_getter(table_uri: str, storage_options: Mapping[str, str]) -> Callable[[str], bytes]:

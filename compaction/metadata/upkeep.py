@@ -16,13 +16,15 @@ checkpoint and the commits after it (on S3 the listing starts after the checkpoi
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import pyarrow.fs as pa_fs
 from deltalake import DeltaTable
 
-from compaction.metadata.table import LOG_CONFIGURATION, MetadataTable, arrow_filesystem, reading
+from compaction.metadata.delta_log import ROWS_DIR, group_of
+from compaction.metadata.table import LOG_CONFIGURATION, MetadataTable, arrow_filesystem, data_files, reading
+from compaction.storage.base import ObjectInfo
 
 
 def relative_path(table_uri: str, path: str) -> str:
@@ -104,4 +106,25 @@ def expire_log(table: MetadataTable, configuration: Mapping[str, str] = LOG_CONF
     return LogUpkeep(tuple(sorted(wrong)), before, after)
 
 
-__all__ = ["LogUpkeep", "compact_if_crowded", "expire_log", "log_files", "relative_path", "vacuum"]
+def expire_rows_files(table: MetadataTable, listing: Iterable[ObjectInfo], delete: Callable[[str], None], now_ms: int,
+                      min_age_ms: int) -> int:
+    """Delete the metadata table's rows files (`delta_log`'s module docstring) that no data file of the table's
+    latest version names, once older than `min_age_ms`: a commit writes its rows file before it claims its
+    version, so a younger one may be a commit's in flight. `listing`: the table's objects, keys relative to the
+    table (at least those under `delta_log.ROWS_DIR`); `delete` takes such a key. Returns how many were deleted.
+    A reader of an older version that wanted one reads its data files instead."""
+    prefix = ROWS_DIR + "/"
+    found = [o for o in listing if o.key.startswith(prefix) and o.key.endswith(".parquet")]
+    if not found:
+        return 0
+    with reading(f"{table.table_uri} (rows files)"):
+        named = {group_of(path) for path, _values, _size in data_files(table.delta_table())}
+    stale = [o.key for o in found
+             if o.key[len(prefix):-len(".parquet")] not in named and now_ms - o.mtime_ms >= min_age_ms]
+    for key in stale:
+        delete(key)
+    return len(stale)
+
+
+__all__ = ["LogUpkeep", "compact_if_crowded", "expire_log", "expire_rows_files", "log_files", "relative_path",
+           "vacuum"]
