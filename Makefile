@@ -92,14 +92,19 @@ airflow-test:
 # The Python environment executors unpack from spark.archives (conf/spark-defaults.conf): a venv-pack of a
 # wheel install of kcompact and its dependencies but pyspark and delta-spark (scripts/pack_env.py), cached under
 # .dist-cache/.
-.PHONY: dist cluster-test
+.PHONY: dist cluster-test cluster-test-prebuilt
 dist: venv
 	$(BIN)/python scripts/pack_env.py --python $(PY)
 
 # kcompact on a Spark standalone cluster (tests/cluster/): a master and two workers on 127.0.0.1, spark-submit
 # of jobs/ against a local store and S3 (moto), executors running from dist/kcompact-env.tar.gz. A few minutes.
+CLUSTER_TEST = KCOMPACT_CLUSTER_TEST=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/cluster
 cluster-test: venv java dist
-	KCOMPACT_CLUSTER_TEST=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/cluster
+	$(CLUSTER_TEST)
+
+# The same on the dist/ an earlier `make dist` built (.ci/run builds it while make test runs).
+cluster-test-prebuilt: venv java
+	$(CLUSTER_TEST)
 
 clean:
 	rm -rf $(VENV) $(AIRFLOW_VENV) .delta-jars .kafka .dist-cache dist build .numba-cache kcompact-store kcompact-tables demo-logdir .pytest_cache .mypy_cache

@@ -7,11 +7,15 @@ Test modules import the constants, `make_bucket` and `fresh_s3_store` from here,
 
 from __future__ import annotations
 
+import functools
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import boto3
 import pytest
+from moto.s3.responses import S3Response
 from moto.server import ThreadedMotoServer
 
 from compaction.storage import ObjectStore, RetryPolicy, StoreSpec
@@ -38,9 +42,35 @@ FAST_RETRY = RetryPolicy(max_attempts=4, base_delay_ms=1, max_delay_ms=4)
 TEST_PART_SIZE = 5 * MiB
 
 
+_WRITES = threading.Lock()
+
+
+def _one_at_a_time(handler: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(handler)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with _WRITES:
+            return handler(*args, **kwargs)
+
+    locked.__kcompact_atomic__ = True  # type: ignore[attr-defined]
+    return locked
+
+
+def atomic_conditional_writes() -> None:
+    """Make the moto server's object writes (PUT; POST, which completes a multipart upload) one at a time, as S3's
+    are atomic: moto checks `If-None-Match: *` and then stores the object, and two create-only writes of one key
+    from threads of its server could both pass the check under load, each told it created the key. The metadata
+    table's commits (a Delta log entry per version) rely on exactly that refusal, as they do on S3."""
+    for name in ("_key_response_put", "_key_response_post"):
+        handler = getattr(S3Response, name)
+        if not getattr(handler, "__kcompact_atomic__", False):
+            setattr(S3Response, name, _one_at_a_time(handler))
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
-    """A moto S3 server for the whole session, on a free port of 127.0.0.1, with the test bucket."""
+    """A moto S3 server for the whole session, on a free port of 127.0.0.1, with the test bucket; its conditional
+    writes are atomic (`atomic_conditional_writes`)."""
+    atomic_conditional_writes()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

@@ -40,7 +40,7 @@ def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def job(script: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY")}
     return subprocess.run([sys.executable, str(REPO / "jobs" / script), *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=300)  # a hang guard: ~45 s when CI runs two workers
 
 
 def test_jobs_plan_prints_the_plan_and_exits_0(store_dir: Path) -> None:

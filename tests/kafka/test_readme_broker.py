@@ -111,7 +111,7 @@ def test_a_store_setting_with_a_trailing_comment_stops_the_broker(tmp_path: Path
     store = open_store(str(tmp_path / "store"))
     overrides = plugin_overrides(store)
     overrides["rsm.config.kcompact.store"] = f"{store.uri}            # or a local directory: /path/to/store"
-    broker = KafkaBroker(tmp_path / "kafka", jars=["tiered-plugin"], overrides=overrides, start_timeout=60)
+    broker = KafkaBroker(tmp_path / "kafka", jars=["tiered-plugin"], overrides=overrides, start_timeout=120)
     try:
         broker.start()
         raise AssertionError("the broker started with a store setting holding a comment")
