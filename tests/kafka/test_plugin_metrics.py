@@ -90,7 +90,8 @@ def test_copies_fetches_and_metadata_calls_are_counted(tier: Tier) -> None:
     assert metric(m, RSM, "bytes-total", op="fetch") > 0
     assert metric(m, RSM, "calls-total", op="fetch-index") >= 1
     assert metric(m, RLMM, "calls-total", op="addRemoteLogSegmentMetadata") >= copies
-    assert metric(m, RLMM, "calls-total", op="updateRemoteLogSegmentMetadata") >= copies
+    # a copy whose RSM call returned may not have had its COPY_SEGMENT_FINISHED update yet; a live segment has
+    assert metric(m, RLMM, "calls-total", op="updateRemoteLogSegmentMetadata") >= len(live)
     assert metric(m, RLMM, "calls-total", op="copy") >= 1, "a copy's one commit, at its finish"
     assert metric(m, RLMM, "latency-avg-ms", op="copy") > 0
     assert metric(m, RLMM, "cache-hits-total", cache="listing") + metric(
