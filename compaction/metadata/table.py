@@ -387,17 +387,9 @@ def _rows_of(data: bytes, schema: pa.Schema, members: Sequence[DataFile]) -> pa.
     index = pc.index_in(paths, value_set=pa.array([path for path, _v, _s in members], pa.string()))
     wanted = pc.is_valid(index)
     found, index = found.filter(wanted), index.filter(wanted)
-    columns = []
-    for field in schema:
-        if field.name in members[0][1]:
-            values = pc.cast(pa.array([v[field.name] for _p, v, _s in members]), field.type)
-            columns.append(pc.take(values, index))
-        elif field.name in found.column_names:
-            column = found.column(field.name)
-            columns.append(column if column.type == field.type else column.cast(field.type))
-        else:
-            columns.append(pa.nulls(found.num_rows, field.type))
-    return pa.Table.from_arrays(columns, schema=schema)
+    return _conformed(found, schema, {
+        name: pc.take(pc.cast(pa.array([v[name] for _p, v, _s in members]), schema.field(name).type), index)
+        for name in members[0][1]})
 
 
 WHOLE_FILE_BYTES = 8 << 20
@@ -413,17 +405,24 @@ def _read_whole(get: Callable[[str], bytes], schema: pa.Schema, files: Sequence[
     fetched = shared_pool("table-read", READ_AHEAD_FILES).map(get, [path for path, _v, _s in files])
     for (_path, values, _size), data in zip(files, fetched, strict=True):
         found = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
-        columns = []
-        for field in schema:
-            if field.name in values:
-                columns.append(pa.repeat(pa.scalar(values[field.name], field.type), found.num_rows))
-            elif field.name in found.column_names:
-                column = found.column(field.name)
-                columns.append(column if column.type == field.type else column.cast(field.type))
-            else:
-                columns.append(pa.nulls(found.num_rows, field.type))
-        tables.append(pa.Table.from_arrays(columns, schema=schema))
+        tables.append(_conformed(found, schema, {name: pa.repeat(pa.scalar(value, schema.field(name).type),
+                                                                 found.num_rows) for name, value in values.items()}))
     return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _conformed(found: pa.Table, schema: pa.Schema, partition_columns: Mapping[str, pa.Array]) -> pa.Table:
+    """`found`'s rows as `schema`'s table: the partition columns given (a file stores none), the others from `found`
+    (cast where its type differs), and a column `found` lacks (written before the column was added) as nulls."""
+    columns = []
+    for field in schema:
+        if field.name in partition_columns:
+            columns.append(partition_columns[field.name])
+        elif field.name in found.column_names:
+            column = found.column(field.name)
+            columns.append(column if column.type == field.type else column.cast(field.type))
+        else:
+            columns.append(pa.nulls(found.num_rows, field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _s3_getter(table_uri: str, storage_options: Mapping[str, str]) -> Callable[[str], bytes]:
