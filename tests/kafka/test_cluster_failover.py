@@ -113,8 +113,13 @@ class ClusterTier(Tier[KafkaCluster]):
 
     def local_segments(self, node: int) -> list[tuple[int, int]]:
         """The node's local segments of the partition as (base offset, size in bytes), oldest first."""
-        files = self.cluster.nodes[node].partition_dir(TOPIC, 0).glob("*.log")
-        return sorted((int(p.stem), p.stat().st_size) for p in files)
+        found = []
+        for path in self.cluster.nodes[node].partition_dir(TOPIC, 0).glob("*.log"):
+            try:  # the broker's local retention may delete a segment between the listing and its stat
+                found.append((int(path.stem), path.stat().st_size))
+            except FileNotFoundError:
+                continue
+        return sorted(found)
 
     def settled_on(self, node: int) -> bool:
         """The node leads, tiered everything below its empty active segment and its local retention removed the rest:
