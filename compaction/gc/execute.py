@@ -41,7 +41,7 @@ from compaction.metadata import (
     mark_deleted_finished,
 )
 from compaction.metadata.batch import Reader, known_reader
-from compaction.metadata.upkeep import expire_log, expire_rows_files
+from compaction.metadata.upkeep import expire_log, expire_rows_files, vacuum_data_files
 from compaction.storage.base import ObjectStore
 from compaction.wal.model import WAL_TABLE_NAME
 from compaction.wal.table import FINISHED_ROWS_RETENTION_MS, WalTable
@@ -65,7 +65,8 @@ def collect_garbage(
 
     Lists the store first, then reads the metadata snapshot, plans (`compaction.gc.plan`, and for combined WAL
     objects `compaction.gc.wal`) and, unless `dry_run`, executes it, then expires the metadata table's old log
-    entries (`metadata.upkeep.expire_log`, docs/metadata-table.md). Idempotent: a rerun after success changes
+    entries (`metadata.upkeep.expire_log`, docs/metadata-table.md) and deletes its rows files and data files no
+    version needs (`upkeep.expire_rows_files`, `upkeep.vacuum_data_files`). Idempotent: a rerun after success changes
     nothing, a rerun after a crash at any point converges. Never deletes an object of a live segment, of the
     metadata table, a combined object an entry still needs, or a key that is not a segment object key.
 
@@ -91,13 +92,15 @@ def collect_garbage(
     else:
         report = execute_gc(plan, store, table, grace_ms=grace_ms, writer=writer or default_writer(),
                             read=snapshot).report(dry_run=False)
-        prefix, rows_files = METADATA_TABLE_NAME + "/", 0
+        prefix, rows_files, vacuumed = METADATA_TABLE_NAME + "/", 0, 0
         if table.table_uri.rstrip("/") == store.delta_uri(METADATA_TABLE_NAME).rstrip("/"):  # the listing holds it
-            rows_files = expire_rows_files(
-                table, [replace(o, key=o.key[len(prefix):]) for o in listing if o.key.startswith(prefix)],
-                lambda key: store.delete(prefix + key), now_ms, orphan_grace_ms)
+            own = [replace(o, key=o.key[len(prefix):]) for o in listing if o.key.startswith(prefix)]
+            rows_files = expire_rows_files(table, own, lambda key: store.delete(prefix + key), now_ms,
+                                           orphan_grace_ms)
+            vacuumed = vacuum_data_files(table, own, lambda key: store.delete(prefix + key), now_ms)
         report = replace(report, metadata_log=f"{expire_log(table).summary()}; {rows_files} rows files of replaced "
-                                              "commits deleted")
+                                              f"commits deleted; {vacuumed} data files removed longer ago than "
+                                              "delta.deletedFileRetentionDuration deleted")
         if wal_plan.deletions:
             wal_plan = execute_wal_gc(wal_plan, store, wal_table, now_ms)
     if not wal_table.exists():

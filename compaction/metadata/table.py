@@ -84,6 +84,11 @@ LOG_CONFIGURATION = {
     "delta.enableExpiredLogCleanup": "false",
     # what `expire_log` keeps: time travel to any version of the last day (a run plans and commits within it)
     "delta.logRetentionDuration": "interval 1 day",
+    # how long a removed data file stays, for readers of older versions, and its tombstone in each checkpoint:
+    # no version older than the log's retention can be loaded, and Delta's default (a week) kept a week of
+    # tombstones, two per partition a run swaps, in every checkpoint every read loads (`kcompact gc` deletes the
+    # files, `upkeep.vacuum_data_files`)
+    "delta.deletedFileRetentionDuration": "interval 1 day",
     # no column statistics in the add actions: every read selects files by their partition values (`read_rows`),
     # never by statistics, and a partition's file holds one partition's rows; delta-rs computing them for 22
     # columns was 9 of the 21 ms of a one-partition commit, and they were most of each checkpoint's bytes

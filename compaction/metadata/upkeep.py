@@ -15,16 +15,20 @@ checkpoint and the commits after it (on S3 the listing starts after the checkpoi
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 import pyarrow.fs as pa_fs
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from compaction.metadata.delta_log import ROWS_DIR, group_of
+from compaction.errors import CorruptMetadataError
+from compaction.metadata.delta_log import ROWS_DIR, group_of, read_commit, store_of
 from compaction.metadata.table import LOG_CONFIGURATION, MetadataTable, arrow_filesystem, data_files, reading
-from compaction.storage.base import ObjectInfo
+from compaction.storage.base import ObjectInfo, ObjectStore
 
 
 def relative_path(table_uri: str, path: str) -> str:
@@ -126,5 +130,87 @@ def expire_rows_files(table: MetadataTable, listing: Iterable[ObjectInfo], delet
     return len(stale)
 
 
-__all__ = ["LogUpkeep", "compact_if_crowded", "expire_log", "expire_rows_files", "log_files", "relative_path",
-           "vacuum"]
+_INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+([a-z]+?)s?\s*$", re.IGNORECASE)
+_UNIT_MS = {"nanosecond": 1e-6, "microsecond": 1e-3, "millisecond": 1, "second": 1000, "minute": 60_000,
+            "hour": 3_600_000, "day": 86_400_000, "week": 7 * 86_400_000}
+DEFAULT_DELETED_FILE_RETENTION = "interval 1 week"
+"""Delta's default for `delta.deletedFileRetentionDuration`."""
+
+
+def interval_ms(text: str) -> int:
+    """A Delta table property's interval (`interval 1 day`, `interval 0 seconds`) in milliseconds.
+
+    Raises:
+        ValueError: not an interval of one number and one unit.
+    """
+    m = _INTERVAL.match(text)
+    if not m or m.group(2).lower() not in _UNIT_MS:
+        raise ValueError(f"not a Delta interval: {text!r} (expected e.g. 'interval 7 days')")
+    return int(int(m.group(1)) * _UNIT_MS[m.group(2).lower()])
+
+
+def _is_data_file(key: str) -> bool:
+    """A key relative to the table that may be a data file: a Parquet file in no hidden directory (`_delta_log`,
+    `_kcompact_rows` and any other a name starting with `_` or `.` marks, which Delta's readers skip too)."""
+    return key.endswith(".parquet") and not any(part.startswith(("_", ".")) for part in key.split("/"))
+
+
+def _removed_since_checkpoint(table: MetadataTable, store: ObjectStore, version: int) -> dict[str, int | None]:
+    """Every data file a remove action of the log names, up to `version`: path -> its deletion time in ms, from
+    the newest checkpoint at or below `version` (which keeps the removes younger than the table's deleted-file
+    retention: its tombstones) and every commit after it (None: removed after the checkpoint, taken as just now)."""
+    entries = [(v, kind) for v, kind in log_files(table.table_uri, table.storage_options) if v <= version]
+    checkpoint = max((v for v, kind in entries if kind == "checkpoint"), default=-1)
+    removed: dict[str, int | None] = {}
+    if checkpoint >= 0:
+        blob = store.get(f"_delta_log/{checkpoint:020d}.checkpoint.parquet")
+        column = pq.read_table(io.BytesIO(blob), columns=["remove"]).column("remove")
+        for remove in column.to_pylist():
+            if remove:
+                removed[unquote(remove["path"])] = int(remove.get("deletionTimestamp") or 0)
+    for v in range(checkpoint + 1, version + 1):
+        commit = read_commit(store, v)
+        if commit is None:  # an expired entry: below a checkpoint, never after the newest one
+            raise CorruptMetadataError(f"commit {v} is missing after checkpoint {checkpoint}",
+                                       obj=table.table_uri)
+        removed.update(dict.fromkeys(commit.removed))
+    return removed
+
+
+def vacuum_data_files(table: MetadataTable, listing: Iterable[ObjectInfo], delete: Callable[[str], None],
+                      now_ms: int) -> int:
+    """Delete the metadata table's data files that no version a reader may still load names: not in the latest
+    version, and removed longer ago than `delta.deletedFileRetentionDuration` (a file's tombstone, in the newest
+    checkpoint, holds the time of its removal; a file removed after that checkpoint is kept), or never committed
+    at all (a commit that crashed after its puts). A file younger than the retention is always kept: a commit in
+    flight wrote it. Delta's VACUUM rule, on kcompact's own clock (`now_ms`), and without its two commits: the
+    metadata table's data files, two per partition a run swaps, would otherwise never leave the store.
+    `listing`: the table's objects, keys relative to the table; `delete` takes such a key. Returns how many were
+    deleted.
+
+    Raises:
+        CorruptMetadataError: the log misses a commit after its newest checkpoint.
+        TransientStoreError: the store kept failing; rerun.
+    """
+    candidates = [o for o in listing if _is_data_file(o.key)]
+    if not candidates:
+        return 0
+    with reading(f"{table.table_uri} (data files)"):
+        dt = table.delta_table()
+        retention = interval_ms(dt.metadata().configuration.get("delta.deletedFileRetentionDuration",
+                                                                DEFAULT_DELETED_FILE_RETENTION))
+        live = {path for path, _values, _size in data_files(dt)}
+        store = store_of(table.table_uri, table.storage_options)
+        removed = _removed_since_checkpoint(table, store, dt.version())
+    horizon = now_ms - retention
+    never = -1  # a file no remove action names: never committed, or its tombstone expired with the retention
+    stale = [o.key for o in candidates
+             if o.key not in live and o.mtime_ms <= horizon
+             and (when := removed.get(o.key, never)) is not None and when <= horizon]
+    for key in stale:
+        delete(key)
+    return len(stale)
+
+
+__all__ = ["LogUpkeep", "compact_if_crowded", "expire_log", "expire_rows_files", "interval_ms", "log_files",
+           "relative_path", "vacuum", "vacuum_data_files"]
