@@ -19,8 +19,9 @@ metadata row references (uploads of failed, fenced or crashed runs and tier batc
 orphan grace. Combined WAL objects (`kcompact wal upload`) are deleted once no entry of theirs is needed any more
 (tiered segments cover it, a newer leader epoch truncated it, or another copy serves it), the grace after that
 moment; uploads abandoned in COPY_SEGMENT_STARTED likewise; the WAL table's rows of objects deleted over a day ago
-are dropped. Live
-segments, the metadata and WAL tables, combined objects still needed and keys that are not segment keys are never
+are dropped. The metadata table's own upkeep follows: log entries older than its retention expire (one day), and
+its data files that no version of that day names are deleted (each run replaces two per partition). Live
+segments, the tables' current files, combined objects still needed and keys that are not segment keys are never
 touched. Each metadata step (retiring, recording the deletions) is one commit for every partition; a partition that
 keeps changing under gc is left for the next run (exit 4). Idempotent: a rerun, also after a crash, converges.
 """
