@@ -35,10 +35,9 @@ java:
 # --durations: the slowest tests close the log, so a test that starts waiting on something (a store retrying a
 # request until its timeout) shows up in CI's output before it eats the 45-minute budget.
 # -n: pytest-xdist workers, each given whole test files (--dist loadfile: a module's fixtures, brokers and stores are
-# built once) and its own SparkSession. Much of the suite's wall is waiting on JVMs and brokers (CI used ~40% of two
-# cores with 2 workers), so 3 workers on 2 cores finish sooner; TEST_WORKERS=0 runs everything in this process
-# (pytest's own -x, --pdb, -k).
-TEST_WORKERS ?= 3
+# built once) and its own SparkSession. Much of the suite's wall is waiting on JVMs and brokers, so 2 workers on 2
+# cores finish sooner than one process; TEST_WORKERS=0 runs everything in this process (pytest's own -x, --pdb, -k).
+TEST_WORKERS ?= 2
 test: venv java delta cds kafka
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=12 tests
 
