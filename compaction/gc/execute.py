@@ -92,13 +92,14 @@ def collect_garbage(
     else:
         report = execute_gc(plan, store, table, grace_ms=grace_ms, writer=writer or default_writer(),
                             read=snapshot).report(dry_run=False)
+        upkeep = expire_log(table)  # first: it gives an older table the properties `vacuum_data_files` reads
         prefix, rows_files, vacuumed = METADATA_TABLE_NAME + "/", 0, 0
         if table.table_uri.rstrip("/") == store.delta_uri(METADATA_TABLE_NAME).rstrip("/"):  # the listing holds it
             own = [replace(o, key=o.key[len(prefix):]) for o in listing if o.key.startswith(prefix)]
             rows_files = expire_rows_files(table, own, lambda key: store.delete(prefix + key), now_ms,
                                            orphan_grace_ms)
             vacuumed = vacuum_data_files(table, own, lambda key: store.delete(prefix + key), now_ms)
-        report = replace(report, metadata_log=f"{expire_log(table).summary()}; {rows_files} rows files of replaced "
+        report = replace(report, metadata_log=f"{upkeep.summary()}; {rows_files} rows files of replaced "
                                               f"commits deleted; {vacuumed} data files removed longer ago than "
                                               "delta.deletedFileRetentionDuration deleted")
         if wal_plan.deletions:

@@ -25,7 +25,7 @@ import pyarrow.fs as pa_fs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from compaction.errors import CorruptMetadataError
+from compaction.errors import ConfigError, CorruptMetadataError
 from compaction.metadata.delta_log import ROWS_DIR, group_of, read_commit, store_of
 from compaction.metadata.table import LOG_CONFIGURATION, MetadataTable, arrow_filesystem, data_files, reading
 from compaction.storage.base import ObjectInfo, ObjectStore
@@ -189,6 +189,7 @@ def vacuum_data_files(table: MetadataTable, listing: Iterable[ObjectInfo], delet
     deleted.
 
     Raises:
+        ConfigError: the table's `delta.deletedFileRetentionDuration` is not an interval.
         CorruptMetadataError: the log misses a commit after its newest checkpoint.
         TransientStoreError: the store kept failing; rerun.
     """
@@ -197,8 +198,11 @@ def vacuum_data_files(table: MetadataTable, listing: Iterable[ObjectInfo], delet
         return 0
     with reading(f"{table.table_uri} (data files)"):
         dt = table.delta_table()
-        retention = interval_ms(dt.metadata().configuration.get("delta.deletedFileRetentionDuration",
-                                                                DEFAULT_DELETED_FILE_RETENTION))
+        setting = dt.metadata().configuration.get("delta.deletedFileRetentionDuration", DEFAULT_DELETED_FILE_RETENTION)
+        try:
+            retention = interval_ms(setting)
+        except ValueError as e:
+            raise ConfigError(f"{table.table_uri}: table property delta.deletedFileRetentionDuration: {e}") from None
         live = {path for path, _values, _size in data_files(dt)}
         store = store_of(table.table_uri, table.storage_options)
         removed = _removed_since_checkpoint(table, store, dt.version())

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from compaction.errors import ConfigError
 from compaction.gc import collect_garbage
 from compaction.metadata import MetadataTable, table_in_store
 from compaction.metadata.delta_log import log_key
@@ -154,3 +155,15 @@ def test_kcompact_gc_runs_it_and_counts_what_it_deleted(tmp_path: Path) -> None:
     gone = set(before) - set(stored(store))
     assert count == len(gone) > 0 and not gone & latest
     assert set(stored(store)) >= live(table), "the table's files, gc's own commit's among them, all there"
+
+
+def test_a_retention_that_is_not_an_interval_is_refused_naming_the_table(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "store"))
+    table = table_in_store(store, create=True)
+    tier(table, tps(1), 0)
+    DeltaTable(table.table_uri).alter.set_table_properties({"delta.deletedFileRetentionDuration": "a day"})
+    with pytest.raises(ConfigError, match=r"_kcompact_metadata: table property delta.deletedFileRetentionDuration: "
+                                          r"not a Delta interval: 'a day'"):
+        vacuum(store, table, 0)
+    assert [interval_ms(t) for t in ("interval 0 seconds", "interval 7 days", "INTERVAL 2 Hours", "interval 1 week")
+            ] == [0, 7 * 86_400_000, 7_200_000, 7 * 86_400_000]
