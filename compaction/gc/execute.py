@@ -41,6 +41,7 @@ from compaction.metadata import (
     mark_deleted_finished,
 )
 from compaction.metadata.batch import Reader, known_reader
+from compaction.metadata.table import reading
 from compaction.metadata.upkeep import expire_log, expire_rows_files, vacuum_data_files
 from compaction.storage.base import ObjectStore
 from compaction.wal.model import WAL_TABLE_NAME
@@ -96,9 +97,11 @@ def collect_garbage(
         prefix, rows_files, vacuumed = METADATA_TABLE_NAME + "/", 0, 0
         if table.table_uri.rstrip("/") == store.delta_uri(METADATA_TABLE_NAME).rstrip("/"):  # the listing holds it
             own = [replace(o, key=o.key[len(prefix):]) for o in listing if o.key.startswith(prefix)]
+            with reading(f"{table.table_uri} (upkeep)"):
+                latest = table.delta_table()  # one load for both
             rows_files = expire_rows_files(table, own, lambda key: store.delete(prefix + key), now_ms,
-                                           orphan_grace_ms)
-            vacuumed = vacuum_data_files(table, own, lambda key: store.delete(prefix + key), now_ms)
+                                           orphan_grace_ms, dt=latest)
+            vacuumed = vacuum_data_files(table, own, lambda key: store.delete(prefix + key), now_ms, dt=latest)
         report = replace(report, metadata_log=f"{upkeep.summary()}; {rows_files} rows files of replaced "
                                               f"commits deleted; {vacuumed} data files removed longer ago than "
                                               "delta.deletedFileRetentionDuration deleted")

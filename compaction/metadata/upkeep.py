@@ -111,18 +111,19 @@ def expire_log(table: MetadataTable, configuration: Mapping[str, str] = LOG_CONF
 
 
 def expire_rows_files(table: MetadataTable, listing: Iterable[ObjectInfo], delete: Callable[[str], None], now_ms: int,
-                      min_age_ms: int) -> int:
+                      min_age_ms: int, *, dt: DeltaTable | None = None) -> int:
     """Delete the metadata table's rows files (`delta_log`'s module docstring) that no data file of the table's
     latest version names, once older than `min_age_ms`: a commit writes its rows file before it claims its
     version, so a younger one may be a commit's in flight. `listing`: the table's objects, keys relative to the
     table (at least those under `delta_log.ROWS_DIR`); `delete` takes such a key. Returns how many were deleted.
-    A reader of an older version that wanted one reads its data files instead."""
+    A reader of an older version that wanted one reads its data files instead. `dt`: the table loaded at its latest
+    version, where the caller has it (default: loaded here)."""
     prefix = ROWS_DIR + "/"
     found = [o for o in listing if o.key.startswith(prefix) and o.key.endswith(".parquet")]
     if not found:
         return 0
     with reading(f"{table.table_uri} (rows files)"):
-        named = {group_of(path) for path, _values, _size in data_files(table.delta_table())}
+        named = {group_of(path) for path, _values, _size in data_files(table.delta_table() if dt is None else dt)}
     stale = [o.key for o in found
              if o.key[len(prefix):-len(".parquet")] not in named and now_ms - o.mtime_ms >= min_age_ms]
     for key in stale:
@@ -178,15 +179,15 @@ def _removed_since_checkpoint(table: MetadataTable, store: ObjectStore, version:
 
 
 def vacuum_data_files(table: MetadataTable, listing: Iterable[ObjectInfo], delete: Callable[[str], None],
-                      now_ms: int) -> int:
+                      now_ms: int, *, dt: DeltaTable | None = None) -> int:
     """Delete the metadata table's data files that no version a reader may still load names: not in the latest
     version, and removed longer ago than `delta.deletedFileRetentionDuration` (a file's tombstone, in the newest
     checkpoint, holds the time of its removal; a file removed after that checkpoint is kept), or never committed
     at all (a commit that crashed after its puts). A file younger than the retention is always kept: a commit in
     flight wrote it. Delta's VACUUM rule, on kcompact's own clock (`now_ms`), and without its two commits: the
     metadata table's data files, two per partition a run swaps, would otherwise never leave the store.
-    `listing`: the table's objects, keys relative to the table; `delete` takes such a key. Returns how many were
-    deleted.
+    `listing`: the table's objects, keys relative to the table; `delete` takes such a key; `dt` as
+    `expire_rows_files`'s. Returns how many were deleted.
 
     Raises:
         ConfigError: the table's `delta.deletedFileRetentionDuration` is not an interval.
@@ -197,7 +198,7 @@ def vacuum_data_files(table: MetadataTable, listing: Iterable[ObjectInfo], delet
     if not candidates:
         return 0
     with reading(f"{table.table_uri} (data files)"):
-        dt = table.delta_table()
+        dt = table.delta_table() if dt is None else dt
         setting = dt.metadata().configuration.get("delta.deletedFileRetentionDuration", DEFAULT_DELETED_FILE_RETENTION)
         try:
             retention = interval_ms(setting)

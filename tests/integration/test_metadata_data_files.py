@@ -27,18 +27,9 @@ from compaction.metadata.table import LOG_CONFIGURATION, data_files
 from compaction.metadata.upkeep import interval_ms, log_files, vacuum_data_files
 from compaction.storage import ObjectStore, open_store
 from tests.integration.test_rows_files import swap, tier, tps
-from tests.moto_s3 import fresh_s3_store
 
 PREFIX = "_kcompact_metadata/"
 RETENTION = interval_ms(LOG_CONFIGURATION["delta.deletedFileRetentionDuration"])
-
-
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
-    if request.param == "local":
-        return open_store(str(tmp_path / "store"))
-    request.getfixturevalue("fake_aws_env")
-    return fresh_s3_store(request.getfixturevalue("moto_endpoint"))
 
 
 def stored(store: ObjectStore) -> dict[str, int]:

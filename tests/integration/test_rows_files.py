@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -30,22 +29,13 @@ from compaction.metadata import (
 )
 from compaction.metadata.delta_log import ROWS_DIR, ROWS_FILE_MIN_PARTITIONS, group_of, rows_file_key
 from compaction.metadata.table import DataFile, data_files
-from compaction.storage import ObjectStore, open_store
+from compaction.storage import ObjectStore
 from tests.factories import TOPIC_ID, new_segment
-from tests.moto_s3 import fresh_s3_store
 
 table_module = importlib.import_module("compaction.metadata.table")
 
 TOPIC, NOW = "orders", 1_700_000_000_000
 MANY = 3 * ROWS_FILE_MIN_PARTITIONS
-
-
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
-    if request.param == "local":
-        return open_store(str(tmp_path / "store"))
-    request.getfixturevalue("fake_aws_env")
-    return fresh_s3_store(request.getfixturevalue("moto_endpoint"))
 
 
 def tps(n: int, first: int = 0) -> list[TopicPartition]:
