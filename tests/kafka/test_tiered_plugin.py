@@ -217,6 +217,25 @@ def test_the_broker_tiers_on_above_the_compacted_region_with_no_gap_or_overlap(t
     assert f"{len(live)} live segments" in listed.stdout
 
 
+def test_each_broker_copy_says_whether_it_holds_transactional_batches(tier: Tier) -> None:
+    """The plugin's storage manager walks each copied segment's batch headers and hands what it found to the
+    metadata manager through Kafka (the copy's custom metadata, KIP-917): every segment the broker tiered records in
+    its row whether it holds a transactional or control batch, as its bytes do, so a compaction plans its one-job
+    path on known rows (docs/compaction-run.md). The workload's rounds hold both kinds of segment. Asked before gc
+    deletes the replaced copies: the copies tiered while the run compacted hold updates only."""
+    copies = [s for s in tier.partition().segments
+              if s.writer == "broker-1" and s.state is not SegmentState.COPY_SEGMENT_STARTED]
+    assert copies
+    found = {}
+    for s in copies:
+        key = s.object_key(Suffix.LOG)
+        assert key is not None
+        data = tier.store.get(key)
+        found[s.segment_id] = any(h.is_transactional or h.is_control for h in iter_batch_headers(data, obj=key))
+    assert {s.segment_id: s.transactional for s in copies} == found
+    assert set(found.values()) == {True, False}, found
+
+
 def test_retention_leaves_a_partition_the_broker_tiers_to_the_broker(tier: Tier, tmp_path: Path) -> None:
     """Named compact,delete with retention.bytes 0 in kcompact's config, the partition the broker tiers is held back
     with a note and nothing is committed: a broker's log start does not follow kcompact's expiry, and its consumers
@@ -253,24 +272,6 @@ def test_a_restarted_broker_serves_the_compacted_view(tier: Tier) -> None:
     tier.broker.restart()
     expected = tier.view(committed=True)
     assert read_all(tier.broker, len(expected)) == expected
-
-
-def test_each_broker_copy_says_whether_it_holds_transactional_batches(tier: Tier) -> None:
-    """The plugin's storage manager walks each copied segment's batch headers and hands what it found to the
-    metadata manager through Kafka (the copy's custom metadata, KIP-917): every segment the broker tiered records in
-    its row whether it holds a transactional or control batch, as its bytes do, so a compaction plans its one-job
-    path on known rows (docs/compaction-run.md). The workload's rounds hold both kinds of segment."""
-    copies = [s for s in tier.partition().segments
-              if s.writer == "broker-1" and s.state is not SegmentState.COPY_SEGMENT_STARTED]
-    assert copies
-    found = {}
-    for s in copies:
-        key = s.object_key(Suffix.LOG)
-        assert key is not None
-        data = tier.store.get(key)
-        found[s.segment_id] = any(h.is_transactional or h.is_control for h in iter_batch_headers(data, obj=key))
-    assert {s.segment_id: s.transactional for s in copies} == found
-    assert set(found.values()) == {True, False}, found
 
 
 def test_deleting_the_topic_deletes_its_tier_through_the_plugin(tier: Tier) -> None:
