@@ -8,7 +8,11 @@ store: `kcompact tier` of the log dir, `kcompact compact`, `kcompact table` (a f
 commits it made to the metadata table are counted (table versions before and after). Goals: 1,000 partitions
 within 1.5x of 8 partitions' wall for tier and compact; a compaction's commits independent of N (<= 3).
 
-    python scripts/bench_partitions.py [--partitions 8,100,1000] [--scale 1.0]
+With `--s3` the store is an S3 bucket on a moto server on 127.0.0.1 (started here, stopped at the end), and each
+command that prints its store requests (`tier`, `compact`, `gc`, with `--json`) has them recorded: on object storage
+the request counts are the figure (GETs, PUTs, DELETEs, LISTs), moto's wall is not S3's.
+
+    python scripts/bench_partitions.py [--partitions 8,100,1000] [--scale 1.0] [--s3]
 """
 
 from __future__ import annotations
@@ -46,23 +50,54 @@ def _workload(partitions: int, scale: float) -> Path:
     return logdir
 
 
-def _version(store: Path) -> int:
+ENDPOINT: str | None = None
+"""The moto server's URL under `--s3`."""
+BUCKET = "kcompact-bench"
+
+
+def _version(store: str) -> int:
+    """The metadata table's version, -1 before it exists."""
+    from compaction.errors import MetadataTableNotFoundError
     from compaction.metadata import table_in_store
     from compaction.storage import open_store
 
-    return table_in_store(open_store(str(store))).version()
+    try:
+        return table_in_store(open_store(store, endpoint_url=ENDPOINT)).version()
+    except MetadataTableNotFoundError:
+        return -1
 
 
-def _timed(name: str, cmd: list[str], store: Path, ok: tuple[int, ...] = (0,)) -> dict[str, Any]:
-    before = _version(store) if (store / "_kcompact_metadata").exists() else -1
+def _timed(name: str, cmd: list[str], store: str, ok: tuple[int, ...] = (0,)) -> dict[str, Any]:
+    before = _version(store)
+    cmd = [*cmd, *(["--endpoint-url", ENDPOINT] if ENDPOINT else [])]
+    counted = ENDPOINT is not None and name in ("tier", "compact", "gc")
+    cmd += ["--json"] if counted else []
     print("running:", " ".join(cmd), file=sys.stderr)
     started = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     if done.returncode not in ok:
         raise SystemExit(f"{name} exited {done.returncode}: {done.stderr[-2000:]}")
-    return {"command": name, "seconds": seconds, "exit": done.returncode,
-            "commits": _version(store) - max(before, 0)}
+    step = {"command": name, "seconds": seconds, "exit": done.returncode, "commits": _version(store) - max(before, 0)}
+    if counted:
+        step["requests"] = json.loads(done.stdout)["requests"]
+    return step
+
+
+def _start_moto() -> Any:
+    """A moto S3 server on a free port of 127.0.0.1 with the bench's bucket; fake credentials for every command."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    global ENDPOINT
+    os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"})
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    ENDPOINT = f"http://{host}:{port}"
+    boto3.client("s3", endpoint_url=ENDPOINT).create_bucket(Bucket=BUCKET)
+    return server
 
 
 def one(partitions: int, scale: float) -> dict[str, Any]:
@@ -70,9 +105,9 @@ def one(partitions: int, scale: float) -> dict[str, Any]:
     work = DATA / "stores" / f"p11-{partitions}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    store, config = work / "store", work / "config.yaml"
+    store, config = str(work / "store") if ENDPOINT is None else f"s3://{BUCKET}/p11-{partitions}", work / "config.yaml"
     config.write_text("defaults:\n  cleanup.policy: compact\n  min.cleanable.dirty.ratio: 0.01\n")
-    base = ["--store", str(store)]
+    base = ["--store", store]
     steps = [_timed("tier", [str(KCOMPACT), "tier", "--logdir", str(logdir), *base, "--now", str(NOW_MS)], store)]
     tiered = _version(store)
     steps += [
@@ -86,7 +121,8 @@ def one(partitions: int, scale: float) -> dict[str, Any]:
     ]
     segment_bytes = sum(f.stat().st_size for f in logdir.rglob("*.log"))
     shutil.rmtree(work, ignore_errors=True)
-    return {"partitions": partitions, "log_bytes": segment_bytes, "steps": steps, "load": os.getloadavg()}
+    return {"partitions": partitions, "log_bytes": segment_bytes, "store": "s3 (moto)" if ENDPOINT else "local",
+            "steps": steps, "load": os.getloadavg()}
 
 
 def bench_partitions(scale: float = 1.0, counts: tuple[int, ...] = (8, 100, 1000)) -> dict[str, Any]:
@@ -98,8 +134,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", default="8,100,1000")
     parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--s3", action="store_true", help="the store on a moto S3 server on 127.0.0.1")
     args = parser.parse_args()
-    result = bench_partitions(args.scale, tuple(int(n) for n in args.partitions.split(",")))
+    server = _start_moto() if args.s3 else None
+    try:
+        result = bench_partitions(args.scale, tuple(int(n) for n in args.partitions.split(",")))
+    finally:
+        if server is not None:
+            server.stop()
     print(json.dumps(result, indent=1))
 
 

@@ -23,7 +23,8 @@ are dropped. The metadata table's own upkeep follows: log entries older than its
 its data files that no version of that day names are deleted (each run replaces two per partition). Live
 segments, the tables' current files, combined objects still needed and keys that are not segment keys are never
 touched. Each metadata step (retiring, recording the deletions) is one commit for every partition; a partition that
-keeps changing under gc is left for the next run (exit 4). Idempotent: a rerun, also after a crash, converges.
+keeps changing under gc is left for the next run (exit 4). Objects go in batches: on S3 one DeleteObjects request per
+thousand keys (the IAM permission is still s3:DeleteObject). Idempotent: a rerun, also after a crash, converges.
 """
 
 

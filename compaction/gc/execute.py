@@ -99,9 +99,10 @@ def collect_garbage(
             own = [replace(o, key=o.key[len(prefix):]) for o in listing if o.key.startswith(prefix)]
             with reading(f"{table.table_uri} (upkeep)"):
                 latest = table.delta_table()  # one load for both
-            rows_files = expire_rows_files(table, own, lambda key: store.delete(prefix + key), now_ms,
+            rows_files = expire_rows_files(table, own, lambda keys: store.delete_many(prefix + k for k in keys), now_ms,
                                            orphan_grace_ms, dt=latest)
-            vacuumed = vacuum_data_files(table, own, lambda key: store.delete(prefix + key), now_ms, dt=latest)
+            vacuumed = vacuum_data_files(table, own, lambda keys: store.delete_many(prefix + k for k in keys), now_ms,
+                                         dt=latest)
         report = replace(report, metadata_log=f"{upkeep.summary()}; {rows_files} rows files of replaced "
                                               f"commits deleted; {vacuumed} data files removed longer ago than "
                                               "delta.deletedFileRetentionDuration deleted")
@@ -153,8 +154,7 @@ def execute_gc(plan: GcPlan, store: ObjectStore, table: MetadataTable, *, grace_
 
 
 def _delete(store: ObjectStore, keys: Iterable[str]) -> None:
-    for key in keys:
-        store.delete(key)
+    store.delete_many(keys)
 
 
 def _retire(table: MetadataTable, partitions: Iterable[PartitionGcPlan], now_ms: int,

@@ -128,8 +128,7 @@ def execute_wal_gc(plan: WalGcPlan, store: ObjectStore, table: WalTable, now_ms:
             done = table.change_state(ids, SegmentState.DELETE_SEGMENT_STARTED, now_ms, expected=state)
             retired |= {o.object_id for o in done if o.state is SegmentState.DELETE_SEGMENT_STARTED}
     todo = [d for d in plan.deletions if d.state is SegmentState.DELETE_SEGMENT_STARTED or d.object_id in retired]
-    for d in todo:
-        store.delete(d.key)
+    store.delete_many(d.key for d in todo)
     if todo:
         table.change_state([d.object_id for d in todo], SegmentState.DELETE_SEGMENT_FINISHED, now_ms)
     return WalGcPlan(todo, plan.waiting + len(plan.deletions) - len(todo), plan.needed)

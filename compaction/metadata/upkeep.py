@@ -110,12 +110,13 @@ def expire_log(table: MetadataTable, configuration: Mapping[str, str] = LOG_CONF
     return LogUpkeep(tuple(sorted(wrong)), before, after)
 
 
-def expire_rows_files(table: MetadataTable, listing: Iterable[ObjectInfo], delete: Callable[[str], None], now_ms: int,
-                      min_age_ms: int, *, dt: DeltaTable | None = None) -> int:
+def expire_rows_files(table: MetadataTable, listing: Iterable[ObjectInfo], delete: Callable[[list[str]], object],
+                      now_ms: int, min_age_ms: int, *, dt: DeltaTable | None = None) -> int:
     """Delete the metadata table's rows files (`delta_log`'s module docstring) that no data file of the table's
     latest version names, once older than `min_age_ms`: a commit writes its rows file before it claims its
     version, so a younger one may be a commit's in flight. `listing`: the table's objects, keys relative to the
-    table (at least those under `delta_log.ROWS_DIR`); `delete` takes such a key. Returns how many were deleted.
+    table (at least those under `delta_log.ROWS_DIR`); `delete` takes such keys, all at once (a store's
+    `delete_many`). Returns how many were deleted.
     A reader of an older version that wanted one reads its data files instead. `dt`: the table loaded at its latest
     version, where the caller has it (default: loaded here)."""
     prefix = ROWS_DIR + "/"
@@ -126,8 +127,8 @@ def expire_rows_files(table: MetadataTable, listing: Iterable[ObjectInfo], delet
         named = {group_of(path) for path, _values, _size in data_files(table.delta_table() if dt is None else dt)}
     stale = [o.key for o in found
              if o.key[len(prefix):-len(".parquet")] not in named and now_ms - o.mtime_ms >= min_age_ms]
-    for key in stale:
-        delete(key)
+    if stale:
+        delete(stale)
     return len(stale)
 
 
@@ -178,7 +179,7 @@ def _removed_since_checkpoint(table: MetadataTable, store: ObjectStore, version:
     return removed
 
 
-def vacuum_data_files(table: MetadataTable, listing: Iterable[ObjectInfo], delete: Callable[[str], None],
+def vacuum_data_files(table: MetadataTable, listing: Iterable[ObjectInfo], delete: Callable[[list[str]], object],
                       now_ms: int, *, dt: DeltaTable | None = None) -> int:
     """Delete the metadata table's data files that no version a reader may still load names: not in the latest
     version, and removed longer ago than `delta.deletedFileRetentionDuration` (a file's tombstone, in the newest
@@ -186,7 +187,7 @@ def vacuum_data_files(table: MetadataTable, listing: Iterable[ObjectInfo], delet
     at all (a commit that crashed after its puts). A file younger than the retention is always kept: a commit in
     flight wrote it. Delta's VACUUM rule, on kcompact's own clock (`now_ms`), and without its two commits: the
     metadata table's data files, two per partition a run swaps, would otherwise never leave the store.
-    `listing`: the table's objects, keys relative to the table; `delete` takes such a key; `dt` as
+    `listing`: the table's objects, keys relative to the table; `delete` takes such keys, all at once; `dt` as
     `expire_rows_files`'s. Returns how many were deleted.
 
     Raises:
@@ -212,8 +213,8 @@ def vacuum_data_files(table: MetadataTable, listing: Iterable[ObjectInfo], delet
     stale = [o.key for o in candidates
              if o.key not in live and o.mtime_ms <= horizon
              and (when := removed.get(o.key, never)) is not None and when <= horizon]
-    for key in stale:
-        delete(key)
+    if stale:
+        delete(stale)
     return len(stale)
 
 

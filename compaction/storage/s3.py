@@ -25,7 +25,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,6 +35,7 @@ from botocore.exceptions import ClientError
 
 from compaction.errors import KcompactError, MissingObjectError, ObjectExistsError, StoreAccessError
 from compaction.storage.base import (
+    DELETE_BATCH,
     TEMP_PREFIX,
     MiB,
     ObjectInfo,
@@ -43,10 +44,11 @@ from compaction.storage.base import (
     check_key,
     check_prefix,
     check_range,
+    put_pool,
 )
 from compaction.storage.s3_client import credentials, md5, new_client
 from compaction.storage.s3_multipart import MultipartUpload, part_size_for
-from compaction.storage.s3_retry import call_with_retry, status
+from compaction.storage.s3_retry import call_with_retry, is_transient, status, translate
 
 if TYPE_CHECKING:
     from os import PathLike
@@ -54,6 +56,14 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _REFRESHING_CREDENTIAL_METHODS = frozenset({"iam-role", "container-role"})
+
+
+class _KeyRefused(Exception):
+    """DeleteObjects refused `key` for good (not retried); carries S3's error for it."""
+
+    def __init__(self, key: str, error: ClientError) -> None:
+        super().__init__(key)
+        self.key, self.error = key, error
 
 
 class S3Store(ObjectStore):
@@ -157,6 +167,44 @@ class S3Store(ObjectStore):
     def delete(self, key: str) -> None:
         full = self._prefix + check_key(key)
         self._call("DELETE", self.object_uri(key), partial(self._delete_object, full))
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        """DeleteObjects, `DELETE_BATCH` keys a request (batches in flight at once); a key S3 refuses is named in the
+        error, and a batch where S3 failed some keys transiently is sent again whole (deleting is idempotent)."""
+        todo = [self._prefix + check_key(k) for k in dict.fromkeys(keys)]
+        batches = [todo[i : i + DELETE_BATCH] for i in range(0, len(todo), DELETE_BATCH)]
+        if len(batches) < 2:
+            for batch in batches:
+                self._delete_batch(batch)
+        else:
+            for done in [put_pool().submit(self._delete_batch, batch) for batch in batches]:
+                done.result()
+        return len(todo)
+
+    def _delete_batch(self, full: Sequence[str]) -> None:
+        if len(full) == 1:
+            self._call("DELETE", self.object_uri(full[0][len(self._prefix) :]), partial(self._delete_object, full[0]))
+            return
+        try:
+            self._call("DELETE", f"{self.object_uri(full[0][len(self._prefix) :])} and {len(full) - 1} more keys",
+                       partial(self._delete_objects, full))
+        except _KeyRefused as refused:
+            raise translate("DELETE", self.object_uri(refused.key[len(self._prefix) :]), refused.error) from None
+
+    def _delete_objects(self, full: Sequence[str]) -> None:
+        self._count(deletes=1)
+        answer = self.client.delete_objects(
+            Bucket=self._bucket, Delete={"Objects": [{"Key": k} for k in full], "Quiet": True}
+        )
+        errors = []
+        for e in answer.get("Errors", ()):
+            error = {"Code": e.get("Code", ""), "Message": e.get("Message", "")}
+            errors.append((str(e.get("Key", "")), ClientError({"Error": error}, "DeleteObjects")))
+        for _key, error in errors:
+            if is_transient(error):
+                raise error  # the batch again, under the retry policy
+        if errors:
+            raise _KeyRefused(*errors[0])
 
     def delta_uri(self, name: str) -> str:
         return f"s3://{self._bucket}/{self._prefix}{check_key(name)}"

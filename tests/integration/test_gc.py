@@ -45,6 +45,7 @@ from compaction.metadata.table import load_partitions
 from compaction.reader import consumer_records, segment_ref
 from compaction.storage import ObjectStore
 from compaction.storage.layout import new_segment_id, parse_segment_object_key
+from compaction.storage.local import LocalStore
 from compaction.tier import tier_logdir
 
 batch_module = importlib.import_module("compaction.metadata.batch")
@@ -234,8 +235,12 @@ def test_gc_waits_for_each_grace_and_a_dry_run_foretells_it(scenario: Scenario, 
     monkeypatch.setattr(batch_module, "load_partitions", lambda *args: reads.append(args) or load_partitions(*args))
     whole = MetadataTable.snapshot
     monkeypatch.setattr(MetadataTable, "snapshot", lambda table, *a: full_reads.append(a) or whole(table, *a))
+    deletes = s.store.stats.deletes
     segments_due = gc(s, s.t0 + GRACE + SLACK)
     monkeypatch.undo()
+    gone = object_keys(*s.replaced, *s.abandoned) & before.keys()
+    assert len(gone) > 1 and s.store.stats.deletes - deletes == (len(gone) if isinstance(s.store, LocalStore) else 1), (
+        "a DELETE per object on a local directory, one DeleteObjects for them all on S3")
     assert reads == [], "both commits start from the rows of the snapshot gc read (no other commit landed)"
     assert len(full_reads) == 1, "the table read whole once, to plan"
     assert {**dry.to_dict(), "dry_run": False} == segments_due.to_dict(), "a dry run reports what gc then does"

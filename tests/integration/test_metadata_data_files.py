@@ -57,7 +57,7 @@ def removals(store: ObjectStore, table: MetadataTable) -> dict[str, int]:
 def vacuum(store: ObjectStore, table: MetadataTable, now_ms: int) -> int:
     """`vacuum_data_files` as `kcompact gc` runs it: on the store's listing of the table; how many it deleted."""
     own = [replace(o, key=o.key[len(PREFIX):]) for o in store.list(PREFIX)]
-    return vacuum_data_files(table, own, lambda key: store.delete(PREFIX + key), now_ms)
+    return vacuum_data_files(table, own, lambda keys: store.delete_many(PREFIX + k for k in keys), now_ms)
 
 
 def test_gc_deletes_the_data_files_no_version_of_the_retention_names(store: ObjectStore) -> None:

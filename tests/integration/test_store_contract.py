@@ -29,7 +29,7 @@ from compaction.errors import (
 )
 from compaction.rewrite.cache import SegmentCache
 from compaction.storage import DEFAULT_STORE_URI, ObjectInfo, ObjectStore, StoreSpec, StoreStats, open_store
-from compaction.storage.base import TEMP_PREFIX, MiB
+from compaction.storage.base import DELETE_BATCH, TEMP_PREFIX, MiB
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
 from compaction.storage.local import LocalStore
 from compaction.storage.s3 import S3Store
@@ -237,6 +237,21 @@ def test_delete_is_idempotent(store: ObjectStore) -> None:
     store.delete("never/written")
     store.put("k", b"again")  # a deleted key can be created anew
     assert store.get("k") == b"again"
+
+
+def test_delete_many_deletes_each_key_once_and_nothing_else(store: ObjectStore) -> None:
+    keys = [f"seg/{i:05d}.log" for i in range(2 * DELETE_BATCH + 7)]
+    store.put_many({k: b"x" for k in keys})
+    store.put("seg/kept", b"y")
+    store.stats = StoreStats()
+    assert store.delete_many([*keys, keys[0], "never/written"]) == len(keys) + 1
+    assert [o.key for o in store.list("seg/")] == ["seg/kept"]
+    assert store.delete_many(keys) == len(keys)  # idempotent
+    assert store.delete_many([]) == 0 and store.delete_many(iter(["seg/kept"])) == 1
+    assert not any(o.key.startswith("seg/") for o in store.list())
+    # a request per key on a local directory; on S3 a DeleteObjects per thousand keys, a DeleteObject for one key
+    n = len(keys)
+    assert store.stats.deletes == ((n + 1) + n + 1 if isinstance(store, LocalStore) else 3 + 3 + 1)
 
 
 def test_put_file_then_get_to_file_round_trips(store: ObjectStore, tmp_path: Path) -> None:
@@ -553,6 +568,41 @@ def test_permanent_errors_raise_at_once(s3_store: S3Store, monkeypatch: pytest.M
         s3_store.get("k")
     assert s3_store.object_uri("k") in str(refused.value)
     assert len(calls) == 1
+
+
+@pytest.mark.s3
+def test_delete_many_sends_a_batch_again_when_s3_fails_some_keys_transiently(
+    s3_store: S3Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeleteObjects answers 200 with per-key errors; a transient one (InternalError, SlowDown) sends the batch again
+    under the retry policy, a permanent one is raised naming the refused key."""
+    keys = [f"k{i}" for i in range(5)]
+    s3_store.put_many({k: b"v" for k in keys})
+    real, calls = s3_store.client.delete_objects, []
+
+    def partly_failing(**request: Any) -> dict[str, Any]:
+        calls.append(len(request["Delete"]["Objects"]))
+        answer = dict(real(**request))
+        if len(calls) == 1:  # S3 deleted the others; it says which it did not
+            answer["Errors"] = [{"Key": request["Delete"]["Objects"][2]["Key"], "Code": "InternalError",
+                                 "Message": "We encountered an internal error. Please try again."}]
+        return answer
+
+    monkeypatch.setattr(s3_store.client, "delete_objects", partly_failing)
+    assert s3_store.delete_many(keys) == 5
+    assert calls == [5, 5] and not any(s3_store.exists(k) for k in keys)
+
+    s3_store.put_many({k: b"v" for k in keys})
+
+    def refusing(**request: Any) -> dict[str, Any]:
+        calls.append(len(request["Delete"]["Objects"]))
+        return {"Errors": [{"Key": request["Delete"]["Objects"][3]["Key"], "Code": "AccessDenied",
+                            "Message": "Access Denied"}]}
+
+    monkeypatch.setattr(s3_store.client, "delete_objects", refusing)
+    with pytest.raises(StoreAccessError, match="AccessDenied") as refused:
+        s3_store.delete_many(keys)
+    assert s3_store.object_uri("k3") in str(refused.value) and len(calls) == 3  # refused once, not retried
 
 
 @pytest.mark.s3
