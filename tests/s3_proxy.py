@@ -2,7 +2,8 @@
 
 Every fault is a real HTTP answer that boto3 (and, for the metadata table, delta-rs) has to parse and survive:
 a `Fault` decides, per request, whether to forward it, answer an S3 error (503 SlowDown, 500 InternalError,
-403 AccessDenied) without forwarding, or forward it and then answer 503 as if the reply was lost. Stores reach
+403 AccessDenied) without forwarding, or forward it and then answer 503 as if the reply was lost; `latency` may hold
+a request back first (requests wait on it concurrently, as on a network). Stores reach
 the proxy through `spec_through`; the test's own reads go to moto directly (`direct`).
 """
 
@@ -36,6 +37,7 @@ class FlakyProxy:
 
     upstream: str
     fault: Fault = lambda method, path, seen: None
+    latency: Callable[[str, str], None] = lambda method, path: None  # before forwarding, outside the lock: may sleep
     endpoint: str = ""  # the proxy's URL, once started
     injected: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, code)
     _seen: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -79,6 +81,7 @@ class FlakyProxy:
             def _handle(self) -> None:
                 body = self._body()
                 decision = proxy.decide(self.command, self.path)
+                proxy.latency(self.command, self.path)
                 if isinstance(decision, tuple):
                     self._error(*decision)
                     return

@@ -32,9 +32,10 @@ partition is committed (a chunk that did not need it may have been rewritten: it
 from __future__ import annotations
 
 import pickle
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pyarrow as pa
@@ -48,7 +49,7 @@ from compaction.spark import scan as scan_job
 from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, outcome_batch, outcomes_of, run_unit
 from compaction.spark.scan import CHUNK_SLOT, ScanSettings, ScanTask, SegmentDescriptor, describe
 from compaction.spark.winners import slot_keys
-from compaction.storage.base import ObjectStore
+from compaction.storage.base import ObjectStore, shared_pool
 from compaction.tasks import SegmentScanTask
 
 if TYPE_CHECKING:
@@ -63,6 +64,13 @@ HELD_BYTES = 64 << 20
 local store they are mapped, not copied): the rewrite then reads them from memory, where a larger partition's
 segments go through the run's disk cache (`compaction.rewrite.cache`). For a small partition's segment, the cache
 file's create, copy, read, move and delete cost more than its scan."""
+
+UNITS_IN_FLIGHT = 4
+"""Partitions rewritten at once from the bytes they scanned (`FusedUnit.hold`, at most `HELD_BYTES` each) that a
+task works on at once when the store's requests wait on the network (S3): such a partition is a few round trips one
+after another (its segments' GETs, the GET of the parts its output carries, the PUT of its two objects), and a task
+of hundreds of small partitions otherwise waited on each in turn. One at a time on a local store, whose requests do
+not wait."""
 
 _PIECE_KEYS = 1 << 20
 _PIECE_KEY_BYTES = 1 << 28
@@ -178,6 +186,7 @@ class _FusedTask:
         self.tracker = tracker
         self.slots = slots
         self.keys = keys
+        self.in_flight = 1 if settings.spec.scheme == "file" else UNITS_IN_FLIGHT  # decided by the driver
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from compaction.strategies.keyfold import KeyFold
@@ -188,7 +197,12 @@ class _FusedTask:
         outcomes: list[tuple[int, UnitOutcome]] = []
         with store.deferred_sync(), shared_scratch():  # objects durable together before any outcome; one scratch dir
             for slot in (i for ids in batches for i in ids.column(0).to_pylist()):
-                for fused in slots[slot]:
+                units = slots[slot]
+                alone = [f for f in units if f.hold and f.send_to is None]
+                if len(alone) > 1 and self.in_flight > 1:
+                    outcomes += [(slot, o) for o in self._at_once(store, slot, alone) if o is not None]
+                    units = [f for f in units if not (f.hold and f.send_to is None)]
+                for fused in units:
                     held: dict[str, bytes | memoryview] | None = {} if fused.hold else None
                     fold = self._fold(scan, store, fused.segments, KeyFold(), held)
                     if fold is None:  # its partition failed (the tracker says why): no rewrite, no fold sent
@@ -212,6 +226,27 @@ class _FusedTask:
                 CHUNK_SLOT: [self.keys[slot] for slot, _o in outcomes], "tp": [None] * n, "chunk": [None] * n,
                 "fold": [None] * n, "outcome": [pickle.dumps(o) for _slot, o in outcomes]}, schema=_EXCHANGED)
 
+    def _at_once(self, store: ObjectStore, slot: int, units: Sequence[FusedUnit]) -> list[UnitOutcome | None]:
+        """Scan, fold and rewrite each of `units` (partitions rewritten at once from the bytes they scanned),
+        `in_flight` at a time; their outcomes in order (None: its partition failed its scan). Each unit's
+        requests go through a fork of `store`, so that its reports count its own."""
+        from compaction.strategies.keyfold import KeyFold
+
+        scan = ScanTask(self.settings, cast("Accumulator", _Locked(self.tracker)), [])  # it only adds
+
+        def one(fused: FusedUnit) -> UnitOutcome | None:
+            own = store.fork()
+            held: dict[str, bytes | memoryview] = {}
+            fold = self._fold(scan, own, fused.segments, KeyFold(), held)
+            return None if fold is None else run_unit(own, fused.unit, slot, fold.offsets(), held)
+
+        running = [shared_pool(f"units-{self.in_flight}", self.in_flight).submit(one, fused) for fused in units]
+        try:
+            return [f.result() for f in running]
+        finally:  # after a bug's exception (it fails the task), the units not started are not
+            for f in running:
+                f.cancel()
+
     def _fold(self, scan: ScanTask, store: ObjectStore, segments: Sequence[SegmentDescriptor], fold: KeyFold,
               held: dict[str, bytes | memoryview] | None = None) -> KeyFold | None:
         """`fold` with the keys of `segments` folded in, or None when one failed its scan (reported); each segment's
@@ -228,6 +263,17 @@ class _FusedTask:
             scan.done(d, scanned, fold_segment(fold, scanned.segment.records, partition.aborted, partition.strategy,
                                                d.dirty))
         return fold
+
+
+class _Locked:
+    """An accumulator that threads of one task add to: `Accumulator.add` is a read and a write of its value."""
+
+    def __init__(self, accumulator: Accumulator) -> None:
+        self._accumulator, self._lock = accumulator, threading.Lock()
+
+    def add(self, term: object) -> None:
+        with self._lock:
+            self._accumulator.add(term)
 
 
 def _pack(rows: tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray], ranked: bool

@@ -281,6 +281,12 @@ class ObjectStore(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"
 
+    def fork(self) -> ObjectStore:
+        """A store of the same spec with counters of its own (`stats`), for a thread whose requests are counted
+        apart from the others', sharing what this one learns of the store (S3's conditional-PUT probe: run once, by
+        the first write of either, in its requests)."""
+        return self._spec.open()
+
     def __reduce__(self) -> tuple[object, ...]:
         raise TypeError(f"{self!r} is not picklable: send store.spec and call spec.open() on the other side")
 

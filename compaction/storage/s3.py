@@ -26,6 +26,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -58,6 +59,16 @@ T = TypeVar("T")
 _REFRESHING_CREDENTIAL_METHODS = frozenset({"iam-role", "container-role"})
 
 
+@dataclass
+class _Probe:
+    """Whether the conditional-PUT probe ran (or is running) for a store and its forks: the first write of any of
+    them runs it, in its own requests, and the others wait for it."""
+
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    checked: bool = False
+    probing: bool = False
+
+
 class _KeyRefused(Exception):
     """DeleteObjects refused `key` for good (not retried); carries S3's error for it."""
 
@@ -79,8 +90,12 @@ class S3Store(ObjectStore):
         self._lock = threading.RLock()
         self._client: Any = None
         self._bucket_checked = False
-        self._conditional_put_checked = False
-        self._probing = False
+        self._probe = _Probe()  # shared with this store's forks
+
+    def fork(self) -> S3Store:
+        forked = S3Store(self.spec)
+        forked._client, forked._bucket_checked, forked._probe = self.client, self._bucket_checked, self._probe
+        return forked
 
     @property
     def bucket(self) -> str:
@@ -233,20 +248,20 @@ class S3Store(ObjectStore):
         return options
 
     def probe_conditional_put(self) -> None:
-        with self._lock:
-            self._probing = True  # the probe's own writes must not trigger the probe
+        with self._probe.lock:
+            self._probe.probing = True  # the probe's own writes must not trigger the probe
             try:
                 super().probe_conditional_put()
-                self._conditional_put_checked = True
+                self._probe.checked = True
             finally:
-                self._probing = False
+                self._probe.probing = False
 
     def _ensure_conditional_put(self) -> None:
         """Run the conditional-PUT probe once per store, before the first write (see module docstring)."""
-        if self._conditional_put_checked:
+        if self._probe.checked:
             return
-        with self._lock:
-            if not (self._conditional_put_checked or self._probing):
+        with self._probe.lock:  # a fork's write waits for the probe another fork runs, then skips it
+            if not (self._probe.checked or self._probe.probing):
                 self.probe_conditional_put()
 
     def _create(self, uri: str, full: str, etag: str, attempt: Callable[[], object]) -> None:

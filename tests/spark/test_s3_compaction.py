@@ -9,7 +9,11 @@ Nothing logs them.
 
 from __future__ import annotations
 
+import importlib
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -20,9 +24,14 @@ from compaction.run.commit import commit
 from compaction.run.plan import plan
 from compaction.run.report import run_report
 from compaction.run.stage import stage
+from compaction.storage import ObjectStore
+from compaction.tier import tier_logdir
 from tests.moto_s3 import fresh_s3_store
+from tests.s3_proxy import FlakyProxy, spec_through
 from tests.scenario_log import ScenarioLog, tier
-from tests.spark.partition_reads import all_records, latest_per_key
+from tests.spark.partition_reads import all_records, latest_per_key, latest_per_key_of_topic
+
+fused_module = importlib.import_module("compaction.spark.fused")
 
 NOW = 1_800_000_000_000
 DAY = 86_400_000
@@ -69,3 +78,70 @@ def test_s3_round_keeps_segments_unread_and_reports_its_requests(
     assert uploaded <= requests["bytes_written"] <= uploaded + 100  # + the conditional-PUT probes' bytes
     assert requests["gets"] > 0 and requests["bytes_read"] > 0
     assert report["requests"] == requests
+
+
+def _many_small_partitions(store: ObjectStore, logdir: Path) -> list[ScenarioLog]:
+    """12 small partitions of one topic, three rolled segments of updates each, tiered."""
+    logs = [ScenarioLog("many", NOW - 5 * DAY, partition=p, segment_bytes=4 * 1024) for p in range(12)]
+    for log in logs:
+        for start in range(0, 90, 10):
+            log.append([(k % 25, b"v%d-%d" % (log.partition, k) + b"x" * 200) for k in range(start, start + 10)])
+        log.roll()
+        log.write(logdir)
+    assert [r.error for r in tier_logdir(logdir, store, table_in_store(store, create=True), NOW - 4 * DAY)] == (
+        [None] * len(logs))
+    return logs
+
+
+def _compacted_at_latency(spark: SparkSession, proxy: FlakyProxy, logdir: Path) -> tuple[dict[str, Any], int]:
+    """A store behind `proxy`, 12 small partitions tiered and compacted while each GET of a segment's `.log` takes
+    50 ms; the run's report and the most such GETs the proxy saw at once."""
+    store = spec_through(proxy).open()
+    logs = _many_small_partitions(store, logdir)
+    before = latest_per_key_of_topic(store, "many")
+    assert len(before) == len(logs)
+    lock, flying, most = threading.Lock(), [0], [0]
+
+    def slow_segment_reads(method: str, path: str) -> None:
+        if method == "GET" and path.split("?")[0].endswith(".log"):
+            with lock:
+                flying[0] += 1
+                most[0] = max(most[0], flying[0])
+            time.sleep(0.05)
+            with lock:
+                flying[0] -= 1
+
+    proxy.latency = slow_segment_reads
+    config = KcompactConfig(defaults=TopicConfig.from_kafka({"cleanup.policy": "compact",
+                                                            "min.cleanable.dirty.ratio": "0.0001"}))
+    staged = stage(spark, plan(store, config, NOW))
+    report = run_report(staged, commit(staged)).to_dict()
+    proxy.latency = lambda method, path: None
+    assert latest_per_key_of_topic(store, "many") == before
+    return report, most[0]
+
+
+@pytest.mark.spark
+def test_small_partitions_are_rewritten_several_at_a_time_each_counting_its_own_requests(
+    spark: SparkSession, tmp_path: Path, proxy: FlakyProxy, fake_aws_env: None, workers_see_fake_credentials: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On S3 a task rewrites up to `UNITS_IN_FLIGHT` of its small partitions at once (each is a few round trips one
+    after another), and each partition's report still counts its own requests: the same counts as one at a time."""
+    at_once, most = _compacted_at_latency(spark, proxy, tmp_path / "at-once")
+    monkeypatch.setattr(fused_module, "UNITS_IN_FLIGHT", 1)
+    one_by_one, most_one_by_one = _compacted_at_latency(spark, proxy, tmp_path / "one-by-one")
+    assert most_one_by_one <= 2 < most, "two tasks (local[2]); several partitions of each task at once"
+
+    def counts(report: dict[str, Any]) -> dict[int, tuple[int, int]]:
+        parts = report["partitions"]
+        assert len(parts) == 12 and all(p["committed"] for p in parts)
+        return {p["partition"]: (p["requests"]["gets"], p["requests"]["puts"]) for p in parts}
+
+    a, b = counts(at_once), counts(one_by_one)
+    assert {p: gets for p, (gets, _puts) in a.items()} == {p: gets for p, (gets, _puts) in b.items()}
+    # each task's first write runs the conditional-PUT probe (2 PUTs) in its partition's requests: which partition
+    # that is depends on which one writes first
+    assert sorted(puts for _gets, puts in a.values()) == sorted(puts for _gets, puts in b.values())
+    assert at_once["requests"] == one_by_one["requests"]
+    assert all(gets >= 3 and puts >= 2 for gets, puts in a.values())
