@@ -10,9 +10,12 @@ within 1.5x of 8 partitions' wall for tier and compact; a compaction's commits i
 
 With `--s3` the store is an S3 bucket on a moto server on 127.0.0.1 (started here, stopped at the end), and each
 command that prints its store requests (`tier`, `compact`, `gc`, with `--json`) has them recorded: on object storage
-the request counts are the figure (GETs, PUTs, DELETEs, LISTs), moto's wall is not S3's.
+the request counts are the figure (GETs, PUTs, DELETEs, LISTs), moto's wall is not S3's. `--latency-ms N` puts a
+proxy in front of it (tests/s3_proxy.py) that holds every request N ms before forwarding it, requests concurrently,
+as a network would: a model of S3's per-request latency, which moto on 127.0.0.1 lacks. `--steps` runs some steps.
 
-    python scripts/bench_partitions.py [--partitions 8,100,1000] [--scale 1.0] [--s3]
+    python scripts/bench_partitions.py [--partitions 8,100,1000] [--scale 1.0] [--s3 [--latency-ms 50]]
+        [--steps tier,compact,table,verify,gc]
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ def _workload(partitions: int, scale: float) -> Path:
     return logdir
 
 
+STEPS = ("tier", "compact", "table", "verify", "gc")
+"""The steps run after `tier` (which always runs: the others need its store)."""
 ENDPOINT: str | None = None
 """The moto server's URL under `--s3`."""
 BUCKET = "kcompact-bench"
@@ -84,8 +89,9 @@ def _timed(name: str, cmd: list[str], store: str, ok: tuple[int, ...] = (0,)) ->
     return step
 
 
-def _start_moto() -> Any:
-    """A moto S3 server on a free port of 127.0.0.1 with the bench's bucket; fake credentials for every command."""
+def _start_moto(latency_ms: int = 0) -> list[Any]:
+    """A moto S3 server on a free port of 127.0.0.1 with the bench's bucket (behind a proxy holding each request
+    `latency_ms`, when given); fake credentials for every command. What to stop, in order."""
     import boto3
     from moto.server import ThreadedMotoServer
 
@@ -97,7 +103,14 @@ def _start_moto() -> Any:
     host, port = server.get_host_and_port()
     ENDPOINT = f"http://{host}:{port}"
     boto3.client("s3", endpoint_url=ENDPOINT).create_bucket(Bucket=BUCKET)
-    return server
+    if not latency_ms:
+        return [server]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.s3_proxy import FlakyProxy
+
+    proxy = FlakyProxy(ENDPOINT, latency=lambda method, path: time.sleep(latency_ms / 1000))
+    ENDPOINT = proxy.start()
+    return [proxy, server]
 
 
 def one(partitions: int, scale: float) -> dict[str, Any]:
@@ -110,15 +123,16 @@ def one(partitions: int, scale: float) -> dict[str, Any]:
     base = ["--store", store]
     steps = [_timed("tier", [str(KCOMPACT), "tier", "--logdir", str(logdir), *base, "--now", str(NOW_MS)], store)]
     tiered = _version(store)
-    steps += [
-        _timed("compact", [str(KCOMPACT), "compact", *base, "--config", str(config), "--now", str(NOW_MS)], store),
-        _timed("table", [str(KCOMPACT), "table", *base, "--config", str(config), "--topic", TOPIC,
-                         "--table", str(work / "topic-table"), "--now", str(NOW_MS)], store),
-        _timed("verify", [str(KCOMPACT), "verify", *base, "--topic", TOPIC, "--partition", "0", "--before", str(tiered),
-                          "--config", str(config)], store),
-        _timed("gc", [str(KCOMPACT), "gc", *base, "--now", str(NOW_MS + 86_400_000), "--grace-ms", "0",
-                      "--orphan-grace-ms", "0"], store),
-    ]
+    later = {
+        "compact": [str(KCOMPACT), "compact", *base, "--config", str(config), "--now", str(NOW_MS)],
+        "table": [str(KCOMPACT), "table", *base, "--config", str(config), "--topic", TOPIC,
+                  "--table", str(work / "topic-table"), "--now", str(NOW_MS)],
+        "verify": [str(KCOMPACT), "verify", *base, "--topic", TOPIC, "--partition", "0", "--before", str(tiered),
+                   "--config", str(config)],
+        "gc": [str(KCOMPACT), "gc", *base, "--now", str(NOW_MS + 86_400_000), "--grace-ms", "0",
+               "--orphan-grace-ms", "0"],
+    }
+    steps += [_timed(name, cmd, store) for name, cmd in later.items() if name in STEPS]
     segment_bytes = sum(f.stat().st_size for f in logdir.rglob("*.log"))
     shutil.rmtree(work, ignore_errors=True)
     return {"partitions": partitions, "log_bytes": segment_bytes, "store": "s3 (moto)" if ENDPOINT else "local",
@@ -131,16 +145,21 @@ def bench_partitions(scale: float = 1.0, counts: tuple[int, ...] = (8, 100, 1000
 
 
 def main() -> None:
+    global STEPS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", default="8,100,1000")
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--s3", action="store_true", help="the store on a moto S3 server on 127.0.0.1")
+    parser.add_argument("--latency-ms", type=int, default=0, help="with --s3: hold each request this long")
+    parser.add_argument("--steps", default=",".join(STEPS), help="the steps after tier to run")
     args = parser.parse_args()
-    server = _start_moto() if args.s3 else None
+    STEPS = tuple(args.steps.split(","))
+    servers = _start_moto(args.latency_ms) if args.s3 else []
     try:
         result = bench_partitions(args.scale, tuple(int(n) for n in args.partitions.split(",")))
+        result["latency_ms"] = args.latency_ms
     finally:
-        if server is not None:
+        for server in servers:
             server.stop()
     print(json.dumps(result, indent=1))
 
