@@ -81,10 +81,10 @@ def test_s3_round_keeps_segments_unread_and_reports_its_requests(
 
 
 def _many_small_partitions(store: ObjectStore, logdir: Path) -> list[ScenarioLog]:
-    """12 small partitions of one topic, three rolled segments of updates each, tiered."""
-    logs = [ScenarioLog("many", NOW - 5 * DAY, partition=p, segment_bytes=4 * 1024) for p in range(12)]
+    """8 small partitions of one topic, three rolled segments of updates each, tiered."""
+    logs = [ScenarioLog("many", NOW - 5 * DAY, partition=p, segment_bytes=4 * 1024) for p in range(8)]
     for log in logs:
-        for start in range(0, 90, 10):
+        for start in range(0, 60, 10):
             log.append([(k % 25, b"v%d-%d" % (log.partition, k) + b"x" * 200) for k in range(start, start + 10)])
         log.roll()
         log.write(logdir)
@@ -94,7 +94,7 @@ def _many_small_partitions(store: ObjectStore, logdir: Path) -> list[ScenarioLog
 
 
 def _compacted_at_latency(spark: SparkSession, proxy: FlakyProxy, logdir: Path) -> tuple[dict[str, Any], int]:
-    """A store behind `proxy`, 12 small partitions tiered and compacted while each GET of a segment's `.log` takes
+    """A store behind `proxy`, 8 small partitions tiered and compacted while each GET of a segment's `.log` takes
     50 ms; the run's report and the most such GETs the proxy saw at once."""
     store = spec_through(proxy).open()
     logs = _many_small_partitions(store, logdir)
@@ -135,7 +135,7 @@ def test_small_partitions_are_rewritten_several_at_a_time_each_counting_its_own_
 
     def counts(report: dict[str, Any]) -> dict[int, tuple[int, int]]:
         parts = report["partitions"]
-        assert len(parts) == 12 and all(p["committed"] for p in parts)
+        assert len(parts) == 8 and all(p["committed"] for p in parts)
         return {p["partition"]: (p["requests"]["gets"], p["requests"]["puts"]) for p in parts}
 
     a, b = counts(at_once), counts(one_by_one)
