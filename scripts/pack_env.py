@@ -12,6 +12,9 @@ instead of compiling them in every application.
 venv-pack does not copy the interpreter itself: `bin/python` links to the base Python the environment was made
 from (this machine's `python3.11`), which must exist at the same path on every executor host (same image).
 
+Packages are installed by the project venv's uv (`make venv` puts it there), bytecode compiled as pip would, so that
+an executor does not compile kcompact's dependencies' modules in every application.
+
 Cached under .dist-cache/ (git-ignored): the environment is rebuilt only when the dependency list changes; the
 kcompact wheel is rebuilt and reinstalled on every call. Run with the project venv's python:
 
@@ -34,6 +37,7 @@ LEFT_OUT = {"pyspark", "delta-spark"}
 """pyspark is the cluster's Spark installation's (see the module docstring); delta-spark's Python package is the
 driver's API only (executors run Delta's JVM code, from the jars the job ships), and installing it would pull pyspark
 in."""
+UV = Path(sys.executable).parent / "uv"
 SMOKE = ("import numba, pyarrow, deltalake, boto3, compaction.format.scan, compaction.rewrite.group, "
          "compaction.metadata, compaction.storage.s3")
 
@@ -57,9 +61,12 @@ def fresh_venv(path: Path, python: str, requirements: list[str]) -> None:
         return
     shutil.rmtree(path, ignore_errors=True)
     run(python, "-m", "venv", path)
-    run(path / "bin" / "python", "-m", "pip", "install", "--quiet", "--upgrade", "pip")
-    run(path / "bin" / "python", "-m", "pip", "install", "--quiet", *requirements)
+    install(path, *requirements)
     stamp.write_text(wanted)
+
+
+def install(venv: Path, *args: str | Path) -> None:
+    run(UV, "pip", "install", "--quiet", "--compile-bytecode", "--python", venv / "bin" / "python", *args)
 
 
 def main() -> None:
@@ -74,7 +81,7 @@ def main() -> None:
     shutil.rmtree(wheels, ignore_errors=True)
     run(env / "bin" / "python", "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", wheels, REPO)
     (wheel,) = wheels.glob("kcompact-*.whl")
-    run(env / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", wheel)
+    install(env, "--no-deps", "--reinstall", wheel)
     run(env / "bin" / "python", "-I", "-c", SMOKE)  # -I: no PYTHONPATH, no checkout: what an executor sees
     run(env / "bin" / "python", "-I", "-m", "compaction.prebuild.kernels")  # compiled kernels, shipped in the archive
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -26,9 +26,10 @@ import re
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -253,6 +254,17 @@ def put_pool() -> ThreadPoolExecutor:
     return shared_pool("put", PUT_THREADS)
 
 
+def run_at_once(calls: Sequence[Callable[[], object]]) -> None:
+    """Run every call, on `put_pool` when there are two or more (in this thread otherwise), and wait for all;
+    raises the first failing call's error. Never call it from a `put_pool` thread."""
+    if len(calls) < 2:
+        for call in calls:
+            call()
+        return
+    for done in [put_pool().submit(call) for call in calls]:
+        done.result()
+
+
 class ObjectStore(ABC):
     """A flat namespace of immutable objects, in the spirit of pyiceberg's FileIO.
 
@@ -309,17 +321,8 @@ class ObjectStore(ABC):
             the first failing put's error (`ObjectExistsError`, `MissingObjectError` for a copy's source,
             `TransientStoreError`, ...).
         """
-        copies = dict(copied_from or {})
-        if len(objects) + len(copies) < 2:
-            for key, data in objects.items():
-                self.put(key, data)
-            for key, source in copies.items():
-                self._copy(source, key)
-            return
-        puts = [put_pool().submit(self.put, key, data) for key, data in objects.items()]
-        puts += [put_pool().submit(self._copy, source, key) for key, source in copies.items()]
-        for put in puts:
-            put.result()
+        run_at_once([partial(self.put, key, data) for key, data in objects.items()]
+                    + [partial(self._copy, source, key) for key, source in (copied_from or {}).items()])
 
     def deferred_sync(self) -> contextlib.AbstractContextManager[None]:
         """Within it, puts may defer making their objects durable until it is left (a local store fsyncs them then,
@@ -390,12 +393,7 @@ class ObjectStore(ABC):
             the first failing delete's error (`TransientStoreError`, `StoreAccessError`, ...).
         """
         todo = list(dict.fromkeys(keys))
-        if len(todo) < 2:
-            for key in todo:
-                self.delete(key)
-            return len(todo)
-        for done in [put_pool().submit(self.delete, key) for key in todo]:
-            done.result()
+        run_at_once([partial(self.delete, key) for key in todo])
         return len(todo)
 
     @abstractmethod

@@ -45,7 +45,7 @@ from compaction.storage.base import (
     check_key,
     check_prefix,
     check_range,
-    put_pool,
+    run_at_once,
 )
 from compaction.storage.s3_client import credentials, md5, new_client
 from compaction.storage.s3_multipart import MultipartUpload, part_size_for
@@ -188,12 +188,7 @@ class S3Store(ObjectStore):
         error, and a batch where S3 failed some keys transiently is sent again whole (deleting is idempotent)."""
         todo = [self._prefix + check_key(k) for k in dict.fromkeys(keys)]
         batches = [todo[i : i + DELETE_BATCH] for i in range(0, len(todo), DELETE_BATCH)]
-        if len(batches) < 2:
-            for batch in batches:
-                self._delete_batch(batch)
-        else:
-            for done in [put_pool().submit(self._delete_batch, batch) for batch in batches]:
-                done.result()
+        run_at_once([partial(self._delete_batch, batch) for batch in batches])
         return len(todo)
 
     def _delete_batch(self, full: Sequence[str]) -> None:
@@ -257,7 +252,8 @@ class S3Store(ObjectStore):
                 self._probe.probing = False
 
     def _ensure_conditional_put(self) -> None:
-        """Run the conditional-PUT probe once per store, before the first write (see module docstring)."""
+        """Run the conditional-PUT probe once per store and its forks, before the first write (see module
+        docstring)."""
         if self._probe.checked:
             return
         with self._probe.lock:  # a fork's write waits for the probe another fork runs, then skips it
