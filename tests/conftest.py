@@ -25,28 +25,6 @@ pytest_plugins = ["tests.moto_s3", "tests.s3_proxy"]  # moto_endpoint, fake_aws_
 
 SPARK_RUNNING = pytest.StashKey[bool]()
 
-DELTA_SPARK_MODULES = frozenset({
-    "tests/delta_readers/test_delta_readers.py", "tests/integration/test_table_upkeep.py", "tests/spark/test_table.py",
-    "tests/spark/test_table_logstore.py"})
-"""The modules whose tests write Delta tables through delta-spark in the worker's SparkSession. The first Delta
-command of a JVM runs its code paths cold (a MERGE of a few rows: ~35 s more than the next on a quiet machine, some
-100 s in a loaded suite), so `make test` gives them all to one worker (`pytest_xdist_make_scheduler`)."""
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """Under `--dist loadfile`, the scheduler that hands out whole files, all of `DELTA_SPARK_MODULES` as one."""
-    if config.getoption("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class DeltaTogether(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = super()._split_scope(nodeid)
-            return "delta-spark modules" if path in DELTA_SPARK_MODULES else path
-
-    return DeltaTogether(config, log)  # type: ignore[arg-type]
-
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
