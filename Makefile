@@ -9,15 +9,18 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN))/python
 export SPARK_LOCAL_IP := 127.0.0.1
 export NUMBA_CACHE_DIR := $(abspath .numba-cache)
 
-.PHONY: venv cds test test-fast lint demo bench bench-wal soak clean java airflow-test kafka delta
+.PHONY: venv packages kernels cds test test-fast lint demo bench bench-wal soak clean java airflow-test kafka delta
 
-# The venv, and the numba kernels compiled into compaction/**/__pycache__ for this CPU and a generic one
-# (compaction/prebuild/kernels.py, ~1 min), so that no run compiles them. Packages are installed by uv (from PyPI,
-# into the venv first): the same versions pip resolves, in ~40 s from an empty cache where pip took ~75 s with a warm
-# one, and ~10 s for the Airflow venv below where pip took minutes.
+# The venv (`make packages`), and the numba kernels compiled into compaction/**/__pycache__ for this CPU and a
+# generic one (`make kernels`: compaction/prebuild/kernels.py, ~1-1.5 min), so that no run compiles them. Packages are
+# installed by uv (from PyPI, into the venv first): the same versions pip resolves, in ~40 s from an empty cache where
+# pip took ~75 s with a warm one, and ~10 s for the Airflow venv below where pip took minutes.
 UV_VERSION := 0.13.9
 UV := $(BIN)/uv
-venv: $(STAMP)
+KERNELS := $(VENV)/.kernels
+venv: $(STAMP) $(KERNELS)
+packages: $(STAMP)
+kernels: $(KERNELS)
 
 $(UV):
 	@command -v $(PY) >/dev/null || { echo "need $(PY) on PATH"; exit 2; }
@@ -26,12 +29,15 @@ $(UV):
 
 $(STAMP): pyproject.toml | $(UV)
 	$(UV) pip install --quiet --python $(BIN)/python -e '.[test]'
-	$(BIN)/python -m compaction.prebuild.kernels
 	@touch $(STAMP)
+
+$(KERNELS): $(STAMP)
+	$(BIN)/python -m compaction.prebuild.kernels
+	@touch $(KERNELS)
 
 # The Spark driver JVM's class-data-sharing archive (compaction/spark/cds.py: ~1-2 min once, ~160 MB under
 # ~/.cache/kcompact), so that a fresh kcompact process starts its JVM from mapped classes. Cached per java + jars.
-cds: venv java delta
+cds: packages java delta
 	$(BIN)/python -m compaction.prebuild.cds
 
 java:
@@ -62,10 +68,10 @@ kafka: java
 # delta-spark's JVM half (delta/pom.xml: delta-spark, delta-storage, hadoop-aws and the AWS SDK bundle) from Maven
 # Central into .delta-jars, which every session kcompact launches puts on its class path (compaction/spark/delta.py).
 # ~720 MB the first time; cached; fails at once, naming the artifact, when Maven Central cannot serve it.
-delta: venv java
+delta: packages java
 	bash scripts/delta_runtime.sh
 
-lint: venv
+lint: packages
 	$(BIN)/ruff check compaction tests jobs scripts examples
 	$(BIN)/mypy
 
@@ -88,7 +94,7 @@ soak: venv java kafka
 # The example DAG against real Airflow, in a venv of its own: the Spark provider requires pyspark-client,
 # whose `pyspark` package would replace pyspark in $(VENV). ~30 s and ~700 MB the first time (uv).
 AIRFLOW_VENV := .venv-airflow
-airflow-test: venv
+airflow-test: packages
 	@test -x $(AIRFLOW_VENV)/bin/python || $(PY) -m venv $(AIRFLOW_VENV)
 	$(UV) pip install --quiet --python $(AIRFLOW_VENV)/bin/python apache-airflow==3.3.2 \
 		apache-airflow-providers-apache-spark==6.3.4 pytest==9.2.0 deltalake==1.6.6 pyarrow==26.0.1 PyYAML==6.0.3
@@ -99,7 +105,7 @@ airflow-test: venv
 # wheel install of kcompact and its dependencies but pyspark and delta-spark (scripts/pack_env.py), cached under
 # .dist-cache/.
 .PHONY: dist cluster-test cluster-test-prebuilt
-dist: venv
+dist: packages
 	$(BIN)/python scripts/pack_env.py --python $(PY)
 
 # kcompact on a Spark standalone cluster (tests/cluster/): a master and two workers on 127.0.0.1, spark-submit
