@@ -12,7 +12,7 @@ instead of compiling them in every application.
 venv-pack does not copy the interpreter itself: `bin/python` links to the base Python the environment was made
 from (this machine's `python3.11`), which must exist at the same path on every executor host (same image).
 
-Packages are installed by the project venv's uv (`make venv` puts it there), bytecode compiled as pip would, so that
+Packages are installed by the project venv's uv (`make packages` puts it there), bytecode compiled as pip would, so that
 an executor does not compile kcompact's dependencies' modules in every application.
 
 Cached under .dist-cache/ (git-ignored): the environment is rebuilt only when the dependency list changes; the

@@ -5,12 +5,10 @@ Its jars are .delta-jars (delta-spark and hadoop-aws from Maven Central, `make d
 `test_delta_readers.py` writes the tables with the project's own code (delta-rs), runs this script on a request
 file and compares its answer with what delta-rs reads.
 
-Request (JSON): `jars` (paths for the driver's class path), `s3` (null, or `endpoint`, `region`, `access_key`,
-`secret_key` for `s3a://` through hadoop-aws), `statements` (optional: Spark SQL run in order before the reads, as
-another writer's job would, e.g. an `ALTER TABLE ... SET TBLPROPERTIES`), `reads`: a list of `{"name", "uri",
-"versions": [int, ...] | null}`; null reads the latest snapshot only. Answer (JSON, to the given path): per name,
-`latest_version` (from `DeltaTable.history`), `detail` (`DeltaTable.detail`'s protocol, features and partitioning) and
-`rows` per version read, each row a JSON object with binary values as {"hex": ...}.
+Request (JSON): `jars` (paths for the driver's class path), `s3` (`endpoint`, `region`, `access_key`, `secret_key`
+for `s3a://` through hadoop-aws), `reads`: a list of `{"name", "uri", "versions": [int, ...]}`. Answer (JSON, to the
+given path): per name, `latest_version` (from `DeltaTable.history`), `detail` (`DeltaTable.detail`'s protocol,
+features and partitioning) and `rows` per version read, each row a JSON object with binary values as {"hex": ...}.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 
-def session(jars: list[str], s3: dict[str, str] | None) -> SparkSession:
+def session(jars: list[str], s3: dict[str, str]) -> SparkSession:
     builder = (SparkSession.builder.master("local[2]").appName("kcompact-delta-readers")
                # local mode: the driver is the executor, so a class path instead of spark.jars, which would
                # copy every jar (the AWS SDK bundle is ~690 MB) into the executor's work dir at each start
@@ -37,17 +35,16 @@ def session(jars: list[str], s3: dict[str, str] | None) -> SparkSession:
                .config("spark.driver.memory", "1g")
                # a short-lived JVM on a busy machine: C1 only, which warms up in a fraction of C2's CPU time
                .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1"))
-    if s3 is not None:
-        for name, value in {
-            "fs.s3a.endpoint": s3["endpoint"],
-            "fs.s3a.endpoint.region": s3["region"],
-            "fs.s3a.path.style.access": "true",
-            "fs.s3a.connection.ssl.enabled": "false",
-            "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
-            "fs.s3a.access.key": s3["access_key"],
-            "fs.s3a.secret.key": s3["secret_key"],
-        }.items():
-            builder = builder.config(f"spark.hadoop.{name}", value)
+    for name, value in {
+        "fs.s3a.endpoint": s3["endpoint"],
+        "fs.s3a.endpoint.region": s3["region"],
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        "fs.s3a.access.key": s3["access_key"],
+        "fs.s3a.secret.key": s3["secret_key"],
+    }.items():
+        builder = builder.config(f"spark.hadoop.{name}", value)
     return builder.getOrCreate()
 
 
@@ -64,12 +61,12 @@ def plain(value: Any) -> Any:
     return value
 
 
-def read(spark: SparkSession, uri: str, versions: list[int] | None) -> dict[str, Any]:
+def read(spark: SparkSession, uri: str, versions: list[int]) -> dict[str, Any]:
     table = DeltaTable.forPath(spark, uri)
     latest = table.history(1).collect()[0]["version"]
     detail = table.detail().collect()[0].asDict(recursive=True)
     rows = {}
-    for version in versions if versions is not None else [latest]:
+    for version in versions:
         frame = spark.read.format("delta").option("versionAsOf", version).load(uri)
         rows[str(version)] = [plain(row.asDict(recursive=True)) for row in frame.collect()]
     return {
@@ -85,8 +82,6 @@ def main(request_path: str, answer_path: str) -> None:
         request = json.load(f)
     spark = session(request["jars"], request["s3"])
     try:
-        for statement in request.get("statements", []):
-            spark.sql(statement)
         answer = {r["name"]: read(spark, r["uri"], r["versions"]) for r in request["reads"]}
     finally:
         spark.stop()
