@@ -109,7 +109,7 @@ dist: packages
 	$(BIN)/python scripts/pack_env.py --python $(PY)
 
 # kcompact on a Spark standalone cluster (tests/cluster/): a master and two workers on 127.0.0.1, spark-submit
-# of jobs/ against a local store and S3 (moto), executors running from dist/kcompact-env.tar.gz. A few minutes.
+# of jobs/ against S3 (moto), executors running from dist/kcompact-env.tar.gz. A few minutes.
 CLUSTER_TEST = KCOMPACT_CLUSTER_TEST=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/cluster
 cluster-test: venv java dist
 	$(CLUSTER_TEST)
