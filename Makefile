@@ -51,7 +51,7 @@ java:
 # cores finish sooner than one process; TEST_WORKERS=0 runs everything in this process (pytest's own -x, --pdb, -k).
 TEST_WORKERS ?= 2
 test: venv java delta cds kafka
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=12 tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=12 tests
 
 # Everything but the tests marked `spark` (tests/conftest.py marks every user of the Spark fixture) or `kafka`
 # (tests/kafka/): no JVM.

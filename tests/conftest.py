@@ -36,9 +36,10 @@ FOLDER_ORDER = ("spark", "kafka", "delta_readers", "integration", "cluster", "un
 
 def run_order(item: pytest.Item) -> tuple[int, int]:
     """Where `item`'s module goes: `make test` runs modules on two xdist workers (`--dist loadfile`), each taking the
-    next module in this order when it is done, so the longest go first and many short ones fill the end instead of one
-    long module running on while the other worker sits idle (the longest-first rule of scheduling). Within a module
-    the order is the file's."""
+    next module in this order when it is done (`--no-loadscope-reorder`: xdist would otherwise order modules by their
+    number of tests, which puts a module of eight long tests after every module of a hundred short ones), so the
+    longest go first and many short ones fill the end instead of one long module running on while the other worker
+    sits idle (the longest-first rule of scheduling). Within a module the order is the file's."""
     path = item.path.as_posix()
     heavy = next((i for i, name in enumerate(HEAVIEST_FIRST) if path.endswith(f"tests/{name}")), len(HEAVIEST_FIRST))
     folder = next((i for i, name in enumerate(FOLDER_ORDER) if f"/tests/{name}/" in path), len(FOLDER_ORDER))
