@@ -46,7 +46,8 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageManager.IndexType
 public class RemoteReadCheck {
 
     private static final String[] GAUGES = {"store-gets-total", "store-get-bytes-total", "chunk-cache-bytes",
-        "chunk-cache-peak-bytes", "chunk-cache-prefetches-total", "store-lists-total"};
+        "chunk-cache-peak-bytes", "chunk-cache-prefetches-total", "store-lists-total",
+        "chunk-cache-unused-prefetches-total", "python-restarts-total"};
 
     public static void main(String[] args) throws Exception {
         Map<String, String> a = new HashMap<>();
@@ -177,10 +178,12 @@ public class RemoteReadCheck {
 
     private static String phase(Map<String, Double> before, Map<String, Double> after, long served, long sampled) {
         return String.format("{\"gets\": %d, \"fetched\": %d, \"served\": %d, \"peak\": %d, \"sampled_max\": %d, "
-                + "\"prefetches\": %d, \"lists\": %d}", delta(before, after, "store-gets-total"),
-                delta(before, after, "store-get-bytes-total"), served,
+                + "\"prefetches\": %d, \"lists\": %d, \"unused_prefetches\": %d, \"restarts\": %d}",
+                delta(before, after, "store-gets-total"), delta(before, after, "store-get-bytes-total"), served,
                 after.get("chunk-cache-peak-bytes").longValue(), sampled,
-                delta(before, after, "chunk-cache-prefetches-total"), delta(before, after, "store-lists-total"));
+                delta(before, after, "chunk-cache-prefetches-total"), delta(before, after, "store-lists-total"),
+                delta(before, after, "chunk-cache-unused-prefetches-total"),
+                delta(before, after, "python-restarts-total"));
     }
 
     private static long delta(Map<String, Double> before, Map<String, Double> after, String name) {

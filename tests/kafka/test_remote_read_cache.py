@@ -49,7 +49,7 @@ def test_a_sequential_read_fetches_each_byte_once_and_the_cache_stays_within_its
     chunks = sum(-(-size // CHUNK) for size in read_in_turn)
     indexes = SEQUENTIAL * (8 + 12)  # an offset and a time index entry each: no transaction index, none fetched
     assert sequential["served"] > 2 * sum(read_in_turn), "successive fetches overlap, as the broker's do"
-    assert sequential["fetched"] == sum(read_in_turn) + indexes, "each byte of the segments fetched once"
+    assert sequential["fetched"] == sum(read_in_turn) + indexes, f"each byte of the segments fetched once: {sequential}"
     assert sequential["gets"] == chunks + 2 * SEQUENTIAL, "one GET per chunk and per index"
     assert sequential["prefetches"] == chunks - 1 + SEQUENTIAL, (
         "every chunk but the first segment's first fetched ahead (a segment's first while the reader is in the last "
