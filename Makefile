@@ -49,6 +49,8 @@ java:
 # -n: pytest-xdist workers, each given whole test files (--dist loadfile: a module's fixtures, brokers and stores are
 # built once) and its own SparkSession. Much of the suite's wall is waiting on JVMs and brokers, so 2 workers on 2
 # cores finish sooner than one process; TEST_WORKERS=0 runs everything in this process (pytest's own -x, --pdb, -k).
+# --no-loadscope-reorder: the workers take the modules in tests/conftest.py's order (`run_order`: the slowest first),
+# not xdist's (most tests first, which left the modules of a few long tests for the end).
 TEST_WORKERS ?= 2
 test: venv java delta cds kafka
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=12 tests

@@ -12,9 +12,9 @@ same disk: the other tests run every job on one): tier and `wal upload` of the a
 `spark-submit` of jobs/compact.py (exit 0, the JSON report: every planned partition committed), jobs/verify.py
 (exit 0), jobs/gc.py (exit 0, replaced segments deleted, no orphan) and jobs/wal_roll.py (exit 0, every partition's
 WAL tail rolled into a committed segment), then jobs/table.py with delta-spark's jars and confs (exit 0, the topic
-table holds the latest value per key, read by delta-rs), each a Spark application of ~1 min; after each step the
-latest record per key of every partition is what it was before compaction (`tests/latest_view.py`, the property of
-the other end-to-end tests).
+table holds the latest value per key, read by delta-rs), each a spark-submit of ~1 min (gc starts no Spark
+session, the others a Spark application each); after each step the latest record per key of every partition is what
+it was before compaction (`tests/latest_view.py`, the property of the other end-to-end tests).
 Last, that no executor compiled a kernel: each unpacked environment holds exactly the numba caches the archive
 ships (`compaction.prebuild.kernels`), and the executors' NUMBA_CACHE_DIR stays empty.
 """
