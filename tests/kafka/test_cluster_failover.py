@@ -3,15 +3,15 @@
 Three KRaft nodes (tests/kafka_cluster.py) tier one partition, replicated three times (min ISR 2), through
 kcompact's plugin into one shared store on a moto S3 server; each node runs its own plugin processes.
 
-Replicas roll where the leader rolls as long as they roll on append (a follower's fetch never reads past the leader's
-segment), but each node also rolls its non-empty active segment from its own retention check, once the segment is
-past local.retention.ms (UnifiedLog.deleteOldSegments), at its own log end. Records that arrive already older than
-that make every node roll on its own schedule, so the successor of a leader that dies with part of its log not tiered
-usually holds a segment straddling the tier's end. Kafka's RemoteLogManager copies that whole segment: the metadata
-table must take it from where the old leader stopped (before the fix it refused it, MetadataInvariantError "live
-segments ... overlap", and the new leader retried forever), and the new leader's local retention must then remove what
-it holds below the tier's end, or its consumers read uncompacted records below kcompact's cleaner offset (before the
-fix: 277 superseded records in one run).
+Replicas roll apart: each node draws every segment's roll point on append for itself, from the topic's segment.ms and
+segment.jitter.ms (`SEGMENT_MS`, `ROLL_JITTER_MS`; LogSegment.shouldRoll, LogConfig.randomSegmentJitter), and rolls
+its non-empty active segment from its own retention check once the segment is past local.retention.ms
+(UnifiedLog.deleteOldSegments), at its own log end. So the successor of a leader that dies with part of its log not
+tiered usually holds a segment straddling the tier's end. Kafka's RemoteLogManager copies that whole segment: the
+metadata table must take it from where the old leader stopped (before the fix it refused it, MetadataInvariantError
+"live segments ... overlap", and the new leader retried forever), and the new leader's local retention must then
+remove what it holds below the tier's end, or its consumers read uncompacted records below kcompact's cleaner offset
+(before the fix: 277 superseded records in one run).
 
 One cluster serves the module (CI time); the tests run in file order, each leaving the three nodes running (one
 restarts the node the one before left down):
@@ -67,6 +67,12 @@ OLD_MS = 3_600_000
 """Where the replicas should roll apart (`_catch_where_the_successor_straddles`), records are timestamped as by a
 clock stopped an hour back: each one ms after the last (Writer's age_ms), so they fall behind the wall clock by a
 second every second of the stream."""
+SEGMENT_MS, ROLL_JITTER_MS = 200, 150
+"""The topic's segment.ms and segment.jitter.ms: each node rolls each segment on append once its records' timestamps
+span 50 to 200 ms (50 to 200 records of a stream, `OLD_MS`), a span it draws for itself when it opens the segment
+(LogConfig.randomSegmentJitter), so the replicas roll apart about once a step. With segment.ms 1000 and no jitter a
+follower rolled only every 1,000 records of a stream: a catch took 4 to 8 looks on a quiet machine and timed out at
+240 s on a loaded one (CI of 15db77e)."""
 CONFIG = (f"topics:\n  {TOPIC}:\n    cleanup.policy: compact\n    min.cleanable.dirty.ratio: 0.01\n"
           "    segment.bytes: 8192\n")
 """kcompact's config for the topic. Its compacted output comes in several segments (grouped by segment.bytes, as
@@ -164,7 +170,8 @@ def cluster_tier(kafka_runtime: str, tmp_path_factory: pytest.TempPathFactory, m
         tier = ClusterTier(cluster, store, [], config=str(workdir / "kcompact.yaml"))
         try:
             cluster.start_all()
-            create_tiered_topic(cluster, replicas=3)
+            create_tiered_topic(cluster, replicas=3,
+                                extra={"segment.ms": str(SEGMENT_MS), "segment.jitter.ms": str(ROLL_JITTER_MS)})
             tier.writer = Writer(tier)
             leader = tier.leader()
             wait_for("the leader tiered 3 segments and deleted them locally",
@@ -246,12 +253,9 @@ def _kill(tier: ClusterTier, caught: Caught) -> None:
 def _catch_where_the_successor_straddles(tier: ClusterTier) -> Caught:
     """Catches the leader once its successor holds a segment straddling the tier's end.
 
-    Replicas of one partition roll where the leader does as long as they roll on append (segment.ms, segment.bytes):
-    a fetch never reads past the leader's segment, and a follower checks the same bytes and timestamps. They part
-    where a node rolls its active segment from its retention check, at its own moment and log end
-    (UnifiedLog.deleteOldSegments rolls a non-empty active segment once it is past local.retention.ms). So each step
-    streams records whose timestamps lag the clock (`OLD_MS`): soon past local.retention.ms, never a segment.ms
-    apart, so every node rolls by retention only, each at its own check (every second, on its own phase)."""
+    Each step streams 120 records, whose timestamps lag the clock (`OLD_MS`, so soon past local.retention.ms): every
+    node rolls on append where its own jitter says (`ROLL_JITTER_MS`) and at its own retention checks, so the leader
+    tiers segments whose ends fall inside the successor's."""
     assert tier.writer is not None
     writer = tier.writer
 
