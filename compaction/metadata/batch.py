@@ -87,11 +87,19 @@ class Reader(Protocol):
         before it returns (as delta-rs's post-commit hook would); False for a reader that writes checkpoints itself,
         off the commit's path (the follower, whose commits a broker waits for)."""
 
+    @property
+    def rows_files(self) -> bool:
+        """Whether a commit of `delta_log.ROWS_FILE_MIN_PARTITIONS` partitions or more also puts their rows file; False
+        for the follower (a broker's group commit: each of its files is replaced by its partition's next copy within
+        seconds, so no read would want many of them, and the file would cost its encoding and a put on the path the
+        broker waits on)."""
+
 
 @dataclass(frozen=True)
 class _Fresh:
     table: MetadataTable
     checkpoints_inline: bool = True
+    rows_files: bool = True
 
     def read(self, partitions: Iterable[TopicPartition]
              ) -> tuple[DeltaTable, dict[TopicPartition, PartitionSnapshot]]:
@@ -114,6 +122,7 @@ class KnownRows:
     """A `Reader` that reuses the rows its caller already holds, all of one table version (`known_reader`)."""
 
     checkpoints_inline = True
+    rows_files = True
 
     def __init__(self, table: MetadataTable, version: int, snapshots: Mapping[TopicPartition, PartitionSnapshot]
                  ) -> None:
@@ -249,7 +258,7 @@ def _write(reader: Reader, dt: DeltaTable, base: int, rows: Sequence[PartitionRo
     try:
         return overwrite_partitions(dt, base, store_of(table.table_uri, table.storage_options), tables,
                                     reader.files(dt, tables), partitions_predicate(tables),
-                                    _commit_metadata(states), checkpoint)
+                                    _commit_metadata(states), checkpoint, reader.rows_files)
     except DeltaConflict as e:
         raise CommitConflictError(
             f"{where}: expected no commit to the partition after table version {base}, "

@@ -21,7 +21,8 @@ visible, and its Parquet files, which no commit names, are deleted again); other
 the next version. That is delta-rs's conflict check for this write, file by file: a commit to other partitions never
 fails one to these.
 
-A commit of `ROWS_FILE_MIN_PARTITIONS` partitions or more also puts one more Parquet file, its **rows file**
+A commit of `ROWS_FILE_MIN_PARTITIONS` partitions or more (a writer may decline, as a broker's does: `rows_file`)
+also puts one more Parquet file, its **rows file**
 (`_kcompact_rows/<group>.parquet`, `rows_file_key`): the rows of all its data files in one object, each row with the
 path of the data file it copies (`_path`), and names its data files after it (`...-c000.g<group>.parquet`,
 `group_of`). A reader that wants many files of one commit reads that one object instead of one per partition
@@ -151,12 +152,13 @@ def _partition_values(tp: TopicPartition) -> dict[str, str]:
 
 def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Mapping[TopicPartition, pa.Table],
                          current: Sequence[PartitionFile], predicate: str, custom_metadata: Mapping[str, str],
-                         checkpoint: bool) -> Commit:
+                         checkpoint: bool, rows_file: bool = True) -> Commit:
     """Replace every row of the partitions of `rows` (each a table of the data columns, without the partition
     columns) with those rows, in one commit on top of version `base` of the table `dt` opened; the commit, as
     the log now holds it. `current`: the files of those partitions at `base` (path relative to the table,
     partition, size), all of them. `dt` is left at its version, but for a due checkpoint (`checkpoint`), which
-    loads the new version into it first.
+    loads the new version into it first. `rows_file`: whether a commit of `ROWS_FILE_MIN_PARTITIONS` partitions or
+    more also puts their rows file (the module docstring).
 
     Raises:
         DeltaConflict: the commit lost (module docstring); nothing of it is visible.
@@ -166,7 +168,7 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
     objects: dict[str, bytes] = {}
     adds = []
     added: list[PartitionFile] = []
-    group = uuid.uuid4().hex if len(rows) >= ROWS_FILE_MIN_PARTITIONS else None
+    group = uuid.uuid4().hex if rows_file and len(rows) >= ROWS_FILE_MIN_PARTITIONS else None
     suffix = f"c000.g{group}.parquet" if group else "c000.parquet"
     for tp, table in rows.items():
         path = f"topic={tp.topic}/partition={int(tp.partition)}/part-00000-{uuid.uuid4()}-{suffix}"

@@ -91,6 +91,11 @@ class TableFollower:
         return False
 
     @property
+    def rows_files(self) -> bool:
+        """`batch.Reader`: no, a broker's group commits put no rows file (`batch.Reader.rows_files`)."""
+        return False
+
+    @property
     def first_version(self) -> int:
         """The version this follower started from: it knows what changed after it, not before."""
         return self._first

@@ -10,6 +10,8 @@ read of a few partitions reads their data files; `kcompact gc` deletes a rows fi
 from __future__ import annotations
 
 import importlib
+import io
+import json
 import logging
 from collections.abc import Iterable, Sequence
 
@@ -25,10 +27,12 @@ from compaction.metadata import (
     StateChange,
     TopicPartition,
     commit_batch,
+    new_kafka_uuid,
     table_in_store,
 )
 from compaction.metadata.delta_log import ROWS_DIR, ROWS_FILE_MIN_PARTITIONS, group_of, rows_file_key
 from compaction.metadata.table import DataFile, data_files
+from compaction.remote_log_metadata import RemoteTier, serve
 from compaction.storage import ObjectStore
 from tests.factories import TOPIC_ID, new_segment
 
@@ -196,3 +200,23 @@ def test_gc_deletes_a_rows_file_once_no_live_file_names_it(store: ObjectStore, m
 def _later(store: ObjectStore, keys: set[str]) -> int:
     """A clock well after every one of `keys` was written."""
     return max(o.mtime_ms for o in store.list(f"_kcompact_metadata/{ROWS_DIR}/") if o.key in keys) + 60_000
+
+
+def test_a_brokers_group_commit_puts_no_rows_file(store: ObjectStore) -> None:
+    """The broker's metadata process commits copies of many partitions at once (`batch`), and its files are replaced
+    by the partitions' next copies within seconds: it puts no rows file (`batch.Reader.rows_files`), where a
+    kcompact writer's commit of as many partitions does."""
+    table = table_in_store(store, create=True)
+    copies = [{"op": "copy", "topic": TOPIC, "partition": p.partition, "topic_id": TOPIC_ID, "broker_id": 7,
+               "segment_id": new_kafka_uuid(), "start_offset": 0, "end_offset": 99, "max_timestamp_ms": NOW,
+               "event_timestamp_ms": NOW, "segment_size_bytes": 4096, "txn_index_empty": True,
+               "leader_epochs": [[0, 0]], "transactional": False} for p in tps(MANY)]
+    out = io.StringIO()
+    serve(RemoteTier.of(table, store), io.StringIO(json.dumps({"op": "batch", "requests": copies}) + "\n"), out)
+    (answer,) = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert answer["ok"] and all(a["ok"] for a in answer["result"]["answers"]), answer
+    assert table.version() == 1, "one commit for the batch"
+    assert not rows_keys(store) and not {group_of(path) for path, _v, _s in data_files(table.delta_table())} - {None}
+    assert all(len(table.live_segments(TOPIC, p.partition)) == 1 for p in tps(MANY))
+    tier(table, tps(MANY, first=MANY), 0)
+    assert len(rows_keys(store)) == 1, "a kcompact writer's commit of as many partitions puts one"
