@@ -170,8 +170,8 @@ def cluster_tier(kafka_runtime: str, tmp_path_factory: pytest.TempPathFactory, m
         tier = ClusterTier(cluster, store, [], config=str(workdir / "kcompact.yaml"))
         try:
             cluster.start_all()
-            create_tiered_topic(cluster, replicas=3,
-                                extra={"segment.ms": str(SEGMENT_MS), "segment.jitter.ms": str(ROLL_JITTER_MS)})
+            create_tiered_topic(cluster, replicas=3, segment_ms=SEGMENT_MS,
+                                extra={"segment.jitter.ms": str(ROLL_JITTER_MS)})
             tier.writer = Writer(tier)
             leader = tier.leader()
             wait_for("the leader tiered 3 segments and deleted them locally",

@@ -177,11 +177,13 @@ def tiered_topic_config(segment_ms: int) -> dict[str, str]:
     }
 
 
-def create_tiered_topic(broker: Brokers, replicas: int = 1, extra: Mapping[str, str] | None = None) -> None:
+def create_tiered_topic(broker: Brokers, replicas: int = 1, segment_ms: int = 1000,
+                        extra: Mapping[str, str] | None = None) -> None:
     """`TOPIC`, one partition on `replicas` brokers (min.insync.replicas 2 when there are several), tiered with a
-    second of local retention and a segment rolled each second of records, with the `extra` topic configs."""
+    second of local retention and a segment rolled every `segment_ms` of records, with the `extra` topic configs."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    config = {**tiered_topic_config(1000), **({"min.insync.replicas": "2"} if replicas > 1 else {}), **(extra or {})}
+    config = {**tiered_topic_config(segment_ms), **({"min.insync.replicas": "2"} if replicas > 1 else {}),
+              **(extra or {})}
     for f in admin.create_topics([NewTopic(TOPIC, 1, replicas, config=config)]).values():
         f.result(30)
 
