@@ -15,6 +15,10 @@ export NUMBA_CACHE_DIR := $(abspath .numba-cache)
 # generic one (`make kernels`: compaction/prebuild/kernels.py, ~1-1.5 min), so that no run compiles them. Packages are
 # installed by uv (from PyPI, into the venv first): the same versions pip resolves, in ~40 s from an empty cache where
 # pip took ~75 s with a warm one, and ~10 s for the Airflow venv below where pip took minutes.
+# Bytecode is compiled at install (uv's --compile-bytecode, as pip does by default; kcompact's own editable modules in
+# `make kernels`): where a process may not write it (PYTHONDONTWRITEBYTECODE, a read-only install), every process,
+# each Spark Python worker included, otherwise compiles the ~470 modules it imports (pandas, pyspark, numba) from
+# source, ~1.3-1.9 s of CPU each time. docs/operating.md has the measured difference.
 UV_VERSION := 0.13.9
 UV := $(BIN)/uv
 KERNELS := $(VENV)/.kernels
@@ -28,11 +32,12 @@ $(UV):
 	$(BIN)/pip install --quiet uv==$(UV_VERSION)
 
 $(STAMP): pyproject.toml | $(UV)
-	$(UV) pip install --quiet --python $(BIN)/python -e '.[test]'
+	$(UV) pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[test]'
 	@touch $(STAMP)
 
 $(KERNELS): $(STAMP)
 	$(BIN)/python -m compaction.prebuild.kernels
+	$(BIN)/python -m compileall -q compaction
 	@touch $(KERNELS)
 
 # The Spark driver JVM's class-data-sharing archive (compaction/spark/cds.py: ~1-2 min once, ~160 MB under
