@@ -34,6 +34,10 @@ HUGE_PAGES = "glibc.malloc.hugetlb=1"
 time instead of 4 KiB, which on a VM costs far less per byte (BENCHMARKS.md P8 has the difference). Where huge
 pages are off (`never`), it changes nothing."""
 
+DAEMON_MODULE = "spark.python.daemon.module"
+"""The daemon forking the Python workers: pyspark's, importing pyspark from its installed package rather than from the
+zip of its sources Spark puts first on the workers' path (`compaction.spark.daemon`)."""
+
 LOCAL_DEFAULTS: dict[str, str] = {
     **REQUIRED,
     "spark.sql.shuffle.partitions": "8",
@@ -41,6 +45,7 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "2g",
     WORKER_MALLOC: HUGE_PAGES,
+    DAEMON_MODULE: "compaction.spark.daemon",
 }
 """A session this module launches itself (local mode, notebooks): sized for one machine. Under spark-submit only
 `REQUIRED` applies, so the sizing and UI of `--conf` / `--properties-file` (conf/spark-defaults.conf) stand."""

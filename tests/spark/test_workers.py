@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from compaction.spark.session import HUGE_PAGES, LOCAL_DEFAULTS, WORKER_MALLOC
+from compaction.spark.session import DAEMON_MODULE, HUGE_PAGES, LOCAL_DEFAULTS, WORKER_MALLOC
 
 
 def test_the_workers_malloc_asks_for_huge_pages(spark: SparkSession) -> None:
@@ -19,3 +19,25 @@ def test_the_workers_malloc_asks_for_huge_pages(spark: SparkSession) -> None:
     assert LOCAL_DEFAULTS[WORKER_MALLOC] == HUGE_PAGES
     seen = {r.tunables for r in spark.range(0, 2, 1, 2).mapInArrow(env, "tunables string").collect()}
     assert seen == {HUGE_PAGES}
+
+
+def test_the_workers_import_pyspark_from_its_installed_package(spark: SparkSession) -> None:
+    """Not from the zip of its sources Spark puts first on their path (`compaction.spark.daemon`), which Python
+    compiles again in every daemon and worker; their path is the rest of the daemon's."""
+    import py4j
+    import pyspark
+
+    def origins(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import sys
+
+        import py4j as worker_py4j
+        import pyspark as worker_pyspark
+
+        for _ in batches:
+            zips = [p for p in sys.path if p.endswith(".zip") and "pyspark" in p]
+            yield pa.record_batch([pa.array([worker_pyspark.__file__]), pa.array([worker_py4j.__file__]),
+                                   pa.array([":".join(zips)])], names=["pyspark", "py4j", "zips"])
+
+    assert LOCAL_DEFAULTS[DAEMON_MODULE] == "compaction.spark.daemon"
+    rows = spark.range(0, 2, 1, 2).mapInArrow(origins, "pyspark string, py4j string, zips string").collect()
+    assert {(r.pyspark, r.py4j, r.zips) for r in rows} == {(pyspark.__file__, py4j.__file__, "")}
