@@ -743,7 +743,7 @@ def _p10(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
             f"{_mb(k['peak_rss_bytes'])} / {ours} | {'yes' if r['equal'] else '**no**'} |")
     lines.append("")
     lines.extend(f"- {r['shape']}: `{r['command']}`" for r in runs)
-    return lines
+    return [*lines, "", note("P10 analysis")]
 
 
 SECTIONS: dict[str, tuple[str, Callable[[Any, dict[str, Any]], list[str]]]] = {
@@ -800,30 +800,57 @@ def kept_section(text: str, heading: str) -> list[str]:
     return [*text[span[0] : span[1]].rstrip("\n").split("\n"), ""]
 
 
+def _summary_rows(lines: list[str]) -> list[str]:
+    """The rows of a Summary table's `lines` (the figure rows: not its header, rule or placeholder). Pure."""
+    return [line for line in lines if line.startswith("| ") and not line.startswith(("| figure |", "| — |"))]
+
+
+def merged_summary(new: list[str], text: str) -> list[str]:
+    """The Summary of this run (`new`, from `summary`) merged into the one of `text`: a row of `text` whose figure
+    this run measured is replaced by the run's, the others are kept in their place (figures measured by an earlier
+    run, or written by another script), and the run's rows for figures `text` lacks come after. Pure."""
+    span = section_span(text, "## Summary")
+    old = _summary_rows(text[span[0] : span[1]].split("\n")) if span else []
+    rows = _summary_rows(new)
+    label = {row: row.split(" | ", 1)[0] for row in [*old, *rows]}
+    ours = {label[row]: row for row in rows}
+    merged = [ours.pop(label[row], row) for row in old]
+    merged += [row for row in rows if label[row] in ours]
+    if not merged:
+        return new
+    return ["## Summary", "", "| figure | target | measured | met |", "|---|---|---|---|", *merged, ""]
+
+
 def write_report(path: Path, results: Path) -> None:
-    """BENCHMARKS.md from the saved figures. Figures not measured yet by this harness keep a placeholder; the
-    previous version's text (below PREVIOUS in the existing file) is carried over until every figure is new."""
+    """BENCHMARKS.md from the saved figures. A figure with no saved result keeps its section of the existing file
+    (and its Summary rows: `merged_summary`), so that `--only P10` on a checkout without an earlier run's
+    bench-data/results rewrites P10 alone; a figure never measured gets a placeholder. The previous version's text
+    (below PREVIOUS in the existing file) is carried over until every figure is new."""
     saved_files = {f: json.loads((results / f"{f}.json").read_text()) for f in SECTIONS
                    if (results / f"{f}.json").exists()}
     saved = {f: d["result"] for f, d in saved_files.items()}
+    existing = path.read_text() if path.exists() else ""
+    head = existing.split(PREVIOUS, 1)[0]
+    fetch = "## Fetch ratio on every shape (goal a)"
     lines = [
         "# kcompact benchmarks",
         "",
         "Written by `make bench` (`python scripts/bench.py`; `--only P2,P4` refreshes some sections and keeps the "
         "others). Each section names its workload, machine and date. Never part of `make test`.",
         "",
-        *summary(saved),
-        "## Fetch ratio on every shape (goal a)", "",
-        *(_fetch(saved) if _runs(saved) else ["Not measured yet by this harness."]), "",
+        *merged_summary(summary(saved), head),
+        *([fetch, "", *_fetch(saved), ""] if _runs(saved) else
+          kept_section(head, fetch) or [fetch, "", "Not measured yet by this harness.", ""]),
     ]
     for figure, (title, render) in SECTIONS.items():
-        lines += [f"## {title}", ""]
         if figure in saved_files:
             data = saved_files[figure]
-            lines += [f"Measured {data['measured']} on {data['machine']}.", "", *render(data["result"], saved), ""]
-        else:
-            lines += [f"Not measured yet by this harness (`make bench BENCH_ARGS=\"--only {figure}\"`).", ""]
-    existing = path.read_text() if path.exists() else ""
+            lines += [f"## {title}", "", f"Measured {data['measured']} on {data['machine']}.", "",
+                      *render(data["result"], saved), ""]
+        else:  # measured by an earlier run whose saved figures this checkout lacks (bench-data/ is not committed)
+            lines += kept_section(head, f"## {title}") or [
+                f"## {title}", "", f"Not measured yet by this harness (`make bench BENCH_ARGS=\"--only {figure}\"`).",
+                ""]
     written = {"Summary", "Fetch ratio on every shape (goal a)", *(title for title, _ in SECTIONS.values())}
     for heading in _headings(existing.split(PREVIOUS, 1)[0]):
         if heading not in written:
