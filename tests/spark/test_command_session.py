@@ -80,3 +80,47 @@ def test_an_active_session_is_used_and_left_running(spark: SparkSession) -> None
         assert session.get().sparkContext is spark.sparkContext
         session.stop(wait=False)
     assert not spark.sparkContext._jsc.sc().isStopped()
+
+
+STOP_PROBE = """
+import json, sys, threading, time
+from compaction.cli.options import stop_session
+from compaction.spark.session import build_session
+
+spark = build_session("local[1]")
+spark.range(0, 2, 1, 2).mapInArrow(lambda batches: batches, "id long").collect()  # the JVM connects to the server
+sc = spark.sparkContext
+server = sc._accumulatorServer
+ran_on = []
+pyspark_shutdown = type(server).shutdown
+
+def recorded(self):
+    ran_on.append(threading.current_thread().name)
+    pyspark_shutdown(self)
+
+type(server).shutdown = recorded
+began = time.monotonic()
+stop_session(spark)
+took = time.monotonic() - began
+deadline = time.monotonic() + 10
+while server.socket.fileno() != -1 and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(json.dumps({"took": took, "ran_on": ran_on, "closed": server.socket.fileno() == -1,
+                  "stopped": sc._jsc is None and spark.getActiveSession() is None}))
+"""
+
+
+def test_a_stop_does_not_wait_for_the_accumulator_server_which_still_ends() -> None:
+    """`stop_session` returns once the JVM's context stopped; pyspark's accumulator server, which polls its
+    connection once a second, is shut down on a thread of its own and still closes its socket (a fresh process: the
+    test session's Spark is shared)."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", STOP_PROBE], capture_output=True, text=True, timeout=300, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"stop_session took {result['took']:.2f} s")
+    assert result["stopped"]
+    assert result["ran_on"] == ["kcompact-accumulators-stop"]
+    assert result["closed"], "the accumulator server never closed its socket"
