@@ -4,9 +4,11 @@ A rebuilt record differs from the original only in its first three fields: the l
 (written as 0) and the timestamp delta, re-expressed against the new base timestamp (the delete horizon, or
 the first retained record's timestamp). Everything after them (offset delta, key, value, headers) is copied
 byte for byte: the base offset is kept, so offset deltas stay valid. The kernel walks the records section
-once, keeps a record iff it is keyed, its offset is a winner and it has a value or the batch retains deletes
-— the vectorized form of `strategies.retention.should_retain_record` for a data batch that is not discarded
-— and writes the kept records re-encoded. The records section is then compressed with the batch's codec and
+once, and the sorted winners beside it (a batch's offsets increase, so each record's lookup starts where the
+previous one's ended instead of searching every winner), keeps a record iff it is keyed, its offset is a winner
+and it has a value or the batch retains deletes — the vectorized form of
+`strategies.retention.should_retain_record` for a data batch that is not discarded — and writes the kept records
+re-encoded. The records section is then compressed with the batch's codec and
 given a fresh header and CRC.
 
 The readable reference is `rebuild.rebuild_batch` over `decode_batch`; the two give the same bytes
@@ -58,6 +60,9 @@ def _filter_section(
     kept = 0
     max_ts = _FIRST_KEPT
     base = new_base_timestamp
+    n = winners.shape[0]
+    slot = np.searchsorted(winners, base_offset)  # the first winner at or after each record, walked forward
+    previous = base_offset - 1
     for _ in range(count):
         start = pos
         length, pos = varint_at(src, pos, end, 5)
@@ -78,8 +83,12 @@ def _filter_section(
             return start + 1, 0, 0, 0, 0
         pos = body_end
         offset = base_offset + offset_delta
-        slot = np.searchsorted(winners, offset)
-        wins = slot < winners.shape[0] and winners[slot] == offset
+        if offset <= previous:  # offset deltas not increasing (Kafka never writes them): look it up afresh
+            slot = np.searchsorted(winners, offset)
+        while slot < n and winners[slot] < offset:
+            slot += 1
+        previous = offset
+        wins = slot < n and winners[slot] == offset
         if key_length < 0 or not wins or (value_length < 0 and not retain_deletes):
             continue
         timestamp = log_append_time if log_append_time != _FIRST_KEPT else base_timestamp + ts_delta

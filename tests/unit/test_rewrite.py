@@ -812,3 +812,19 @@ def test_a_filter_built_piece_by_piece_has_the_facts_of_a_later_piece() -> None:
     built = joined_filter([filter_part(p) for p in pieces], 0.01)
     assert whole.facts.transactional and whole.facts.horizon_ms == NOW + RETENTION
     assert built.to_bytes() == whole.to_bytes()
+
+
+def test_compiled_rebuild_finds_winners_when_offset_deltas_go_back() -> None:
+    """The kernel walks the winners forward as a batch's offsets increase; a batch whose offset deltas do not
+    (Kafka never writes one, nothing here refuses it) is rebuilt as the reference rebuilds it, no winner missed."""
+    original = build_batch([rec(10, 1), rec(14, 2), rec(12, 3), rec(11, 4), rec(15, 5)], last_offset=15)
+    encoded = encode_batch(original)
+    decoded = decode_batch(encoded)
+    assert [r.offset for r in decoded.records] == [10, 14, 12, 11, 15]
+    winners = [11, 12, 14]
+    kept = [r for r in decoded.records if r.offset in winners]
+    expected = encode_batch(rebuild_batch(decoded, kept, None))
+    fast = rebuild_data_batch(memoryview(encoded), next(iter_batch_headers(encoded)), np.array(winners, np.int64),
+                              retain_deletes=True, delete_horizon_ms=None, obj="x")
+    assert fast.data == expected
+    assert fast.records == 3
