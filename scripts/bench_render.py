@@ -800,32 +800,37 @@ def kept_section(text: str, heading: str) -> list[str]:
     return [*text[span[0] : span[1]].rstrip("\n").split("\n"), ""]
 
 
-def _summary_rows(lines: list[str]) -> list[str]:
-    """The rows of a Summary table's `lines` (the figure rows: not its header, rule or placeholder). Pure."""
-    return [line for line in lines if line.startswith("| ") and not line.startswith(("| figure |", "| — |"))]
+def _table_rows(lines: list[str]) -> list[str]:
+    """The figure rows of a section's table in `lines` (not its header, rule or placeholder). Pure."""
+    return [line for line in lines if line.startswith("| ") and not line.startswith(("| figure |", "| run |", "| — |"))]
 
 
-def merged_summary(new: list[str], text: str) -> list[str]:
-    """The Summary of this run (`new`, from `summary`) merged into the one of `text`: a row of `text` whose figure
-    this run measured is replaced by the run's, the others are kept in their place (figures measured by an earlier
-    run, or written by another script), and the run's rows for figures `text` lacks come after. Pure."""
-    span = section_span(text, "## Summary")
-    old = _summary_rows(text[span[0] : span[1]].split("\n")) if span else []
-    rows = _summary_rows(new)
+def merged_table(new: list[str], text: str, heading: str) -> list[str]:
+    """The section `new` (as this run writes it, heading first) with the rows of its table merged into those of the
+    section `heading` of `text`: a row of `text` whose figure this run measured (its first cell) is replaced by the
+    run's, the others are kept in their place (figures measured by an earlier run, or written by another script),
+    and the run's rows for figures `text` lacks come after. Pure."""
+    span = section_span(text, heading)
+    old = _table_rows(text[span[0] : span[1]].split("\n")) if span else []
+    rows = _table_rows(new)
+    if not old:
+        return new
     label = {row: row.split(" | ", 1)[0] for row in [*old, *rows]}
     ours = {label[row]: row for row in rows}
     merged = [ours.pop(label[row], row) for row in old]
     merged += [row for row in rows if label[row] in ours]
-    if not merged:
-        return new
-    return ["## Summary", "", "| figure | target | measured | met |", "|---|---|---|---|", *merged, ""]
+    first = next((i for i, line in enumerate(new) if line.startswith("|---")), None)
+    if first is None:  # the run wrote no table (its placeholder): the earlier section as it was
+        return kept_section(text, heading)
+    rest = [line for line in new[first + 1 :] if line not in rows and not line.startswith("| — |")]
+    return [*new[: first + 1], *merged, *rest]
 
 
 def write_report(path: Path, results: Path) -> None:
     """BENCHMARKS.md from the saved figures. A figure with no saved result keeps its section of the existing file
-    (and its Summary rows: `merged_summary`), so that `--only P10` on a checkout without an earlier run's
-    bench-data/results rewrites P10 alone; a figure never measured gets a placeholder. The previous version's text
-    (below PREVIOUS in the existing file) is carried over until every figure is new."""
+    and its rows of the Summary and fetch tables (`merged_table`), so that `--only P10` on a checkout without an
+    earlier run's bench-data/results rewrites P10 alone; a figure never measured gets a placeholder. The previous
+    version's text (below PREVIOUS in the existing file) is carried over until every figure is new."""
     saved_files = {f: json.loads((results / f"{f}.json").read_text()) for f in SECTIONS
                    if (results / f"{f}.json").exists()}
     saved = {f: d["result"] for f, d in saved_files.items()}
@@ -838,8 +843,8 @@ def write_report(path: Path, results: Path) -> None:
         "Written by `make bench` (`python scripts/bench.py`; `--only P2,P4` refreshes some sections and keeps the "
         "others). Each section names its workload, machine and date. Never part of `make test`.",
         "",
-        *merged_summary(summary(saved), head),
-        *([fetch, "", *_fetch(saved), ""] if _runs(saved) else
+        *merged_table(summary(saved), head, "## Summary"),
+        *(merged_table([fetch, "", *_fetch(saved), ""], head, fetch) if _runs(saved) else
           kept_section(head, fetch) or [fetch, "", "Not measured yet by this harness.", ""]),
     ]
     for figure, (title, render) in SECTIONS.items():
