@@ -164,7 +164,7 @@ def run_compact(args: argparse.Namespace) -> int:
         _write_outputs(args, report)
         return report.exit_code  # a partition quarantined at planning is a failure an orchestrator sees
     # the JVM starts while the driver commits the run's retention and fencing epochs; it stops while the run commits
-    with options.CommandSession(args.master, progress, background=True) as session:
+    with options.CommandSession(args.master, progress, background=True, quick_jit=True) as session:
         taken = take(run)
         staged = taken.stage(session.get()) if taken.taken else taken.staged  # every partition refused: no Spark
         session.stop(wait=False)

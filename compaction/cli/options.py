@@ -162,12 +162,14 @@ class CommandSession:
     partitions take about a second), and `get` waits for it. `stop(wait=False)` stops it in a thread too, so the
     run's commit overlaps the JVM's shutdown; leaving the `with` block waits for that stop. A session started in a
     thread has no SIGINT handler of Spark's (pyspark installs one only from the main thread): Ctrl-C still ends
-    the command, without asking the JVM to cancel its jobs first."""
+    the command, without asking the JVM to cancel its jobs first. `quick_jit=True`: a driver JVM started here
+    compiles with C1 alone (`compaction.spark.session.QUICK_JIT`, what `kcompact compact` asks)."""
 
-    def __init__(self, master: str | None, progress: Progress | None = None, *, background: bool = False) -> None:
+    def __init__(self, master: str | None, progress: Progress | None = None, *, background: bool = False,
+                 quick_jit: bool = False) -> None:
         from pyspark.sql import SparkSession as Session
 
-        self._master, self._progress = master, progress
+        self._master, self._progress, self._quick_jit = master, progress, quick_jit
         self.started_here = Session.getActiveSession() is None
         self._spark: SparkSession | None = None
         self._failure: BaseException | None = None
@@ -180,11 +182,11 @@ class CommandSession:
             self._starter.start()
 
     def _start(self) -> None:
-        from compaction.spark.session import build_session
+        from compaction.spark.session import QUICK_JIT, build_session
 
         began = time.monotonic()
         try:
-            self._spark = build_session(self._master)
+            self._spark = build_session(self._master, driver_options=QUICK_JIT if self._quick_jit else "")
         except BaseException as exc:  # handed to the caller of `get`, on its own thread
             self._failure = exc
         self._seconds = time.monotonic() - began

@@ -33,7 +33,7 @@ def no_active_session(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _builder(release: threading.Event | None = None, fail: BaseException | None = None) -> Any:
-    def build(master: str | None) -> _Started:
+    def build(master: str | None, driver_options: str = "") -> _Started:
         if release is not None:
             assert release.wait(10), "the caller never went on while the session started"
         if fail is not None:
@@ -65,7 +65,7 @@ def test_a_failed_start_is_raised_to_the_caller(monkeypatch: pytest.MonkeyPatch)
 def test_a_session_never_asked_for_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[_Started] = []
 
-    def build(master: str | None) -> _Started:
+    def build(master: str | None, driver_options: str = "") -> _Started:
         built.append(_Started(threading.current_thread().name))
         return built[-1]
 
@@ -124,3 +124,28 @@ def test_a_stop_does_not_wait_for_the_accumulator_server_which_still_ends() -> N
     assert result["stopped"]
     assert result["ran_on"] == ["kcompact-accumulators-stop"]
     assert result["closed"], "the accumulator server never closed its socket"
+
+
+JIT_PROBE = """
+import json
+from compaction.cli.options import CommandSession
+
+with CommandSession("local[1]", background=True, quick_jit=True) as session:
+    spark = session.get()
+    args = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    session.stop(wait=False)
+print(json.dumps(args))
+"""
+
+
+def test_a_quick_jit_session_starts_its_driver_jvm_with_c1_alone() -> None:
+    """What `kcompact compact` asks of its session (`QUICK_JIT`), as the JVM it launched reports its own arguments
+    (a fresh process: the test session's JVM runs already)."""
+    import json
+    import subprocess
+    import sys
+
+    from compaction.spark.session import QUICK_JIT
+
+    done = subprocess.run([sys.executable, "-c", JIT_PROBE], capture_output=True, text=True, timeout=300, check=True)
+    assert QUICK_JIT in json.loads(done.stdout.strip().splitlines()[-1])
