@@ -812,16 +812,16 @@ def merged_table(new: list[str], text: str, heading: str) -> list[str]:
     and the run's rows for figures `text` lacks come after. Pure."""
     span = section_span(text, heading)
     old = _table_rows(text[span[0] : span[1]].split("\n")) if span else []
-    rows = _table_rows(new)
     if not old:
         return new
+    first = next((i for i, line in enumerate(new) if line.startswith("|---")), None)
+    if first is None:  # the run wrote no table (its placeholder): the earlier section as it was
+        return kept_section(text, heading)
+    rows = _table_rows(new)
     label = {row: row.split(" | ", 1)[0] for row in [*old, *rows]}
     ours = {label[row]: row for row in rows}
     merged = [ours.pop(label[row], row) for row in old]
     merged += [row for row in rows if label[row] in ours]
-    first = next((i for i, line in enumerate(new) if line.startswith("|---")), None)
-    if first is None:  # the run wrote no table (its placeholder): the earlier section as it was
-        return kept_section(text, heading)
     rest = [line for line in new[first + 1 :] if line not in rows and not line.startswith("| — |")]
     return [*new[: first + 1], *merged, *rest]
 
@@ -857,7 +857,7 @@ def write_report(path: Path, results: Path) -> None:
                 f"## {title}", "", f"Not measured yet by this harness (`make bench BENCH_ARGS=\"--only {figure}\"`).",
                 ""]
     written = {"Summary", "Fetch ratio on every shape (goal a)", *(title for title, _ in SECTIONS.values())}
-    for heading in _headings(existing.split(PREVIOUS, 1)[0]):
+    for heading in _headings(head):
         if heading not in written:
             lines += kept_section(existing, f"## {heading}")
     previous = existing.split(PREVIOUS, 1) if existing else []

@@ -8,8 +8,7 @@ once, and the sorted winners beside it (a batch's offsets increase, so each reco
 previous one's ended instead of searching every winner), keeps a record iff it is keyed, its offset is a winner
 and it has a value or the batch retains deletes — the vectorized form of
 `strategies.retention.should_retain_record` for a data batch that is not discarded — and writes the kept records
-re-encoded. The records section is then compressed with the batch's codec and
-given a fresh header and CRC.
+re-encoded. The records section is then compressed with the batch's codec and given a fresh header and CRC.
 
 The readable reference is `rebuild.rebuild_batch` over `decode_batch`; the two give the same bytes
 (property-tested), as every encoder involved is deterministic and Kafka writes minimal varints.

@@ -25,23 +25,19 @@ SPARK_ZIPS = ("pyspark", "py4j")
 """The packages Spark's zips hold (`pyspark.zip`, `py4j-<version>-src.zip`), each in `<pyspark package>/python/lib`."""
 
 
-def _zipped_package(entry: str) -> str | None:
-    """The package a Spark zip on the path holds, or None for any other entry. Pure."""
+def _is_spark_zip(entry: str) -> bool:
+    """Whether a path entry is one of Spark's zips (`pyspark.zip`, `py4j-<version>-src.zip`). Pure."""
     name = os.path.basename(entry)
-    if name == "pyspark.zip":
-        return "pyspark"
-    if name.startswith("py4j-") and name.endswith("-src.zip"):
-        return "py4j"
-    return None
+    return name == "pyspark.zip" or (name.startswith("py4j-") and name.endswith("-src.zip"))
 
 
 def without_spark_zips(path: Sequence[str]) -> list[str]:
     """`path` without Spark's zips when they lie inside the pyspark package that `path` without them imports (a pip
     install: the zips hold that package's own sources) and that path imports py4j too; `path` unchanged otherwise."""
-    zips = [e for e in path if _zipped_package(e) is not None]
+    zips = [e for e in path if _is_spark_zip(e)]
     if not zips:
         return list(path)
-    rest = [e for e in path if _zipped_package(e) is None]
+    rest = [e for e in path if not _is_spark_zip(e)]
     found = {name: PathFinder.find_spec(name, rest) for name in SPARK_ZIPS}
     pyspark = found["pyspark"]
     if pyspark is None or pyspark.origin is None or found["py4j"] is None:
