@@ -3,7 +3,9 @@
 Create-only writes go to a temporary file in the target's directory, are fsynced, then published with
 `os.link`, which fails atomically if the name exists: two concurrent writers of one key cannot both
 win, and readers never see a partial file. Inside `deferred_sync` the fsyncs wait until the block is left, and are
-then made together (a writer that reports its objects only then, such as a rewrite task before its commit).
+then made together (a writer that reports its objects only then, such as a rewrite task before its commit); so are
+those of one `put_many`. Made together, `SYNCFS_MIN` files and directories or more are made durable by one
+`syncfs(2)` of their file system instead of an fsync each (`make_durable`).
 Temporary names start with `TEMP_PREFIX` and are never listed. Empty directories left by `delete` stay; they hold no
 object and are not listed.
 
@@ -14,13 +16,17 @@ needs that. The root directory is created on the first write.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import mmap
 import os
+import re
 import shutil
 import stat
+import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -42,6 +48,13 @@ if TYPE_CHECKING:
     from os import PathLike
 
 _COPY_CHUNK = 1 * MiB
+
+SYNCFS_MIN = 16
+"""Files and directories made durable together from which one `syncfs(2)` of their file system replaces an fsync of
+each (Linux 5.8 or later, where `syncfs` reports a failed writeback as `fsync` does; elsewhere each is fsynced).
+A metadata commit of 1,000 partitions puts 1,000 files in 1,000 new directories: 2,000 fsyncs took 0.30-0.45 s here
+on 8 threads, one `syncfs` after them 0.01-0.02 s (ext4; docs/operating.md). It also writes back whatever else
+is dirty on that file system, which a writer of many objects at once pays once rather than per object."""
 
 
 def _copy(src: IO[bytes], out: IO[bytes]) -> int:
@@ -89,13 +102,18 @@ class LocalStore(ObjectStore):
         if not copies and len(objects) < 2:
             super().put_many(objects)
             return
+        together = len(objects) + len(copies) >= SYNCFS_MIN and _syncfs() is not None
         puts: dict[str, Future[object]] = {
-            key: put_pool().submit(self._create, key, _writing(data), sync_parent=False)
+            key: put_pool().submit(self._create, key, _writing(data), sync_parent=False, sync=not together)
             for key, data in objects.items()}
         links: dict[str, Future[object]] = {
             key: put_pool().submit(self._link, source, key) for key, source in copies.items()}
         created = [key for key, put in {**puts, **links}.items() if put.exception() is None]
-        self._sync_dirs({self._path(key).parent for key in created})  # durable before anything is reported
+        parents = {self._path(key).parent for key in created}
+        if together:  # one syncfs, whether or not a `deferred_sync` is active (its exit then syncs them again)
+            make_durable([self._path(key) for key in created if key in puts], parents)
+        else:
+            self._sync_dirs(parents)  # durable before anything is reported
         self._count(puts=len(created), bytes_written=sum(len(objects[key]) for key in created if key in objects))
         for put in [*puts.values(), *links.values()]:
             put.result()
@@ -115,10 +133,7 @@ class LocalStore(ObjectStore):
         finally:
             with self._deferred_lock:
                 (files, dirs), self._deferred = self._deferred, None
-            for done in [put_pool().submit(_fsync, p) for p in files]:  # (a file deleted since needs nothing)
-                done.result()
-            for done in [put_pool().submit(_fsync_dir, p) for p in dirs]:
-                done.result()
+            make_durable(files, dirs)
 
     def _defer(self, path: Path, *, directory: bool = False) -> bool:
         """Record the file (or `directory`) `path` for the active `deferred_sync`; False when none is active (sync it
@@ -231,9 +246,11 @@ class LocalStore(ObjectStore):
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise MissingObjectError("object does not exist", obj=self.object_uri(key)) from None
 
-    def _create(self, key: str, write: Callable[[IO[bytes]], object], sync_parent: bool = True) -> int:
+    def _create(self, key: str, write: Callable[[IO[bytes]], object], sync_parent: bool = True,
+                sync: bool = True) -> int:
         """Write a temp file with `write`, then link it to `key` unless `key` exists; returns its size.
-        `sync_parent`: fsync the directory now (else the caller does, before it reports the object written)."""
+        `sync_parent`: fsync the directory now (else the caller does, before it reports the object written).
+        `sync`: fsync the file (else the caller does, or the active `deferred_sync`)."""
         target = self._path(key)
         if target.exists():
             raise ObjectExistsError(self.object_uri(key))
@@ -244,7 +261,7 @@ class LocalStore(ObjectStore):
             with open(tmp, "xb") as out:
                 write(out)
                 out.flush()
-                if not deferred:
+                if sync and not deferred:
                     os.fsync(out.fileno())
                 size = out.tell()
             try:
@@ -276,6 +293,53 @@ def _writing(data: bytes) -> Callable[[IO[bytes]], object]:
 
 def _may_match(dir_key: str, prefix: str) -> bool:
     return dir_key.startswith(prefix) or prefix.startswith(dir_key)
+
+
+def make_durable(files: Collection[Path], dirs: Collection[Path]) -> None:
+    """Make `files` (their data and inodes) and the entries of `dirs` durable: one `syncfs` of each file system they
+    are on when they are `SYNCFS_MIN` or more and the kernel has it, else an fsync of each (`put_pool`'s threads). A
+    file or directory deleted since needs nothing.
+
+    Raises:
+        OSError: the kernel reported a failed write-back.
+    """
+    syncfs = _syncfs() if len(files) + len(dirs) >= SYNCFS_MIN else None
+    if syncfs is not None:
+        devices: dict[int, Path] = {}
+        for d in {*dirs, *(f.parent for f in files)}:
+            with contextlib.suppress(FileNotFoundError):
+                devices.setdefault(os.stat(d).st_dev, d)
+        for d in devices.values():
+            syncfs(d)
+        return
+    for done in [put_pool().submit(_fsync, p) for p in files]:
+        done.result()
+    for done in [put_pool().submit(_fsync_dir, p) for p in dirs]:
+        done.result()
+
+
+@functools.cache
+def _syncfs() -> Callable[[Path], None] | None:
+    """`syncfs(2)` of the file system holding a directory, where it reports write-back errors (Linux 5.8 or later);
+    None elsewhere."""
+    release = re.match(r"(\d+)\.(\d+)", os.uname().release) if sys.platform == "linux" else None
+    if release is None or (int(release[1]), int(release[2])) < (5, 8):
+        return None
+    try:
+        call = ctypes.CDLL(None, use_errno=True).syncfs
+    except (AttributeError, OSError):
+        return None
+
+    def syncfs(directory: Path) -> None:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            if call(fd) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"syncfs: {os.strerror(err)}", str(directory))
+        finally:
+            os.close(fd)
+
+    return syncfs
 
 
 def _fsync(path: Path) -> None:

@@ -29,6 +29,7 @@ from compaction.errors import (
 )
 from compaction.rewrite.cache import SegmentCache
 from compaction.storage import DEFAULT_STORE_URI, ObjectInfo, ObjectStore, StoreSpec, StoreStats, open_store
+from compaction.storage import local as local_module
 from compaction.storage import s3 as s3_module
 from compaction.storage.base import TEMP_PREFIX, MiB
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
@@ -315,6 +316,71 @@ def test_the_local_store_fsyncs_deferred_objects_on_leaving(tmp_path: Path, monk
                                                      root / "t/0", root / "t/1"))
     with pytest.raises(RuntimeError, match="already active"), store.deferred_sync(), store.deferred_sync():
         pass
+
+
+def _recording_syncfs(monkeypatch: pytest.MonkeyPatch, *, fail: bool = False) -> tuple[list[str], list[str]]:
+    """The paths the local store fsyncs and the directories it `syncfs`es from now on (the real calls still made,
+    or a syncfs failing with EIO when `fail`)."""
+    real_syncfs = local_module._syncfs()
+    assert real_syncfs is not None, "this test needs Linux 5.8 or later (syncfs that reports write-back errors)"
+    fsynced: list[str] = []
+    syncfsed: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        fsynced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def syncfs(directory: Path) -> None:
+        syncfsed.append(str(directory))
+        if fail:
+            raise OSError(5, "syncfs: Input/output error", str(directory))
+        real_syncfs(directory)
+
+    monkeypatch.setattr("compaction.storage.local.os.fsync", fsync)
+    monkeypatch.setattr(local_module, "_syncfs", lambda: syncfs)
+    return fsynced, syncfsed
+
+
+def test_the_local_store_syncs_many_objects_with_one_syncfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`SYNCFS_MIN` objects or more put together (one `put_many`, or one `deferred_sync` block) are made durable by
+    one `syncfs` of their file system instead of an fsync of each file and directory; fewer are fsynced each."""
+    store = open_store(str(tmp_path / "store"))
+    fsynced, syncfsed = _recording_syncfs(monkeypatch)
+    many = {f"t/{i}/a.log": b"%d" % i for i in range(local_module.SYNCFS_MIN)}
+    store.put_many(many)
+    assert fsynced == [] and len(syncfsed) == 1  # one file system
+    assert {o.key for o in store.list("t/")} == set(many)
+    with store.deferred_sync():
+        for i in range(local_module.SYNCFS_MIN):
+            store.put(f"u/{i}/b.log", b"b")
+    assert fsynced == [] and len(syncfsed) == 2
+    store.put_many({"v/0/c.log": b"c", "v/0/c.index": b"i"})  # below SYNCFS_MIN: each file and the directory
+    directory = str(tmp_path / "store" / "v/0")
+    assert len(fsynced) == 3 and directory in fsynced  # (a file is fsynced under its temporary name, then linked)
+    assert all(p.startswith(directory) for p in fsynced) and len(syncfsed) == 2
+
+
+def test_a_failed_syncfs_fails_the_put(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel's report of a failed write-back reaches the writer, which then reports nothing written."""
+    store = open_store(str(tmp_path / "store"))
+    _recording_syncfs(monkeypatch, fail=True)
+    with pytest.raises(OSError, match="Input/output error"):
+        store.put_many({f"t/{i}/a.log": b"a" for i in range(local_module.SYNCFS_MIN)})
+    with pytest.raises(OSError, match="Input/output error"), store.deferred_sync():
+        for i in range(local_module.SYNCFS_MIN):
+            store.put(f"u/{i}/b.log", b"b")
+
+
+def test_without_syncfs_many_objects_are_fsynced_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the kernel has no `syncfs` that reports write-back errors, every file and directory is fsynced."""
+    store = open_store(str(tmp_path / "store"))
+    fsynced, _ = _recording_syncfs(monkeypatch)
+    monkeypatch.setattr(local_module, "_syncfs", lambda: None)
+    many = {f"t/{i}/a.log": b"a" for i in range(local_module.SYNCFS_MIN)}
+    store.put_many(many)
+    directories = {str(tmp_path / "store" / f"t/{i}") for i in range(local_module.SYNCFS_MIN)}
+    assert len(fsynced) == 2 * len(many) and directories <= set(fsynced)  # each file (its temporary name) and dir
 
 
 def test_local_copies_without_sendfile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
