@@ -14,6 +14,9 @@ from compaction.errors import MissingObjectError
 from compaction.storage import open_store
 from compaction.storage.indexes import (
     MAX_HEADER_BYTES,
+    PART_CODES,
+    PART_ORDER,
+    READ_AHEAD,
     CorruptIndexesObjectError,
     get_part,
     get_parts,
@@ -33,15 +36,35 @@ PARTS = {
 }
 
 
-def test_parts_round_trip_in_kind_order_whatever_the_mapping_order():
+def _by_kind(parts: dict[Suffix, bytes]) -> bytes:
+    """An `.indexes` object as kcompact wrote them before `PART_ORDER`: the parts by kind code."""
+    ordered = sorted(parts.items(), key=lambda item: PART_CODES[item[0]])
+    head = b"KCIX\x01" + bytes([len(ordered)])
+    return b"".join([head, *(struct.pack(">BQ", PART_CODES[s], len(d)) for s, d in ordered), *(d for _s, d in ordered)])
+
+
+def test_parts_round_trip_in_part_order_whatever_the_mapping_order():
     data = pack_parts(PARTS)
     assert data[:6] == b"KCIX\x01\x04"
-    # kinds in PART_CODES order: offset index (1), time index (2), checkpoint (5), filter (6)
-    assert [data[6 + 9 * i] for i in range(4)] == [1, 2, 5, 6]
+    # kinds in PART_ORDER: checkpoint (5), filter (6), offset index (1), time index (2)
+    assert [data[6 + 9 * i] for i in range(4)] == [5, 6, 1, 2]
     assert unpack_parts(data, obj="x") == PARTS
     header = read_header(data, obj="x", size=len(data))
-    assert header[Suffix.OFFSET_INDEX] == (6 + 36, 6 + 36 + 16)
-    assert header[Suffix.BLOOM][0] == header[Suffix.BLOOM][1] == len(data)
+    assert header[Suffix.LEADER_EPOCH_CHECKPOINT] == (6 + 36, 6 + 36 + 8)
+    assert header[Suffix.OFFSET_INDEX] == (6 + 36 + 8, 6 + 36 + 8 + 16)
+    assert header[Suffix.TIME_INDEX][1] == len(data)
+    assert list(PART_ORDER) == sorted(PART_CODES, key=PART_ORDER.index), "every part kind has its place"
+
+
+def test_an_object_laid_out_by_kind_reads_the_same(store):
+    """Objects written before `PART_ORDER` (parts by kind code) read part by part as they did."""
+    key = "t-MWJ6FHTfRYy67jzwZdeqSQ/0/00000000000000000000-tqimKeZwStOEOwRzT3L5oQ.indexes"
+    parts = {**PARTS, Suffix.PRODUCER_SNAPSHOT: b"p" * 31}
+    store.put(key, _by_kind(parts))
+    assert unpack_parts(_by_kind(parts), obj="x") == parts
+    assert {s: get_part(store, key, s) for s in parts} == parts
+    carried = {Suffix.PRODUCER_SNAPSHOT: key, Suffix.LEADER_EPOCH_CHECKPOINT: key}
+    assert get_parts(store, carried) == {s: parts[s] for s in carried}
 
 
 def test_a_segments_objects_and_the_keys_its_row_names():
@@ -62,34 +85,55 @@ def store(tmp_path):
     return open_store(str(tmp_path / "store"))
 
 
-def test_a_part_is_read_with_two_requests_and_exactly_its_bytes(store):
+def test_a_part_is_read_with_its_header_in_one_request(store):
+    """The first request asks for `READ_AHEAD` bytes: a small object's parts come with its header."""
     key = "t-MWJ6FHTfRYy67jzwZdeqSQ/0/00000000000000000000-tqimKeZwStOEOwRzT3L5oQ.indexes"
     store.put(key, pack_parts(PARTS))
+    size = len(pack_parts(PARTS))
     before = (store.stats.gets, store.stats.bytes_read)
     assert get_part(store, key, Suffix.TIME_INDEX) == PARTS[Suffix.TIME_INDEX]
-    header = min(MAX_HEADER_BYTES, len(pack_parts(PARTS)))  # the longest header's bytes are asked for
-    assert (store.stats.gets, store.stats.bytes_read) == (before[0] + 2, before[1] + header + 24), \
-        "the header, then the part's range"
+    assert (store.stats.gets, store.stats.bytes_read) == (before[0] + 1, before[1] + size), "the whole object, once"
     before = (store.stats.gets, store.stats.bytes_read)
     carried = {Suffix.OFFSET_INDEX: key, Suffix.TIME_INDEX: key}
     assert get_parts(store, carried) == {s: PARTS[s] for s in carried}
-    assert (store.stats.gets, store.stats.bytes_read) == (before[0] + 2, before[1] + header + 16 + 24), \
-        "two parts next to each other: one range"
+    assert (store.stats.gets, store.stats.bytes_read) == (before[0] + 1, before[1] + size)
 
-    large = key.replace("00000000000000000000-", "00000000000000000001-")
+
+def test_a_part_past_the_read_ahead_costs_one_more_request_for_its_bytes_alone(store):
+    """Past `READ_AHEAD`, a part costs one more request, from where the first ended: no byte is fetched twice."""
+    large = "t-MWJ6FHTfRYy67jzwZdeqSQ/0/00000000000000000001-tqimKeZwStOEOwRzT3L5oQ.indexes"
     big = bytes(range(256)) * 1024
-    store.put(large, pack_parts({Suffix.OFFSET_INDEX: big, Suffix.TIME_INDEX: b"tail"}))
+    snapshot = b"s" * 40
+    store.put(large, pack_parts({Suffix.PRODUCER_SNAPSHOT: snapshot, Suffix.OFFSET_INDEX: big,
+                                 Suffix.TIME_INDEX: b"tail"}))
+    header = 6 + 3 * 9
+    before = (store.stats.gets, store.stats.bytes_read)
+    assert get_part(store, large, Suffix.PRODUCER_SNAPSHOT) == snapshot  # first in PART_ORDER: within the read-ahead
+    assert (store.stats.gets, store.stats.bytes_read) == (before[0] + 1, before[1] + READ_AHEAD)
+    before = (store.stats.gets, store.stats.bytes_read)
     assert get_part(store, large, Suffix.TIME_INDEX) == b"tail"
-    assert get_part(store, large, Suffix.OFFSET_INDEX) == big
-    assert MAX_HEADER_BYTES == 78
+    assert (store.stats.gets, store.stats.bytes_read) == (before[0] + 2, before[1] + READ_AHEAD + 4)
+    before = (store.stats.gets, store.stats.bytes_read)
+    assert get_part(store, large, Suffix.OFFSET_INDEX) == big  # straddles the read-ahead's end
+    assert (store.stats.gets, store.stats.bytes_read) == (before[0] + 2, before[1] + header + len(snapshot) + len(big))
+    assert MAX_HEADER_BYTES == 78 and READ_AHEAD >= MAX_HEADER_BYTES
 
+
+def test_a_part_missing_or_cut_short_is_an_error_naming_the_object(store):
+    key = "t-MWJ6FHTfRYy67jzwZdeqSQ/0/00000000000000000000-tqimKeZwStOEOwRzT3L5oQ.indexes"
+    store.put(key, pack_parts(PARTS))
     with pytest.raises(MissingObjectError, match=r"holds no \.txnindex part"):
         get_part(store, key, Suffix.TXN_INDEX)
-    cut = key.replace("00000000000000000000-", "00000000000000000002-")
-    store.put(cut, pack_parts(PARTS)[:-30])
-    with pytest.raises(CorruptIndexesObjectError, match="reach byte") as caught:
-        get_part(store, cut, Suffix.TIME_INDEX)
-    assert store.object_uri(cut) in str(caught.value)
+    big = pack_parts({**PARTS, Suffix.OFFSET_INDEX: b"o" * 2 * READ_AHEAD})
+    for n, (data, ends) in enumerate([  # within the read-ahead (the object ends there), then past it
+            (pack_parts(PARTS), f"ends at byte {len(pack_parts(PARTS)) - 30}"),
+            (big, f"ends at or before byte {len(big) - 24}")]):  # the time index's start: nothing of it there
+        cut = key.replace("00000000000000000000-", f"0000000000000000000{n + 2}-")
+        store.put(cut, data[:-30])
+        with pytest.raises(CorruptIndexesObjectError, match=f"reach byte {len(data)}, the object {ends}") as caught:
+            get_part(store, cut, Suffix.TIME_INDEX)
+        assert store.object_uri(cut) in str(caught.value)
+        assert get_part(store, cut, Suffix.LEADER_EPOCH_CHECKPOINT) == PARTS[Suffix.LEADER_EPOCH_CHECKPOINT]
 
 
 def test_a_key_of_its_own_is_read_as_the_file(store):
@@ -142,9 +186,12 @@ def test_the_bytes_the_broker_plugins_test_reads():
             "KcompactRemoteStorageManagerTest.java").read_text()
     hexed = "".join(re.findall(r'"([0-9a-f]+)"', java[java.index("String PACKED"):java.index(";", java.index(
         "String PACKED"))]))
-    assert bytes.fromhex(hexed) == pack_parts({
-        Suffix.OFFSET_INDEX: b"offsets", Suffix.TIME_INDEX: b"times", Suffix.PRODUCER_SNAPSHOT: b"producers",
-        Suffix.LEADER_EPOCH_CHECKPOINT: b"0\n1\n0 1234\n", Suffix.BLOOM: b"filter"})
+    files = {Suffix.OFFSET_INDEX: b"offsets", Suffix.TIME_INDEX: b"times", Suffix.PRODUCER_SNAPSHOT: b"producers",
+             Suffix.LEADER_EPOCH_CHECKPOINT: b"0\n1\n0 1234\n", Suffix.BLOOM: b"filter"}
+    assert bytes.fromhex(hexed) == pack_parts(files)
+    by_kind = "".join(re.findall(r'"([0-9a-f]+)"', java[java.index("String PACKED_BY_KIND"):java.index(";", java.index(
+        "String PACKED_BY_KIND"))]))
+    assert bytes.fromhex(by_kind) == _by_kind(files), "the plugin's test also reads the layout written before"
 
 
 def test_kcompact_dump_lists_an_indexes_objects_parts(tmp_path):
@@ -153,8 +200,8 @@ def test_kcompact_dump_lists_an_indexes_objects_parts(tmp_path):
     doc = dump_path(path, print_data=False)
     assert doc["type"] == "indexes"
     assert [(e["part"], e["size"]) for e in doc["entries"]] == [
-        ("index", 16), ("timeindex", 24), ("leader-epoch-checkpoint", 8), ("bloom", 0)]
-    assert list(format_doc(doc, print_data=False))[1] == "part: index position: 42 size: 16"
+        ("leader-epoch-checkpoint", 8), ("bloom", 0), ("index", 16), ("timeindex", 24)]
+    assert list(format_doc(doc, print_data=False))[1] == "part: leader-epoch-checkpoint position: 42 size: 8"
     path.write_bytes(b"KCIX\x01\x01" + _entry(1, 5))
     with pytest.raises(CorruptIndexesObjectError, match="parts add up to 20 bytes, the object holds 15"):
         dump_path(path, print_data=False)

@@ -89,8 +89,11 @@ class KcompactRemoteStorageManagerTest {
     /** The {@code .indexes} object kcompact writes for a segment's offset and time indexes, producer snapshot,
      * leader-epoch checkpoint and key filter: {@code compaction.storage.indexes.pack_parts}'s bytes, which
      * {@code tests/unit/test_segment_parts.py} checks against the same hex. */
-    static final String PACKED = "4b434958010501000000000000000702000000000000000504000000000000000905000000000000000b06"
-            + "00000000000000066f66667365747374696d657370726f647563657273300a310a3020313233340a66696c746572";
+    static final String PACKED = "4b434958010504000000000000000905000000000000000b06000000000000000601000000000000000702"
+            + "000000000000000570726f647563657273300a310a3020313233340a66696c7465726f66667365747374696d6573";
+    /** The same files in the order kcompact laid them out before (by kind: offset index first), which reads the same. */
+    static final String PACKED_BY_KIND = "4b434958010501000000000000000702000000000000000504000000000000000905000000000"
+            + "000000b0600000000000000066f66667365747374696d657370726f647563657273300a310a3020313233340a66696c746572";
 
     private RemoteLogSegmentMetadata kcompacts(java.util.List<String> parts) {
         return new RemoteLogSegmentMetadata(segment.remoteLogSegmentId(), 1234, 1299, 5, 1, 6, 10,
@@ -111,6 +114,10 @@ class KcompactRemoteStorageManagerTest {
         assertEquals("0\n1\n0 1234\n", read(rsm.fetchIndex(written, IndexType.LEADER_EPOCH)));
         assertThrows(RemoteResourceNotFoundException.class, () -> rsm.fetchIndex(written, IndexType.TRANSACTION));
         assertEquals("234", read(rsm.fetchLogSegment(written, 2, 4)));
+        Files.write(object("indexes"), java.util.HexFormat.of().parseHex(PACKED_BY_KIND));
+        assertEquals("offsets", read(rsm.fetchIndex(written, IndexType.OFFSET)));
+        assertEquals("producers", read(rsm.fetchIndex(written, IndexType.PRODUCER_SNAPSHOT)));
+        assertEquals("0\n1\n0 1234\n", read(rsm.fetchIndex(written, IndexType.LEADER_EPOCH)));
         // a row that says the snapshot is in the object when it is not: not found, naming the object
         Files.write(object("indexes"), Arrays.copyOf(java.util.HexFormat.of().parseHex(PACKED), 24));
         RemoteStorageException cut = assertThrows(RemoteStorageException.class,
