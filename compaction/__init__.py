@@ -91,11 +91,18 @@ def compact(spark: SparkSession, store: Store, config: Config, now_ms: int | Non
     """plan → stage → commit; returns the run report (`compaction.run.report.RunReport`: typed fields, and
     `report.to_dict()` is the JSON report the CLI writes). Superseded partitions are reported (exit code 4 in the
     report), not raised, so a scheduled run always returns its report."""
-    from compaction.run.report import run_report
+    from dataclasses import replace
 
-    run = plan(spark, store, config, now_ms, **options)
+    from compaction.arguments import as_store
+    from compaction.metadata import table_requests
+    from compaction.run.report import requests_since, run_report
+
+    opened = as_store(store)
+    before = table_requests(opened)
+    run = plan(spark, opened, config, now_ms, **options)
     staged = stage(spark, run)
-    return run_report(staged, commit(staged, raise_on_superseded=False))
+    return replace(run_report(staged, commit(staged, raise_on_superseded=False)),
+                   metadata_requests=requests_since(before, opened))
 
 
 def table(spark: SparkSession, store: Store, config: Config, topic: str, table_uri: str, now_ms: int | None = None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -136,12 +137,14 @@ def _commit_each(staged: StagedRun, progress: Progress) -> list[PartitionOutcome
 
 
 def run_compact(args: argparse.Namespace) -> int:
+    from compaction.metadata import table_requests
     from compaction.progress import Progress
-    from compaction.run.report import plan_report, run_report
+    from compaction.run.report import plan_report, requests_since, run_report
     from compaction.run.report_text import render_text
     from compaction.run.stage import expire_first, take
 
     progress = Progress(sys.stderr)
+    table_before = table_requests(options.open_store(args))
     run = _build_plan(args)
     phases = {"plan": progress.elapsed()}
     progress.phase(f"plan: {len(run.plan.partitions)} partitions at metadata version {run.plan.metadata_version}, "
@@ -149,7 +152,8 @@ def run_compact(args: argparse.Namespace) -> int:
     if args.dry_run or not run.plan.eligible:
         failed: dict[TopicPartition, KcompactError] = {}
         retention = _planned_retention(run) if args.dry_run else expire_first(run, failed)
-        report = plan_report(run, phases, retention, failed)
+        report = replace(plan_report(run, phases, retention, failed),
+                         metadata_requests=requests_since(table_before, options.open_store(args)))
         if args.json and not args.dry_run:
             print(json.dumps(report.to_dict(), indent=2))
         else:
@@ -173,7 +177,8 @@ def run_compact(args: argparse.Namespace) -> int:
                        f"{len(staged.failed)} failed")
         outcomes = _commit_each(staged, progress)
         phases["commit"] = progress.elapsed() - phases["plan"] - phases["stage"]
-    report = run_report(staged, outcomes, phases)
+    report = replace(run_report(staged, outcomes, phases),
+                     metadata_requests=requests_since(table_before, options.open_store(args)))
     _write_outputs(args, report)
     options.print_result(args.json, report.to_dict(), render_text(report))
     return worst_exit_code(outcomes)

@@ -46,7 +46,7 @@ def register(sub: options.Subcommands) -> None:
 def run_gc(args: argparse.Namespace) -> int:
     from compaction.config import load_config
     from compaction.gc import DEFAULT_GRACE_MS, DEFAULT_ORPHAN_GRACE_MS, GraceMs, collect_garbage
-    from compaction.metadata import table_in_store
+    from compaction.metadata import table_in_store, table_requests
 
     if any(v is not None and v < 0 for v in (args.grace_ms, args.orphan_grace_ms)):
         raise options.usage("--grace-ms and --orphan-grace-ms must be >= 0")
@@ -59,8 +59,10 @@ def run_gc(args: argparse.Namespace) -> int:
     orphan_grace = args.orphan_grace_ms if args.orphan_grace_ms is not None else DEFAULT_ORPHAN_GRACE_MS
     clock = options.now_ms(args)
     store = options.open_store(args)
+    before = table_requests(store)
     report = collect_garbage(store, table_in_store(store), clock, grace_ms=grace, orphan_grace_ms=orphan_grace,
                              dry_run=args.dry_run)
-    options.print_result(args.json, {"store": store.uri, **report.to_dict(), "requests": vars(store.stats)},
-                 report.summary())
+    options.print_result(args.json, {"store": store.uri, **report.to_dict(), "requests": vars(store.stats),
+                                     "metadata_requests": vars(table_requests(store) - before)},
+                         report.summary())
     return ExitCode.OK

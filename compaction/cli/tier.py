@@ -41,19 +41,23 @@ def _progress(i: int, n: int, r: PartitionTierResult) -> None:
 
 
 def run_tier(args: argparse.Namespace) -> int:
-    from compaction.metadata import table_in_store
+    from compaction.metadata import table_in_store, table_requests
     from compaction.tier import internal_note, tier_logdir
 
     clock = options.now_ms(args)
     store = options.open_store(args)
     if note := internal_note(args.logdir):
         print(note, file=sys.stderr)
+    before = table_requests(store)
     results = tier_logdir(args.logdir, store, table_in_store(store, create=True), clock, progress=_progress)
+    table = table_requests(store) - before
     copied = sum(len(r.copied) for r in results)
     options.print_result(
         args.json,
-        {"store": store.uri, "partitions": [r.to_dict() for r in results], "requests": vars(store.stats)},
+        {"store": store.uri, "partitions": [r.to_dict() for r in results], "requests": vars(store.stats),
+         "metadata_requests": vars(table)},
         [f"tiered {copied} segments of {len(results)} partitions into {store.uri} "
-         f"({sum(r.bytes_copied for r in results) / 2**20:.1f} MiB; {store.stats.puts} PUTs)"],
+         f"({sum(r.bytes_copied for r in results) / 2**20:.1f} MiB; {store.stats.puts} PUTs; the metadata table "
+         f"{table.puts} PUTs)"],
     )
     return worst_exit_code(results)

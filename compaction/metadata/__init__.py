@@ -36,7 +36,7 @@ from compaction.metadata.model import (
     new_kafka_uuid,
 )
 from compaction.metadata.snapshot import MetadataSnapshot, PartitionSnapshot, referenced_object_keys
-from compaction.metadata.table import METADATA_TABLE_NAME, MetadataTable, table_in_store
+from compaction.metadata.table import METADATA_TABLE_NAME, MetadataTable, table_in_store, table_requests
 
 __all__ = [
     "BATCH_PARTITIONS",
@@ -73,5 +73,6 @@ __all__ = [
     "record_tier_finished",
     "referenced_object_keys",
     "table_in_store",
+    "table_requests",
     "valid_cleaner_offsets",
 ]

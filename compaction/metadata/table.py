@@ -24,6 +24,7 @@ partition, when it read one) and a rerun is safe.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -68,7 +69,7 @@ from compaction.metadata.model import (
     segment_from_row,
 )
 from compaction.metadata.snapshot import MetadataSnapshot, PartitionSnapshot, build_snapshot
-from compaction.storage.base import shared_pool
+from compaction.storage.base import StoreStats, shared_pool
 
 _log = logging.getLogger(__name__)
 
@@ -555,6 +556,14 @@ def _snapshot_of(dt: DeltaTable, rows: pa.Table, where: str) -> MetadataSnapshot
 
 
 METADATA_TABLE_NAME = "_kcompact_metadata"
+
+
+def table_requests(store: ObjectStoreLike) -> StoreStats:
+    """A copy of the requests this process has made so far to the metadata table in `store` through kcompact's own
+    table store (`delta_log.store_of`): its commits' puts (data files, rows files, commit files), gc's deletes of
+    the table's files, and its reads of commit, data and rows files there. delta-rs's and Arrow's own reads of the
+    table (its log, a local table's data files) are not among them. Subtract two copies for what a command made."""
+    return dataclasses.replace(store_of(store.delta_uri(METADATA_TABLE_NAME), store.delta_storage_options()).stats)
 
 
 def table_in_store(store: ObjectStoreLike, *, create: bool = False, write: bool = True) -> MetadataTable:

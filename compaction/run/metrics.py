@@ -110,6 +110,10 @@ def _counters(report: RunReport) -> list[Metric]:
         Metric(PREFIX + "store_bytes_total", C, "Object store bytes transferred by this run.",
                (Sample((("direction", "read"),), float(requests.bytes_read)),
                 Sample((("direction", "written"),), float(requests.bytes_written)))),
+        Metric(PREFIX + "metadata_requests_total", C, "Metadata table requests kcompact made in this run (its commits "
+               "and its reads of data and rows files; delta-rs's reads of the log are not counted).",
+               (Sample((("method", "GET"),), float(report.metadata_requests.gets)),
+                Sample((("method", "PUT"),), float(report.metadata_requests.puts)))),
     ]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compaction.counters import Counters
 from compaction.errors import ExitCode, KcompactError, worst_exit_code
@@ -23,6 +23,10 @@ from compaction.run.commit import PartitionOutcome
 from compaction.run.plan import RunPlan
 from compaction.run.stage import StagedPartition, StagedRun
 from compaction.run.stats import PartitionStats
+
+if TYPE_CHECKING:
+    from compaction.metadata.table import ObjectStoreLike
+    from compaction.storage.base import StoreStats
 
 
 def _rate(part: int, whole: int) -> float | None:
@@ -251,6 +255,9 @@ class RunReport:
     planned: tuple[PlannedPartition, ...]
     phase_seconds: Mapping[str, float] = field(default_factory=dict)  # rounded to the ms
     retention: RetentionReport | None = None  # compact,delete partitions: what retention expired before compacting
+    metadata_requests: RequestCounts = field(default_factory=RequestCounts)
+    """The driver's requests to the metadata table (`metadata.table_requests`: kcompact's commits and its reads of
+    data and rows files; delta-rs's reads of the log are not counted); `requests` are the segments' store's."""
 
     @property
     def uncleanable_partitions(self) -> list[str]:
@@ -325,6 +332,7 @@ class RunReport:
             "segments_skipped": self.segments_skipped,
             "bytes_not_downloaded": self.bytes_not_downloaded,
             "requests": asdict(self.requests),
+            "metadata_requests": asdict(self.metadata_requests),
             "fetch_ratio": self.fetch_ratio,
             "time_split_seconds": asdict(self.time_split_seconds),
             "task_seconds": self.task_seconds,
@@ -334,6 +342,15 @@ class RunReport:
             "retention": None if self.retention is None else self.retention.to_dict(),
             "exit_code": self.exit_code,
         }
+
+
+def requests_since(before: StoreStats, store: ObjectStoreLike) -> RequestCounts:
+    """The requests made to the metadata table in `store` since `before` (`metadata.table_requests`), as a run
+    report counts them (`RunReport.metadata_requests`)."""
+    from compaction.metadata import table_requests
+
+    made = table_requests(store) - before
+    return RequestCounts(made.gets, made.puts, made.bytes_read, made.bytes_written)
 
 
 def run_report(staged: StagedRun, outcomes: Sequence[PartitionOutcome],
@@ -389,5 +406,6 @@ __all__ = [
     "fetch_ratio",
     "partition_report",
     "plan_report",
+    "requests_since",
     "run_report",
 ]

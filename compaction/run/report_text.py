@@ -70,6 +70,10 @@ def render_text(report: RunReport) -> Iterator[str]:
            f"({_mb(report.bytes_not_downloaded):,.1f} MB not downloaded); store requests: {r.gets} GET "
            f"({_mb(r.bytes_read):,.1f} MB), {r.puts} PUT ({_mb(r.bytes_written):,.1f} MB); "
            f"fetch ratio {_ratio(report.fetch_ratio)} (fetched / needed; 1.00 = every byte fetched once)")
+    m = report.metadata_requests
+    if m.puts or m.gets:
+        yield (f"metadata table requests: {m.puts} PUT ({_mb(m.bytes_written):,.1f} MB), {m.gets} GET "
+               f"({_mb(m.bytes_read):,.1f} MB) (kcompact's commits and reads; delta-rs's reads of the log not counted)")
     tasks = report.task_seconds
     if any(tasks.values()):
         yield "executor task time: " + ", ".join(f"{k} {v:.1f} s" for k, v in tasks.items())

@@ -262,6 +262,20 @@ def test_metadata_table_is_plain_delta(logdir: Path, local_store: ObjectStore) -
         s for s in via_files.column("segment_id").drop_null().to_pylist()}
 
 
+def test_the_tier_reports_its_metadata_table_requests(logdir: Path, local_store: ObjectStore,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Beside the segments' PUTs, what the one commit put in the metadata table: a data file per partition and the
+    commit file (a rows file from 8 partitions on); a rerun that copies nothing commits nothing."""
+    partitions = len([d for d in logdir.iterdir() if d.is_dir()])
+    for puts in (partitions + 1, 0):
+        assert main(["tier", "--logdir", str(logdir), "--store", local_store.uri, "--now", str(NOW), "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["metadata_requests"]["puts"] == puts, report["metadata_requests"]
+        assert (report["metadata_requests"]["bytes_written"] > 0) == (puts > 0)
+    assert main(["tier", "--logdir", str(logdir), "--store", local_store.uri, "--now", str(NOW)]) == 0
+    assert capsys.readouterr().out.strip().endswith("0 PUTs; the metadata table 0 PUTs)")
+
+
 def test_cli_segments_and_read(logdir: Path, local_store: ObjectStore, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tier", "--logdir", str(logdir), "--store", local_store.uri, "--now", str(NOW)]) == 0
     capsys.readouterr()

@@ -27,6 +27,8 @@ def test_superseded_run_raises_fenced_and_leaves_nothing_live(spark: SparkSessio
     zombie = compaction.stage(spark, compaction.plan(spark, store, CONFIG, NOW))
     report = compaction.compact(spark, store, CONFIG, NOW, force=True)
     assert [p.committed for p in report.partitions] == [True]
+    # its own metadata commits alone (the zombie's fencing commit came before): two data files, two commit files
+    assert report.metadata_requests.puts == 4 and report.to_dict()["metadata_requests"]["puts"] == 4
     live_before = table_in_store(store).live_segments("t", 0)
     with pytest.raises(compaction.FencedError, match="expected fencing epoch") as err:
         compaction.commit(zombie)
