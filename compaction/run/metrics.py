@@ -110,6 +110,8 @@ def _counters(report: RunReport) -> list[Metric]:
         Metric(PREFIX + "store_bytes_total", C, "Object store bytes transferred by this run.",
                (Sample((("direction", "read"),), float(requests.bytes_read)),
                 Sample((("direction", "written"),), float(requests.bytes_written)))),
+        _one("plan_requests_total", C, "Store requests (GETs) the run's plan made in the driver.",
+             report.plan_requests.gets),
         Metric(PREFIX + "metadata_requests_total", C, "Metadata table requests kcompact made in this run (its commits "
                "and its reads of data and rows files; delta-rs's reads of the log are not counted).",
                (Sample((("method", "GET"),), float(report.metadata_requests.gets)),

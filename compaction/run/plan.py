@@ -23,7 +23,7 @@ from compaction.metadata import MetadataSnapshot, PartitionSnapshot, TopicPartit
 from compaction.planner import CompactionPlan, build_plan
 from compaction.producers import PartitionInputs, aborted_transactions, first_unstable_offset, producer_state
 from compaction.retention.plan import RetentionPlan, after_expiry, plan_retention
-from compaction.storage.base import ObjectStore, StoreSpec, shared_pool
+from compaction.storage.base import ObjectStore, StoreSpec, StoreStats, shared_pool
 
 Unreadable = CorruptInputError | TransientStoreError
 """Why a partition's producer state or txn indexes could not be read: it is quarantined, the others go on."""
@@ -50,6 +50,9 @@ class RunPlan:
     """The eligible partitions as the plan read them (their rows at the version it planned from): staging takes them
     from these rows, without reading them again, while no other commit landed since (`metadata.batch.known_reader`).
     Only the eligible ones are kept: a run holds no more rows than it works on."""
+    requests: StoreStats = field(default_factory=StoreStats, compare=False)
+    """The plan's own requests to the segments' store: each partition's producer snapshot and the transaction
+    indexes of its eligible region, read in the driver (the report's `plan_requests`)."""
 
     @property
     def now_ms(self) -> int:
@@ -74,6 +77,7 @@ def plan(
     if disk_budget_bytes is not None and disk_budget_bytes <= 0:
         raise ConfigError(f"--disk-budget-bytes {disk_budget_bytes}: expected a positive number of bytes")
     now = int(time.time() * 1000) if now_ms is None else now_ms
+    before = replace(store.stats)
     read = table_in_store(store).snapshot()
     retention = plan_retention(read, config, now, topics=topics, partition=partition)
     snapshot = after_expiry(read, retention)
@@ -96,7 +100,7 @@ def plan(
     compaction_plan = replace(compaction_plan, notes=compaction_plan.notes + notes)
     return RunPlan(store.spec, compaction_plan, uuid.uuid4().hex[:12], f"kcompact@{socket.gethostname()}",
                    disk_budget_bytes, quarantined=quarantined, inputs=inputs, retention=retention,
-                   read={tp: read.partition(tp.topic, tp.partition) for tp in inputs})
+                   read={tp: read.partition(tp.topic, tp.partition) for tp in inputs}, requests=store.stats - before)
 
 
 PLAN_READ_THREADS = 16

@@ -255,6 +255,9 @@ class RunReport:
     planned: tuple[PlannedPartition, ...]
     phase_seconds: Mapping[str, float] = field(default_factory=dict)  # rounded to the ms
     retention: RetentionReport | None = None  # compact,delete partitions: what retention expired before compacting
+    plan_requests: RequestCounts = field(default_factory=RequestCounts)
+    """The plan's requests to the segments' store, in the driver (`RunPlan.requests`); `requests` are the
+    executors'."""
     metadata_requests: RequestCounts = field(default_factory=RequestCounts)
     """The driver's requests to the metadata table (`metadata.table_requests`: kcompact's commits and its reads of
     data and rows files; delta-rs's reads of the log are not counted); `requests` are the segments' store's."""
@@ -332,6 +335,7 @@ class RunReport:
             "segments_skipped": self.segments_skipped,
             "bytes_not_downloaded": self.bytes_not_downloaded,
             "requests": asdict(self.requests),
+            "plan_requests": asdict(self.plan_requests),
             "metadata_requests": asdict(self.metadata_requests),
             "fetch_ratio": self.fetch_ratio,
             "time_split_seconds": asdict(self.time_split_seconds),
@@ -390,6 +394,8 @@ def _report(run: RunPlan, parts: tuple[PartitionReport, ...], failed: tuple[Part
         planned=tuple(PlannedPartition.of(p) for p in plan.partitions),
         phase_seconds={k: round(v, 3) for k, v in (phase_seconds or {}).items()},
         retention=retention,
+        plan_requests=RequestCounts(run.requests.gets, run.requests.puts, run.requests.bytes_read,
+                                    run.requests.bytes_written),
     )
 
 

@@ -70,6 +70,8 @@ def render_text(report: RunReport) -> Iterator[str]:
            f"({_mb(report.bytes_not_downloaded):,.1f} MB not downloaded); store requests: {r.gets} GET "
            f"({_mb(r.bytes_read):,.1f} MB), {r.puts} PUT ({_mb(r.bytes_written):,.1f} MB); "
            f"fetch ratio {_ratio(report.fetch_ratio)} (fetched / needed; 1.00 = every byte fetched once)")
+    if (d := report.plan_requests).gets:
+        yield f"the plan's requests (in the driver): {d.gets} GET ({_mb(d.bytes_read):,.1f} MB)"
     m = report.metadata_requests
     if m.puts or m.gets:
         yield (f"metadata table requests: {m.puts} PUT ({_mb(m.bytes_written):,.1f} MB), {m.gets} GET "

@@ -50,12 +50,16 @@ def test_a_run_with_nothing_to_do_writes_every_output(tiered_store: Path, tmp_pa
     assert report["planned"][0].keys() == sample_report()["planned"][0].keys()
     assert report["partitions"] == [] and report["planned"][0]["decision"] == "below_ratio"
     assert report["metadata_requests"]["puts"] == 0, "nothing committed"
+    # the plan read the partition's producer snapshot: one GET of its last segment's .indexes object (header and
+    # snapshot together), in the driver
+    assert report["plan_requests"]["gets"] == 1 and report["requests"]["gets"] == 0
 
     metrics = parse_strict(out["kcompact.prom"].read_text())
     assert metrics[("kcompact_max_dirty_percent", "")] == 100
     assert metrics[("kcompact_partition_dirty_ratio", '{topic="orders",partition="0"}')] == 1.0
     assert metrics[("kcompact_bytes_read_total", "")] == 0
     assert metrics[("kcompact_metadata_requests_total", '{method="PUT"}')] == 0
+    assert metrics[("kcompact_plan_requests_total", "")] == 1
     assert metrics[("kcompact_last_run_timestamp_seconds", "")] == NOW / 1000
     assert "Nothing was compacted in this run." in out["report.html"].read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*out, "config.yaml"]), "no temporary file left"
@@ -95,3 +99,6 @@ def test_a_fresh_process_says_when_spark_started_and_rates_each_partition_by_its
     assert "(each partition's seconds above are its own executor time; the run's wall clock is below)" in done.stdout
     # the fencing-epoch commit and the swap: a data file of the partition and a commit file each
     assert "metadata table requests: 4 PUT" in done.stdout, done.stdout[-2000:]
+    # its producer snapshot, and the transaction indexes of the region it compacts (the workload has transactions)
+    plan_gets = int(done.stdout.split("the plan's requests (in the driver): ")[1].split(" GET")[0])
+    assert plan_gets > 1

@@ -11,8 +11,9 @@ from tests.unit.run_reports import nothing_to_do_run, sample_run
 
 RUN_KEYS = ["run_id", "now_ms", "metadata_version_planned", "max_compaction_delay_secs", "max_dirty_percent",
             "partitions", "failed", "uncleanable_partitions", "bytes_read", "bytes_written", "segments_skipped",
-            "bytes_not_downloaded", "requests", "metadata_requests", "fetch_ratio", "time_split_seconds",
-            "task_seconds", "phase_seconds", "duration_seconds", "planned", "retention", "exit_code"]
+            "bytes_not_downloaded", "requests", "plan_requests", "metadata_requests", "fetch_ratio",
+            "time_split_seconds", "task_seconds", "phase_seconds", "duration_seconds", "planned", "retention",
+            "exit_code"]
 PARTITION_KEYS = ["topic", "partition", "dirty_section", "bytes_read", "bytes_written", "records_read",
                   "records_written", "invalid_records", "segments_replaced", "segments_written", "map_seconds",
                   "rewrite_seconds", "total_seconds", "fencing_epoch", "cleaner_offset", "committed",
@@ -40,6 +41,7 @@ def test_the_json_report_has_its_keys_in_order_at_every_level() -> None:
     part = doc["partitions"][0]
     assert list(part) == PARTITION_KEYS and list(part["stats"]) == STATS_KEYS
     assert list(part["requests"]) == list(doc["requests"]) == list(doc["metadata_requests"]) == REQUEST_KEYS
+    assert list(doc["plan_requests"]) == REQUEST_KEYS
     assert list(part["bloom_false_positive_rate"]) == ["segments", "keys"]
     assert list(part["bloom_sizing"]) == ["filter_fpp", "dirty_keys", "expected_false_read_rate", "suggested_fpp",
                                           "too_coarse"]
