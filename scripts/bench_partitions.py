@@ -85,7 +85,9 @@ def _timed(name: str, cmd: list[str], store: str, ok: tuple[int, ...] = (0,)) ->
         raise SystemExit(f"{name} exited {done.returncode}: {done.stderr[-2000:]}")
     step = {"command": name, "seconds": seconds, "exit": done.returncode, "commits": _version(store) - max(before, 0)}
     if counted:
-        step["requests"] = json.loads(done.stdout)["requests"]
+        doc = json.loads(done.stdout)
+        step["requests"] = doc["requests"]
+        step |= {k: doc[k] for k in ("plan_requests", "metadata_requests") if k in doc}
     return step
 
 
