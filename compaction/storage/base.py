@@ -249,19 +249,19 @@ def shared_pool(name: str, threads: int) -> ThreadPoolExecutor:
         return _pools[name]
 
 
-def put_pool() -> ThreadPoolExecutor:
-    """The process's pool for `put_many`."""
-    return shared_pool("put", PUT_THREADS)
+def put_pool(threads: int = PUT_THREADS) -> ThreadPoolExecutor:
+    """The process's pool of `threads` threads for `put_many` (one pool for each size a store asks for)."""
+    return shared_pool("put" if threads == PUT_THREADS else f"put-{threads}", threads)
 
 
-def run_at_once(calls: Sequence[Callable[[], object]]) -> None:
-    """Run every call, on `put_pool` when there are two or more (in this thread otherwise), and wait for all;
-    raises the first failing call's error. Never call it from a `put_pool` thread."""
+def run_at_once(calls: Sequence[Callable[[], object]], threads: int = PUT_THREADS) -> None:
+    """Run every call, on `put_pool(threads)` when there are two or more (in this thread otherwise), and wait for
+    all; raises the first failing call's error. Never call it from a `put_pool` thread."""
     if len(calls) < 2:
         for call in calls:
             call()
         return
-    for done in [put_pool().submit(call) for call in calls]:
+    for done in [put_pool(threads).submit(call) for call in calls]:
         done.result()
 
 
@@ -270,6 +270,9 @@ class ObjectStore(ABC):
 
     See the module docstring for the contract. Instances are not picklable on purpose: ship `spec`.
     """
+
+    put_threads: int = PUT_THREADS
+    """Requests of one `put_many` or `delete_many` in flight at once."""
 
     def __init__(self, spec: StoreSpec) -> None:
         self._spec = spec
@@ -313,7 +316,7 @@ class ObjectStore(ABC):
 
     def put_many(self, objects: Mapping[str, bytes], copied_from: Mapping[str, str] | None = None) -> None:
         """`put` every object of `objects`, and every key of `copied_from` as a copy of the object its value names,
-        at once (`PUT_THREADS`; each put waits on the store: an S3 round trip, a local fsync): for a writer whose
+        at once (`put_threads`; each put waits on the store: an S3 round trip, a local fsync): for a writer whose
         objects are referenced by nothing before a later commit, so their order does not matter. Some may have
         been created when it raises. Never call it from a `put_pool` thread.
 
@@ -322,7 +325,8 @@ class ObjectStore(ABC):
             `TransientStoreError`, ...).
         """
         run_at_once([partial(self.put, key, data) for key, data in objects.items()]
-                    + [partial(self._copy, source, key) for key, source in (copied_from or {}).items()])
+                    + [partial(self._copy, source, key) for key, source in (copied_from or {}).items()],
+                    self.put_threads)
 
     def deferred_sync(self) -> contextlib.AbstractContextManager[None]:
         """Within it, puts may defer making their objects durable until it is left (a local store fsyncs them then,
@@ -384,7 +388,7 @@ class ObjectStore(ABC):
         """Remove object `key`. Idempotent: deleting a missing object succeeds."""
 
     def delete_many(self, keys: Iterable[str]) -> int:
-        """`delete` every key of `keys` (each once, however often it is named), at once: `PUT_THREADS` deletes in
+        """`delete` every key of `keys` (each once, however often it is named), at once: `put_threads` deletes in
         flight, where S3 takes up to `DELETE_BATCH` keys a request (DeleteObjects). Idempotent like `delete`; some
         may be gone when it raises. Returns how many keys it was given, repeats counted once. Never call it from a
         `put_pool` thread.
@@ -393,7 +397,7 @@ class ObjectStore(ABC):
             the first failing delete's error (`TransientStoreError`, `StoreAccessError`, ...).
         """
         todo = list(dict.fromkeys(keys))
-        run_at_once([partial(self.delete, key) for key in todo])
+        run_at_once([partial(self.delete, key) for key in todo], self.put_threads)
         return len(todo)
 
     @abstractmethod

@@ -47,7 +47,7 @@ from compaction.storage.base import (
     check_range,
     run_at_once,
 )
-from compaction.storage.s3_client import credentials, md5, new_client
+from compaction.storage.s3_client import S3_PUT_THREADS, credentials, md5, new_client
 from compaction.storage.s3_multipart import MultipartUpload, part_size_for
 from compaction.storage.s3_retry import call_with_retry, is_transient, status, translate
 
@@ -79,6 +79,8 @@ class _KeyRefused(Exception):
 
 class S3Store(ObjectStore):
     """The `s3://bucket/prefix` backend. See `compaction.storage.base` for the contract."""
+
+    put_threads = S3_PUT_THREADS
 
     def __init__(self, spec: StoreSpec) -> None:
         if spec.scheme != "s3":
@@ -188,7 +190,7 @@ class S3Store(ObjectStore):
         error, and a batch where S3 failed some keys transiently is sent again whole (deleting is idempotent)."""
         todo = [self._prefix + check_key(k) for k in dict.fromkeys(keys)]
         batches = [todo[i : i + DELETE_BATCH] for i in range(0, len(todo), DELETE_BATCH)]
-        run_at_once([partial(self._delete_batch, batch) for batch in batches])
+        run_at_once([partial(self._delete_batch, batch) for batch in batches], self.put_threads)
         return len(todo)
 
     def _delete_batch(self, full: Sequence[str]) -> None:

@@ -766,3 +766,28 @@ def test_store_at_bucket_root_lists_the_whole_bucket(moto_endpoint: str, fake_aw
     store.put("x/y", b"1")
     assert [info.key for info in store.list()] == ["x/y"]
     assert store.delta_uri("t") == "s3://kcompact-root/t"
+
+
+def test_an_s3_stores_put_many_has_as_many_requests_in_flight_as_its_client_has_connections(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each put on S3 is a round trip: one `put_many` (a metadata commit's data file per partition) keeps
+    `S3_PUT_THREADS` of them in flight, as many as the client's connections, and `delete_many` its batches too."""
+    from compaction.storage.s3_client import MAX_POOL_CONNECTIONS, S3_PUT_THREADS
+
+    store = StoreSpec.parse("s3://bucket/prefix").open()  # no request is made: the puts are stood in for
+    assert isinstance(store, S3Store) and store.put_threads == S3_PUT_THREADS == MAX_POOL_CONNECTIONS
+    in_flight, peak, lock = [0], [0], threading.Lock()
+
+    def put(key: str, data: bytes) -> None:
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        threading.Event().wait(0.05)
+        with lock:
+            in_flight[0] -= 1
+
+    monkeypatch.setattr(store, "put", put)
+    store.put_many({f"k/{i}": b"x" for i in range(3 * S3_PUT_THREADS)})
+    assert peak[0] == S3_PUT_THREADS
+    local = open_store(DEFAULT_STORE_URI)
+    assert local.put_threads == 8 < S3_PUT_THREADS  # a local put is a file create (and an fsync below SYNCFS_MIN)
