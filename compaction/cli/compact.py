@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from compaction.run.plan import RunPlan
     from compaction.run.report import RunReport
     from compaction.run.stage import StagedRun
+    from compaction.storage.base import ObjectStore
 
 PLAN_HELP = "show what a compaction run would do, and why, without doing it"
 PLAN_DESCRIPTION = """
@@ -79,16 +80,16 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
                    "this) (default: a third of the free space of the temporary directory)")
 
 
-def _build_plan(args: argparse.Namespace) -> RunPlan:
+def _build_plan(args: argparse.Namespace, store: ObjectStore) -> RunPlan:
     from compaction.config import load_config
     from compaction.run.plan import plan
 
-    return plan(options.open_store(args), load_config(args.config), options.now_ms(args), **options.topic_scope(args),
+    return plan(store, load_config(args.config), options.now_ms(args), **options.topic_scope(args),
                 force=args.force, disk_budget_bytes=args.disk_budget_bytes)
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    run = _build_plan(args)
+    run = _build_plan(args, options.open_store(args))
     retention = _planned_retention(run)
     doc = {"run_id": run.run_id, **run.plan.to_dict(), "retention": retention and retention.to_dict()}
     options.print_result(args.json, doc, [run.plan.render_text(), *_retention_lines(retention)])
@@ -144,8 +145,9 @@ def run_compact(args: argparse.Namespace) -> int:
     from compaction.run.stage import expire_first, take
 
     progress = Progress(sys.stderr)
-    table_before = table_requests(options.open_store(args))
-    run = _build_plan(args)
+    store = options.open_store(args)
+    table_before = table_requests(store)
+    run = _build_plan(args, store)
     phases = {"plan": progress.elapsed()}
     progress.phase(f"plan: {len(run.plan.partitions)} partitions at metadata version {run.plan.metadata_version}, "
                    f"{len(run.plan.eligible)} to compact (run {run.run_id})")
@@ -153,7 +155,7 @@ def run_compact(args: argparse.Namespace) -> int:
         failed: dict[TopicPartition, KcompactError] = {}
         retention = _planned_retention(run) if args.dry_run else expire_first(run, failed)
         report = replace(plan_report(run, phases, retention, failed),
-                         metadata_requests=requests_since(table_before, options.open_store(args)))
+                         metadata_requests=requests_since(table_before, store))
         if args.json and not args.dry_run:
             print(json.dumps(report.to_dict(), indent=2))
         else:
@@ -178,7 +180,7 @@ def run_compact(args: argparse.Namespace) -> int:
         outcomes = _commit_each(staged, progress)
         phases["commit"] = progress.elapsed() - phases["plan"] - phases["stage"]
     report = replace(run_report(staged, outcomes, phases),
-                     metadata_requests=requests_since(table_before, options.open_store(args)))
+                     metadata_requests=requests_since(table_before, store))
     _write_outputs(args, report)
     options.print_result(args.json, report.to_dict(), render_text(report))
     return worst_exit_code(outcomes)

@@ -55,6 +55,11 @@ class RequestCounts(Counters):
     bytes_read: int = 0
     bytes_written: int = 0
 
+    @classmethod
+    def of(cls, stats: StoreStats) -> RequestCounts:
+        """What a report counts of a store's `stats` (a copy, or the difference of two)."""
+        return cls(stats.gets, stats.puts, stats.bytes_read, stats.bytes_written)
+
 
 @dataclass(frozen=True)
 class FalsePositiveRates:
@@ -353,8 +358,7 @@ def requests_since(before: StoreStats, store: ObjectStoreLike) -> RequestCounts:
     report counts them (`RunReport.metadata_requests`)."""
     from compaction.metadata import table_requests
 
-    made = table_requests(store) - before
-    return RequestCounts(made.gets, made.puts, made.bytes_read, made.bytes_written)
+    return RequestCounts.of(table_requests(store) - before)
 
 
 def run_report(staged: StagedRun, outcomes: Sequence[PartitionOutcome],
@@ -394,8 +398,7 @@ def _report(run: RunPlan, parts: tuple[PartitionReport, ...], failed: tuple[Part
         planned=tuple(PlannedPartition.of(p) for p in plan.partitions),
         phase_seconds={k: round(v, 3) for k, v in (phase_seconds or {}).items()},
         retention=retention,
-        plan_requests=RequestCounts(run.requests.gets, run.requests.puts, run.requests.bytes_read,
-                                    run.requests.bytes_written),
+        plan_requests=RequestCounts.of(run.requests),
     )
 
 
