@@ -46,11 +46,10 @@ from compaction.metadata.delta_log import Commit, DeltaConflict, PartitionFile, 
 from compaction.metadata.model import (
     LEGACY_METADATA_SCHEMA,
     METADATA_SCHEMA,
-    PARTITION_COLUMNS,
     PartitionState,
     TopicPartition,
     check_topic,
-    partition_tables,
+    partition_rows,
 )
 from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.metadata.table import MetadataTable, load_partitions, partition_files
@@ -252,13 +251,12 @@ def _write(reader: Reader, dt: DeltaTable, base: int, rows: Sequence[PartitionRo
     METADATA_TABLE.check(dt, table.table_uri)
     legacy = pa.schema(dt.schema().to_arrow()).equals(LEGACY_METADATA_SCHEMA)  # created before `transactional`
     schema = LEGACY_METADATA_SCHEMA if legacy else METADATA_SCHEMA
-    data_columns = [f.name for f in schema if f.name not in PARTITION_COLUMNS]
-    built = partition_tables([(r.state, r.segments) for r in rows], schema)
-    tables = {r.state.tp: t.select(data_columns) for r, t in zip(rows, built, strict=True)}
+    built = partition_rows([(r.state, r.segments) for r in rows])
+    tables = {r.state.tp: t for r, t in zip(rows, built, strict=True)}
     try:
         return overwrite_partitions(dt, base, store_of(table.table_uri, table.storage_options), tables,
                                     reader.files(dt, tables), partitions_predicate(tables),
-                                    _commit_metadata(states), checkpoint, reader.rows_files)
+                                    _commit_metadata(states), checkpoint, reader.rows_files, schema)
     except DeltaConflict as e:
         raise CommitConflictError(
             f"{where}: expected no commit to the partition after table version {base}, "

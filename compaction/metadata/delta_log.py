@@ -10,8 +10,9 @@ table (11 ms at 1,000 files, 20 ms at 5,000 for a one-row overwrite). Here a com
 1. the files that hold the batch's partitions at the base version (the version's add actions, by partition value)
    are the commit's `remove` actions;
 2. each partition's rows go to a new Parquet file (`topic=<t>/partition=<p>/part-00000-<uuid>-c000.parquet`,
-   the data columns only: the partition columns are in the log, as every Delta writer stores them), put in the
-   store, which makes them durable, and are the commit's `add` actions;
+   the data columns only: the partition columns are in the log, as every Delta writer stores them; encoded by
+   `compaction.metadata.small_parquet`, which writes the layout pyarrow wrote for them at a fifth of its cost), put
+   in the store, which makes them durable, and are the commit's `add` actions;
 3. the commit file is created with the store's create-only put (a local link that fails when the name exists; on
    S3 a conditional PUT, the guarantee delta-rs's own commits rely on): the version is ours or another writer's.
 
@@ -56,7 +57,8 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from compaction.errors import CorruptMetadataError, KcompactError, MissingObjectError, ObjectExistsError
-from compaction.metadata.model import PARTITION_COLUMNS, TopicPartition
+from compaction.metadata import small_parquet
+from compaction.metadata.model import METADATA_SCHEMA, PARTITION_COLUMNS, TopicPartition
 from compaction.storage.base import ObjectStore, StoreSpec
 
 PartitionFile = tuple[str, TopicPartition, int]
@@ -123,26 +125,24 @@ def group_of(path: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _rows_file(tables: Sequence[tuple[str, pa.Table]]) -> bytes:
-    """The rows file of data files `tables` (path, data columns): their rows, in order, with a `_path` column."""
-    paths = pa.array([path for path, _t in tables], pa.string())
-    indices = pa.array([i for i, (_p, t) in enumerate(tables) for _ in range(t.num_rows)], pa.int32())
-    rows = pa.concat_tables([t for _p, t in tables])
+def data_schema(schema: pa.Schema = METADATA_SCHEMA) -> pa.Schema:
+    """The columns of `schema` a data file holds: all but the partition columns."""
+    return pa.schema([f for f in schema if f.name not in PARTITION_COLUMNS])
+
+
+Rows = Sequence[Mapping[str, Any]]
+"""A partition's rows, each a dict of its columns by name (`model.partition_rows`; other keys are ignored)."""
+
+
+def _rows_file(files: Sequence[tuple[str, Rows]], schema: pa.Schema) -> bytes:
+    """The rows file of data files `files` (path, rows) of data columns `schema`: their rows, in order, with a
+    `_path` column."""
+    paths = pa.array([path for path, _r in files], pa.string())
+    indices = pa.array([i for i, (_p, r) in enumerate(files) for _ in range(len(r))], pa.int32())
+    rows = pa.Table.from_pylist([row for _p, r in files for row in r], schema=schema)
     rows = rows.append_column(ROWS_PATH_COLUMN, pa.DictionaryArray.from_arrays(indices, paths))
     out = io.BytesIO()
     pq.write_table(rows, out, compression="snappy", store_schema=False, write_statistics=False)
-    return out.getvalue()
-
-
-def _parquet(rows: pa.Table) -> bytes:
-    """A partition's data file: a few KB, so without what only pays on large files (column statistics, dictionary
-    pages, compression: a codec per column chunk) or what no reader of the table needs (Arrow's schema in the footer:
-    readers take the table's schema from the log). At 1,000 partitions a commit encodes 1,000 files: 0.71 ms each
-    with snappy, against 1.17 ms with pyarrow's defaults (P11's rows, BENCHMARKS.md), in half the bytes; without
-    compression 0.72 ms against 0.99 ms with snappy, measured on another day, for 30% more bytes (4.9 KB a file
-    of 3 rows against 3.8)."""
-    out = io.BytesIO()
-    pq.write_table(rows, out, compression="none", store_schema=False, write_statistics=False, use_dictionary=False)
     return out.getvalue()
 
 
@@ -150,11 +150,12 @@ def _partition_values(tp: TopicPartition) -> dict[str, str]:
     return {"topic": tp.topic, "partition": str(int(tp.partition))}
 
 
-def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Mapping[TopicPartition, pa.Table],
+def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Mapping[TopicPartition, Rows],
                          current: Sequence[PartitionFile], predicate: str, custom_metadata: Mapping[str, str],
-                         checkpoint: bool, rows_file: bool = True) -> Commit:
-    """Replace every row of the partitions of `rows` (each a table of the data columns, without the partition
-    columns) with those rows, in one commit on top of version `base` of the table `dt` opened; the commit, as
+                         checkpoint: bool, rows_file: bool = True, schema: pa.Schema = METADATA_SCHEMA) -> Commit:
+    """Replace every row of the partitions of `rows` with those rows (of the table's `schema`: `METADATA_SCHEMA`,
+    or `LEGACY_METADATA_SCHEMA` for a table created before `transactional`; the data files hold all but the
+    partition columns), in one commit on top of version `base` of the table `dt` opened; the commit, as
     the log now holds it. `current`: the files of those partitions at `base` (path relative to the table,
     partition, size), all of them. `dt` is left at its version, but for a due checkpoint (`checkpoint`), which
     loads the new version into it first. `rows_file`: whether a commit of `ROWS_FILE_MIN_PARTITIONS` partitions or
@@ -170,18 +171,20 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
     added: list[PartitionFile] = []
     group = uuid.uuid4().hex if rows_file and len(rows) >= ROWS_FILE_MIN_PARTITIONS else None
     suffix = f"c000.g{group}.parquet" if group else "c000.parquet"
+    columns = data_schema(schema)
+    encoder = small_parquet.encoder(columns)
     for tp, table in rows.items():
         path = f"topic={tp.topic}/partition={int(tp.partition)}/part-00000-{uuid.uuid4()}-{suffix}"
-        objects[path] = data = _parquet(table)
+        objects[path] = data = encoder.encode(table)
         added.append((path, tp, len(data)))
         adds.append({"add": {
             "path": path, "partitionValues": _partition_values(tp), "size": len(data), "modificationTime": now,
             "dataChange": True,
-            "stats": json.dumps({"numRecords": table.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}},
+            "stats": json.dumps({"numRecords": len(table), "minValues": {}, "maxValues": {}, "nullCount": {}},
                                 separators=(",", ":"))}})
     if group:
         objects[rows_file_key(group)] = _rows_file([(path, table) for (path, _tp, _n), table
-                                                    in zip(added, rows.values(), strict=True)])
+                                                    in zip(added, rows.values(), strict=True)], columns)
     removes = [{"remove": {"path": path, "dataChange": True, "deletionTimestamp": now, "extendedFileMetadata": True,
                            "partitionValues": _partition_values(tp), "size": size}}
                for path, tp, size in current]
@@ -193,7 +196,7 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
         "engineInfo": f"kcompact/{_version()}", "clientVersion": f"kcompact-{_version()}",
         **custom_metadata,
         "operationMetrics": {"num_added_files": len(adds), "num_removed_files": len(removes),
-                             "num_added_rows": sum(t.num_rows for t in rows.values())}}}
+                             "num_added_rows": sum(len(t) for t in rows.values())}}}
     body = "\n".join(json.dumps(action, separators=(",", ":")) for action in [info, *removes, *adds]).encode()
     store.put_many(objects)  # (not in `deferred_sync`: the store is shared by the process's writers)
     try:
@@ -296,5 +299,5 @@ def _partition_of(action: Mapping[str, Any]) -> TopicPartition:
     return TopicPartition(str(values["topic"]), int(values["partition"]))
 
 
-__all__ = ["COMMIT_ATTEMPTS", "Commit", "DeltaConflict", "PartitionFile", "log_key", "overwrite_partitions",
-           "read_commit", "store_of", "table_store"]
+__all__ = ["COMMIT_ATTEMPTS", "Commit", "DeltaConflict", "PartitionFile", "Rows", "data_schema", "log_key",
+           "overwrite_partitions", "read_commit", "store_of", "table_store"]

@@ -49,7 +49,6 @@ that delta-spark on a cluster reads it.
 from __future__ import annotations
 
 import base64
-import itertools
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -318,18 +317,11 @@ def rows_to_arrow(partitions: Iterable[PartitionState], segments: Iterable[Segme
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def partition_tables(partitions: Sequence[tuple[PartitionState, Sequence[SegmentMetadata]]],
-                     schema: pa.Schema = METADATA_SCHEMA) -> list[pa.Table]:
-    """`rows_to_arrow([state], segments, schema)` of each partition, in order: built as one table and sliced (a
-    slice shares its buffers): a table built per partition cost ~10x more a partition at 1,000 of them."""
-    rows: list[dict[str, Any]] = []
-    bounds = [0]
-    for state, segments in partitions:
-        rows.append(_partition_row(state))
-        rows.extend(_segment_row(s) for s in segments)
-        bounds.append(len(rows))
-    table = pa.Table.from_pylist(rows, schema=schema)
-    return [table.slice(start, end - start) for start, end in itertools.pairwise(bounds)]
+def partition_rows(partitions: Sequence[tuple[PartitionState, Sequence[SegmentMetadata]]]
+                   ) -> list[list[dict[str, Any]]]:
+    """Each partition's rows as `rows_to_arrow([state], segments)` holds them, as dicts of the columns by name (the
+    partition columns included): what `delta_log.overwrite_partitions` encodes, without an Arrow table a partition."""
+    return [[_partition_row(state), *(_segment_row(s) for s in segments)] for state, segments in partitions]
 
 
 def _cleaner_offsets(items: list[Mapping[str, int]] | None) -> tuple[CleanerOffset, ...]:

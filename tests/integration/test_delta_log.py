@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
@@ -19,7 +18,7 @@ from compaction.metadata import ChangeSet, TopicPartition, acquire_fencing_epoch
 from compaction.metadata import follower as follower_module
 from compaction.metadata.delta_log import DeltaConflict, log_key, overwrite_partitions, read_commit, store_of
 from compaction.metadata.follower import TableFollower
-from compaction.metadata.model import METADATA_SCHEMA, PARTITION_COLUMNS, PartitionState, rows_to_arrow
+from compaction.metadata.model import METADATA_SCHEMA, PartitionState, partition_rows, rows_to_arrow
 from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.metadata.table import MetadataTable, partition_files, read_rows
 from compaction.storage import open_store
@@ -41,8 +40,8 @@ def _table(tmp_path: Path) -> MetadataTable:
     return table
 
 
-def _state_rows(tp: TopicPartition, writer: str) -> pa.Table:
-    return rows_to_arrow([_state(tp, writer)], []).drop_columns(list(PARTITION_COLUMNS))
+def _state_rows(tp: TopicPartition, writer: str) -> list[dict[str, Any]]:
+    return partition_rows([(_state(tp, writer), [])])[0]
 
 
 def _state(tp: TopicPartition, writer: str) -> PartitionState:

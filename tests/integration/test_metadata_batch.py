@@ -87,7 +87,7 @@ def before_each_write(monkeypatch: pytest.MonkeyPatch, action: Callable[[int], o
     real, sizes = batch_module.overwrite_partitions, []
 
     def racing(*args: Any) -> Any:
-        sizes.append(sum(rows.num_rows for rows in args[3].values()))
+        sizes.append(sum(len(rows) for rows in args[3].values()))
         monkeypatch.setattr(batch_module, "overwrite_partitions", real)  # the action's own commits write plainly
         try:
             action(len(sizes))

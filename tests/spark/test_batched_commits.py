@@ -33,6 +33,7 @@ from compaction.metadata import (
     commit_current,
     table_in_store,
 )
+from compaction.metadata.table import read_rows
 from compaction.run.commit import PartitionOutcome, commit
 from compaction.run.plan import plan
 from compaction.run.stage import stage
@@ -58,6 +59,31 @@ def history_after(store: ObjectStore, version: int) -> list[dict[str, Any]]:
     table = table_in_store(store)
     return sorted((h for h in DeltaTable(table.table_uri).history() if h["version"] > version),
                   key=lambda h: h["version"])
+
+
+def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: (r["topic"], r["partition"], r["row_kind"], r["segment_id"] or ""))
+
+
+def every_reader_reads_the_same_rows(spark: SparkSession, store: ObjectStore) -> int:
+    """The metadata table as kcompact reads it, and as delta-rs, DuckDB's delta extension and Spark's Delta reader
+    read it: the same rows (its data files are kcompact's own encoding, `compaction.metadata.small_parquet`). The
+    number of rows."""
+    import duckdb
+    from duckdb_extensions import import_extension
+
+    table = table_in_store(store)
+    ours = _sorted(read_rows(table.delta_table(), table.storage_options).to_pylist())
+    assert _sorted(DeltaTable(table.table_uri).to_pyarrow_table().to_pylist()) == ours, "delta-rs"
+    with duckdb.connect() as con:
+        import_extension("delta", con=con)
+        con.sql("LOAD delta")
+        path = table.table_uri.removeprefix("file://").replace("'", "''")
+        duck = con.sql(f"SELECT * FROM delta_scan('{path}')").to_arrow_table().to_pylist()
+    assert _sorted(duck) == ours, "DuckDB"
+    sparks = [r.asDict(recursive=True) for r in spark.read.format("delta").load(table.table_uri).collect()]
+    assert _sorted(sparks) == ours, "Spark"
+    return len(ours)
 
 
 def gc_leaves_nothing(store: ObjectStore) -> None:
@@ -103,6 +129,7 @@ def test_the_delta_commits_of_a_run_do_not_grow_with_its_partitions(
     assert len(compaction) == 2, "acquire, swap (and a third, retention, when a compact,delete topic is in scope)"
     assert [(h["kcompact.partitions"], h["kcompact.run_id"]) for h in compaction] == [("40", run.run_id)] * 2
     assert {o.version for o in outcomes} == {compaction[-1]["version"]}
+    assert every_reader_reads_the_same_rows(spark, store) > 40 * 2  # a partition row, old and new segments each
 
     version = table_in_store(store).version()
     gc_leaves_nothing(store)
@@ -126,7 +153,7 @@ def test_a_concurrent_commit_costs_the_run_only_its_partition(
     real, writes = batch_module.overwrite_partitions, []
 
     def retention_first(*args: Any) -> Any:
-        writes.append(sum(rows.num_rows for rows in args[3].values()))
+        writes.append(sum(len(rows) for rows in args[3].values()))
         if len(writes) == 1:
             monkeypatch.setattr(batch_module, "overwrite_partitions", real)
             expire_first_segment(table, expired)
