@@ -22,8 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-OPEN_COST_BYTES = 4 << 20
-"""What starting on one item costs, counted in bytes (Spark's `spark.sql.files.openCostInBytes` default)."""
+OPEN_COST_BYTES = 512 << 10
+"""What starting on one item costs, counted in bytes. Measured, not Spark's `spark.sql.files.openCostInBytes` (4 MiB,
+a file's open on HDFS): a small partition's own work in a rewrite task (its objects opened, its output and snapshot
+written, its report) is ~5 ms, what ~0.4 MB of its bytes take at the ~80 MB/s a core the compaction runs. At 4 MiB,
+1,000 partitions of 0.12 MB packed into 33 tasks of 30, whose fixed cost (a Python worker's round trip, a store
+session, a temporary directory) the 8-partition run paid 5 times; at 512 KiB they take 5 (BENCHMARKS.md, P11)."""
 
 MAX_TASK_BYTES = 128 << 20
 """The most weight one task takes, unless a single item weighs more (Spark's `spark.sql.files.maxPartitionBytes`

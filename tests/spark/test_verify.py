@@ -42,7 +42,7 @@ from compaction.metadata import (
     table_in_store,
 )
 from compaction.metadata import commit as commit_change_set
-from compaction.packing import MAX_TASK_BYTES, OPEN_COST_BYTES
+from compaction.packing import MAX_TASK_BYTES, OPEN_COST_BYTES, task_budget
 from compaction.reader import ConsumerRead, Isolation, SegmentRef, log_transactions, segment_records, segment_ref
 from compaction.retention import expire
 from compaction.run.commit import commit
@@ -368,11 +368,13 @@ def test_key_counts_come_from_the_observation_or_else_from_a_query_of_their_own(
 
 def test_many_small_segments_are_read_by_a_few_tasks(spark: SparkSession) -> None:
     """Issue 41: the view tasks take segments packed by bytes (`compaction.packing`): 500 segments of 100 KB make
-    one task per `MAX_TASK_BYTES` of their weight (bytes plus `OPEN_COST_BYTES` each), not 500; a segment larger
-    than a task's budget has one of its own; every segment is read once."""
+    one task per task budget of their weight (bytes plus `OPEN_COST_BYTES` each, at most `MAX_TASK_BYTES` a task),
+    not 500; a segment larger than a task's budget has one of its own; every segment is read once."""
     rows = [(i % 2, 100 * i, f"t/{i}.log") for i in range(500)]
     frame = packed_frame(spark, rows, [100_000] * 500, _SEGMENTS)
-    per_task = MAX_TASK_BYTES // (100_000 + OPEN_COST_BYTES)
+    budget = task_budget([100_000] * 500, spark.sparkContext.defaultParallelism)
+    assert budget <= MAX_TASK_BYTES
+    per_task = budget // (100_000 + OPEN_COST_BYTES)
     assert frame.rdd.getNumPartitions() == -(-500 // per_task) < 500 / 16
     assert sorted(tuple(r) for r in frame.collect()) == sorted(rows)
     large = packed_frame(spark, rows[:3], [1 << 30, 1 << 30, 10], _SEGMENTS)

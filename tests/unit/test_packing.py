@@ -64,7 +64,7 @@ def test_a_hot_partition_cut_into_chunks_still_spreads_over_the_cores() -> None:
 def test_the_budget_is_the_share_of_a_core_within_the_open_cost_and_the_cap() -> None:
     assert task_budget([], 2) == OPEN_COST_BYTES
     assert task_budget([0] * 4, 2) == OPEN_COST_BYTES  # four tiny items on four task slots: one each
-    assert task_budget([10 << 20] * 4, 1) == 2 * (14 << 20)
+    assert task_budget([10 << 20] * 4, 1) == 2 * ((10 << 20) + OPEN_COST_BYTES)
     assert task_budget([1 << 30] * 4, 2) == MAX_TASK_BYTES
     assert pack([5, 5, 5], 12, open_cost=2) == [[0], [1], [2]]
     assert pack([5, 5, 5], 12, open_cost=0) == [[0, 1], [2]]
