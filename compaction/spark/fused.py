@@ -65,12 +65,24 @@ local store they are mapped, not copied): the rewrite then reads them from memor
 segments go through the run's disk cache (`compaction.rewrite.cache`). For a small partition's segment, the cache
 file's create, copy, read, move and delete cost more than its scan."""
 
-UNITS_IN_FLIGHT = 4
-"""Partitions rewritten at once from the bytes they scanned (`FusedUnit.hold`, at most `HELD_BYTES` each) that a
-task works on at once when the store's requests wait on the network (S3): such a partition is a few round trips one
-after another (its segments' GETs, the GET of the parts its output carries, the PUT of its two objects), and a task
-of hundreds of small partitions otherwise waited on each in turn. One at a time on a local store, whose requests do
-not wait."""
+UNITS_IN_FLIGHT = 32
+"""The most partitions rewritten at once from the bytes they scanned (`FusedUnit.hold`, at most `HELD_BYTES` each)
+that a task works on at once when the store's requests wait on the network (S3): such a partition is a few round
+trips one after another (its segments' GETs, the GET of the parts its output carries, the PUT of its two objects),
+and a task of hundreds of small partitions otherwise waits on each in turn. As many as the S3 client's connections
+(`s3_client.S3_PUT_THREADS`), and as far as `HELD_IN_FLIGHT_BYTES` holds them (`units_in_flight`). One at a time on a
+local store, whose requests do not wait."""
+
+HELD_IN_FLIGHT_BYTES = 256 << 20
+"""The most `.log` bytes the partitions a task works on at once may hold together, counted at its largest: four of
+`HELD_BYTES`, 32 of a few MB. At four at a time whatever their size, a compaction of 1,000 small partitions on S3
+waited out ~250 ms of round trips per partition 8 at a time over two cores (BENCHMARKS.md, P11 on S3)."""
+
+
+def units_in_flight(sizes: Sequence[int], most: int = UNITS_IN_FLIGHT, budget: int = HELD_IN_FLIGHT_BYTES) -> int:
+    """How many of a task's held partitions, of `sizes` `.log` bytes each, it works on at once: at most `most`, and
+    as many of its largest as `budget` holds (at least one). Pure."""
+    return max(1, min(most, len(sizes), budget // max(1, max(sizes, default=1))))
 
 _PIECE_KEYS = 1 << 20
 _PIECE_KEY_BYTES = 1 << 28
@@ -98,6 +110,8 @@ class FusedUnit:
     offsets_to: tuple[int, ...] = ()
     chunk: int = 0
     hold: bool = False
+    held: int = 0
+    """The `.log` bytes the task holds for it when `hold` (its segments'), else 0."""
 
 
 @dataclass(frozen=True)
@@ -187,20 +201,22 @@ class _FusedTask:
         self.slots = slots
         self.keys = keys
         self.in_flight = 1 if settings.spec.scheme == "file" else UNITS_IN_FLIGHT  # decided by the driver
+        self.held_budget = HELD_IN_FLIGHT_BYTES
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from compaction.strategies.keyfold import KeyFold
 
         scan = ScanTask(self.settings, self.tracker, [])
-        slots = self.slots.value
+        slots: list[list[FusedUnit]] = self.slots.value
         store = self.settings.spec.open()
         outcomes: list[tuple[int, UnitOutcome]] = []
         with store.deferred_sync(), shared_scratch():  # objects durable together before any outcome; one scratch dir
             for slot in (i for ids in batches for i in ids.column(0).to_pylist()):
                 units = slots[slot]
                 alone = [f for f in units if f.hold and f.send_to is None]
-                if len(alone) > 1 and self.in_flight > 1:
-                    outcomes += [(slot, o) for o in self._at_once(store, slot, alone) if o is not None]
+                at_once = units_in_flight([f.held for f in alone], self.in_flight, self.held_budget)
+                if at_once > 1:
+                    outcomes += [(slot, o) for o in self._at_once(store, slot, alone, at_once) if o is not None]
                     units = [f for f in units if not (f.hold and f.send_to is None)]
                 for fused in units:
                     held: dict[str, bytes | memoryview] | None = {} if fused.hold else None
@@ -226,19 +242,23 @@ class _FusedTask:
                 CHUNK_SLOT: [self.keys[slot] for slot, _o in outcomes], "tp": [None] * n, "chunk": [None] * n,
                 "fold": [None] * n, "outcome": [pickle.dumps(o) for _slot, o in outcomes]}, schema=_EXCHANGED)
 
-    def _at_once(self, store: ObjectStore, slot: int, units: Sequence[FusedUnit]) -> list[UnitOutcome | None]:
+    def _at_once(self, store: ObjectStore, slot: int, units: Sequence[FusedUnit], at_once: int
+                 ) -> list[UnitOutcome | None]:
         """Scan, fold and rewrite each of `units` (partitions rewritten at once from the bytes they scanned),
-        `in_flight` at a time; their outcomes in order (None: its partition failed its scan). Each unit's
+        `at_once` at a time; their outcomes in order (None: its partition failed its scan). Each unit's
         requests go through a fork of `store`, so that its reports count its own."""
         from compaction.strategies.keyfold import KeyFold
 
         scan = ScanTask(self.settings, cast("Accumulator", _Locked(self.tracker)), [])  # it only adds
 
+        turns = threading.BoundedSemaphore(at_once)  # the process pool has `in_flight` threads; this task, at_once
+
         def one(fused: FusedUnit) -> UnitOutcome | None:
-            own = store.fork()
-            held: dict[str, bytes | memoryview] = {}
-            fold = self._fold(scan, own, fused.segments, KeyFold(), held)
-            return None if fold is None else run_unit(own, fused.unit, slot, fold.offsets(), held)
+            with turns:
+                own = store.fork()
+                held: dict[str, bytes | memoryview] = {}
+                fold = self._fold(scan, own, fused.segments, KeyFold(), held)
+                return None if fold is None else run_unit(own, fused.unit, slot, fold.offsets(), held)
 
         running = [shared_pool(f"units-{self.in_flight}", self.in_flight).submit(one, fused) for fused in units]
         try:
@@ -399,10 +419,11 @@ def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[Segmen
         part = by_tp.get(tp_of[index], [])
         if len(at) == 1:
             described = describe(scans, [part], index_of)[0]
-            hold = sum(s.size for s in part) <= HELD_BYTES
+            size = sum(s.size for s in part)
+            hold = size <= HELD_BYTES
             if hold:  # the rewrite reads the scan's bytes: nothing to cache
                 described = [replace(d, cache=False) for d in described]
-            planned[id(at[0][1])] = FusedUnit(at[0][1], tuple(described), hold=hold)
+            planned[id(at[0][1])] = FusedUnit(at[0][1], tuple(described), hold=hold, held=size if hold else 0)
             continue
         at.sort(key=lambda su: su[1].groups[0].start_offset)
         if not _all_inputs([u for _s, u in at], part):

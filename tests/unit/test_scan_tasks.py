@@ -20,7 +20,20 @@ import compaction.spark.fused as fused_job
 from compaction.config import CompactionStrategy
 from compaction.metadata.model import TopicPartition
 from compaction.packing import MAX_TASK_BYTES, OPEN_COST_BYTES
-from compaction.spark.fused import FOLD_RECORDS, _merged, _needs, _pack, _pack_offsets, _parts, exchange_plan, fits
+from compaction.spark.fused import (
+    FOLD_RECORDS,
+    HELD_BYTES,
+    HELD_IN_FLIGHT_BYTES,
+    UNITS_IN_FLIGHT,
+    _merged,
+    _needs,
+    _pack,
+    _pack_offsets,
+    _parts,
+    exchange_plan,
+    fits,
+    units_in_flight,
+)
 from compaction.spark.pipeline import _states_known, rewrite_slots
 from compaction.spark.rewrite_job import RewriteUnit, split_winners
 from compaction.spark.scan import (
@@ -348,6 +361,7 @@ def test_the_exchange_sends_each_chunks_fold_where_it_is_needed(strategy: Compac
                                       keys)
     (f0, f_small), (f1,) = stage_one
     assert (f_small.unit, f_small.send_to, [d.segment_id for d in f_small.segments]) == (alone, None, ["s0"])
+    assert (f_small.hold, f_small.held) == (True, 1) and (f0.hold, f0.held) == (False, 0)  # `units_in_flight` counts it
     assert [d.segment_id for d in f0.segments] == ["h0", "h1"] and [d.segment_id for d in f1.segments] == ["h2", "h3"]
     if strategy is CompactionStrategy.OFFSET:
         assert (f0.send_to, f0.offsets_to) == ((keys[0],), ())
@@ -363,3 +377,19 @@ def test_the_exchange_sends_each_chunks_fold_where_it_is_needed(strategy: Compac
         assert uneven[0][0].send_to == tuple(sorted(keys)) and uneven[0][0].offsets_to == ()
     assert exchange_plan([[alone], [_chunk(2, 0, small)]], small, index_of | {TopicPartition("t", 2): 2},
                          {1: strategy, 2: strategy}, keys)[1] == {}  # every partition one unit: one stage
+
+
+def test_a_task_on_s3_works_on_as_many_held_partitions_at_once_as_its_byte_budget_holds() -> None:
+    """Small partitions: as many at once as the S3 client has connections; partitions of `HELD_BYTES`: four, as
+    before the budget; never more than the task has, never none; a budget of one (a local store's) is one at a
+    time."""
+    assert units_in_flight([120_000] * 200) == UNITS_IN_FLIGHT == 32
+    assert units_in_flight([HELD_BYTES] * 200) == HELD_IN_FLIGHT_BYTES // HELD_BYTES == 4
+    assert units_in_flight([18 << 20] * 2) == 2
+    assert units_in_flight([120_000] * 100 + [HELD_BYTES]) == 4  # counted at its largest
+    assert units_in_flight([]) == 1
+    assert units_in_flight([1 << 30] * 3) == 1
+    assert units_in_flight([120_000] * 200, most=1) == 1
+    for sizes in ([5] * 7, [HELD_BYTES // 3] * 40, [0] * 50):
+        n = units_in_flight(sizes)
+        assert 1 <= n <= min(len(sizes) or 1, UNITS_IN_FLIGHT) and n * max(sizes) <= HELD_IN_FLIGHT_BYTES
