@@ -70,7 +70,8 @@ UNITS_IN_FLIGHT = 32
 that a task works on at once when the store's requests wait on the network (S3): such a partition is a few round
 trips one after another (its segments' GETs, the GET of the parts its output carries, the PUT of its two objects),
 and a task of hundreds of small partitions otherwise waits on each in turn. As many as the S3 client's connections
-(`s3_client.S3_PUT_THREADS`), and as far as `HELD_IN_FLIGHT_BYTES` holds them (`units_in_flight`). One at a time on a
+(`s3_client.S3_PUT_THREADS`, not imported: it imports boto3, which a task on a local store never needs; a test keeps
+the two equal), and as far as `HELD_IN_FLIGHT_BYTES` holds them (`units_in_flight`). One at a time on a
 local store, whose requests do not wait."""
 
 HELD_IN_FLIGHT_BYTES = 256 << 20
@@ -201,7 +202,6 @@ class _FusedTask:
         self.slots = slots
         self.keys = keys
         self.in_flight = 1 if settings.spec.scheme == "file" else UNITS_IN_FLIGHT  # decided by the driver
-        self.held_budget = HELD_IN_FLIGHT_BYTES
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from compaction.strategies.keyfold import KeyFold
@@ -214,7 +214,7 @@ class _FusedTask:
             for slot in (i for ids in batches for i in ids.column(0).to_pylist()):
                 units = slots[slot]
                 alone = [f for f in units if f.hold and f.send_to is None]
-                at_once = units_in_flight([f.held for f in alone], self.in_flight, self.held_budget)
+                at_once = units_in_flight([f.held for f in alone], self.in_flight)
                 if at_once > 1:
                     outcomes += [(slot, o) for o in self._at_once(store, slot, alone, at_once) if o is not None]
                     units = [f for f in units if not (f.hold and f.send_to is None)]

@@ -46,6 +46,7 @@ from compaction.spark.scan import (
     scan_slices,
 )
 from compaction.spark.winners import slot_keys, spark_hash_long
+from compaction.storage.s3_client import S3_PUT_THREADS
 from compaction.strategies.winner import SegmentBest
 from compaction.tasks import GroupTask, InputSegment, PartitionTask, SegmentScanTask
 
@@ -381,9 +382,8 @@ def test_the_exchange_sends_each_chunks_fold_where_it_is_needed(strategy: Compac
 
 def test_a_task_on_s3_works_on_as_many_held_partitions_at_once_as_its_byte_budget_holds() -> None:
     """Small partitions: as many at once as the S3 client has connections; partitions of `HELD_BYTES`: four, as
-    before the budget; never more than the task has, never none; a budget of one (a local store's) is one at a
-    time."""
-    assert units_in_flight([120_000] * 200) == UNITS_IN_FLIGHT == 32
+    before the budget; never more than the task has, never none; at most one (a local store's) is one at a time."""
+    assert units_in_flight([120_000] * 200) == UNITS_IN_FLIGHT == S3_PUT_THREADS == 32
     assert units_in_flight([HELD_BYTES] * 200) == HELD_IN_FLIGHT_BYTES // HELD_BYTES == 4
     assert units_in_flight([18 << 20] * 2) == 2
     assert units_in_flight([120_000] * 100 + [HELD_BYTES]) == 4  # counted at its largest
