@@ -9,13 +9,17 @@ records the predicate `partitions_predicate` gives: `topic = 't' AND partition I
 across topics).
 
 Conflicts stay per partition. The commit checks every commit that landed after `v`: one that added or removed a file
-of a partition in the batch fails the write (`delta_log.DeltaConflict`, nothing of it visible), while commits to
-other partitions, or to partitions the table does not hold yet and the batch does not name, pass
-(tests/integration/test_metadata_batch.py checks both). After a failed write `land` reads the batch again; a
-partition whose rows moved since `v` has used one of its `attempts` and is built again on its new rows (where a
-change set is checked again, rebased or refused), and the rest of the batch is written again without the
-partitions that were refused or ran out of attempts. One partition's refusal never holds back the others, and a
-partition that did not move is never charged for another's conflict.
+of a partition in the batch takes that partition out of the write, and the rest of the batch lands without it
+(`delta_log.overwrite_partitions`'s `narrow`: the partition's actions and data file dropped, the commitInfo's
+predicate narrowed); commits to other partitions, or to partitions the table does not hold yet and the batch does
+not name, take none (tests/integration/test_metadata_batch.py checks both). A write whose every partition was taken,
+or that met a change of the table's metadata, fails whole (`delta_log.DeltaConflict`, nothing of it visible). The
+partitions taken are read again: one whose rows moved since `v` has used one of its `attempts` and is built again on
+its new rows (where a change set is checked again, rebased or refused), and they are written again, in a commit of
+their own, without those that were refused or ran out of attempts. One partition's refusal never holds back the
+others, a partition that did not move is never charged for another's conflict, and a conflict costs the writes of
+the partitions it took, not of the whole batch: a batch of thousands of partitions lands beside a broker that keeps
+copying into some of them.
 
 A read or write that still fails after the store's own retries (`TransientStoreError`) fails the batch it was for.
 The batch is then split in halves, each landed on its own, so that a partition whose files the store keeps refusing
@@ -31,7 +35,7 @@ Builds are called again on every attempt and must be pure but for what they reco
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -54,8 +58,10 @@ from compaction.metadata.model import (
 from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.metadata.table import MetadataTable, load_partitions, partition_files
 
-BATCH_PARTITIONS = 1000
-"""The most partitions one Delta commit rewrites: a bigger run commits in batches of this size."""
+BATCH_PARTITIONS = 10_000
+"""The most partitions one Delta commit rewrites: a bigger run commits in batches of this size. A commit of 10,000
+partitions is a log entry of ~6 MB (a remove and an add action a partition) that a follower reads once; a conflict
+costs only the partitions it took (module docstring), so a larger batch is not a more fragile one."""
 
 Build = Callable[[PartitionSnapshot], PartitionRows | None]
 """A partition's latest rows -> its new row set; None: nothing to do; raising a `KcompactError`: refused."""
@@ -253,10 +259,15 @@ def _write(reader: Reader, dt: DeltaTable, base: int, rows: Sequence[PartitionRo
     schema = LEGACY_METADATA_SCHEMA if legacy else METADATA_SCHEMA
     built = partition_rows([(r.state, r.segments) for r in rows])
     tables = {r.state.tp: t for r, t in zip(rows, built, strict=True)}
+    by_tp = {s.tp: s for s in states}
+
+    def narrow(left: Collection[TopicPartition]) -> tuple[str, dict[str, str]]:
+        return partitions_predicate(left), _commit_metadata([by_tp[tp] for tp in sorted(left)])
+
     try:
         return overwrite_partitions(dt, base, store_of(table.table_uri, table.storage_options), tables,
                                     reader.files(dt, tables), partitions_predicate(tables),
-                                    _commit_metadata(states), checkpoint, reader.rows_files, schema)
+                                    _commit_metadata(states), checkpoint, reader.rows_files, schema, narrow)
     except DeltaConflict as e:
         raise CommitConflictError(
             f"{where}: expected no commit to the partition after table version {base}, "
@@ -334,10 +345,15 @@ def _land_batch(reader: Reader, builds: Mapping[TopicPartition, Build], attempts
             continue
         except TransientStoreError as e:
             return pending, e
-        landed = {tp: Landed(r, commit.version) for tp, r in rows.items()}
+        dropped = dict(commit.lost)
+        landed = {tp: Landed(r, commit.version) for tp, r in rows.items() if tp not in dropped}
         reader.landed([outcome.snapshot for outcome in landed.values()], commit)
         outcomes.update(landed)
-        return None
+        if not dropped:
+            return None
+        pending = {tp: pending[tp] for tp in dropped}  # taken by a commit that landed first: checked again alone
+        lost = _Lost({tp: current[tp] for tp in dropped}, base, next(iter(dropped.values())))
+    return None
     return None
 
 

@@ -47,7 +47,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -150,16 +150,27 @@ def _partition_values(tp: TopicPartition) -> dict[str, str]:
     return {"topic": tp.topic, "partition": str(int(tp.partition))}
 
 
+Describe = Callable[[Collection[TopicPartition]], tuple[str, Mapping[str, str]]]
+"""The commitInfo of a commit of some partitions: its predicate (`batch.partitions_predicate`) and the writer's own
+fields."""
+
+
 def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Mapping[TopicPartition, Rows],
                          current: Sequence[PartitionFile], predicate: str, custom_metadata: Mapping[str, str],
-                         checkpoint: bool, rows_file: bool = True, schema: pa.Schema = METADATA_SCHEMA) -> Commit:
+                         checkpoint: bool, rows_file: bool = True, schema: pa.Schema = METADATA_SCHEMA,
+                         narrow: Describe | None = None) -> Commit:
     """Replace every row of the partitions of `rows` with those rows (of the table's `schema`: `METADATA_SCHEMA`,
     or `LEGACY_METADATA_SCHEMA` for a table created before `transactional`; the data files hold all but the
     partition columns), in one commit on top of version `base` of the table `dt` opened; the commit, as
     the log now holds it. `current`: the files of those partitions at `base` (path relative to the table,
     partition, size), all of them. `dt` is left at its version, but for a due checkpoint (`checkpoint`), which
     loads the new version into it first. `rows_file`: whether a commit of `ROWS_FILE_MIN_PARTITIONS` partitions or
-    more also puts their rows file (the module docstring).
+    more also puts their rows file (the module docstring). `predicate` and `custom_metadata` go into the commitInfo.
+
+    `narrow`: a commit of many partitions may land without some. With it, a version taken first that touched some
+    of the partitions but not all drops those from the commit (their actions, and their data files, deleted again),
+    which goes on with the rest, its commitInfo from `narrow(the partitions left)`; the partitions dropped are the
+    returned commit's `lost`, each with what took it. Without it, any touched partition loses the whole commit.
 
     Raises:
         DeltaConflict: the commit lost (module docstring); nothing of it is visible.
@@ -167,8 +178,8 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
     """
     now = int(time.time() * 1000)
     objects: dict[str, bytes] = {}
-    adds = []
-    added: list[PartitionFile] = []
+    adds: dict[TopicPartition, dict[str, Any]] = {}
+    added: dict[TopicPartition, PartitionFile] = {}
     group = uuid.uuid4().hex if rows_file and len(rows) >= ROWS_FILE_MIN_PARTITIONS else None
     suffix = f"c000.g{group}.parquet" if group else "c000.parquet"
     columns = data_schema(schema)
@@ -176,56 +187,79 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
     for tp, table in rows.items():
         path = f"topic={tp.topic}/partition={int(tp.partition)}/part-00000-{uuid.uuid4()}-{suffix}"
         objects[path] = data = encoder.encode(table)
-        added.append((path, tp, len(data)))
-        adds.append({"add": {
+        added[tp] = (path, tp, len(data))
+        adds[tp] = {"add": {
             "path": path, "partitionValues": _partition_values(tp), "size": len(data), "modificationTime": now,
             "dataChange": True,
             "stats": json.dumps({"numRecords": len(table), "minValues": {}, "maxValues": {}, "nullCount": {}},
-                                separators=(",", ":"))}})
+                                separators=(",", ":"))}}
     if group:
-        objects[rows_file_key(group)] = _rows_file([(path, table) for (path, _tp, _n), table
-                                                    in zip(added, rows.values(), strict=True)], columns)
-    removes = [{"remove": {"path": path, "dataChange": True, "deletionTimestamp": now, "extendedFileMetadata": True,
-                           "partitionValues": _partition_values(tp), "size": size}}
+        objects[rows_file_key(group)] = _rows_file([(added[tp][0], table) for tp, table in rows.items()], columns)
+    removes = [(tp, {"remove": {"path": path, "dataChange": True, "deletionTimestamp": now,
+                                "extendedFileMetadata": True, "partitionValues": _partition_values(tp),
+                                "size": size}})
                for path, tp, size in current]
-    info = {"commitInfo": {
-        "timestamp": now, "operation": "WRITE",
-        "operationParameters": {"mode": "Overwrite", "predicate": predicate,
-                                "partitionBy": json.dumps(list(PARTITION_COLUMNS), separators=(",", ":"))},
-        "readVersion": base, "isBlindAppend": False,
-        "engineInfo": f"kcompact/{_version()}", "clientVersion": f"kcompact-{_version()}",
-        **custom_metadata,
-        "operationMetrics": {"num_added_files": len(adds), "num_removed_files": len(removes),
-                             "num_added_rows": sum(len(t) for t in rows.values())}}}
-    body = "\n".join(json.dumps(action, separators=(",", ":")) for action in [info, *removes, *adds]).encode()
-    store.put_many(objects)  # (not in `deferred_sync`: the store is shared by the process's writers)
-    try:
-        version = _claim(store, base, body, set(rows))
-    except DeltaConflict:
-        for key in objects:  # never referenced by any commit, and named by a fresh uuid: nobody else can know them
+
+    def body(left: Collection[TopicPartition], predicate: str, custom_metadata: Mapping[str, str]) -> bytes:
+        info = {"commitInfo": {
+            "timestamp": now, "operation": "WRITE",
+            "operationParameters": {"mode": "Overwrite", "predicate": predicate,
+                                    "partitionBy": json.dumps(list(PARTITION_COLUMNS), separators=(",", ":"))},
+            "readVersion": base, "isBlindAppend": False,
+            "engineInfo": f"kcompact/{_version()}", "clientVersion": f"kcompact-{_version()}",
+            **custom_metadata,
+            "operationMetrics": {"num_added_files": len(left),
+                                 "num_removed_files": sum(tp in left for tp, _r in removes),
+                                 "num_added_rows": sum(len(rows[tp]) for tp in left)}}}
+        actions = [info, *(r for tp, r in removes if tp in left), *(adds[tp] for tp in left)]
+        return "\n".join(json.dumps(action, separators=(",", ":")) for action in actions).encode()
+
+    def drop(keys: Iterable[str]) -> None:
+        for key in keys:  # never referenced by any commit, and named by a fresh uuid: nobody else can know them
             with contextlib.suppress(KcompactError):
                 store.delete(key)
+
+    store.put_many(objects)  # (not in `deferred_sync`: the store is shared by the process's writers)
+    left = set(rows)
+
+    def rewritten(lost: Collection[TopicPartition]) -> bytes:
+        left.difference_update(lost)
+        return body(left, *narrow(left))  # type: ignore[misc]
+
+    try:
+        version, lost = _claim(store, base, body(left, predicate, custom_metadata), left,
+                               rewritten if narrow is not None else None)
+    except DeltaConflict:
+        drop(objects)
         raise
+    drop(added[tp][0] for tp in lost)
     if checkpoint:
         interval = int(dt.metadata().configuration.get("delta.checkpointInterval", "100"))
         if (version + 1) % interval == 0:
             dt.load_as_version(version)
             dt.create_checkpoint()
-    return Commit(version, tuple(added), tuple(path for path, _tp, _size in current),
-                  tuple(tp for _path, tp, _size in current), False)
+    kept = [f for f in current if f[1] in left]
+    return Commit(version, tuple(added[tp] for tp in rows if tp in left), tuple(path for path, _tp, _size in kept),
+                  tuple(tp for _path, tp, _size in kept), False, tuple(sorted(lost.items())))
 
 
-def _claim(store: ObjectStore, base: int, body: bytes, touched: set[TopicPartition]) -> int:
-    """Create the commit file `body` at the first version after `base` no other writer took; the version.
+def _claim(store: ObjectStore, base: int, body: bytes, touched: set[TopicPartition],
+           rewritten: Callable[[Collection[TopicPartition]], bytes] | None = None
+           ) -> tuple[int, dict[TopicPartition, str]]:
+    """Create the commit file `body` at the first version after `base` no other writer took; the version, and the
+    partitions dropped from it on the way (each with why), which `rewritten` (when given) takes out of `touched`
+    and of the body it returns whenever a version taken first touched some of `touched` but not all.
 
     Raises:
-        DeltaConflict: a version taken first touched `touched` or the table's metadata, or `COMMIT_ATTEMPTS` were.
+        DeltaConflict: a version taken first touched `touched` (all of it, with `rewritten`) or the table's metadata,
+            or `COMMIT_ATTEMPTS` were.
     """
     version = base + 1
+    lost: dict[TopicPartition, str] = {}
     for _attempt in range(COMMIT_ATTEMPTS):
         try:
             store.put(log_key(version), body)
-            return version
+            return version, lost
         except ObjectExistsError:
             winner = read_commit(store, version)
             if winner is None:  # expired between the refusal and the read: far older than any base
@@ -233,8 +267,13 @@ def _claim(store: ObjectStore, base: int, body: bytes, touched: set[TopicPartiti
             if winner.table_changed:
                 raise DeltaConflict(f"version {version} changed the table's metadata or protocol") from None
             if hit := touched & winner.partitions:
-                tp = min(hit)
-                raise DeltaConflict(f"version {version} wrote a file of partition {tp.topic}-{tp.partition}") from None
+                if rewritten is None or hit == touched:
+                    tp = min(hit)
+                    raise DeltaConflict(f"version {version} wrote a file of partition {tp.topic}-{tp.partition}"
+                                        ) from None
+                lost.update({tp: f"version {version} wrote a file of partition {tp.topic}-{tp.partition}"
+                             for tp in hit})
+                body, touched = rewritten(hit), touched - hit
             version += 1
     raise DeltaConflict(f"{COMMIT_ATTEMPTS} versions after {base} were taken by other writers first")
 
@@ -250,6 +289,9 @@ class Commit:
     """The partitions of the removed files (a remove without partition values names none)."""
     table_changed: bool
     """Whether it holds a `metaData` or `protocol` action (a schema, a configuration, a feature)."""
+    lost: tuple[tuple[TopicPartition, str], ...] = ()
+    """Of a commit this process wrote (`overwrite_partitions`): the partitions dropped from it because a commit
+    landed first touched them, each with what it found; nothing of theirs is in it."""
 
     @property
     def partitions(self) -> set[TopicPartition]:
@@ -299,5 +341,5 @@ def _partition_of(action: Mapping[str, Any]) -> TopicPartition:
     return TopicPartition(str(values["topic"]), int(values["partition"]))
 
 
-__all__ = ["COMMIT_ATTEMPTS", "Commit", "DeltaConflict", "PartitionFile", "Rows", "data_schema", "log_key",
+__all__ = ["COMMIT_ATTEMPTS", "Commit", "DeltaConflict", "Describe", "PartitionFile", "Rows", "data_schema", "log_key",
            "overwrite_partitions", "read_commit", "store_of", "table_store"]

@@ -102,6 +102,44 @@ def test_a_version_another_writer_took_is_checked_and_passed(tmp_path: Path) -> 
     assert set(_parquet_files(tmp_path)) == before, "the lost commit's data file is deleted again"
 
 
+def test_a_commit_that_may_narrow_lands_without_the_partitions_taken_first(tmp_path: Path) -> None:
+    """`narrow`: delta-rs commits to A at the version ours wanted: ours lands at the next one with B alone (its
+    commitInfo from `narrow`, A's data file deleted again) and names A as lost; a version that takes every partition
+    left still loses the whole commit."""
+    table = _table(tmp_path)
+    store = store_of(table.table_uri, table.storage_options)
+    asked: list[list[TopicPartition]] = []
+
+    def narrow(left: Any) -> tuple[str, dict[str, str]]:
+        asked.append(sorted(left))
+        return "narrowed", {"kcompact.partitions": str(len(left))}
+
+    dt, base = table.delta_table(), table.version()
+    files = partition_files(dt, [A, B])
+    theirs = rows_to_arrow([_state(A, "rs-on-a")], [], METADATA_SCHEMA)
+    write_deltalake(table.delta_table(), theirs, mode="overwrite", predicate="topic = 'orders' AND partition = 0")
+    before = set(_parquet_files(tmp_path))
+    commit = overwrite_partitions(dt, base, store, {A: _state_rows(A, "ours"), B: _state_rows(B, "ours")}, files,
+                                  "both", {"kcompact.partitions": "2"}, checkpoint=False, narrow=narrow)
+    assert (commit.version, asked) == (base + 2, [[B]])
+    assert commit.lost == ((A, f"version {base + 1} wrote a file of partition orders-0"),)
+    assert [tp for _p, tp, _n in commit.added] == [B] and commit.removed_from == (B,)
+    assert _writers(table) == {A: "rs-on-a", B: "ours"}
+    info = json.loads((tmp_path / "_kcompact_metadata" / log_key(commit.version)).read_text().splitlines()[0])
+    assert info["commitInfo"]["operationParameters"]["predicate"] == "narrowed"
+    assert info["commitInfo"]["kcompact.partitions"] == "1"
+    assert info["commitInfo"]["operationMetrics"]["num_added_files"] == 1
+    assert set(_parquet_files(tmp_path)) == before | {str(tmp_path / "_kcompact_metadata" / commit.added[0][0])}
+    assert read_commit(store, commit.version) == commit.__class__(**{**commit.__dict__, "lost": ()})
+
+    dt, base = table.delta_table(), table.version()
+    files = partition_files(dt, [A])
+    write_deltalake(table.delta_table(), theirs, mode="overwrite", predicate="topic = 'orders' AND partition = 0")
+    with pytest.raises(DeltaConflict, match=f"version {base + 1} wrote a file of partition orders-0"):
+        overwrite_partitions(dt, base, store, {A: _state_rows(A, "lost")}, files, "p", {}, checkpoint=False,
+                             narrow=narrow)
+
+
 def _parquet_files(store: Path) -> list[str]:
     return [str(p) for p in (store / "_kcompact_metadata").rglob("*.parquet") if "_delta_log" not in p.parts]
 

@@ -11,6 +11,7 @@ by running the concurrent commit inside the batch's write (`delta_log.overwrite_
 from __future__ import annotations
 
 import importlib
+import json
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -81,6 +82,14 @@ def commits_after(table: MetadataTable, version: int) -> list[dict[str, Any]]:
                   key=lambda h: h["version"])
 
 
+def unnamed_data_files(table: MetadataTable) -> set[str]:
+    """Data files in the table's directory that no commit of its log adds."""
+    root = Path(table.table_uri.removeprefix("file://"))
+    named = {json.loads(line)["add"]["path"] for log in (root / "_delta_log").glob("*.json")
+             for line in log.read_text().splitlines() if line.startswith('{"add"')}
+    return {str(f.relative_to(root)) for f in root.glob("topic=*/partition=*/*.parquet")} - named
+
+
 def before_each_write(monkeypatch: pytest.MonkeyPatch, action: Callable[[int], object]) -> list[int]:
     """Run `action(n)` before the n-th batch write, after the batch read its partitions; returns the list the number
     of rows of each write is appended to."""
@@ -144,8 +153,9 @@ def test_a_batch_loses_only_the_partitions_a_concurrent_commit_touched(
     table: MetadataTable, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Between the batch's read and its write, retention expires a segment of partition 1 (a row the swap replaces)
-    and a broker appends to partition 2 (above everything its swap touches). delta-rs fails the write; partition 1 is
-    refused with the conflict, partition 2 is rebased over the append, and 0, 2 and 3 land in the one next write."""
+    and a broker appends to partition 2 (above everything its swap touches). The write lands partitions 0 and 3 and
+    drops 1 and 2 (their data files deleted again, the commit's predicate without them); partition 1 is then refused
+    with the conflict, partition 2 is rebased over the append and lands alone in the next write."""
     batch = [tp(p) for p in range(4)]
     tier(table, batch, (0, 99), (100, 199))
     changes = [swap(table.partition_snapshot(*p), 0) for p in batch]
@@ -162,11 +172,17 @@ def test_a_batch_loses_only_the_partitions_a_concurrent_commit_touched(
     sizes = before_each_write(monkeypatch, concurrently)
     results = commit_batch(table, changes, NOW)
 
-    assert len(sizes) == 2 and sizes[1] < sizes[0], "the second write is the batch without partition 1"
+    assert sizes == [16, 5], "4 partitions' rows, then partition 2's alone (its state, 2 segments replaced, the " \
+        "merged one and the appended one)"
     refused = results.pop(tp(1))
     assert isinstance(refused, CommitConflictError), refused
     assert "orders-1: expected commit_seq" in str(refused) and f"segment {expired}" in str(refused)
-    assert {r.version for r in results.values()} == {before + 3}  # type: ignore[union-attr]
+    assert {p: r.version for p, r in results.items()} == {  # type: ignore[union-attr]
+        tp(0): before + 3, tp(2): before + 4, tp(3): before + 3}
+    first = commits_after(table, before + 2)[0]
+    assert first["operationParameters"]["predicate"] == "topic = 'orders' AND partition IN (0, 3)"
+    assert first["kcompact.partitions"] == "2"
+    assert unnamed_data_files(table) == set(), "the dropped partitions' data files are deleted again"
     assert [(s.start_offset, s.end_offset) for s in table.live_segments(*tp(2))] == [(0, 199), (200, 299)]
     assert [(s.start_offset, s.end_offset) for s in table.live_segments(*tp(1))] == [(100, 199)]
     for p in (tp(0), tp(3)):
@@ -211,7 +227,7 @@ def test_a_partition_that_keeps_losing_fails_alone(table: MetadataTable, monkeyp
     outcomes = commit_current_batch(table, dict.fromkeys(batch, expiry), NOW, attempts=3)
     assert isinstance(outcomes[tp(0)], CommitConflictError), outcomes
     assert "orders-0: expected no commit to the partition after table version" in str(outcomes[tp(0)])
-    assert sizes == [6, 7, 8, 4], "3 writes lost to the appends (partition 0 growing), then one without it"
+    assert sizes == [6, 3, 4], "the first write lands 1 and 2 without 0, which alone loses twice more (growing)"
     landed = {p: o for p, o in outcomes.items() if p != tp(0)}
     assert all(isinstance(o, CommitResult) for o in landed.values()), landed
     assert all(table.live_segments(*p) == () for p in landed)
