@@ -7,7 +7,10 @@ values that cross to the executors: scan rows in their `RowLayout`. And which pa
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -25,6 +28,7 @@ from compaction.spark.fused import (
     HELD_BYTES,
     HELD_IN_FLIGHT_BYTES,
     UNITS_IN_FLIGHT,
+    FusedUnit,
     _merged,
     _needs,
     _pack,
@@ -46,6 +50,7 @@ from compaction.spark.scan import (
     scan_slices,
 )
 from compaction.spark.winners import slot_keys, spark_hash_long
+from compaction.storage import open_store
 from compaction.storage.s3_client import S3_PUT_THREADS
 from compaction.strategies.winner import SegmentBest
 from compaction.tasks import GroupTask, InputSegment, PartitionTask, SegmentScanTask
@@ -393,3 +398,38 @@ def test_a_task_on_s3_works_on_as_many_held_partitions_at_once_as_its_byte_budge
     for sizes in ([5] * 7, [HELD_BYTES // 3] * 40, [0] * 50):
         n = units_in_flight(sizes)
         assert 1 <= n <= min(len(sizes) or 1, UNITS_IN_FLIGHT) and n * max(sizes) <= HELD_IN_FLIGHT_BYTES
+
+
+@pytest.mark.parametrize(("held", "units", "bound"), [(HELD_BYTES, 12, 4), (120_000, 48, UNITS_IN_FLIGHT)])
+def test_a_task_holds_no_more_partitions_at_once_than_its_budget_while_they_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: int, units: int, bound: int) -> None:
+    """`_FusedTask._at_once`, each unit's scan and rewrite held open a while, on the process's pool of 32 threads:
+    units of `HELD_BYTES` never run more than 4 at once (`HELD_IN_FLIGHT_BYTES` of held bytes), small ones up to 32;
+    every outcome comes back, in order."""
+    task = object.__new__(fused_job._FusedTask)
+    task.settings, task.tracker, task.in_flight = None, None, UNITS_IN_FLIGHT
+    monkeypatch.setattr(fused_job, "ScanTask", lambda *args: None)
+    lock, running, peak = threading.Lock(), [0], [0]
+
+    def fold(scan: object, store: object, segments: object, keyfold: object, kept: object) -> SimpleNamespace:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.05)
+        return SimpleNamespace(offsets=lambda: None)
+
+    def rewrite(store: object, unit: RewriteUnit, slot: int, offsets: object, kept: object) -> RewriteUnit:
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return unit
+
+    monkeypatch.setattr(task, "_fold", fold)
+    monkeypatch.setattr(fused_job, "run_unit", rewrite)
+    work = [FusedUnit(_chunk(p, 0, [SegmentScanTask("t", p, "s", "k", 0, size=held, offsets=1)]), (), hold=True,
+                      held=held) for p in range(units)]
+    at_once = units_in_flight([f.held for f in work], task.in_flight)
+    assert at_once == bound
+    outcomes = task._at_once(open_store(str(tmp_path)), 0, work, at_once)
+    assert outcomes == [f.unit for f in work]
+    assert peak[0] <= bound and (peak[0] > 4 if bound > 4 else peak[0] >= 2), peak
