@@ -21,9 +21,10 @@ top of the followed version (the commit checks the commits in between, as for an
 table, and each lands in the followed state with no read. Its commits do not write checkpoints themselves (a
 broker's copier thread would wait a whole checkpoint, up to a second at 10,000 partitions, on every
 `delta.checkpointInterval`-th commit): when a commit it landed, or one it followed, passes a multiple of the
-interval with no checkpoint written for it, the follower writes that version's checkpoint on a background thread,
-one at a time, while requests go on (delta-rs releases the GIL). A checkpoint that fails is reported on stderr and
-written at the next due version instead: the table stays correct without it, a fresh reader only reads more commits.
+interval with no checkpoint written for it, the follower has that version's checkpoint written, one at a time, while
+requests go on: by a child process at a lower CPU priority (`checkpointer`), which a background thread waits for. A
+checkpoint that fails is reported on stderr and written at the next due version instead: the table stays correct
+without it, a fresh reader only reads more commits.
 
 Not thread-safe: one process, one thread of requests.
 """
@@ -41,6 +42,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from compaction.errors import plain_text
+from compaction.metadata.checkpointer import checkpointer
 from compaction.metadata.delta_log import Commit, PartitionFile, read_commit, store_of
 from compaction.metadata.model import TopicPartition
 from compaction.metadata.snapshot import PartitionSnapshot
@@ -257,7 +259,7 @@ class TableFollower:
 
         def write() -> None:
             try:
-                DeltaTable(uri, version=version, storage_options=options or None).create_checkpoint()
+                checkpointer().write(uri, version, options)
             except Exception as e:  # a checkpoint only speeds reads up: report, never fail a call
                 print(f"kcompact: {uri}: writing the checkpoint of version {version} failed, the next due version "
                       f"will have one: {plain_text(e)}", file=sys.stderr)

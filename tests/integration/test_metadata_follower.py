@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ import pytest
 from deltalake import DeltaTable
 
 from compaction.metadata import ChangeSet, TopicPartition, acquire_fencing_epoch, commit_current, table_in_store
+from compaction.metadata.checkpointer import NICENESS, Checkpointer, CheckpointError
 from compaction.metadata.follower import TableFollower
 from compaction.metadata.snapshot import PartitionSnapshot
 from compaction.metadata.table import LOG_CONFIGURATION
@@ -155,19 +158,19 @@ def test_follow_leaves_out_what_only_the_process_own_writes_changed(tmp_path: Pa
 def test_the_followers_commits_leave_checkpoints_to_a_background_thread(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A commit through the follower never waits for a checkpoint: the one due at the table's interval is written
-    on the follower's thread while commits go on, and lands in the log."""
+    by the checkpoint process, waited for on the follower's thread while commits go on, and lands in the log."""
     table = table_in_store(open_store(str(tmp_path)), create=True)
     interval = int(LOG_CONFIGURATION["delta.checkpointInterval"])
     follower = TableFollower(table)
     started, release = threading.Event(), threading.Event()
-    checkpoint = DeltaTable.create_checkpoint
+    write = Checkpointer.write
 
-    def held(self: DeltaTable) -> None:
+    def held(self: Checkpointer, *args: Any) -> None:
         started.set()
         assert release.wait(60)
-        checkpoint(self)
+        write(self, *args)
 
-    monkeypatch.setattr(DeltaTable, "create_checkpoint", held)
+    monkeypatch.setattr(Checkpointer, "write", held)
     while table.version() < interval + 2:  # past the due version (delta-rs's: interval - 1), its checkpoint held
         commit_current(table, A, 2, _touch, reader=follower)
     assert started.is_set()
@@ -176,6 +179,34 @@ def test_the_followers_commits_leave_checkpoints_to_a_background_thread(
     follower.wait_for_checkpoint()
     assert [v for v, kind in log_files(table.table_uri) if kind == "checkpoint"] == [interval - 1]
     assert TableFollower(table).partitions([A])[A].state == follower.partitions([A])[A].state
+
+
+def test_checkpoints_are_written_by_a_child_at_a_lower_priority(tmp_path: Path) -> None:
+    """The checkpoint process runs niced, writes the version asked for (delta-rs opens the table from it), reports
+    what delta-rs refused without ending, and is started again after it died."""
+    table = table_in_store(open_store(str(tmp_path)), create=True)
+    for epoch in (1, 2, 3):
+        acquire_fencing_epoch(table, A.topic, A.partition, "a-run", epoch, topic_id=TOPIC_ID)
+    writer = Checkpointer()
+    try:
+        writer.write(table.table_uri, 2, table.storage_options)
+        assert [v for v, kind in log_files(table.table_uri) if kind == "checkpoint"] == [2]
+        pid = writer.pid
+        assert pid is not None
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(os.getpriority(os.PRIO_PROCESS, 0) + NICENESS, 19)
+        with pytest.raises(CheckpointError, match="version"):
+            writer.write(table.table_uri, 99, table.storage_options)
+        assert writer.pid == pid, "a refusal is answered, the process goes on"
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(CheckpointError, match="the checkpoint process ended"):
+            writer.write(table.table_uri, 3, table.storage_options)
+        writer.write(table.table_uri, 3, table.storage_options)
+        assert writer.pid not in (None, pid)
+        assert [v for v, kind in log_files(table.table_uri) if kind == "checkpoint"] == [2, 3]
+        assert DeltaTable(table.table_uri).version() == 3
+    finally:
+        writer.close()
+    assert writer.pid is None
 
 
 def test_a_commit_of_a_fresh_reader_writes_its_due_checkpoint(tmp_path: Path) -> None:
