@@ -47,7 +47,7 @@ from compaction.metadata.model import TopicPartition
 from compaction.rewrite.upload import shared_scratch
 from compaction.spark import scan as scan_job
 from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, outcome_batch, outcomes_of, run_unit
-from compaction.spark.scan import CHUNK_SLOT, ScanSettings, ScanTask, SegmentDescriptor, describe
+from compaction.spark.scan import CHUNK_SLOT, ScanSettings, ScanTask, SegmentDescriptor, describe, positions
 from compaction.spark.winners import slot_keys
 from compaction.storage.base import ObjectStore, shared_pool
 from compaction.tasks import SegmentScanTask
@@ -407,6 +407,7 @@ def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[Segmen
     rewrites in the second (empty when no partition is cut into several units: one stage). `strategy_of` gives a
     partition index's strategy, `keys` each slot's key (`slot_keys`). `fits` must hold. Pure."""
     by_tp = _by_partition(scans)
+    seg_of = positions(scans)  # once: a run of 10,000 partitions describes 10,000 parts
     tp_of = {index: tp for tp, index in index_of.items()}
     placed: dict[int, list[tuple[int, RewriteUnit]]] = {}  # partition index -> (slot, unit)
     for slot, units in enumerate(slots):
@@ -418,7 +419,7 @@ def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[Segmen
     for index, at in placed.items():
         part = by_tp.get(tp_of[index], [])
         if len(at) == 1:
-            described = describe(scans, [part], index_of)[0]
+            described = describe(seg_of, [part], index_of)[0]
             size = sum(s.size for s in part)
             hold = size <= HELD_BYTES
             if hold:  # the rewrite reads the scan's bytes: nothing to cache
@@ -445,7 +446,7 @@ def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[Segmen
             n = numbers[j]
             to = sorted(keys[w] for w, parts_of_slot in wanted.items() if n in parts_of_slot)
             alone = {keys[w] for w, parts_of_slot in wanted.items() if parts_of_slot == {n}}
-            planned[id(u)] = FusedUnit(u, tuple(describe(scans, [parts[j]], index_of)[0]),
+            planned[id(u)] = FusedUnit(u, tuple(describe(seg_of, [parts[j]], index_of)[0]),
                                        tuple(k for k in to if k not in alone), tuple(k for k in to if k in alone), n)
     return [[planned[id(u)] for u in units] for units in slots], merges
 

@@ -384,13 +384,19 @@ def scan_rows(spark: SparkSession, settings: ScanSettings, segments: Sequence[Se
     return ids.mapInArrow(ScanTask(settings, tracker, described), settings.schema())
 
 
-def describe(segments: Sequence[SegmentScanTask], parts: Sequence[Sequence[SegmentScanTask]],
+def describe(segments: Sequence[SegmentScanTask] | Mapping[str, int], parts: Sequence[Sequence[SegmentScanTask]],
              index_of: Mapping[TopicPartition, int]) -> list[list[SegmentDescriptor]]:
     """`parts` (lists of some of `segments`) as the descriptors a task scans: `index_of` gives each partition's
-    index among the run's, a segment's position in `segments` its `seg`. Pure."""
-    index = {s.segment_id: i for i, s in enumerate(segments)}
+    index among the run's, a segment's position in `segments` its `seg`. `segments` may be given as those positions
+    already (`positions`), for a caller describing parts one at a time. Pure."""
+    index = segments if isinstance(segments, Mapping) else positions(segments)
     return [[SegmentDescriptor(index_of[s.tp], s.segment_id, s.log_key, s.dirty, s.filter_key, s.cache,
                                index[s.segment_id]) for s in part] for part in parts]
+
+
+def positions(segments: Sequence[SegmentScanTask]) -> dict[str, int]:
+    """Each segment's position in `segments`, by id (`describe`)."""
+    return {s.segment_id: i for i, s in enumerate(segments)}
 
 
 def scan_slices(segments: Sequence[SegmentScanTask], parallelism: int) -> list[list[SegmentScanTask]]:
@@ -443,4 +449,5 @@ def _split_to(runs: list[list[SegmentScanTask]], n: int) -> list[list[SegmentSca
 
 
 __all__ = ["ROWS", "SCAN_TASK_BYTES", "SCAN_TASK_RECORDS", "PartitionScan", "PartitionScanSettings", "RowLayout",
-           "ScanSettings", "ScanTask", "ScanTracker", "SegmentDescriptor", "describe", "scan_rows", "scan_slices"]
+           "ScanSettings", "ScanTask", "ScanTracker", "SegmentDescriptor", "describe", "positions", "scan_rows",
+           "scan_slices"]

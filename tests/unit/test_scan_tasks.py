@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import compaction.spark.fused as fused_job
+import compaction.spark.scan as scan_module
 from compaction.config import CompactionStrategy
 from compaction.metadata.model import TopicPartition
 from compaction.packing import MAX_TASK_BYTES, OPEN_COST_BYTES
@@ -433,3 +434,19 @@ def test_a_task_holds_no_more_partitions_at_once_than_its_budget_while_they_run(
     outcomes = task._at_once(open_store(str(tmp_path)), 0, work, at_once)
     assert outcomes == [f.unit for f in work]
     assert peak[0] <= bound and (peak[0] > 4 if bound > 4 else peak[0] >= 2), peak
+
+
+def test_the_exchange_plan_indexes_the_runs_segments_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of many small partitions describes each partition's segments alone, against one index of the run's
+    segments (built per partition, 10,000 partitions cost 10,000 x 10,000 dict entries: 13.5 s of a 73 s run)."""
+    calls = []
+    real = scan_module.positions
+    for module in (fused_job, scan_module):  # the fused plan's own index, and any `describe` builds
+        monkeypatch.setattr(module, "positions", lambda scans: (calls.append(len(scans)), real(scans))[1])
+    scans = [SegmentScanTask("t", p, f"s{p}", f"k{p}", 0, size=1, offsets=100) for p in range(300)]
+    index_of = {TopicPartition("t", p): p for p in range(300)}
+    slots = [[_chunk(p, 0, [scans[p]]) for p in range(q, 300, 2)] for q in range(2)]
+    stage_one, merges = exchange_plan(slots, scans, index_of, dict.fromkeys(range(300), CompactionStrategy.OFFSET),
+                                      slot_keys(2))
+    assert calls == [300] and merges == {}
+    assert [[d.seg for d in f.segments] for f in stage_one[1][:3]] == [[1], [3], [5]]
