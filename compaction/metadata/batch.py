@@ -354,7 +354,6 @@ def _land_batch(reader: Reader, builds: Mapping[TopicPartition, Build], attempts
         pending = {tp: pending[tp] for tp in dropped}  # taken by a commit that landed first: checked again alone
         lost = _Lost({tp: current[tp] for tp in dropped}, base, next(iter(dropped.values())))
     return None
-    return None
 
 
 def _split(reader: Reader, failed: _Failed, attempts: int, outcomes: dict[TopicPartition, Outcome]) -> None:

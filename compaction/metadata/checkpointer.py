@@ -134,7 +134,7 @@ def serve() -> None:
                        storage_options=request["options"] or None).create_checkpoint()
             answer: dict[str, object] = {"ok": True}
         except Exception as e:  # every failure is the parent's to report
-            answer = {"ok": False, "error": plain_text(e).splitlines()[0] if plain_text(e) else type(e).__name__}
+            answer = {"ok": False, "error": next(iter(plain_text(e).splitlines()), type(e).__name__)}
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
 

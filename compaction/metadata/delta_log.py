@@ -211,7 +211,7 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
             "operationMetrics": {"num_added_files": len(left),
                                  "num_removed_files": sum(tp in left for tp, _r in removes),
                                  "num_added_rows": sum(len(rows[tp]) for tp in left)}}}
-        actions = [info, *(r for tp, r in removes if tp in left), *(adds[tp] for tp in left)]
+        actions = [info, *(r for tp, r in removes if tp in left), *(adds[tp] for tp in rows if tp in left)]
         return "\n".join(json.dumps(action, separators=(",", ":")) for action in actions).encode()
 
     def drop(keys: Iterable[str]) -> None:
@@ -220,19 +220,14 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
                 store.delete(key)
 
     store.put_many(objects)  # (not in `deferred_sync`: the store is shared by the process's writers)
-    left = set(rows)
-
-    def rewritten(lost: Collection[TopicPartition]) -> bytes:
-        left.difference_update(lost)
-        return body(left, *narrow(left))  # type: ignore[misc]
-
+    rewritten = None if narrow is None else lambda left: body(left, *narrow(left))
     try:
-        version, lost = _claim(store, base, body(left, predicate, custom_metadata), left,
-                               rewritten if narrow is not None else None)
+        version, lost = _claim(store, base, body(set(rows), predicate, custom_metadata), set(rows), rewritten)
     except DeltaConflict:
         drop(objects)
         raise
     drop(added[tp][0] for tp in lost)
+    left = set(rows).difference(lost)
     if checkpoint:
         interval = int(dt.metadata().configuration.get("delta.checkpointInterval", "100"))
         if (version + 1) % interval == 0:
@@ -244,11 +239,11 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
 
 
 def _claim(store: ObjectStore, base: int, body: bytes, touched: set[TopicPartition],
-           rewritten: Callable[[Collection[TopicPartition]], bytes] | None = None
+           rewritten: Callable[[set[TopicPartition]], bytes] | None = None
            ) -> tuple[int, dict[TopicPartition, str]]:
     """Create the commit file `body` at the first version after `base` no other writer took; the version, and the
-    partitions dropped from it on the way (each with why), which `rewritten` (when given) takes out of `touched`
-    and of the body it returns whenever a version taken first touched some of `touched` but not all.
+    partitions dropped from it on the way (each with why): whenever a version taken first touched some of `touched`
+    but not all, those are taken out of it, and the body is `rewritten(the partitions left)` (when given).
 
     Raises:
         DeltaConflict: a version taken first touched `touched` (all of it, with `rewritten`) or the table's metadata,
@@ -273,7 +268,8 @@ def _claim(store: ObjectStore, base: int, body: bytes, touched: set[TopicPartiti
                                         ) from None
                 lost.update({tp: f"version {version} wrote a file of partition {tp.topic}-{tp.partition}"
                              for tp in hit})
-                body, touched = rewritten(hit), touched - hit
+                touched = touched - hit
+                body = rewritten(touched)
             version += 1
     raise DeltaConflict(f"{COMMIT_ATTEMPTS} versions after {base} were taken by other writers first")
 
