@@ -65,8 +65,13 @@ COPY_LINE = re.compile(r"^\[(\S+ \S+)\] INFO (.*)(Copying|Copied) (\d{20})\.log 
 
 def topic_config(segment_ms: int) -> dict[str, str]:
     """The tests' tiered topic, its rolls spread by a jitter of half the roll time (partitions do not all roll at
-    once)."""
-    return {**tiered_topic_config(segment_ms), "segment.jitter.ms": str(segment_ms // 2)}
+    once), and a local retention by time of four roll times: a tiered segment is still deleted from the broker's
+    disk at once (`local.retention.bytes` 1), but an active segment is rolled only by `segment.ms`. (With the
+    tests' 1 s, Kafka's retention check, every second here, rolls each partition whose newest record is a second
+    old "to make it eligible for deletion": the copies then follow how late the producer runs on the machine, 4-5
+    times more of them on a loaded disk than the ~25 a second `segment.ms` makes at 1,000 partitions.)"""
+    return {**tiered_topic_config(segment_ms), "segment.jitter.ms": str(segment_ms // 2),
+            "local.retention.ms": str(4 * segment_ms)}
 
 
 def jmx(port: int, logs: Path) -> dict[str, float]:
@@ -126,8 +131,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run(partitions: int, minutes: float, interval_ms: int, segment_ms: int, rate: int, poll_s: float,
-        workdir: Path, manager: str = "kcompact") -> dict[str, Any]:
-    store = open_store(str(workdir / "store"))
+        workdir: Path, manager: str = "kcompact", store_dir: Path | None = None) -> dict[str, Any]:
+    store = open_store(str((store_dir or workdir) / "store"))
     port = free_port()
     overrides = {**manager_overrides(manager, store), "remote.log.manager.task.interval.ms": str(interval_ms)}
     broker = KafkaBroker(workdir / "kafka", jars=["tiered-plugin"], overrides=overrides, heap="1g", jvm_args=[
@@ -168,8 +173,9 @@ def run(partitions: int, minutes: float, interval_ms: int, segment_ms: int, rate
         copy_s = copies(broker)
     finally:
         broker.stop()
-    return {"partitions": partitions, "manager": manager, "minutes": minutes, "task_interval_ms": interval_ms,
-            "segment_ms": segment_ms, "rate": rate, "records": sent, "polls": polls, "copy_seconds": copy_s}
+    return {"partitions": partitions, "manager": manager, "store": store.uri, "minutes": minutes,
+            "task_interval_ms": interval_ms, "segment_ms": segment_ms, "rate": rate, "records": sent, "polls": polls,
+            "copy_seconds": copy_s}
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -213,13 +219,19 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every poll and the summary here")
     parser.add_argument("--manager", choices=("kcompact", "stock"), default="kcompact",
                         help="the metadata manager: kcompact's, or Kafka's TopicBasedRemoteLogMetadataManager")
+    parser.add_argument("--store-dir", type=Path, default=None,
+                        help="put the store in a new directory under this one (a file system of its own, apart from "
+                             "the broker's log dirs); default: beside the broker's, under TMPDIR")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="p11b-"))
+    store_dir = Path(tempfile.mkdtemp(prefix="p11b-store-", dir=args.store_dir)) if args.store_dir else None
     try:
         result = run(args.partitions, args.minutes, args.task_interval_ms, args.segment_ms, args.rate, args.poll_s,
-                     workdir, args.manager)
+                     workdir, args.manager, store_dir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        if store_dir is not None:
+            shutil.rmtree(store_dir, ignore_errors=True)
     result["summary"] = summary(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

@@ -219,10 +219,10 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
             with contextlib.suppress(KcompactError):
                 store.delete(key)
 
-    store.put_many(objects)  # (not in `deferred_sync`: the store is shared by the process's writers)
     rewritten = None if narrow is None else lambda left: body(left, *narrow(left))
-    try:
-        version, lost = _claim(store, base, body(set(rows), predicate, custom_metadata), set(rows), rewritten)
+    try:  # (not in `deferred_sync`: the store is shared by the process's writers)
+        version, lost = _claim(store, base, body(set(rows), predicate, custom_metadata), set(rows), rewritten,
+                               objects)
     except DeltaConflict:
         drop(objects)
         raise
@@ -239,11 +239,13 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
 
 
 def _claim(store: ObjectStore, base: int, body: bytes, touched: set[TopicPartition],
-           rewritten: Callable[[set[TopicPartition]], bytes] | None = None
+           rewritten: Callable[[set[TopicPartition]], bytes] | None = None, objects: Mapping[str, bytes] | None = None
            ) -> tuple[int, dict[TopicPartition, str]]:
-    """Create the commit file `body` at the first version after `base` no other writer took; the version, and the
-    partitions dropped from it on the way (each with why): whenever a version taken first touched some of `touched`
-    but not all, those are taken out of it, and the body is `rewritten(the partitions left)` (when given).
+    """Put the data files `objects`, then create the commit file `body` at the first version after `base` no other
+    writer took (the first try with the objects, `ObjectStore.put_then`: a local store waits for its disk once for
+    both); the version, and the partitions dropped from it on the way (each with why): whenever a version taken first
+    touched some of `touched` but not all, those are taken out of it, and the body is `rewritten(the partitions
+    left)` (when given).
 
     Raises:
         DeltaConflict: a version taken first touched `touched` (all of it, with `rewritten`) or the table's metadata,
@@ -251,11 +253,16 @@ def _claim(store: ObjectStore, base: int, body: bytes, touched: set[TopicPartiti
     """
     version = base + 1
     lost: dict[TopicPartition, str] = {}
-    for _attempt in range(COMMIT_ATTEMPTS):
+    for attempt in range(COMMIT_ATTEMPTS):
         try:
-            store.put(log_key(version), body)
+            if attempt == 0:
+                store.put_then(objects or {}, log_key(version), body)
+            else:
+                store.put(log_key(version), body)
             return version, lost
-        except ObjectExistsError:
+        except ObjectExistsError as e:
+            if e.uri != store.object_uri(log_key(version)):  # a data file's (uuid-named: not another writer's)
+                raise
             winner = read_commit(store, version)
             if winner is None:  # expired between the refusal and the read: far older than any base
                 raise DeltaConflict(f"version {version} was taken, and is gone from the log") from None

@@ -328,6 +328,17 @@ class ObjectStore(ABC):
                     + [partial(self._copy, source, key) for key, source in (copied_from or {}).items()],
                     self.put_threads)
 
+    def put_then(self, objects: Mapping[str, bytes], key: str, data: bytes) -> None:
+        """`put_many(objects)`, then `put(key, data)`: `key` is created, only if absent, once every object is durable,
+        so whoever reads `key` finds them (a Delta commit file and the data files it adds). A store that can make
+        `data` durable together with the objects before it creates `key` does (`LocalStore`).
+
+        Raises:
+            ObjectExistsError: `key` exists (the objects were put); for the objects, what `put_many` raises.
+        """
+        self.put_many(objects)
+        self.put(key, data)
+
     def deferred_sync(self) -> contextlib.AbstractContextManager[None]:
         """Within it, puts may defer making their objects durable until it is left (a local store fsyncs them then,
         together); every object put inside is durable when it returns. A store whose puts are durable when they

@@ -269,6 +269,10 @@ def test_commit_lands_whole_or_not_at_all(table: MetadataTable, monkeypatch: pyt
                 raise OSError("simulated crash in the middle of writing the commit")
             self.store.put(key, data)
 
+        def put_then(self, objects: Any, key: str, data: bytes) -> None:
+            self.store.put_many(objects)
+            self.put(key, data)
+
     def failing(dt: DeltaTable, base: int, store: Any, *rest: Any) -> Any:
         return real(dt, base, CrashingStore(store), *rest)
 

@@ -129,6 +129,22 @@ def test_put_many_creates_every_object_and_never_overwrites(store: ObjectStore) 
     assert store.stats.puts >= before + 1  # (S3 also counts its refused conditional PUT: a request was made)
 
 
+def test_put_then_creates_the_objects_then_the_key_only_if_absent(store: ObjectStore) -> None:
+    """A commit's shape: data files, then a commit file that must not overwrite another writer's."""
+    objects = {f"t/{i}/part-{i}.parquet": bytes([i]) * 10 for i in range(3)}
+    store.put_then(objects, "_log/00000000000000000001.json", b"commit 1")
+    assert {k: store.get(k) for k in objects} == objects and store.get("_log/00000000000000000001.json") == b"commit 1"
+    more = {"t/9/part-9.parquet": b"nine"}
+    with pytest.raises(ObjectExistsError) as refused:
+        store.put_then(more, "_log/00000000000000000001.json", b"commit 2")
+    assert refused.value.uri == store.object_uri("_log/00000000000000000001.json")
+    assert store.get("_log/00000000000000000001.json") == b"commit 1"
+    assert store.get("t/9/part-9.parquet") == b"nine"  # the objects were put (the caller deletes what it orphans)
+    store.put_then({}, "_log/00000000000000000002.json", b"commit 2")  # no objects: a put
+    assert store.get("_log/00000000000000000002.json") == b"commit 2"
+    assert not [o.key for o in store.list("") if TEMP_PREFIX in o.key]
+
+
 def test_put_many_copies_objects(store: ObjectStore) -> None:
     store.put("t/0/a.snapshot", b"state")
     store.put_many({"t/0/b.log": b"log"}, {"t/0/b.snapshot": "t/0/a.snapshot"})
@@ -381,6 +397,40 @@ def test_without_syncfs_many_objects_are_fsynced_each(tmp_path: Path, monkeypatc
     store.put_many(many)
     directories = {str(tmp_path / "store" / f"t/{i}") for i in range(local_module.SYNCFS_MIN)}
     assert len(fsynced) == 2 * len(many) and directories <= set(fsynced)  # each file (its temporary name) and dir
+
+
+def test_the_local_put_then_links_the_key_after_everything_else_is_durable_and_waits_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key's file is linked only once the objects, their directories and the key's own bytes are fsynced, and
+    its directory after it; and those fsyncs are made at once (one wait for the disk before the link, one after),
+    not one kind after another as `put_many` then `put` would."""
+    store = open_store(str(tmp_path / "store"))
+    root = tmp_path / "store"
+    events: list[tuple[str, str]] = []
+    at_once = threading.Barrier(5, timeout=10)  # 2 files, 2 directories, the key's bytes: all in flight together
+    real_fsync, real_link = os.fsync, os.link
+
+    def fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if ("link", str(root / "_log/1.json")) not in events:
+            at_once.wait()
+        events.append(("fsync", path))
+        real_fsync(fd)
+
+    def link(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        events.append(("link", str(dst)))
+        real_link(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr("compaction.storage.local.os.fsync", fsync)
+    monkeypatch.setattr("compaction.storage.local.os.link", link)
+    store.put_then({"t/0/a.parquet": b"a", "t/1/b.parquet": b"b"}, "_log/1.json", b"commit")
+    key_link = events.index(("link", str(root / "_log/1.json")))
+    before, after = {p for _e, p in events[:key_link]}, [e for e in events[key_link + 1:]]
+    assert {str(root / "t/0"), str(root / "t/1")} <= before  # the objects' directories
+    assert sum(p.startswith(str(root / "_log/")) for e, p in events[:key_link] if e == "fsync") == 1  # its bytes
+    assert after == [("fsync", str(root / "_log"))]
+    assert store.get("_log/1.json") == b"commit" and store.get("t/1/b.parquet") == b"b"
 
 
 def test_local_copies_without_sendfile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
