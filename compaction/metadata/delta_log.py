@@ -221,7 +221,7 @@ def overwrite_partitions(dt: DeltaTable, base: int, store: ObjectStore, rows: Ma
 
     rewritten = None if narrow is None else lambda left: body(left, *narrow(left))
     try:  # (not in `deferred_sync`: the store is shared by the process's writers)
-        version, lost = _claim(store, base, body(set(rows), predicate, custom_metadata), set(rows), rewritten,
+        version, lost = _claim(store, base, body(rows.keys(), predicate, custom_metadata), set(rows), rewritten,
                                objects)
     except DeltaConflict:
         drop(objects)

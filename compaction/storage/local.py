@@ -140,15 +140,11 @@ class LocalStore(ObjectStore):
                 out.write(data)
             created = [k for k, put in puts.items() if put.exception() is None]
             files = [self._path(k) for k in created]
-            together = len(objects) >= SYNCFS_MIN and _syncfs() is not None
-            make_durable([*files, staged], {f.parent for f in files}, together=together)
+            make_durable([*files, staged], {f.parent for f in files}, together=len(objects) >= SYNCFS_MIN)
             self._count(puts=len(created), bytes_written=sum(len(objects[k]) for k in created))
             for put in puts.values():
                 put.result()
-            try:
-                os.link(staged, target)
-            except FileExistsError:
-                raise ObjectExistsError(self.object_uri(key)) from None
+            self._link_new(staged, key)
         finally:
             staged.unlink(missing_ok=True)
         _fsync_dir(target.parent)
@@ -186,16 +182,20 @@ class LocalStore(ObjectStore):
             if not self._defer(parent, directory=True):
                 _fsync_dir(parent)
 
+    def _link_new(self, path: Path, key: str) -> None:
+        """`path`'s file as the object `key`, create-only: a hard link, which fails when the name exists."""
+        try:
+            os.link(path, self._path(key))
+        except FileExistsError:
+            raise ObjectExistsError(self.object_uri(key)) from None
+
     def _link(self, source: str, key: str) -> None:
         """`key` as a second name of the file of `source` (create-only, as `_create`); its directory not synced."""
         target, origin = self._path(key), self._path(source)
         if not origin.is_file():
             raise MissingObjectError("object does not exist", obj=self.object_uri(source))
         target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(origin, target)
-        except FileExistsError:
-            raise ObjectExistsError(self.object_uri(key)) from None
+        self._link_new(origin, key)
 
     def put_file(self, key: str, path: str | PathLike[str]) -> None:
         with open(path, "rb") as src:
@@ -300,10 +300,7 @@ class LocalStore(ObjectStore):
                 if sync and not deferred:
                     os.fsync(out.fileno())
                 size = out.tell()
-            try:
-                os.link(tmp, target)
-            except FileExistsError:
-                raise ObjectExistsError(self.object_uri(key)) from None
+            self._link_new(tmp, key)
         finally:
             tmp.unlink(missing_ok=True)
         if sync_parent:
