@@ -120,12 +120,14 @@ def scan_segment(
     return SegmentScan(pa.Table.from_pydict(columns, schema=schema), fields)
 
 
-def scan_ranges(data: bytes | bytearray | memoryview, *, obj: str = "<segment>") -> tuple[np.ndarray, np.ndarray]:
+def scan_ranges(data: bytes | bytearray | memoryview, *, obj: str = "<segment>", verify_crc: bool = True
+                ) -> tuple[np.ndarray, np.ndarray]:
     """What `scan_segment` checks and decodes, without building columns: every batch's header fields (`fields`,
     `scan_kernels.BATCH_*` columns) and every record's fields (`[N_RECORD_FIELDS, records]`, rows
     `scan_kernels.RECORD_*`; positions point into buffers not returned). For callers that need offsets and
-    key or value lengths only (the rewrite's per-batch counts). CRCs are verified; errors as `scan_segment`."""
-    fields, _sections, ranges = _decoded(data, obj, None, True)
+    key or value lengths only (the rewrite's per-batch counts). CRCs are verified unless `verify_crc` is false (the
+    caller's scan of the very same bytes verified them); errors as `scan_segment`."""
+    fields, _sections, ranges = _decoded(data, obj, None, verify_crc)
     return ranges, fields
 
 

@@ -59,11 +59,14 @@ Buffer = bytes | bytearray | memoryview
 
 @dataclass(frozen=True)
 class SegmentInput:
-    """One input segment: its `.log` bytes, base offset and object key (named in errors)."""
+    """One input segment: its `.log` bytes, base offset and object key (named in errors). `verified`: these very
+    bytes had their CRCs checked by the scan of the same task (`compaction.spark.fused` holds them from its scan
+    to its rewrite), so the rewrite does not check them again."""
 
     data: Buffer
     base_offset: int
     obj: str
+    verified: bool = False
 
 
 @dataclass(frozen=True)
@@ -197,7 +200,7 @@ class _GroupRewriter:
     def rewrite_segment(self, segment: SegmentInput) -> None:
         data = memoryview(segment.data)
         headers = list(iter_batch_headers(data, obj=segment.obj))
-        facts = scan_facts(data, headers, self.winners, obj=segment.obj)
+        facts = scan_facts(data, headers, self.winners, obj=segment.obj, verify_crc=not segment.verified)
         self.stats.bytes_read += len(data)
         for i, header in enumerate(headers):
             self._check_order(header, segment)

@@ -142,7 +142,8 @@ def rewrite_groups(
     Args:
         winners: per group id, the sorted winning offsets Spark found within the group.
         held: the `.log` bytes of some inputs, by segment id, that the caller already holds (the task that scanned
-            them, `compaction.spark.fused`): read from memory, neither fetched nor written to disk again.
+            them, `compaction.spark.fused`): read from memory, neither fetched nor written to disk again, and
+            their CRCs, which that scan checked, not checked again.
 
     A group's `txn_state` is where its marker walk starts; a group without one continues from the group
     before it in `groups` (the first from the round's start).
@@ -227,7 +228,8 @@ def _inputs(store: ObjectStore, group: GroupTask, tmp: Path, out: PartitionRewri
             key = seg.keys[Suffix.LOG.value]
             if seg.segment_id in held:
                 out.cache_hits += 1
-                inputs.append(SegmentInput(held[seg.segment_id], seg.start_offset, store.object_uri(key)))
+                inputs.append(SegmentInput(held[seg.segment_id], seg.start_offset, store.object_uri(key),
+                                           verified=True))  # the scan that holds them checked their CRCs
                 continue
             path = tmp / f"{seg.start_offset:020d}-{seg.segment_id}.log"
             files.append(path)

@@ -19,8 +19,8 @@ alone receives that part's winning offsets, not its fold; under the others, ever
 row per key of the partition, so a partition above `FOLD_RECORDS` offsets, or one of whose parts is larger than a
 scan task, keeps the shuffle.
 
-A partition that is one unit and at most `HELD_BYTES` is rewritten from the very bytes its scan fetched (mapped, on a
-local store): neither fetched again nor copied through the run's disk cache.
+A partition that is one unit and at most `HELD_BYTES` (any size, on a local store: its segments are mapped) is
+rewritten from the very bytes its scan fetched: neither fetched again nor copied through the run's disk cache.
 
 The results are those of the shuffle path: the fold is the scan's own (`compaction.strategies.winner.fold_segment`),
 the rewrite the rewrite job's (`compaction.spark.rewrite_job.run_unit`), and what the scan learns (reports, filters
@@ -60,10 +60,13 @@ FOLD_RECORDS = 16_000_000
 distinct key, ~40 bytes and the key's own, in each task that merges them)."""
 
 HELD_BYTES = 64 << 20
-"""The most `.log` bytes of a partition that is one unit for its task to hold from its scan to its rewrite (on a
-local store they are mapped, not copied): the rewrite then reads them from memory, where a larger partition's
+"""The most `.log` bytes of a partition that is one unit for its task to hold from its scan to its rewrite, on a
+store whose objects are fetched (S3): the rewrite then reads them from memory, where a larger partition's
 segments go through the run's disk cache (`compaction.rewrite.cache`). For a small partition's segment, the cache
-file's create, copy, read, move and delete cost more than its scan."""
+file's create, copy, read, move and delete cost more than its scan. On a local store the segments are mapped
+(`ObjectStore.view`: page cache, not the task's memory), so such a partition is held whatever its size: its
+segments are neither copied into the cache nor read from it (P2K's 483 MB partitions spent ~10% of their tasks'
+time copying, BENCHMARKS.md P10)."""
 
 UNITS_IN_FLIGHT = 32
 """The most partitions rewritten at once from the bytes they scanned (`FusedUnit.hold`, at most `HELD_BYTES` each)
@@ -402,10 +405,13 @@ def _merged(pieces: Sequence[pa.Buffer]) -> np.ndarray:
 
 def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[SegmentScanTask],
                   index_of: Mapping[TopicPartition, int], strategy_of: Mapping[int, CompactionStrategy],
-                  keys: Sequence[int]) -> tuple[list[list[FusedUnit]], dict[int, list[MergedUnit]]]:
+                  keys: Sequence[int], mapped: bool = False
+                  ) -> tuple[list[list[FusedUnit]], dict[int, list[MergedUnit]]]:
     """What each slot's task does in the fused job's first stage (its units, in order), and the units each slot
     rewrites in the second (empty when no partition is cut into several units: one stage). `strategy_of` gives a
-    partition index's strategy, `keys` each slot's key (`slot_keys`). `fits` must hold. Pure."""
+    partition index's strategy, `keys` each slot's key (`slot_keys`). `mapped`: the store maps its objects (a
+    local store, `ObjectStore.view`), so a partition that is one unit is held whatever its size. `fits` must hold.
+    Pure."""
     by_tp = _by_partition(scans)
     seg_of = positions(scans)  # once: a run of 10,000 partitions describes 10,000 parts
     tp_of = {index: tp for tp, index in index_of.items()}
@@ -421,7 +427,7 @@ def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[Segmen
         if len(at) == 1:
             described = describe(seg_of, [part], index_of)[0]
             size = sum(s.size for s in part)
-            hold = size <= HELD_BYTES
+            hold = mapped or size <= HELD_BYTES
             if hold:  # the rewrite reads the scan's bytes: nothing to cache
                 described = [replace(d, cache=False) for d in described]
             planned[id(at[0][1])] = FusedUnit(at[0][1], tuple(described), hold=hold, held=size if hold else 0)
@@ -459,7 +465,7 @@ def fold_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequenc
     scanned cleanly. The scan reports go to `tracker`. `fits` must hold."""
     strategies = {i: p.strategy for i, p in enumerate(settings.partitions)}
     keys = slot_keys(len(slots))
-    first, merges = exchange_plan(slots, scans, index_of, strategies, keys)
+    first, merges = exchange_plan(slots, scans, index_of, strategies, keys, settings.spec.scheme == "file")
     shipped = spark.sparkContext.broadcast(first)
     plan = spark.sparkContext.broadcast({keys[s]: (s, m) for s, m in merges.items()}) if merges else None
     try:

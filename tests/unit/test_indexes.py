@@ -349,6 +349,39 @@ def test_rebuild_matches_the_recover_formulation(batches: list[tuple[int, int]],
     assert verify_indexes(log, BASE, built.offset_index, built.time_index)
 
 
+@given(
+    st.lists(st.tuples(st.integers(1, 5), st.integers(-1, 10**6), st.integers(0, 3)), min_size=0, max_size=30),
+    st.integers(0, 3000),
+    st.integers(-3, 3),
+)
+def test_rebuild_compiled_path_equals_the_reference_path(batches: list[tuple[int, int, int]], interval: int,
+                                                         shift: int) -> None:
+    """A log of one append per batch without transactions is indexed by the numba walk (`index_kernels`); the
+    same log given as chunks of one batch takes the reference path: the same bytes, or the same error (offsets
+    that go backwards, or fall outside a segment based `shift` offsets away)."""
+    encoded, offset = [], BASE
+    for n, ts, gap in batches:
+        encoded.append(data_batch(offset, ts, n=n))
+        offset += n + gap if gap < 3 else n - 4  # a gap of 3 goes back: offsets the rule may reject
+    log = b"".join(encoded)
+
+    def built(chunks: list[int] | None) -> object:
+        try:
+            got = build_indexes(log, BASE + shift, index_interval_bytes=interval, obj="seg.log", chunks=chunks)
+        except CorruptInputError as exc:
+            return type(exc), exc.obj, exc.position, exc.detail
+        return got.offset_index, got.time_index, got.txn_index, dict(got.open_txns), got.unresolved_aborts
+
+    assert built(None) == built([1] * len(batches))
+
+
+def test_rebuild_of_a_transactional_log_takes_the_reference_path() -> None:
+    """The compiled path builds no transaction index: a log with a transactional or control batch is left to
+    the reference path, whose index holds its aborts."""
+    log = txn_segment()
+    assert build_indexes(log, 10).txn_index == build_indexes(log, 10, chunks=[1] * 10).txn_index is not None
+
+
 # --- rebuild: transaction index --------------------------------------------------------------------
 
 

@@ -577,6 +577,29 @@ def test_corrupt_crc_names_object_and_position() -> None:
     assert (err.value.obj, err.value.position) == (segment.obj, len(first) + CRC_OFFSET)
 
 
+def test_a_held_input_whose_crcs_its_scan_checked_is_not_checked_again() -> None:
+    """`SegmentInput.verified` (bytes the same task's scan checked, `compaction.spark.fused`) skips the rewrite's
+    CRC check: the same corrupt bytes that fail unverified are rewritten from what they hold (here the corrupt
+    batch's one record loses to a later one: it is dropped)."""
+    first = batch([rec(0, 0)])
+    second = bytearray(batch([rec(1, 1, b"value")]))
+    second[-3] ^= 0xFF  # the CRC no longer matches; the records still decode
+    data = first + bytes(second)
+    with pytest.raises(CrcMismatchError):
+        clean([SegmentInput(data, 0, "s.log")], np.array([0]))
+    assert clean([SegmentInput(data, 0, "s.log", verified=True)], np.array([0])).out.stats.records_written == 1
+
+
+@given(st.lists(st.integers(0, 60), max_size=40), st.lists(st.integers(0, 60), max_size=30), st.booleans())
+def test_the_winner_walk_finds_the_same_members_as_a_search(offsets: list[int], values: list[int],
+                                                            ordered: bool) -> None:
+    """`facts._members` walks increasing offsets and the sorted winners together; offsets that go back (no
+    Kafka log has them) are looked up afresh."""
+    looked = np.array(sorted(offsets) if ordered else offsets, np.int64)
+    winners = np.unique(np.array(values, np.int64))
+    assert facts_module._members(looked, winners).tolist() == np.isin(looked, winners).tolist()
+
+
 def test_bad_magic_names_object_and_position() -> None:
     data = bytearray(batch([rec(0, 0)]) + batch([rec(1, 1)]))
     second = len(data) // 2

@@ -386,6 +386,17 @@ def test_the_exchange_sends_each_chunks_fold_where_it_is_needed(strategy: Compac
                          {1: strategy, 2: strategy}, keys)[1] == {}  # every partition one unit: one stage
 
 
+def test_a_partition_of_one_unit_is_held_whatever_its_size_on_a_store_that_maps_its_objects() -> None:
+    """Above `HELD_BYTES` a partition's segments go through the run's disk cache on S3; on a local store
+    (`mapped`) they are mapped, so the task holds them from its scan to its rewrite and caches none."""
+    big = [SegmentScanTask("t", 0, f"b{i}", f"kb{i}", i * 100, size=HELD_BYTES, offsets=100, cache=True)
+           for i in range(3)]
+    unit, index_of, keys = _chunk(0, 0, big), {TopicPartition("t", 0): 0}, slot_keys(2)
+    for mapped, held in ((False, 0), (True, 3 * HELD_BYTES)):
+        ((f,),), _ = exchange_plan([[unit]], big, index_of, {0: CompactionStrategy.OFFSET}, keys, mapped)
+        assert (f.hold, f.held, [d.cache for d in f.segments]) == (bool(held), held, [not held] * 3)
+
+
 def test_a_task_on_s3_works_on_as_many_held_partitions_at_once_as_its_byte_budget_holds() -> None:
     """Small partitions: as many at once as the S3 client has connections; partitions of `HELD_BYTES`: four, as
     before the budget; never more than the task has, never none; at most one (a local store's) is one at a time."""
