@@ -333,26 +333,52 @@ def frame_batch(
 ) -> bytes:
     """A v2 batch around `payload`, its records section as stored (compressed or not): the header with
     batchLength and magic filled in, then a fresh CRC-32C."""
-    out = bytearray(
-        BATCH_HEADER.pack(
-            base_offset,
-            RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload),
-            partition_leader_epoch,
-            CURRENT_MAGIC,
-            0,
-            attributes,
-            last_offset_delta,
-            base_timestamp,
-            max_timestamp,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            records_count,
-        )
-    )
-    out += payload
-    struct.pack_into(">I", out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    out = bytearray(RECORD_BATCH_OVERHEAD + len(payload))
+    out[RECORD_BATCH_OVERHEAD:] = payload
+    frame_into(out, len(payload), base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
+               attributes=attributes, last_offset_delta=last_offset_delta, base_timestamp=base_timestamp,
+               max_timestamp=max_timestamp, producer_id=producer_id, producer_epoch=producer_epoch,
+               base_sequence=base_sequence, records_count=records_count)
     return bytes(out)
+
+
+def frame_into(
+    buf: bytearray | memoryview,
+    payload_size: int,
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    records_count: int,
+) -> None:
+    """`frame_batch` in place: `buf` holds the records section (`payload_size` bytes, as stored) from byte 61 on;
+    its first 61 bytes become the header, CRC-32C included (for a writer that builds the section where the batch
+    goes, instead of copying it behind a header)."""
+    BATCH_HEADER.pack_into(
+        buf,
+        0,
+        base_offset,
+        RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + payload_size,
+        partition_leader_epoch,
+        CURRENT_MAGIC,
+        0,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        records_count,
+    )
+    struct.pack_into(">I", buf, CRC_OFFSET,
+                     crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:RECORD_BATCH_OVERHEAD + payload_size]))
 
 
 def build_batch(

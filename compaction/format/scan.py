@@ -64,7 +64,7 @@ from compaction.format.scan_kernels import (
     header_ranges,
     walk_batches,
 )
-from compaction.format.segment import iter_batch_headers
+from compaction.format.segment import BatchHeader, iter_batch_headers
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -138,6 +138,18 @@ def batch_fields(data: bytes | bytearray | memoryview, *, obj: str = "<segment>"
     return _walk(_readonly(data), obj)
 
 
+def batch_headers(data: bytes | bytearray | memoryview, *, obj: str = "<segment>") -> list[BatchHeader]:
+    """`list(iter_batch_headers(data, obj=obj))` (no CRC checked), walked by the kernel: one Python object per
+    batch, none of the parsing (a fifth of a rewrite's Python time went to parsing 20,000 headers one by one).
+    Errors as `scan_segment`: the reference decoder's."""
+    return headers_of(batch_fields(data, obj=obj))
+
+
+def headers_of(fields: np.ndarray) -> list[BatchHeader]:
+    """The `BatchHeader` of each row of `fields` (`batch_fields`; its columns are the header's fields, in order)."""
+    return [BatchHeader(*row) for row in fields.tolist()]
+
+
 def _decoded(data: bytes | bytearray | memoryview, obj: str, header_key: str | None, verify_crc: bool
              ) -> tuple[np.ndarray, _Sections, np.ndarray]:
     """Every batch's header fields (CRCs checked when `verify_crc`), where each records section lies (compressed
@@ -188,6 +200,12 @@ def _walk(mv: memoryview, obj: str) -> np.ndarray:
     if status:
         raise _reference_error(mv, obj, None)
     return fields
+
+
+def check_crcs(data: bytes | bytearray | memoryview, fields: np.ndarray, obj: str) -> None:
+    """Check the CRC-32C of every batch of `data` whose header fields are `fields` (`batch_fields`); raises
+    CrcMismatchError naming `obj` and the batch's CRC field."""
+    _check_crcs(memoryview(data), fields, obj)
 
 
 def _check_crcs(mv: memoryview, fields: np.ndarray, obj: str) -> None:
@@ -437,6 +455,7 @@ def _reference_error(data: memoryview, obj: str, batch_position: int | None) -> 
 
 
 __all__ = [
-    "CONSUMER_SCHEMA", "LOG_OVERHEAD", "RECORD_SCHEMA", "RecordScan", "SegmentScan", "batch_fields", "scan_ranges",
+    "CONSUMER_SCHEMA", "LOG_OVERHEAD", "RECORD_SCHEMA", "RecordScan", "SegmentScan", "batch_fields", "batch_headers",
+    "check_crcs", "headers_of", "scan_ranges",
     "scan_records", "scan_segment",
 ]

@@ -11,13 +11,19 @@ survive; `compaction.strategies` says what each batch retains; this module only 
 * no Python code runs per record: the counts that decide a data batch's fate come from the columnar scan
   (`facts.py`), changed data batches are re-encoded by a compiled kernel (`records.py`), and only control
   batches (one record each) are decoded in Python;
+* no Python code runs per batch of a plain segment (every batch uncompressed, neither transactional nor control,
+  none an active producer's last or the round's last, so each one's retention is DELETE_EMPTY): one kernel call
+  counts, copies and re-encodes all its batches (`records.rewrite_plain`; the same bytes as the per-batch path,
+  property-tested); a segment it cannot take, or one whose bytes it finds wrong, goes batch by batch (which names
+  the error);
 * the offset and time indexes are rebuilt from the output with `build_indexes`, each kept batch being one
   append. Kafka appends multi-batch chunks of up to its I/O buffer size, so its cleaned indexes are sparser;
   ours follow the same rule (`> index.interval.bytes` since the last entry) at batch granularity;
 * the txn index holds the ABORT entries re-indexed in this pass (original entries, lastStableOffset
   included), in marker order;
-* every input CRC is verified (by the scan) before anything is written: Kafka's cleaner never checks CRCs
-  and would copy a corrupt batch forward; here it is a CorruptInputError naming the object and byte.
+* every input CRC is verified before anything is written (here, or by the scan of the same task that holds the
+  very bytes, `SegmentInput.verified`): Kafka's cleaner never checks CRCs and would copy a corrupt batch
+  forward; here it is a CorruptInputError naming the object and byte.
 
 Transaction state runs across the groups of a round: `rewrite_group` takes a `TransactionState` and returns
 the next one; rewrite a partition's groups in offset order, threading it through. Pure: the same inputs give
@@ -34,13 +40,41 @@ from dataclasses import dataclass
 import numpy as np
 
 from compaction.errors import CorruptBatchError, CorruptInputError, KcompactError
-from compaction.format.batch import BatchAttributes, RecordBatch, decode_batch, encode_batch
+from compaction.format.batch import (
+    CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+    BatchAttributes,
+    RecordBatch,
+    decode_batch,
+    encode_batch,
+)
 from compaction.format.control import ControlType, parse_control_record
 from compaction.format.indexes import DEFAULT_INDEX_INTERVAL_BYTES, AbortedTxn, build_indexes, encode_txn_index
-from compaction.format.segment import BatchHeader, iter_batch_headers
+from compaction.format.scan import batch_fields, check_crcs, headers_of
+from compaction.format.scan_kernels import (
+    BATCH_ATTRIBUTES,
+    BATCH_BASE_OFFSET,
+    BATCH_LAST_OFFSET_DELTA,
+    BATCH_PRODUCER_ID,
+)
+from compaction.format.segment import BatchHeader
 from compaction.rewrite.facts import RecordFacts, scan_facts
 from compaction.rewrite.rebuild import empty_header, rebuild_batch
-from compaction.rewrite.records import rebuild_data_batch
+from compaction.rewrite.records import (
+    PLAIN_COPIED,
+    PLAIN_DROPPED,
+    PLAIN_FIRST_MAX_TIMESTAMP,
+    PLAIN_KEYLESS,
+    PLAIN_MAX_TIMESTAMP,
+    PLAIN_REBUILT,
+    PLAIN_RECORDS_READ,
+    PLAIN_RECORDS_WRITTEN,
+    PLAIN_TOMBSTONES_REMOVED,
+    PLAIN_TOMBSTONES_RETAINED,
+    rebuild_data_batch,
+    rewrite_plain,
+)
 from compaction.rewrite.stats import RewriteStats
 from compaction.strategies.retention import (
     ActiveProducer,
@@ -199,7 +233,13 @@ class _GroupRewriter:
 
     def rewrite_segment(self, segment: SegmentInput) -> None:
         data = memoryview(segment.data)
-        headers = list(iter_batch_headers(data, obj=segment.obj))
+        fields = batch_fields(data, obj=segment.obj)
+        if self._plain(fields):
+            if not segment.verified:
+                check_crcs(data, fields, segment.obj)
+            if self._rewrite_plain(data, fields, segment):
+                return
+        headers = headers_of(fields)
         facts = scan_facts(data, headers, self.winners, obj=segment.obj, verify_crc=not segment.verified)
         self.stats.bytes_read += len(data)
         for i, header in enumerate(headers):
@@ -211,6 +251,50 @@ class _GroupRewriter:
             else:
                 self._data_batch(data, header, facts, i, segment.obj)
         self.next_offset = self._floor(segment)
+
+    def _plain(self, fields: np.ndarray) -> bool:
+        """Whether every batch of a segment (`fields`, `walk_batches` rows; at least one) is uncompressed, neither
+        transactional nor control, and neither an active producer's last nor the batch ending at the round's
+        upper bound: then each batch's retention is DELETE_EMPTY and its records go by the winners and the
+        horizons alone (`records.rewrite_plain`)."""
+        if not len(fields):
+            return False
+        attributes = fields[:, BATCH_ATTRIBUTES]
+        if (attributes & (CODEC_MASK | TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)).any():
+            return False
+        if (fields[:, BATCH_BASE_OFFSET] + fields[:, BATCH_LAST_OFFSET_DELTA] + 1 == self.upper_bound_offset).any():
+            return False
+        producers = fields[:, BATCH_PRODUCER_ID]
+        return not (self.active_producers and np.isin(producers[producers >= 0], list(self.active_producers)).any())
+
+    def _rewrite_plain(self, data: memoryview, fields: np.ndarray, segment: SegmentInput) -> bool:
+        """A plain segment (`_plain`) rewritten in one kernel call, its output one part; False when the kernel
+        leaves it to the per-batch path (which names what is wrong with it)."""
+        done = rewrite_plain(data, fields, self.winners, floor=self._floor(segment), now_ms=self.now_ms,
+                             delete_retention_ms=self.delete_retention_ms)
+        if done is None:
+            return False
+        c, stats = done.counts.tolist(), self.stats
+        stats.bytes_read += len(data)
+        stats.batches_read += len(fields)
+        stats.records_read += c[PLAIN_RECORDS_READ]
+        stats.invalid_records += c[PLAIN_KEYLESS]
+        stats.tombstones_retained += c[PLAIN_TOMBSTONES_RETAINED]
+        stats.tombstones_removed += c[PLAIN_TOMBSTONES_REMOVED]
+        stats.batches_copied_verbatim += c[PLAIN_COPIED]
+        stats.batches_rebuilt += c[PLAIN_REBUILT]
+        stats.batches_dropped += c[PLAIN_DROPPED]
+        stats.records_written += c[PLAIN_RECORDS_WRITTEN]
+        if done.data:
+            if not self.parts:
+                stats.first_batch_max_timestamp = c[PLAIN_FIRST_MAX_TIMESTAMP]
+            self.parts.append(done.data)
+            stats.max_timestamp = max(stats.max_timestamp, c[PLAIN_MAX_TIMESTAMP])
+            stats.bytes_written += len(done.data)
+        self.txns.on_plain_batches_read(done.next_offset - 1)
+        self.next_offset = done.next_offset
+        self.next_offset = self._floor(segment)
+        return True
 
     def _floor(self, segment: SegmentInput) -> int:
         """The lowest offset the next batch of `segment` may start at."""

@@ -16,6 +16,7 @@ The readable reference is `rebuild.rebuild_batch` over `decode_batch`; the two g
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +24,14 @@ import numpy as np
 
 from compaction.errors import CorruptBatchError
 from compaction.format.batch import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    RECORD_BATCH_OVERHEAD,
     RECORDS_OFFSET,
     TimestampType,
+    crc32c,
     frame_batch,
+    frame_into,
     make_attributes,
 )
 from compaction.format.codecs import Codec, compress, decompress
@@ -134,11 +140,13 @@ def rebuild_data_batch(
     """
     codec = header.codec
     src = _records_section(data, header, obj)
-    out = np.empty(len(src) + _MAX_GROWTH_PER_RECORD * header.records_count, dtype=np.uint8)
+    # an uncompressed section is written where the rebuilt batch holds it, behind room for its header
+    at = RECORD_BATCH_OVERHEAD if codec is Codec.NONE else 0
+    out = np.empty(at + len(src) + _MAX_GROWTH_PER_RECORD * header.records_count, dtype=np.uint8)
     log_append_time = header.max_timestamp if header.is_log_append_time else _FIRST_KEPT
     status, written, kept, max_ts, base = _filter_section(
         src, header.records_count, header.base_offset, winners, retain_deletes, header.base_timestamp,
-        log_append_time, _FIRST_KEPT if delete_horizon_ms is None else delete_horizon_ms, out,
+        log_append_time, _FIRST_KEPT if delete_horizon_ms is None else delete_horizon_ms, out[at:],
     )
     if status:
         raise CorruptBatchError(
@@ -151,20 +159,16 @@ def rebuild_data_batch(
     max_timestamp = header.max_timestamp if header.is_log_append_time else int(max_ts)
     timestamp_type = TimestampType.LOG_APPEND_TIME if header.is_log_append_time else TimestampType.CREATE_TIME
     attributes = make_attributes(codec, timestamp_type, header.is_transactional, False, delete_horizon_ms is not None)
-    payload = compress(codec, out[:written].tobytes())
-    batch = frame_batch(
-        payload,
-        base_offset=header.base_offset,
-        partition_leader_epoch=header.partition_leader_epoch,
-        attributes=attributes,
-        last_offset_delta=header.last_offset_delta,
-        base_timestamp=int(base),
-        max_timestamp=max_timestamp,
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence,
-        records_count=int(kept),
-    )
+    fields = {"base_offset": header.base_offset, "partition_leader_epoch": header.partition_leader_epoch,
+              "attributes": attributes, "last_offset_delta": header.last_offset_delta, "base_timestamp": int(base),
+              "max_timestamp": max_timestamp, "producer_id": header.producer_id,
+              "producer_epoch": header.producer_epoch, "base_sequence": header.base_sequence,
+              "records_count": int(kept)}
+    if codec is Codec.NONE:  # framed where it lies: one copy, to the batch's own size
+        frame_into(out.data, int(written), **fields)
+        batch = out[: RECORD_BATCH_OVERHEAD + written].tobytes()
+    else:
+        batch = frame_batch(compress(codec, out[:written].tobytes()), **fields)
     return RebuiltBatch(batch, int(kept), max_timestamp)
 
 
@@ -176,3 +180,205 @@ def _records_section(data: memoryview, header: BatchHeader, obj: str) -> np.ndar
     except CorruptBatchError as exc:
         raise CorruptBatchError(exc.detail, obj=obj, position=header.position + RECORDS_OFFSET) from None
     return np.frombuffer(raw, dtype=np.uint8)
+
+
+# --- a segment of plain batches in one call ----------------------------------------------------------------------
+
+(
+    PLAIN_KEYLESS,
+    PLAIN_TOMBSTONES_RETAINED,
+    PLAIN_TOMBSTONES_REMOVED,
+    PLAIN_COPIED,
+    PLAIN_REBUILT,
+    PLAIN_DROPPED,
+    PLAIN_RECORDS_READ,
+    PLAIN_RECORDS_WRITTEN,
+    PLAIN_MAX_TIMESTAMP,
+    PLAIN_FIRST_MAX_TIMESTAMP,
+) = range(10)
+N_PLAIN_COUNTS = 10
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+@kernel(nogil=True)
+def _put_be(out: np.ndarray, pos: int, value: int, n: int) -> None:
+    for i in range(n):
+        out[pos + n - 1 - i] = np.uint8((value >> (8 * i)) & 0xFF)
+
+
+@kernel(nogil=True)
+def _plain_counts(src: np.ndarray, count: int, base_offset: int, winners: np.ndarray, slot: int
+                  ) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """One pass over a records section: (status, keyless, keyed tombstones, winners, winning tombstones, the
+    winner slot after it). status 0 = ok, else the section needs the reference path: a record that
+    `scan_kernels.decode_record_ranges` rejects (every field, headers included, within the record, which ends
+    where its last header does), or offsets that do not increase."""
+    end = src.shape[0]
+    pos = 0
+    keyless = tombstones = winning = winning_tombstones = 0
+    n = winners.shape[0]
+    previous = base_offset - 1
+    for _ in range(count):
+        length, pos = varint_at(src, pos, end, 5)
+        if pos < 0 or length < 1 or pos + length > end:
+            return 1, 0, 0, 0, 0, slot
+        body_end = pos + length
+        _ts_delta, rest = varint_at(src, pos + 1, body_end, 10)
+        if rest < 0:
+            return 1, 0, 0, 0, 0, slot
+        offset_delta, p = varint_at(src, rest, body_end, 5)
+        if p < 0:
+            return 1, 0, 0, 0, 0, slot
+        key_length, p = varint_at(src, p, body_end, 5)
+        if p < 0 or p + max(key_length, 0) > body_end:
+            return 1, 0, 0, 0, 0, slot
+        value_length, p = varint_at(src, p + max(key_length, 0), body_end, 5)
+        if p < 0 or p + max(value_length, 0) > body_end:
+            return 1, 0, 0, 0, 0, slot
+        headers, p = varint_at(src, p + max(value_length, 0), body_end, 5)
+        if p < 0 or headers < 0 or headers > body_end - p:
+            return 1, 0, 0, 0, 0, slot
+        for _h in range(headers):
+            header_key, p = varint_at(src, p, body_end, 5)
+            if p < 0 or header_key < 0 or p + header_key > body_end:
+                return 1, 0, 0, 0, 0, slot
+            header_value, p = varint_at(src, p + header_key, body_end, 5)
+            if p < 0 or p + max(header_value, 0) > body_end:
+                return 1, 0, 0, 0, 0, slot
+            p += max(header_value, 0)
+        if p != body_end:
+            return 1, 0, 0, 0, 0, slot
+        pos = body_end
+        offset = base_offset + offset_delta
+        if offset <= previous:  # offsets not increasing within the batch: leave it to the reference path
+            return 1, 0, 0, 0, 0, slot
+        previous = offset
+        while slot < n and winners[slot] < offset:
+            slot += 1
+        if key_length < 0:
+            keyless += 1
+            continue
+        wins = slot < n and winners[slot] == offset
+        if value_length < 0:
+            tombstones += 1
+        if wins:
+            winning += 1
+            if value_length < 0:
+                winning_tombstones += 1
+    if pos != end:
+        return 1, 0, 0, 0, 0, slot
+    return 0, keyless, tombstones, winning, winning_tombstones, slot
+
+
+@kernel(nogil=True)
+def _rewrite_plain(data: np.ndarray, fields: np.ndarray, winners: np.ndarray, floor: int, now_ms: int,
+                   delete_retention_ms: int, out: np.ndarray, counts: np.ndarray, framed: np.ndarray
+                   ) -> tuple[Any, Any, Any]:
+    """The rewrite of a segment's batches (`fields`: `scan_kernels.walk_batches` rows), every one uncompressed,
+    neither transactional nor control, none an active producer's last or the round's last (their retention is
+    DELETE_EMPTY: the caller checks): the per-batch rule of `group._GroupRewriter._data_batch` with
+    `_filter_section`'s rebuild, batch after batch into `out`. Rebuilt batches are written with a zero CRC, their
+    positions in `framed` (the caller computes each CRC-32C). Returns (status, bytes written, rebuilt batches);
+    status 0 = ok, else (offsets out of order, a malformed section) nothing is to be used: the reference path
+    names the error. `counts` (zeroed, `N_PLAIN_COUNTS`) gets the `PLAIN_*` totals."""
+    w = 0
+    rebuilt = 0
+    slot = 0
+    counts[PLAIN_MAX_TIMESTAMP] = -1
+    counts[PLAIN_FIRST_MAX_TIMESTAMP] = -1
+    emitted = False
+    for i in range(fields.shape[0]):
+        pos, size, base_offset = fields[i, 0], fields[i, 1], fields[i, 2]
+        attributes, last_delta, base_ts, max_ts = fields[i, 5], fields[i, 6], fields[i, 7], fields[i, 8]
+        records = fields[i, 12]
+        if base_offset < floor or last_delta < 0:
+            return 1, 0, 0
+        floor = base_offset + last_delta + 1
+        src = data[pos + 61 : pos + size]
+        status, keyless, tombstones, winning, winning_tombstones, slot = _plain_counts(
+            src, records, base_offset, winners, slot)
+        if status:
+            return 1, 0, 0
+        has_horizon = (attributes & 0x40) != 0
+        retain_deletes = not has_horizon or now_ms < base_ts
+        kept_tombstones = winning_tombstones if retain_deletes else 0
+        kept = winning - winning_tombstones + kept_tombstones
+        counts[PLAIN_RECORDS_READ] += records
+        counts[PLAIN_KEYLESS] += keyless
+        counts[PLAIN_TOMBSTONES_RETAINED] += kept_tombstones
+        counts[PLAIN_TOMBSTONES_REMOVED] += tombstones - kept_tombstones
+        sets_horizon = kept_tombstones > 0 and not has_horizon
+        if kept == 0:
+            counts[PLAIN_DROPPED] += 1
+            continue
+        if kept == records and not sets_horizon:
+            out[w : w + size] = data[pos : pos + size]
+            w += size
+            batch_max = max_ts
+            counts[PLAIN_COPIED] += 1
+        else:
+            horizon = _FIRST_KEPT
+            if has_horizon:
+                horizon = base_ts
+            elif kept_tombstones > 0 and now_ms <= _INT64_MAX - delete_retention_ms:
+                horizon = now_ms + delete_retention_ms
+            lat = (attributes & 0x08) != 0
+            status, section, got, kept_max, base = _filter_section(
+                src, records, base_offset, winners, retain_deletes, base_ts, max_ts if lat else _FIRST_KEPT,
+                horizon, out[w + 61:])
+            if status or got != kept:
+                return 1, 0, 0
+            batch_max = max_ts if lat else kept_max
+            _put_be(out, w, base_offset, 8)
+            _put_be(out, w + 8, 49 + section, 4)
+            _put_be(out, w + 12, fields[i, 3], 4)  # partition leader epoch
+            out[w + 16] = 2
+            _put_be(out, w + 17, 0, 4)  # the CRC, computed by the caller
+            _put_be(out, w + 21, (0x08 if lat else 0) | (0x40 if horizon != _FIRST_KEPT else 0), 2)
+            _put_be(out, w + 23, last_delta, 4)
+            _put_be(out, w + 27, base, 8)
+            _put_be(out, w + 35, batch_max, 8)
+            _put_be(out, w + 43, fields[i, 9], 8)  # producer id, epoch, base sequence
+            _put_be(out, w + 51, fields[i, 10], 2)
+            _put_be(out, w + 53, fields[i, 11], 4)
+            _put_be(out, w + 57, kept, 4)
+            framed[rebuilt] = w
+            rebuilt += 1
+            w += 61 + section
+            counts[PLAIN_REBUILT] += 1
+        counts[PLAIN_RECORDS_WRITTEN] += kept
+        if not emitted:
+            counts[PLAIN_FIRST_MAX_TIMESTAMP] = batch_max
+            emitted = True
+        counts[PLAIN_MAX_TIMESTAMP] = max(counts[PLAIN_MAX_TIMESTAMP], batch_max)
+    return 0, w, rebuilt
+
+
+@dataclass(frozen=True)
+class PlainRewrite:
+    """A segment's plain batches rewritten by `rewrite_plain`: the bytes written, the `PLAIN_*` counts, and the
+    offset after its last batch."""
+
+    data: bytes
+    counts: np.ndarray
+    next_offset: int
+
+
+def rewrite_plain(data: memoryview, fields: np.ndarray, winners: np.ndarray, *, floor: int, now_ms: int,
+                  delete_retention_ms: int) -> PlainRewrite | None:
+    """`_rewrite_plain` over a segment whose batches (`fields`) the caller found plain, each rebuilt batch then
+    given its CRC-32C; None when the kernel leaves the segment to the reference path (which raises)."""
+    source = np.frombuffer(data, np.uint8)
+    out = np.empty(len(source) + _MAX_GROWTH_PER_RECORD * int(fields[:, 12].sum()), np.uint8)
+    counts = np.zeros(N_PLAIN_COUNTS, np.int64)
+    framed = np.empty(len(fields), np.int64)
+    status, written, rebuilt = _rewrite_plain(source, fields, winners, floor, now_ms, delete_retention_ms, out,
+                                              counts, framed)
+    if status:
+        return None
+    view = out.data
+    for at in framed[:rebuilt].tolist():
+        end = at + 12 + int.from_bytes(view[at + 8 : at + 12], "big")
+        struct.pack_into(">I", view, at + CRC_OFFSET, crc32c(view[at + ATTRIBUTES_OFFSET : end]))
+    last = fields[-1]
+    return PlainRewrite(view[:written].tobytes(), counts, int(last[2] + last[6] + 1))

@@ -116,6 +116,11 @@ class CleanedTransactionMetadata:
         self._committed.add(batch.producer_id)
         return False
 
+    def on_plain_batches_read(self, last_offset: int) -> None:
+        """Data batches neither transactional nor control were read, up to `last_offset`: `on_batch_read` of each
+        (none is discarded; the walk moves past them)."""
+        self._advance(last_offset)
+
     def on_control_batch_read(self, batch: TxnBatch, control: ControlType | None) -> bool:
         """A control batch was read (`control` None if it has no record); True if it is discardable."""
         self._advance(batch.last_offset)

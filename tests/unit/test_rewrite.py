@@ -40,6 +40,7 @@ from compaction.format.scan import scan_segment
 from compaction.format.segment import iter_batch_headers, iter_batches
 from compaction.rewrite import ActiveProducer, RewriteOutput, SegmentInput, TransactionState, rewrite_group
 from compaction.rewrite import facts as facts_module
+from compaction.rewrite import group as group_module
 from compaction.rewrite.facts import reference_facts, scan_facts
 from compaction.rewrite.rebuild import rebuild_batch
 from compaction.rewrite.records import rebuild_data_batch
@@ -851,3 +852,79 @@ def test_compiled_rebuild_finds_winners_when_offset_deltas_go_back() -> None:
                               retain_deletes=True, delete_horizon_ms=None, obj="x")
     assert fast.data == expected
     assert fast.records == 3
+
+
+# --- a plain segment in one kernel call ------------------------------------------------------------------
+
+
+@st.composite
+def plain_logs(draw: st.DrawFn) -> tuple[list[SegmentInput], np.ndarray, int, dict[int, ActiveProducer]]:
+    """1-3 segments of 1-6 uncompressed data batches (create or log-append time, horizons before, at and after
+    NOW, keyless records, tombstones, producer ids), sometimes one compressed or transactional batch among them
+    (the segment then takes the per-batch path); any winners among the offsets, an upper bound that may end a
+    batch, and maybe an active producer whose last batch is one of them."""
+    segments, ends = [], []
+    offset = draw(st.integers(0, 1_000))
+    pids = []
+    for _s in range(draw(st.integers(1, 3))):
+        base = offset
+        parts = []
+        for _b in range(draw(st.integers(1, 6))):
+            records = []
+            for _r in range(draw(st.integers(1, 5))):
+                records.append(Record(offset, draw(st.integers(0, 10**6)), draw(keys), draw(values)))
+                offset += draw(st.integers(1, 2))
+            pid = draw(st.sampled_from([-1, -1, 7]))
+            odd = draw(st.integers(0, 9))  # 0: compressed, 1: transactional, else plain
+            parts.append(batch(
+                records, codec=Codec.LZ4 if odd == 0 else Codec.NONE,
+                timestamp_type=draw(st.sampled_from(list(TimestampType))),
+                last_offset=offset - 1 + draw(st.integers(0, 1)),
+                delete_horizon_ms=draw(st.one_of(st.none(), st.sampled_from([NOW - 1, NOW, NOW + 1]))),
+                producer_id=pid, producer_epoch=0 if pid >= 0 else -1, base_sequence=0 if pid >= 0 else -1,
+                transactional=odd == 1 and pid >= 0))
+            ends.append(decode_batch(parts[-1], 0).last_offset)
+            pids.append(pid)
+            offset = ends[-1] + 1 + draw(st.integers(0, 2))
+        segments.append(as_segment(b"".join(parts), base))
+    everything = [r[0] for r in data_records(segments)]
+    winners = np.array(sorted(set(draw(st.lists(st.sampled_from(everything), max_size=len(everything))))),
+                       np.int64)
+    upper = draw(st.one_of(st.just(offset + 10), st.sampled_from(ends).map(lambda e: e + 1)))
+    active = {7: ActiveProducer(draw(st.sampled_from(ends)), 0)} if 7 in pids and draw(st.booleans()) else {}
+    return segments, winners, upper, active
+
+
+def _rewritten(segments: Sequence[SegmentInput], winners: np.ndarray, upper: int,
+               active: dict[int, ActiveProducer], now: int) -> object:
+    pieces: list[bytes] = []
+    try:
+        out, state = rewrite_group(segments, winners, upper_bound_offset=upper, now_ms=now,
+                                   delete_retention_ms=RETENTION, active_producers=active, index_interval_bytes=100,
+                                   on_written=pieces.append)
+    except CorruptInputError as exc:
+        return type(exc), exc.obj, exc.position
+    return (out.log, out.offset_index, out.time_index, out.txn_index, out.base_offset, out.next_offset,
+            out.stats.to_dict(), out.transactional, state, pieces)
+
+
+@settings(max_examples=300, deadline=None)
+@given(plain_logs(), st.sampled_from([NOW - 10, NOW, NOW + 10]), st.integers(0, 2**16), st.integers(0, 255),
+       st.booleans())
+def test_a_plain_segment_in_one_call_is_the_per_batch_rewrite(
+        log: tuple[list[SegmentInput], np.ndarray, int, dict[int, ActiveProducer]], now: int, at: int, xor: int,
+        verified: bool) -> None:
+    """`records.rewrite_plain` (a segment whose batches are all plain, in one kernel call) writes what the
+    per-batch path writes, byte for byte, with the same stats, indexes, pieces and transaction state; on a
+    segment with a byte changed (`verified`: its CRCs not checked), the same output or the same error."""
+    segments, winners, upper, active = log
+    first = segments[0]
+    changed = bytearray(first.data)
+    changed[at % len(changed)] ^= xor
+    segments = [SegmentInput(bytes(changed), first.base_offset, first.obj, verified), *segments[1:]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = _rewritten(segments, winners, upper, active, now)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(group_module._GroupRewriter, "_plain", lambda _self, _fields: False)
+            assert _rewritten(segments, winners, upper, active, now) == fast
