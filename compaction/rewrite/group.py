@@ -292,8 +292,7 @@ class _GroupRewriter:
             stats.max_timestamp = max(stats.max_timestamp, c[PLAIN_MAX_TIMESTAMP])
             stats.bytes_written += len(done.data)
         self.txns.on_plain_batches_read(done.next_offset - 1)
-        self.next_offset = done.next_offset
-        self.next_offset = self._floor(segment)
+        self.next_offset = done.next_offset  # above the segment's base: the kernel checked every batch's floor
         return True
 
     def _floor(self, segment: SegmentInput) -> int:

@@ -16,7 +16,7 @@ from compaction.errors import (
     TruncatedSegmentError,
 )
 from compaction.format.batch import TimestampType, encode_batch
-from compaction.format.scan import batch_headers, scan_segment
+from compaction.format.scan import batch_fields, headers_of, scan_segment
 from compaction.format.segment import iter_batch_headers, iter_batches, write_segment
 from tests.unit.random_batches import any_batches
 
@@ -91,9 +91,10 @@ def test_scan_matches_reference_decoder(batches: list) -> None:
 
 @given(st.lists(any_batches, min_size=0, max_size=6), st.integers(0, 2**16), st.integers(0, 255))
 def test_batch_headers_are_the_reference_headers(batches: list, at: int, xor: int) -> None:
-    """`batch_headers` (the kernel's walk) gives `iter_batch_headers`'s headers, or the same error, on a segment
-    with one byte changed (a header field, a section byte, or nothing: xor 0). The walk also refuses a negative
-    record count, which only decoding the batch finds: then the decoder's error, naming the object."""
+    """`headers_of(batch_fields(...))` (the kernel's walk) gives `iter_batch_headers`'s headers, or the same
+    error, on a segment with one byte changed (a header field, a section byte, or nothing: xor 0). The walk also
+    refuses a negative record count, which only decoding the batch finds: then the decoder's error, naming the
+    object."""
     data = bytearray(segment_of(batches))
     if data:
         data[at % len(data)] ^= xor
@@ -104,7 +105,7 @@ def test_batch_headers_are_the_reference_headers(batches: list, at: int, xor: in
         except CorruptInputError as exc:
             return type(exc), exc.obj, exc.position
     reference = headers(lambda: list(iter_batch_headers(bytes(data), obj="seg.log")))
-    walked = headers(lambda: batch_headers(bytes(data), obj="seg.log"))
+    walked = headers(lambda: headers_of(batch_fields(bytes(data), obj="seg.log")))
     if isinstance(reference, list) and isinstance(walked, tuple):
         assert walked[1] == "seg.log" and any(h.records_count < 0 for h in reference)
     else:
