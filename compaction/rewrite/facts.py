@@ -7,8 +7,10 @@ emptied), and only the others are re-encoded (`records.py`), all without a Pytho
 
 `scan_facts` gets the counts from the numba columnar scan (`format.scan.scan_ranges`, CRCs verified) over
 windows of at most `WINDOW_BYTES` of whole batches, so memory stays bounded on a 1 GiB segment; the winner
-test is one `np.searchsorted` over the window's records. `reference_facts` computes the same counts with the
-readable reference decoder; the two are tested against each other.
+test is one walk over the window's offsets and the sorted winners. `known_facts` gets them from what a scan of the
+very same bytes already decoded (`RecordBits`, kept by the task that scanned them for its own rewrite), scanning
+nothing again: for compressed batches that saves decompressing every records section once more. `reference_facts`
+computes the same counts with the readable reference decoder; the three are tested against each other.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from compaction.errors import CorruptInputError
 from compaction.format.batch import decode_batch
@@ -43,6 +46,41 @@ class RecordFacts:
     winning_tombstones: list[int]
 
 
+@dataclass(frozen=True)
+class RecordBits:
+    """What the counts need of each record of a segment, as a scan of it decoded them (`format.scan.scan_segment`):
+    its offset, whether it has a key, whether its value is null; and each batch's record count (control batches
+    included), in the segment's order. ~10 bytes a record."""
+
+    offsets: np.ndarray
+    keyed: np.ndarray
+    null_value: np.ndarray
+    counts: np.ndarray
+
+    @classmethod
+    def of_scan(cls, records: pa.Table, fields: np.ndarray) -> RecordBits:
+        """From a `SegmentScan`'s `records` and `fields`."""
+        # writable copies: numba compiles a kernel once per argument type (`scan_facts` passes writable arrays)
+        return cls(np.array(records.column("offset").to_numpy(), np.int64),
+                   records.column("key").is_valid().to_numpy(zero_copy_only=False),
+                   records.column("value_is_null").to_numpy(zero_copy_only=False),
+                   np.array(fields[:, BATCH_RECORD_COUNT], np.int64))
+
+
+def known_facts(bits: RecordBits, winners: np.ndarray) -> RecordFacts:
+    """The counts of every batch from `bits` (a scan of the same bytes): what `scan_facts` returns for them."""
+    return RecordFacts(*(c.tolist() for c in _counts(bits.offsets, bits.keyed, bits.null_value, bits.counts, winners)))
+
+
+def _counts(offsets: np.ndarray, keyed: np.ndarray, null_value: np.ndarray, counts: np.ndarray, winners: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per batch (`counts` records each, in order): keyless records, keyed tombstones, winners, winning tombstones."""
+    wins = keyed & _members(offsets, winners)
+    bounds = np.concatenate(([0], np.cumsum(counts)))
+    flags = (~keyed, keyed & null_value, wins, wins & null_value)
+    return tuple(_per_batch(f, bounds) for f in flags)  # type: ignore[return-value]
+
+
 def scan_facts(
     data: Buffer, headers: Sequence[BatchHeader], winners: np.ndarray, *, obj: str, verify_crc: bool = True
 ) -> RecordFacts:
@@ -60,16 +98,11 @@ def scan_facts(
             ranges, fields = scan_ranges(mv[start:stop], obj=obj, verify_crc=verify_crc)
         except CorruptInputError as exc:
             raise exc.located(obj, start) from None
-        offsets = ranges[RECORD_OFFSET]
-        keyed = ranges[RECORD_KEY_LEN] >= 0
-        null_value = ranges[RECORD_VALUE_LEN] < 0
         window_winners = _slice(winners, headers[first].base_offset, headers[end - 1].last_offset)
-        wins = keyed & _members(offsets, window_winners)
-        bounds = np.concatenate(([0], np.cumsum(fields[:, BATCH_RECORD_COUNT])))
-        for out, flags in zip(
-            columns, (~keyed, keyed & null_value, wins, wins & null_value), strict=True
-        ):
-            out.append(_per_batch(flags, bounds))
+        counted = _counts(ranges[RECORD_OFFSET], ranges[RECORD_KEY_LEN] >= 0, ranges[RECORD_VALUE_LEN] < 0,
+                          fields[:, BATCH_RECORD_COUNT], window_winners)
+        for out, per_batch in zip(columns, counted, strict=True):
+            out.append(per_batch)
     keyless, tombstones, winning, winning_tombstones = (
         np.concatenate(c).tolist() if c else [] for c in columns
     )

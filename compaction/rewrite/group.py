@@ -23,7 +23,10 @@ survive; `compaction.strategies` says what each batch retains; this module only 
   included), in marker order;
 * every input CRC is verified before anything is written (here, or by the scan of the same task that holds the
   very bytes, `SegmentInput.verified`): Kafka's cleaner never checks CRCs and would copy a corrupt batch
-  forward; here it is a CorruptInputError naming the object and byte.
+  forward; here it is a CorruptInputError naming the object and byte;
+* each batch's counts (keyless records, tombstones, winners) come from one columnar scan of the segment
+  (`facts.scan_facts`), or from what that same task's scan decoded of these bytes (`SegmentInput.records`),
+  without decoding (or decompressing) the records again.
 
 Transaction state runs across the groups of a round: `rewrite_group` takes a `TransactionState` and returns
 the next one; rewrite a partition's groups in offset order, threading it through. Pure: the same inputs give
@@ -59,7 +62,7 @@ from compaction.format.scan_kernels import (
     BATCH_PRODUCER_ID,
 )
 from compaction.format.segment import BatchHeader
-from compaction.rewrite.facts import RecordFacts, scan_facts
+from compaction.rewrite.facts import RecordBits, RecordFacts, known_facts, scan_facts
 from compaction.rewrite.rebuild import empty_header, rebuild_batch
 from compaction.rewrite.records import (
     PLAIN_COPIED,
@@ -86,7 +89,8 @@ from compaction.strategies.retention import (
 )
 from compaction.strategies.transactions import CleanedTransactionMetadata, TransactionState
 
-__all__ = ["ActiveProducer", "RewriteOutput", "RewriteStats", "SegmentInput", "TransactionState", "rewrite_group"]
+__all__ = ["ActiveProducer", "Held", "RewriteOutput", "RewriteStats", "SegmentInput", "TransactionState",
+           "rewrite_group"]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -95,12 +99,24 @@ Buffer = bytes | bytearray | memoryview
 class SegmentInput:
     """One input segment: its `.log` bytes, base offset and object key (named in errors). `verified`: these very
     bytes had their CRCs checked by the scan of the same task (`compaction.spark.fused` holds them from its scan
-    to its rewrite), so the rewrite does not check them again."""
+    to its rewrite), so the rewrite does not check them again. `records`: what that scan decoded of each record
+    (`facts.RecordBits`), from which the rewrite counts each batch's winners without decoding the records again
+    (for compressed batches, without decompressing them a second time)."""
 
     data: Buffer
     base_offset: int
     obj: str
     verified: bool = False
+    records: RecordBits | None = None
+
+
+@dataclass(frozen=True)
+class Held:
+    """A segment's `.log` bytes that the task which scanned them holds for its rewrite, with what the scan decoded
+    of its records (`SegmentInput.verified` and `records`)."""
+
+    data: Buffer
+    records: RecordBits | None = None
 
 
 @dataclass(frozen=True)
@@ -240,7 +256,7 @@ class _GroupRewriter:
             if self._rewrite_plain(data, fields, segment):
                 return
         headers = headers_of(fields)
-        facts = scan_facts(data, headers, self.winners, obj=segment.obj, verify_crc=not segment.verified)
+        facts = self._facts(data, headers, segment)
         self.stats.bytes_read += len(data)
         for i, header in enumerate(headers):
             self._check_order(header, segment)
@@ -251,6 +267,14 @@ class _GroupRewriter:
             else:
                 self._data_batch(data, header, facts, i, segment.obj)
         self.next_offset = self._floor(segment)
+
+    def _facts(self, data: memoryview, headers: list[BatchHeader], segment: SegmentInput) -> RecordFacts:
+        """Each batch's counts: from what the task's scan decoded of these very bytes (`SegmentInput.records`), or
+        by scanning them."""
+        bits = segment.records
+        if bits is not None and segment.verified and len(bits.counts) == len(headers):
+            return known_facts(bits, self.winners)
+        return scan_facts(data, headers, self.winners, obj=segment.obj, verify_crc=not segment.verified)
 
     def _plain(self, fields: np.ndarray) -> bool:
         """Whether every batch of a segment (`fields`, `walk_batches` rows; at least one) is uncompressed, neither

@@ -50,7 +50,7 @@ from compaction.bloom.filter import KeyFilter
 from compaction.bloom.segment import FilterPart, filter_part, joined_filter
 from compaction.errors import ConfigError
 from compaction.rewrite.cache import SegmentCache
-from compaction.rewrite.group import SegmentInput, TransactionState, rewrite_group
+from compaction.rewrite.group import Held, SegmentInput, TransactionState, rewrite_group
 from compaction.storage.base import ObjectStore, StoreStats, shared_pool
 from compaction.storage.indexes import get_parts, segment_objects
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
@@ -135,15 +135,16 @@ def rewrite_groups(
     task: PartitionTask,
     groups: Sequence[GroupTask],
     winners: Mapping[int, Sequence[int] | np.ndarray],
-    held: Mapping[str, bytes | memoryview] | None = None,
+    held: Mapping[str, Held] | None = None,
 ) -> PartitionRewrite:
     """Rewrite `groups` (of `task`, in offset order) one chunk at a time. Uploads, commits nothing.
 
     Args:
         winners: per group id, the sorted winning offsets Spark found within the group.
-        held: the `.log` bytes of some inputs, by segment id, that the caller already holds (the task that scanned
-            them, `compaction.spark.fused`): read from memory, neither fetched nor written to disk again, and
-            their CRCs, which that scan checked, not checked again.
+        held: the `.log` bytes of some inputs (`group.Held`, with what its scan decoded of their records), by segment
+            id, that the caller already holds (the task that scanned them, `compaction.spark.fused`): read from
+            memory, neither fetched nor written to disk again, their CRCs, which that scan checked, not checked
+            again, and their records not decoded again for the counts.
 
     A group's `txn_state` is where its marker walk starts; a group without one continues from the group
     before it in `groups` (the first from the round's start).
@@ -215,7 +216,7 @@ mapping and unmapping the file cost more than reading it."""
 
 @contextmanager
 def _inputs(store: ObjectStore, group: GroupTask, tmp: Path, out: PartitionRewrite, cache: SegmentCache | None,
-            held: Mapping[str, bytes | memoryview]) -> Iterator[list[SegmentInput]]:
+            held: Mapping[str, Held]) -> Iterator[list[SegmentInput]]:
     """The group's inputs: those `held` as they are (counted as cache hits: not fetched again), the others in
     `tmp` (from the run's cache, else downloaded), memory-mapped (a group of at most `IN_MEMORY_BYTES`: read);
     gone on exit."""
@@ -228,8 +229,9 @@ def _inputs(store: ObjectStore, group: GroupTask, tmp: Path, out: PartitionRewri
             key = seg.keys[Suffix.LOG.value]
             if seg.segment_id in held:
                 out.cache_hits += 1
-                inputs.append(SegmentInput(held[seg.segment_id], seg.start_offset, store.object_uri(key),
-                                           verified=True))  # the scan that holds them checked their CRCs
+                h = held[seg.segment_id]  # the scan that holds them checked their CRCs and decoded their records
+                inputs.append(SegmentInput(h.data, seg.start_offset, store.object_uri(key), verified=True,
+                                           records=h.records))
                 continue
             path = tmp / f"{seg.start_offset:020d}-{seg.segment_id}.log"
             files.append(path)

@@ -44,6 +44,8 @@ from pyspark.sql import SparkSession
 
 from compaction.config import CompactionStrategy
 from compaction.metadata.model import TopicPartition
+from compaction.rewrite.facts import RecordBits
+from compaction.rewrite.group import Held
 from compaction.rewrite.upload import shared_scratch
 from compaction.spark import scan as scan_job
 from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, outcome_batch, outcomes_of, run_unit
@@ -222,7 +224,7 @@ class _FusedTask:
                     outcomes += [(slot, o) for o in self._at_once(store, slot, alone, at_once) if o is not None]
                     units = [f for f in units if not (f.hold and f.send_to is None)]
                 for fused in units:
-                    held: dict[str, bytes | memoryview] | None = {} if fused.hold else None
+                    held: dict[str, Held] | None = {} if fused.hold else None
                     fold = self._fold(scan, store, fused.segments, KeyFold(), held)
                     if fold is None:  # its partition failed (the tracker says why): no rewrite, no fold sent
                         continue
@@ -259,7 +261,7 @@ class _FusedTask:
         def one(fused: FusedUnit) -> UnitOutcome | None:
             with turns:
                 own = store.fork()
-                held: dict[str, bytes | memoryview] = {}
+                held: dict[str, Held] = {}
                 fold = self._fold(scan, own, fused.segments, KeyFold(), held)
                 return None if fold is None else run_unit(own, fused.unit, slot, fold.offsets(), held)
 
@@ -271,9 +273,10 @@ class _FusedTask:
                 f.cancel()
 
     def _fold(self, scan: ScanTask, store: ObjectStore, segments: Sequence[SegmentDescriptor], fold: KeyFold,
-              held: dict[str, bytes | memoryview] | None = None) -> KeyFold | None:
+              held: dict[str, Held] | None = None) -> KeyFold | None:
         """`fold` with the keys of `segments` folded in, or None when one failed its scan (reported); each segment's
-        bytes into `held` (by segment id), when given."""
+        bytes into `held` (by segment id), when given, with what its scan decoded of its records (the rewrite's
+        counts: `facts.RecordBits`)."""
         from compaction.strategies.winner import fold_segment
 
         for d in segments:
@@ -281,7 +284,8 @@ class _FusedTask:
             if scanned is None:
                 return None
             if held is not None:
-                held[d.segment_id] = scanned.data
+                held[d.segment_id] = Held(scanned.data, RecordBits.of_scan(scanned.segment.records,
+                                                                           scanned.segment.batch_fields))
             partition = self.settings.partitions[d.partition_index]
             scan.done(d, scanned, fold_segment(fold, scanned.segment.records, partition.aborted, partition.strategy,
                                                d.dirty))

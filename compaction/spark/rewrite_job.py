@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame
 
 from compaction.errors import KcompactError
 from compaction.format.scan import binary_buffers
+from compaction.rewrite.group import Held
 from compaction.rewrite.upload import PartitionRewrite, rewrite_groups, shared_scratch
 from compaction.spark.winners import CHUNK_SLOT, PACKED
 from compaction.storage.base import ObjectStore, StoreSpec, StoreStats
@@ -126,7 +127,7 @@ class _Rewriter:
 
 
 def run_unit(store: ObjectStore, unit: RewriteUnit, slot: int, offsets: np.ndarray,
-             held: Mapping[str, bytes | memoryview] | None = None) -> UnitOutcome:
+             held: Mapping[str, Held] | None = None) -> UnitOutcome:
     """Rewrite one unit in the task of `slot` from the winning `offsets` its task has for it (-1: a chunk's
     marker); `held`: the bytes of some of its inputs, by segment id, which the task already holds (not fetched
     again). Any other error than a kcompact one is a bug: it fails the task, and so the job."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -41,7 +41,7 @@ from compaction.format.segment import iter_batch_headers, iter_batches
 from compaction.rewrite import ActiveProducer, RewriteOutput, SegmentInput, TransactionState, rewrite_group
 from compaction.rewrite import facts as facts_module
 from compaction.rewrite import group as group_module
-from compaction.rewrite.facts import reference_facts, scan_facts
+from compaction.rewrite.facts import RecordBits, known_facts, reference_facts, scan_facts
 from compaction.rewrite.rebuild import rebuild_batch
 from compaction.rewrite.records import rebuild_data_batch
 from compaction.strategies.retention import (
@@ -694,7 +694,10 @@ def test_property_scan_facts_agree_with_reference(segments: list[SegmentInput], 
     winners = latest_winners(segments)
     for s in segments:
         headers = list(iter_batch_headers(s.data))
-        assert scan_facts(s.data, headers, winners, obj="x") == reference_facts(s.data, headers, winners, obj="x")
+        expected = reference_facts(s.data, headers, winners, obj="x")
+        assert scan_facts(s.data, headers, winners, obj="x") == expected
+        scanned = scan_segment(s.data)  # what the fused task's scan keeps for its rewrite
+        assert known_facts(RecordBits.of_scan(scanned.records, scanned.batch_fields), winners) == expected
     # windows smaller than a batch still scan every batch once
     facts_module_window = facts_module.WINDOW_BYTES
     try:
@@ -906,6 +909,30 @@ def _rewritten(segments: Sequence[SegmentInput], winners: np.ndarray, upper: int
         return type(exc), exc.obj, exc.position
     return (out.log, out.offset_index, out.time_index, out.txn_index, out.base_offset, out.next_offset,
             out.stats.to_dict(), out.transactional, state, pieces)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(logs(), plain_logs().map(lambda log: log[0])), st.sampled_from([NOW - 10, NOW, NOW + 10]))
+def test_a_rewrite_from_the_scans_records_is_the_rewrite_that_decodes_them(segments: list[SegmentInput],
+                                                                           now: int) -> None:
+    """`SegmentInput.records` (what the same task's scan decoded, `compaction.spark.fused`): the rewrite counts each
+    batch from them instead of decoding the records again, and writes the same segment, byte for byte, with the
+    same stats, indexes, pieces and transaction state as without them."""
+    winners = latest_winners(segments)
+    upper = max(h.next_offset for s in segments for h in iter_batch_headers(s.data, obj=s.obj))
+    verified = [replace(s, verified=True) for s in segments]
+    with_bits = []
+    for s in verified:
+        scanned = scan_segment(s.data)
+        with_bits.append(replace(s, records=RecordBits.of_scan(scanned.records, scanned.batch_fields)))
+    decoded: list[int] = []
+    real = group_module.scan_facts
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(group_module, "scan_facts", lambda *a, **k: (decoded.append(1), real(*a, **k))[1])
+        expected = _rewritten(verified, winners, upper, {}, now)
+        decoded.clear()
+        assert _rewritten(with_bits, winners, upper, {}, now) == expected
+        assert not decoded  # counted from the scan's records, nothing decoded again
 
 
 @settings(max_examples=300, deadline=None)
