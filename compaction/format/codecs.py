@@ -128,6 +128,12 @@ class DecompressedSections:
             self._resize(projected + projected // 4)
         return size
 
+    def emptied(self, compressed: int) -> DecompressedSections:
+        """This object, holding nothing again (what it held is overwritten), for the sections of `compressed`
+        bytes to come; its buffer, already written to, is kept (and grows as `add` needs)."""
+        self.size, self._seen, self._left = 0, 0, compressed
+        return self
+
     def _decompress(self, codec: Codec, data: bytes | memoryview) -> int:
         start = self.size
         if codec is not Codec.ZSTD:

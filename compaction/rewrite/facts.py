@@ -22,9 +22,15 @@ import numpy as np
 import pyarrow as pa
 
 from compaction.errors import CorruptInputError
-from compaction.format.batch import decode_batch
+from compaction.format.batch import CODEC_MASK, decode_batch
 from compaction.format.scan import scan_ranges
-from compaction.format.scan_kernels import BATCH_RECORD_COUNT, RECORD_KEY_LEN, RECORD_OFFSET, RECORD_VALUE_LEN
+from compaction.format.scan_kernels import (
+    BATCH_ATTRIBUTES,
+    BATCH_RECORD_COUNT,
+    RECORD_KEY_LEN,
+    RECORD_OFFSET,
+    RECORD_VALUE_LEN,
+)
 from compaction.format.segment import BatchHeader
 from compaction.kernels import kernel
 
@@ -58,8 +64,12 @@ class RecordBits:
     counts: np.ndarray
 
     @classmethod
-    def of_scan(cls, records: pa.Table, fields: np.ndarray) -> RecordBits:
-        """From a `SegmentScan`'s `records` and `fields`."""
+    def of_scan(cls, records: pa.Table, fields: np.ndarray) -> RecordBits | None:
+        """From a `SegmentScan`'s `records` and `fields`; None for a segment without a compressed batch, which
+        decodes again for less than its bits cost to keep (a P2K scan task paid more for them than its rewrite
+        saved, BENCHMARKS.md P10)."""
+        if not (fields[:, BATCH_ATTRIBUTES] & CODEC_MASK).any():
+            return None
         # writable copies: numba compiles a kernel once per argument type (`scan_facts` passes writable arrays)
         return cls(np.array(records.column("offset").to_numpy(), np.int64),
                    records.column("key").is_valid().to_numpy(zero_copy_only=False),

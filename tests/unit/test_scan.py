@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,8 +16,10 @@ from compaction.errors import (
     InvalidMagicError,
     TruncatedSegmentError,
 )
+from compaction.format import scan as scan_module
 from compaction.format.batch import TimestampType, encode_batch
-from compaction.format.scan import batch_fields, headers_of, scan_segment
+from compaction.format.scan import batch_fields, headers_of, scan_ranges, scan_segment
+from compaction.format.scan_kernels import RECORD_HEADER_POS, RECORD_KEY_POS, RECORD_VALUE_POS
 from compaction.format.segment import iter_batch_headers, iter_batches, write_segment
 from tests.unit.random_batches import any_batches
 
@@ -110,6 +113,34 @@ def test_batch_headers_are_the_reference_headers(batches: list, at: int, xor: in
         assert walked[1] == "seg.log" and any(h.records_count < 0 for h in reference)
     else:
         assert walked == reference
+
+
+@given(st.lists(any_batches, min_size=1, max_size=8), st.sampled_from([1, 40, 300, 2000]), st.integers(0, 2**16),
+       st.integers(0, 255))
+def test_a_scan_by_windows_of_batches_is_the_scan_of_the_whole(batches: list, window: int, at: int, xor: int
+                                                               ) -> None:
+    """Compressed batches are decompressed and decoded a window of batches at a time, into one reused buffer
+    (`scan._windows`): any window size gives the rows, record ranges and errors of one window holding the whole
+    segment, on a segment with one byte changed too (CRCs not checked, so that the change reaches the decoders)."""
+    data = bytearray(segment_of(batches))
+    data[at % len(data)] ^= xor
+
+    def scanned() -> object:
+        try:
+            rows = scan_segment(bytes(data), obj="seg.log", header_key=HEADER, with_values=True,
+                                verify_crc=False).records
+            ranges, fields = scan_ranges(bytes(data), obj="seg.log", verify_crc=False)
+        except CorruptInputError as exc:
+            return type(exc), exc.obj, exc.position, str(exc)
+        # positions point into the buffer each window decoded from, which the caller never sees
+        return rows, np.delete(ranges, [RECORD_KEY_POS, RECORD_VALUE_POS, RECORD_HEADER_POS], axis=0).tolist(), \
+            fields.tolist()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scan_module, "WINDOW_DECOMPRESSED_BYTES", 1 << 40)
+        whole = scanned()
+        patch.setattr(scan_module, "WINDOW_DECOMPRESSED_BYTES", window)
+        assert scanned() == whole
 
 
 def test_scan_handles_log_append_time_and_null_header_values() -> None:
