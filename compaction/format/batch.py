@@ -17,6 +17,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
+from typing import TypedDict, Unpack
 
 import crc32c as _crc32c
 
@@ -317,65 +318,51 @@ def encode_batch(batch: RecordBatch) -> bytes:
     )
 
 
-def frame_batch(
-    payload: bytes,
-    *,
-    base_offset: int,
-    partition_leader_epoch: int,
-    attributes: int,
-    last_offset_delta: int,
-    base_timestamp: int,
-    max_timestamp: int,
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
-    records_count: int,
-) -> bytes:
+class BatchFields(TypedDict):
+    """The header fields a writer chooses for a framed batch (`frame_batch`, `frame_into`); batchLength, magic and
+    the CRC are filled in from the section."""
+
+    base_offset: int
+    partition_leader_epoch: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+
+def frame_batch(payload: bytes, **fields: Unpack[BatchFields]) -> bytes:
     """A v2 batch around `payload`, its records section as stored (compressed or not): the header with
     batchLength and magic filled in, then a fresh CRC-32C."""
     out = bytearray(RECORD_BATCH_OVERHEAD + len(payload))
     out[RECORD_BATCH_OVERHEAD:] = payload
-    frame_into(out, len(payload), base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
-               attributes=attributes, last_offset_delta=last_offset_delta, base_timestamp=base_timestamp,
-               max_timestamp=max_timestamp, producer_id=producer_id, producer_epoch=producer_epoch,
-               base_sequence=base_sequence, records_count=records_count)
+    frame_into(out, len(payload), **fields)
     return bytes(out)
 
 
-def frame_into(
-    buf: bytearray | memoryview,
-    payload_size: int,
-    *,
-    base_offset: int,
-    partition_leader_epoch: int,
-    attributes: int,
-    last_offset_delta: int,
-    base_timestamp: int,
-    max_timestamp: int,
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
-    records_count: int,
-) -> None:
+def frame_into(buf: bytearray | memoryview, payload_size: int, **fields: Unpack[BatchFields]) -> None:
     """`frame_batch` in place: `buf` holds the records section (`payload_size` bytes, as stored) from byte 61 on;
     its first 61 bytes become the header, CRC-32C included (for a writer that builds the section where the batch
     goes, instead of copying it behind a header)."""
     BATCH_HEADER.pack_into(
         buf,
         0,
-        base_offset,
+        fields["base_offset"],
         RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + payload_size,
-        partition_leader_epoch,
+        fields["partition_leader_epoch"],
         CURRENT_MAGIC,
         0,
-        attributes,
-        last_offset_delta,
-        base_timestamp,
-        max_timestamp,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        records_count,
+        fields["attributes"],
+        fields["last_offset_delta"],
+        fields["base_timestamp"],
+        fields["max_timestamp"],
+        fields["producer_id"],
+        fields["producer_epoch"],
+        fields["base_sequence"],
+        fields["records_count"],
     )
     struct.pack_into(">I", buf, CRC_OFFSET,
                      crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:RECORD_BATCH_OVERHEAD + payload_size]))

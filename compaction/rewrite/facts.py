@@ -87,8 +87,8 @@ def _counts(offsets: np.ndarray, keyed: np.ndarray, null_value: np.ndarray, coun
     """Per batch (`counts` records each, in order): keyless records, keyed tombstones, winners, winning tombstones."""
     wins = keyed & _members(offsets, winners)
     bounds = np.concatenate(([0], np.cumsum(counts)))
-    flags = (~keyed, keyed & null_value, wins, wins & null_value)
-    return tuple(_per_batch(f, bounds) for f in flags)  # type: ignore[return-value]
+    return (_per_batch(~keyed, bounds), _per_batch(keyed & null_value, bounds), _per_batch(wins, bounds),
+            _per_batch(wins & null_value, bounds))
 
 
 def scan_facts(

@@ -28,6 +28,7 @@ from compaction.format.batch import (
     CRC_OFFSET,
     RECORD_BATCH_OVERHEAD,
     RECORDS_OFFSET,
+    BatchFields,
     TimestampType,
     crc32c,
     frame_batch,
@@ -159,11 +160,11 @@ def rebuild_data_batch(
     max_timestamp = header.max_timestamp if header.is_log_append_time else int(max_ts)
     timestamp_type = TimestampType.LOG_APPEND_TIME if header.is_log_append_time else TimestampType.CREATE_TIME
     attributes = make_attributes(codec, timestamp_type, header.is_transactional, False, delete_horizon_ms is not None)
-    fields = {"base_offset": header.base_offset, "partition_leader_epoch": header.partition_leader_epoch,
-              "attributes": attributes, "last_offset_delta": header.last_offset_delta, "base_timestamp": int(base),
-              "max_timestamp": max_timestamp, "producer_id": header.producer_id,
-              "producer_epoch": header.producer_epoch, "base_sequence": header.base_sequence,
-              "records_count": int(kept)}
+    fields: BatchFields = {
+        "base_offset": header.base_offset, "partition_leader_epoch": header.partition_leader_epoch,
+        "attributes": attributes, "last_offset_delta": header.last_offset_delta, "base_timestamp": int(base),
+        "max_timestamp": max_timestamp, "producer_id": header.producer_id, "producer_epoch": header.producer_epoch,
+        "base_sequence": header.base_sequence, "records_count": int(kept)}
     if codec is Codec.NONE:  # framed where it lies: one copy, to the batch's own size
         frame_into(out.data, int(written), **fields)
         batch = out[: RECORD_BATCH_OVERHEAD + written].tobytes()

@@ -41,7 +41,7 @@ from compaction.format.segment import iter_batch_headers, iter_batches
 from compaction.rewrite import ActiveProducer, RewriteOutput, SegmentInput, TransactionState, rewrite_group
 from compaction.rewrite import facts as facts_module
 from compaction.rewrite import group as group_module
-from compaction.rewrite.facts import RecordBits, known_facts, reference_facts, scan_facts
+from compaction.rewrite.facts import RecordBits, RecordFacts, known_facts, reference_facts, scan_facts
 from compaction.rewrite.rebuild import rebuild_batch
 from compaction.rewrite.records import rebuild_data_batch
 from compaction.strategies.retention import (
@@ -930,9 +930,13 @@ def test_a_rewrite_from_the_scans_records_is_the_rewrite_that_decodes_them(segme
     assume(any(s.records is not None for s in with_bits))
     decoded: list[bytes] = []
     real = group_module.scan_facts
+
+    def counted(data: memoryview, *args: Any, **kwargs: Any) -> RecordFacts:
+        decoded.append(bytes(data))
+        return real(data, *args, **kwargs)
+
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(group_module, "scan_facts", lambda data, *a, **k: (decoded.append(bytes(data)),
-                                                                         real(data, *a, **k))[1])
+        patch.setattr(group_module, "scan_facts", counted)
         expected = _rewritten(verified, winners, upper, {}, now)
         decoded.clear()
         assert _rewritten(with_bits, winners, upper, {}, now) == expected
