@@ -124,13 +124,22 @@ def _hash_column(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray) -> np
 
 def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """XXH64 of every non-null key of a binary column, as uint64, nulls dropped (compiled path)."""
+    hashes, valid = _hashed(keys)
+    return hashes if valid.all() else hashes[valid]
+
+
+def row_key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """XXH64 of the key of every row of a binary column, as uint64, one per row (0 for a null key)."""
+    return _hashed(keys)[0]
+
+
+def _hashed(keys: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     arr = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
     if len(arr) == 0:
-        return np.empty(0, np.uint64)
+        return np.empty(0, np.uint64), np.empty(0, np.bool_)
     offsets, data = binary_buffers(arr)
     valid = arr.is_valid().to_numpy(zero_copy_only=False)
-    hashes = _hash_column(offsets, data, valid)
-    return hashes if valid.all() else hashes[valid]
+    return _hash_column(offsets, data, valid), valid
 
 
 def reference_hash(key: bytes) -> int:

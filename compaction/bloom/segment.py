@@ -19,7 +19,7 @@ from compaction.bloom.filter import NO_HORIZON, FilterFacts, FilterFormatError, 
 from compaction.bloom.hashing import key_hashes
 from compaction.errors import MissingObjectError
 from compaction.format.batch import CONTROL_FLAG_MASK, DELETE_HORIZON_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
-from compaction.format.scan import SegmentScan, scan_segment
+from compaction.format.scan import SegmentScan, batch_fields, scan_segment
 from compaction.format.scan_kernels import BATCH_ATTRIBUTES, BATCH_BASE_TIMESTAMP
 from compaction.storage.base import ObjectStore
 from compaction.storage.indexes import CorruptIndexesObjectError, get_part_fetched
@@ -28,9 +28,14 @@ from compaction.storage.layout import Suffix, parse_segment_object_key
 
 def segment_facts(scan: SegmentScan) -> FilterFacts:
     """The earliest delete horizon of the segment's batches, and whether any is transactional or control."""
-    attrs = scan.batch_fields[:, BATCH_ATTRIBUTES]
+    return _facts(scan.batch_fields)
+
+
+def _facts(fields: np.ndarray) -> FilterFacts:
+    """`segment_facts` of batches whose header fields are `fields` (`scan_kernels.BATCH_*` columns)."""
+    attrs = fields[:, BATCH_ATTRIBUTES]
     with_horizon = (attrs & DELETE_HORIZON_FLAG_MASK) != 0
-    horizon = int(scan.batch_fields[with_horizon, BATCH_BASE_TIMESTAMP].min()) if with_horizon.any() else NO_HORIZON
+    horizon = int(fields[with_horizon, BATCH_BASE_TIMESTAMP].min()) if with_horizon.any() else NO_HORIZON
     transactional = bool(((attrs & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)) != 0).any())
     return FilterFacts(horizon, transactional)
 
@@ -52,6 +57,12 @@ class FilterPart:
 def filter_part(data: bytes | memoryview, *, obj: str = "<segment>") -> FilterPart:
     """The `FilterPart` of whole batches `data` (written by kcompact: CRCs not checked again)."""
     return _part(scan_segment(data, obj=obj, verify_crc=False))
+
+
+def known_part(data: bytes | memoryview, hashes: np.ndarray, *, obj: str = "<segment>") -> FilterPart:
+    """The `FilterPart` of whole batches `data` whose data records' keys hash to `hashes` (known to the writer):
+    `filter_part`'s, with only the batch headers walked, no record decoded or decompressed."""
+    return FilterPart(np.asarray(hashes, np.uint64), _facts(batch_fields(data, obj=obj)))
 
 
 def _part(scan: SegmentScan) -> FilterPart:
@@ -89,5 +100,6 @@ def read_filter(store: ObjectStore, key: str) -> tuple[KeyFilter | None, int]:
         return None, fetched
 
 
-__all__ = ["FilterPart", "filter_key", "filter_part", "joined_filter", "read_filter", "segment_facts", "segment_filter"]
+__all__ = ["FilterPart", "filter_key", "filter_part", "joined_filter", "known_part", "read_filter", "segment_facts",
+           "segment_filter"]
 

@@ -16,11 +16,12 @@ computes the same counts with the readable reference decoder; the three are test
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
+from compaction.bloom.hashing import row_key_hashes
 from compaction.errors import CorruptInputError
 from compaction.format.batch import CODEC_MASK, decode_batch
 from compaction.format.scan import scan_ranges
@@ -41,6 +42,25 @@ WINDOW_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
+class KeptKeys:
+    """Which records of a segment a rewrite keeps, and their keys' hashes: per record (in the segment's order) the
+    XXH64 of its key, whether it is a keyed winner and whether its value is null; where each batch's records
+    start (`bounds`, one more than the batches)."""
+
+    hashes: np.ndarray
+    wins: np.ndarray
+    null_value: np.ndarray
+    bounds: np.ndarray
+
+    def of_batch(self, i: int, retain_deletes: bool) -> np.ndarray:
+        """The key hashes of the records batch `i` keeps: its winners, their tombstones only if `retain_deletes`
+        (what `records.rebuild_data_batch` writes, and all of a batch copied whole)."""
+        lo, hi = int(self.bounds[i]), int(self.bounds[i + 1])
+        keep = self.wins[lo:hi] if retain_deletes else self.wins[lo:hi] & ~self.null_value[lo:hi]
+        return self.hashes[lo:hi][keep]
+
+
+@dataclass(frozen=True)
 class RecordFacts:
     """Counts per batch of one segment, aligned with its headers (control batches included)."""
 
@@ -50,18 +70,22 @@ class RecordFacts:
     winning: list[int]
     """Keyed records whose offset is a winner."""
     winning_tombstones: list[int]
+    kept: KeptKeys | None = field(default=None, compare=False)
+    """The hashes of the keys the rewrite keeps, when the facts come from a scan that hashed them (`known_facts`)."""
 
 
 @dataclass(frozen=True)
 class RecordBits:
     """What the counts need of each record of a segment, as a scan of it decoded them (`format.scan.scan_segment`):
-    its offset, whether it has a key, whether its value is null; and each batch's record count (control batches
-    included), in the segment's order. ~10 bytes a record."""
+    its offset, whether it has a key, whether its value is null, its key's XXH64 (0 if keyless: the output's
+    filter is built from the hashes of the records kept, `KeptKeys`, without decoding the output again); and each
+    batch's record count (control batches included), in the segment's order. ~18 bytes a record."""
 
     offsets: np.ndarray
     keyed: np.ndarray
     null_value: np.ndarray
     counts: np.ndarray
+    hashes: np.ndarray
 
     @classmethod
     def of_scan(cls, records: pa.Table, fields: np.ndarray) -> RecordBits | None:
@@ -74,19 +98,25 @@ class RecordBits:
         return cls(np.array(records.column("offset").to_numpy(), np.int64),
                    records.column("key").is_valid().to_numpy(zero_copy_only=False),
                    records.column("value_is_null").to_numpy(zero_copy_only=False),
-                   np.array(fields[:, BATCH_RECORD_COUNT], np.int64))
+                   np.array(fields[:, BATCH_RECORD_COUNT], np.int64),
+                   row_key_hashes(records.column("key")))
 
 
 def known_facts(bits: RecordBits, winners: np.ndarray) -> RecordFacts:
-    """The counts of every batch from `bits` (a scan of the same bytes): what `scan_facts` returns for them."""
-    return RecordFacts(*(c.tolist() for c in _counts(bits.offsets, bits.keyed, bits.null_value, bits.counts, winners)))
+    """The counts of every batch from `bits` (a scan of the same bytes): what `scan_facts` returns for them, and
+    the hashes of the keys kept (`RecordFacts.kept`)."""
+    wins = bits.keyed & _members(bits.offsets, winners)
+    bounds = np.concatenate(([0], np.cumsum(bits.counts)))
+    keyless, tombstones, winning, winning_tombstones = (c.tolist() for c in _counts(bits.keyed, bits.null_value, wins,
+                                                                                     bounds))
+    return RecordFacts(keyless, tombstones, winning, winning_tombstones,
+                       KeptKeys(bits.hashes, wins, bits.null_value, bounds))
 
 
-def _counts(offsets: np.ndarray, keyed: np.ndarray, null_value: np.ndarray, counts: np.ndarray, winners: np.ndarray
+def _counts(keyed: np.ndarray, null_value: np.ndarray, wins: np.ndarray, bounds: np.ndarray
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per batch (`counts` records each, in order): keyless records, keyed tombstones, winners, winning tombstones."""
-    wins = keyed & _members(offsets, winners)
-    bounds = np.concatenate(([0], np.cumsum(counts)))
+    """Per batch (records [bounds[i], bounds[i+1]) each): keyless records, keyed tombstones, winners (`wins`: keyed
+    records whose offset wins), winning tombstones."""
     return (_per_batch(~keyed, bounds), _per_batch(keyed & null_value, bounds), _per_batch(wins, bounds),
             _per_batch(wins & null_value, bounds))
 
@@ -109,8 +139,9 @@ def scan_facts(
         except CorruptInputError as exc:
             raise exc.located(obj, start) from None
         window_winners = _slice(winners, headers[first].base_offset, headers[end - 1].last_offset)
-        counted = _counts(ranges[RECORD_OFFSET], ranges[RECORD_KEY_LEN] >= 0, ranges[RECORD_VALUE_LEN] < 0,
-                          fields[:, BATCH_RECORD_COUNT], window_winners)
+        keyed = ranges[RECORD_KEY_LEN] >= 0
+        counted = _counts(keyed, ranges[RECORD_VALUE_LEN] < 0, keyed & _members(ranges[RECORD_OFFSET], window_winners),
+                          np.concatenate(([0], np.cumsum(fields[:, BATCH_RECORD_COUNT]))))
         for out, per_batch in zip(columns, counted, strict=True):
             out.append(per_batch)
     keyless, tombstones, winning, winning_tombstones = (

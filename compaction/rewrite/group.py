@@ -154,7 +154,7 @@ def rewrite_group(
     aborted: Sequence[AbortedTxn] = (),
     active_producers: Mapping[int, ActiveProducer] | None = None,
     txn_state: TransactionState | None = None,
-    on_written: Callable[[bytes], None] | None = None,
+    on_written: Callable[[bytes, np.ndarray | None], None] | None = None,
 ) -> tuple[RewriteOutput, TransactionState]:
     """Clean `inputs` (consecutive segments, in offset order) into one segment.
 
@@ -170,8 +170,10 @@ def rewrite_group(
             duplicates and already closed ones are ignored.
         active_producers: producer id -> its last entry; that batch is kept, empty if need be.
         txn_state: the state returned for the previous group of the round; None starts a round.
-        on_written: called, in order, with the output bytes each input segment added (none: not called), while
-            the next input is rewritten: the caller can build the output's filter alongside (`upload.py`).
+        on_written: called, in order, with the output bytes each input segment added (none: not called) and the
+            XXH64 of the key of every data record they hold when the segment's `SegmentInput.records` carry them
+            (else None), while the next input is rewritten: the caller builds the output's filter alongside
+            (`upload.py`), from those hashes rather than by decoding the bytes again.
 
     Returns:
         The cleaned segment and the transaction state to pass to the next group.
@@ -198,7 +200,8 @@ def rewrite_group(
         if on_written is not None and len(rewriter.parts) > written:
             added = b"".join(rewriter.parts[written:])  # held once: the log is joined from these
             rewriter.parts[written:] = [added]
-            on_written(added)
+            kept = rewriter.kept_hashes
+            on_written(added, None if kept is None else np.concatenate(kept) if kept else np.empty(0, np.uint64))
     return rewriter.finish(inputs, index_interval_bytes), rewriter.txns.state()
 
 
@@ -246,14 +249,19 @@ class _GroupRewriter:
         self.parts: list[bytes | memoryview] = []
         self.next_offset: int | None = None
         self.transactional = False  # a transactional or control batch was written
+        self.kept_hashes: list[np.ndarray] | None = None
+        """The current segment's kept key hashes, batch by batch (`KeptKeys`); None once a batch was written
+        whose records' hashes are not known."""
 
     def rewrite_segment(self, segment: SegmentInput) -> None:
         data = memoryview(segment.data)
         fields = batch_fields(data, obj=segment.obj)
+        self.kept_hashes = []
         if self._plain(fields):
             if not segment.verified:
                 check_crcs(data, fields, segment.obj)
             if self._rewrite_plain(data, fields, segment):
+                self.kept_hashes = None
                 return
         headers = headers_of(fields)
         facts = self._facts(data, headers, segment)
@@ -358,12 +366,28 @@ class _GroupRewriter:
         sets_horizon = kept_tombstones > 0 and header.delete_horizon_ms is None
         if kept == 0:
             self._write_nothing(header, decision)
-        elif kept == header.records_count and not sets_horizon:
+            return
+        if kept == header.records_count and not sets_horizon:
             self._copy(data, header)
         else:
             self._rebuild_data(
                 data, header, obj, expected=kept, retain_deletes=retain_deletes, needs_horizon=kept_tombstones > 0
             )
+        self._kept(facts, i, retain_deletes, kept, header, obj)
+
+    def _kept(self, facts: RecordFacts, i: int, retain_deletes: bool, kept: int, header: BatchHeader, obj: str
+              ) -> None:
+        """Add the key hashes of the `kept` records written for batch `i` (if the facts know them)."""
+        if facts.kept is None or self.kept_hashes is None:
+            self.kept_hashes = None
+            return
+        hashes = facts.kept.of_batch(i, retain_deletes)
+        if len(hashes) != kept:
+            raise KcompactError(
+                f"{obj}, byte {header.position}: {kept} records kept, the scan's records name {len(hashes)}; a bug, "
+                "not bad input"
+            )
+        self.kept_hashes.append(hashes)
 
     def _control_batch(self, data: memoryview, header: BatchHeader, obj: str) -> None:
         batch = _decode(data, header, obj)

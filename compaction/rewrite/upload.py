@@ -19,8 +19,10 @@ temporary-directory size seen (`peak_temp_bytes`, measured after every input is 
 
 **Objects.** Every output segment is two objects under the output's own id (`compaction.storage.indexes`): its
 `.log`, and one `.indexes` object holding its offset, time and transaction indexes, the producer snapshot and
-leader-epoch checkpoint of the group's last input, and its key filter (`compaction.bloom`), built from a scan of the
-output. The scan runs beside the rewrite, in threads: the output each input segment adds is scanned for the filter
+leader-epoch checkpoint of the group's last input, and its key filter (`compaction.bloom`): from the key hashes of
+the records kept where the task's own scan hashed its inputs' keys (`SegmentInput.records`, a held segment with a
+compressed batch: its output is then not decompressed again), else from a scan of the output. That scan runs beside
+the rewrite, in threads: the output each input segment adds is scanned for the filter
 while the next input is rewritten (`rewrite_group`'s `on_written`; the numba scan and hashing release the
 interpreter), and the `.log` is uploaded while the filter is finished (a store write waits on I/O). The chunk
 holding most winners ends a hot partition's rewrite, and the core its earlier chunks freed takes that work, instead
@@ -47,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from compaction.bloom.filter import KeyFilter
-from compaction.bloom.segment import FilterPart, filter_part, joined_filter
+from compaction.bloom.segment import FilterPart, filter_part, joined_filter, known_part
 from compaction.errors import ConfigError
 from compaction.rewrite.cache import SegmentCache
 from compaction.rewrite.group import Held, SegmentInput, TransactionState, rewrite_group
@@ -292,11 +294,18 @@ class _FilterParts:
         self.pool, self.obj = pool, obj
         self.parts: list[Future[FilterPart]] = []
 
-    def add(self, data: bytes) -> None:
+    def add(self, data: bytes, hashes: np.ndarray | None = None) -> None:
+        """The piece `data`, given the hashes of its data records' keys if the rewrite knew them (no decoding
+        then: only its batch headers are walked)."""
+        if hashes is not None:
+            done: Future[FilterPart] = Future()
+            done.set_result(known_part(data, hashes, obj=self.obj))
+            self.parts.append(done)
+            return
         if self.pool is not None:
             self.parts.append(self.pool.submit(filter_part, data, obj=self.obj))
             return
-        done: Future[FilterPart] = Future()
+        done = Future()
         done.set_result(filter_part(data, obj=self.obj))
         self.parts.append(done)
 

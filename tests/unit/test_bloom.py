@@ -36,7 +36,7 @@ from compaction.bloom.filter import (
     reference_filter,
     reference_may_contain,
 )
-from compaction.bloom.hashing import key_hashes, reference_hash
+from compaction.bloom.hashing import key_hashes, reference_hash, row_key_hashes
 from compaction.bloom.segment import filter_key, read_filter, segment_facts, segment_filter
 from compaction.bloom.skipping import Verdict, merge_small, regroup_around, verdict
 from compaction.errors import CorruptInputError, MetadataInvariantError
@@ -77,6 +77,16 @@ def test_hash_covers_every_tail_length_and_drops_nulls() -> None:
     keys = [bytes(range(n)) for n in range(0, 70)]  # 32-byte stripes, 8/4/1-byte tails
     assert key_hashes(binary([*keys, None])).tolist() == [reference_hash(k) for k in keys]
     assert reference_hash(b"") == 0xEF46DB3751D8E999  # XXH64 of the empty input, seed 0 (xxHash's own test vector)
+
+
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=40)), max_size=30))
+def test_row_hashes_keep_one_per_row_and_zero_for_a_null_key(keys: list[bytes | None]) -> None:
+    """`row_key_hashes` (aligned with a scan's records, `rewrite.facts.RecordBits`): a hash per row, 0 where the key
+    is null, and `key_hashes` is it without the nulls."""
+    rows = row_key_hashes(pa.array(keys, pa.binary())).tolist()
+    assert rows == [0 if k is None else reference_hash(k) for k in keys]
+    present = [h for h, k in zip(rows, keys, strict=True) if k is not None]
+    assert key_hashes(pa.array(keys, pa.binary())).tolist() == present
 
 
 # --- the filter ------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from compaction.bloom.segment import filter_part, joined_filter, segment_filter
+from compaction.bloom.segment import FilterPart, filter_part, joined_filter, known_part, segment_filter
 from compaction.errors import CorruptInputError, CrcMismatchError, InvalidMagicError
 from compaction.format.batch import (
     CRC_OFFSET,
@@ -177,6 +177,12 @@ def clean(
     if upper is None:
         upper = max(h.next_offset for s in inputs for h in iter_batch_headers(s.data, obj=s.obj))
     pieces: list[bytes] = []
+    parts: list[FilterPart] = []
+
+    def written(data: bytes, hashes: np.ndarray | None) -> None:
+        pieces.append(data)
+        parts.append(filter_part(data) if hashes is None else known_part(data, hashes))
+
     out, next_state = rewrite_group(
         inputs,
         winners,
@@ -191,12 +197,12 @@ def clean(
     again, again_state = rewrite_group(
         inputs, winners, upper_bound_offset=upper, now_ms=now, delete_retention_ms=retention,
         index_interval_bytes=interval, aborted=aborted, active_producers=producers, txn_state=state,
-        on_written=pieces.append,
+        on_written=written,
     )
     assert (again, again_state) == (out, next_state)
     assert b"".join(pieces) == out.log and all(pieces) and len(pieces) <= len(inputs)
     whole = segment_filter(scan_segment(out.log, verify_crc=False), 0.01).to_bytes()
-    assert joined_filter([filter_part(p) for p in pieces], 0.01).to_bytes() == whole
+    assert joined_filter(parts, 0.01).to_bytes() == whole
     batches = [b for _p, b in iter_batches(out.log)]
     check_output(out, batches, inputs, interval)
     return Cleaned(out, next_state, batches)
@@ -835,7 +841,7 @@ def test_a_filter_built_piece_by_piece_has_the_facts_of_a_later_piece() -> None:
                         "second")
     pieces: list[bytes] = []
     out, _state = rewrite_group([first, second], np.array([1, 2, 3, 5], np.int64), upper_bound_offset=6, now_ms=NOW,
-                                delete_retention_ms=RETENTION, on_written=pieces.append)
+                                delete_retention_ms=RETENTION, on_written=lambda data, _hashes: pieces.append(data))
     assert len(pieces) == 2
     whole = segment_filter(scan_segment(out.log, verify_crc=False), 0.01)
     built = joined_filter([filter_part(p) for p in pieces], 0.01)
@@ -901,16 +907,26 @@ def plain_logs(draw: st.DrawFn) -> tuple[list[SegmentInput], np.ndarray, int, di
 
 
 def _rewritten(segments: Sequence[SegmentInput], winners: np.ndarray, upper: int,
-               active: dict[int, ActiveProducer], now: int) -> object:
+               active: dict[int, ActiveProducer], now: int, hashed: list[bytes] | None = None) -> object:
+    """The rewrite's output, stats, state, pieces and the filter of its pieces (from the key hashes the rewrite
+    gives with a piece, `known_part`, else from the piece's bytes); the pieces given with hashes go to `hashed`."""
     pieces: list[bytes] = []
+    parts: list[FilterPart] = []
+
+    def written(data: bytes, hashes: np.ndarray | None) -> None:
+        pieces.append(data)
+        parts.append(filter_part(data) if hashes is None else known_part(data, hashes))
+        if hashes is not None and hashed is not None:
+            hashed.append(data)
+
     try:
         out, state = rewrite_group(segments, winners, upper_bound_offset=upper, now_ms=now,
                                    delete_retention_ms=RETENTION, active_producers=active, index_interval_bytes=100,
-                                   on_written=pieces.append)
+                                   on_written=written)
     except CorruptInputError as exc:
         return type(exc), exc.obj, exc.position
     return (out.log, out.offset_index, out.time_index, out.txn_index, out.base_offset, out.next_offset,
-            out.stats.to_dict(), out.transactional, state, pieces)
+            out.stats.to_dict(), out.transactional, state, pieces, joined_filter(parts, 0.01).to_bytes())
 
 
 @settings(max_examples=100, deadline=None)
@@ -919,7 +935,8 @@ def test_a_rewrite_from_the_scans_records_is_the_rewrite_that_decodes_them(segme
                                                                            now: int) -> None:
     """`SegmentInput.records` (what the same task's scan decoded, `compaction.spark.fused`): the rewrite counts each
     batch from them instead of decoding the records again, and writes the same segment, byte for byte, with the
-    same stats, indexes, pieces and transaction state as without them."""
+    same stats, indexes, pieces and transaction state as without them; and the filter built from the key hashes it
+    hands with each piece of such a segment (not decoding the output) is the filter of the pieces' bytes."""
     winners = latest_winners(segments)
     upper = max(h.next_offset for s in segments for h in iter_batch_headers(s.data, obj=s.obj))
     verified = [replace(s, verified=True) for s in segments]
@@ -939,9 +956,12 @@ def test_a_rewrite_from_the_scans_records_is_the_rewrite_that_decodes_them(segme
         patch.setattr(group_module, "scan_facts", counted)
         expected = _rewritten(verified, winners, upper, {}, now)
         decoded.clear()
-        assert _rewritten(with_bits, winners, upper, {}, now) == expected
-    # a segment with the scan's records is counted from them, not decoded again
+        hashed: list[bytes] = []
+        assert _rewritten(with_bits, winners, upper, {}, now, hashed) == expected
+    # a segment with the scan's records is counted from them, not decoded again, and its piece comes with hashes
     assert not set(decoded) & {bytes(s.data) for s in with_bits if s.records is not None}
+    if all(s.records is not None for s in with_bits) and isinstance(expected, tuple) and len(expected) > 3:
+        assert hashed == expected[9]
 
 
 @settings(max_examples=300, deadline=None)
