@@ -94,6 +94,11 @@ class RecordBits:
         saved, BENCHMARKS.md P10)."""
         if not (fields[:, BATCH_ATTRIBUTES] & CODEC_MASK).any():
             return None
+        return cls.decoded(records, fields)
+
+    @classmethod
+    def decoded(cls, records: pa.Table, fields: np.ndarray) -> RecordBits:
+        """`of_scan` for any segment, compressed or not."""
         # writable copies: numba compiles a kernel once per argument type (`scan_facts` passes writable arrays)
         return cls(np.array(records.column("offset").to_numpy(), np.int64),
                    records.column("key").is_valid().to_numpy(zero_copy_only=False),
