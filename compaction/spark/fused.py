@@ -19,6 +19,12 @@ alone receives that part's winning offsets, not its fold; under the others, ever
 row per key of the partition, so a partition above `FOLD_RECORDS` offsets, or one of whose parts is larger than a
 scan task, keeps the shuffle.
 
+With fewer slots than cores (one partition of one chunk; small partitions packed into fewer tasks), the largest
+partitions of one unit whose segments the run caches are folded by parts the same way (`spread`): each part after
+the first by a task of its own, added after the slots' tasks, which sends its fold to the unit's slot; that slot
+merges every part's fold and rewrites the unit in the second stage. Without it such a run shuffled its rows and
+aggregated them in Spark in its one slot's task, on one core.
+
 A partition that is one unit and at most `HELD_BYTES` (any size, on a local store: its segments are mapped) is
 rewritten from the very bytes its scan fetched: neither fetched again nor copied through the run's disk cache.
 
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, cast
@@ -130,26 +137,58 @@ class MergedUnit:
 
 
 def fits(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[SegmentScanTask], parallelism: int) -> bool:
-    """Whether the one job's `slots` can fold and rewrite their partitions without a shuffle of rows: the slots
-    keep every core busy; a partition that is one unit is no larger than a scan task's bytes or records; a
-    partition of several units spans at most `FOLD_RECORDS` offsets, each of its fold parts (`_parts`) is no more
-    than a scan task's bytes, and every segment scanned is an input of one of its units. Pure."""
-    if len(slots) < parallelism:
+    """Whether the one job's `slots` can fold and rewrite their partitions without a shuffle of rows: the slots,
+    with the fold parts of the partitions `spread` cuts, keep every core busy; a partition that is one unit (and
+    not cut) is no larger than a scan task's bytes or records; a partition of several units, or cut, spans at
+    most `FOLD_RECORDS` offsets, each of its fold parts (`_parts`) is no more than a scan task's bytes, and every
+    segment scanned is an input of one of its units. Pure."""
+    cut = spread(slots, scans, parallelism)
+    if len(slots) + sum(n - 1 for n in cut.values()) < parallelism:
         return False
     by_tp = _by_partition(scans)
     units_of: dict[int, list[RewriteUnit]] = {}
     for u in (u for units in slots for u in units):
         units_of.setdefault(u.partition_index, []).append(u)
-    for units in units_of.values():
+    for index, units in units_of.items():
         part = by_tp.get(TopicPartition(units[0].task.topic, units[0].task.partition), [])
         offsets = sum(s.offsets for s in part)
-        if len(units) == 1:
+        if len(units) == 1 and index not in cut:
             if sum(s.size for s in part) > scan_job.SCAN_TASK_BYTES or offsets > scan_job.SCAN_TASK_RECORDS:
                 return False
         elif not _all_inputs(units, part) or offsets > FOLD_RECORDS or any(
-                sum(s.size for s in p) > scan_job.SCAN_TASK_BYTES for p in _parts(part, len(units))):
+                sum(s.size for s in p) > scan_job.SCAN_TASK_BYTES for p in _parts(part, cut.get(index, len(units)))):
             return False
     return True
+
+
+def spread(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[SegmentScanTask], parallelism: int
+           ) -> dict[int, int]:
+    """When the rewrite has fewer slots than cores (one partition of one chunk, say), the partitions of one unit
+    whose segments the fused job's first stage folds in several tasks anyway: partition index -> parts (at least
+    two, each at least one segment), the largest partitions first, until every core has a task. The unit's slot
+    merges the parts' folds and rewrites it in the second stage, as for a partition of several units; without it
+    a one-partition topic of 12.5 M offsets aggregated its rows in Spark on one core while the other idled
+    (BENCHMARKS.md, P10 overflow). Only a partition whose segments go into the run's cache is cut (its rewrite,
+    in another task than some of its scans, then fetches none of them again). Empty when every core has a slot.
+    Pure."""
+    short = parallelism - len(slots)
+    if short <= 0:
+        return {}
+    units = Counter(u.partition_index for units in slots for u in units)
+    tp_of = {u.partition_index: TopicPartition(u.task.topic, u.task.partition) for units in slots for u in units}
+    by_tp = _by_partition(scans)
+    sizes = sorted(((sum(s.size for s in by_tp.get(tp_of[i], [])), i) for i, n in units.items() if n == 1),
+                   reverse=True)
+    cut: dict[int, int] = {}
+    for _size, index in sizes:
+        part = by_tp.get(tp_of[index], [])
+        extra = min(short, len(part) - 1)
+        if extra > 0 and all(s.cache for s in part):
+            cut[index] = 1 + extra
+            short -= extra
+        if short <= 0:
+            break
+    return cut
 
 
 def _by_partition(scans: Sequence[SegmentScanTask]) -> dict[TopicPartition, list[SegmentScanTask]]:
@@ -409,11 +448,13 @@ def _merged(pieces: Sequence[pa.Buffer]) -> np.ndarray:
 
 def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[SegmentScanTask],
                   index_of: Mapping[TopicPartition, int], strategy_of: Mapping[int, CompactionStrategy],
-                  keys: Sequence[int], mapped: bool = False
+                  keys: Sequence[int], mapped: bool = False, parallelism: int = 0
                   ) -> tuple[list[list[FusedUnit]], dict[int, list[MergedUnit]]]:
     """What each slot's task does in the fused job's first stage (its units, in order), and the units each slot
-    rewrites in the second (empty when no partition is cut into several units: one stage). `strategy_of` gives a
-    partition index's strategy, `keys` each slot's key (`slot_keys`). `mapped`: the store maps its objects (a
+    rewrites in the second (empty when no partition is cut into several units or parts: one stage). The first
+    stage has a task more for each part past the first of the partitions `spread` cuts (for `parallelism` cores),
+    after the slots' own: it folds that part and sends the fold to the unit's slot. `strategy_of` gives a
+    partition index's strategy, `keys` each task's key (`slot_keys`). `mapped`: the store maps its objects (a
     local store, `ObjectStore.view`), so a partition that is one unit is held whatever its size. `fits` must hold.
     Pure."""
     by_tp = _by_partition(scans)
@@ -425,9 +466,24 @@ def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[Segmen
             placed.setdefault(u.partition_index, []).append((slot, u))
     planned: dict[int, FusedUnit] = {}  # id(unit) -> how its first stage runs it
     merges: dict[int, list[MergedUnit]] = {}  # slot -> its units merged in the second stage
+    cut = spread(slots, scans, parallelism)
+    extra: list[list[FusedUnit]] = []  # the first stage's tasks after the slots': a part of a cut partition each
     chunk = 0
     for index, at in placed.items():
         part = by_tp.get(tp_of[index], [])
+        if len(at) == 1 and index in cut:  # its parts folded by its slot's task and tasks of their own
+            slot, unit = at[0]
+            if not _all_inputs([unit], part):
+                raise ValueError("the fused job planned where fits() does not hold")
+            parts = _parts(part, cut[index])
+            numbers = range(chunk, chunk + len(parts))
+            chunk += len(parts)
+            merges.setdefault(slot, []).append(MergedUnit(unit, frozenset(numbers)))
+            folded = [FusedUnit(unit, tuple(describe(seg_of, [p], index_of)[0]), (keys[slot],), (), n)
+                      for p, n in zip(parts, numbers, strict=True)]
+            planned[id(unit)] = folded[0]
+            extra += [[f] for f in folded[1:]]
+            continue
         if len(at) == 1:
             described = describe(seg_of, [part], index_of)[0]
             size = sum(s.size for s in part)
@@ -458,28 +514,30 @@ def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[Segmen
             alone = {keys[w] for w, parts_of_slot in wanted.items() if parts_of_slot == {n}}
             planned[id(u)] = FusedUnit(u, tuple(describe(seg_of, [parts[j]], index_of)[0]),
                                        tuple(k for k in to if k not in alone), tuple(k for k in to if k in alone), n)
-    return [[planned[id(u)] for u in units] for units in slots], merges
+    return [[planned[id(u)] for u in units] for units in slots] + extra, merges
 
 
 def fold_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequence[SegmentScanTask],
                      index_of: Mapping[TopicPartition, int], tracker: Accumulator,
-                     slots: Sequence[Sequence[RewriteUnit]]) -> list[UnitOutcome]:
-    """The one job of `len(slots)` tasks (see the module docstring and `exchange_plan`): one stage when every
-    partition is one unit, two when some partition is cut into several; one outcome per unit whose partition
-    scanned cleanly. The scan reports go to `tracker`. `fits` must hold."""
+                     slots: Sequence[Sequence[RewriteUnit]], *, parallelism: int = 0) -> list[UnitOutcome]:
+    """The one job of a task per slot, and one per extra fold part (see the module docstring and `exchange_plan`):
+    one stage when every partition is one unit, two when some partition is cut into several units or parts; one
+    outcome per unit whose partition scanned cleanly. The scan reports go to `tracker`. `fits` must hold."""
     strategies = {i: p.strategy for i, p in enumerate(settings.partitions)}
-    keys = slot_keys(len(slots))
-    first, merges = exchange_plan(slots, scans, index_of, strategies, keys, settings.spec.scheme == "file")
+    tasks = len(slots) + sum(n - 1 for n in spread(slots, scans, parallelism).values())
+    keys = slot_keys(tasks)
+    first, merges = exchange_plan(slots, scans, index_of, strategies, keys, settings.spec.scheme == "file",
+                                  parallelism)
     shipped = spark.sparkContext.broadcast(first)
     plan = spark.sparkContext.broadcast({keys[s]: (s, m) for s, m in merges.items()}) if merges else None
     try:
-        ids = spark.range(0, len(slots), numPartitions=max(1, len(slots)))  # task i runs slot i
+        ids = spark.range(0, tasks, numPartitions=max(1, tasks))  # task i runs slot i (or extra part i - slots)
         if plan is None:
             rows = ids.mapInArrow(_FusedTask(settings, tracker, shipped, None), "outcome binary").collect()
         else:
             exchanged = ids.mapInArrow(_FusedTask(settings, tracker, shipped, keys),
                                        f"{CHUNK_SLOT} long, tp int, chunk int, fold binary, outcome binary")
-            rows = exchanged.repartition(len(slots), CHUNK_SLOT).mapInArrow(
+            rows = exchanged.repartition(tasks, CHUNK_SLOT).mapInArrow(
                 _MergeTask(settings, plan), "outcome binary").collect()
     finally:
         shipped.unpersist()
@@ -488,4 +546,5 @@ def fold_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequenc
     return outcomes_of(rows)
 
 
-__all__ = ["FOLD_RECORDS", "HELD_BYTES", "FusedUnit", "MergedUnit", "exchange_plan", "fits", "fold_and_rewrite"]
+__all__ = ["FOLD_RECORDS", "HELD_BYTES", "FusedUnit", "MergedUnit", "exchange_plan", "fits", "fold_and_rewrite",
+           "spread"]

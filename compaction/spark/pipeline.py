@@ -322,7 +322,8 @@ def _scan_and_rewrite(staging: _Staging, scans: Sequence[SegmentScanTask], track
     holding its winner: the aggregate comes first (a shuffle by key), then the winners go to their chunk's slot
     (a second)."""
     if fused.fits(slots, scans, staging.parallelism):  # each task folds and rewrites its partitions: no shuffle
-        return fused.fold_and_rewrite(staging.spark, staging.settings, scans, staging.index_of, tracker, slots)
+        return fused.fold_and_rewrite(staging.spark, staging.settings, scans, staging.index_of, tracker, slots,
+                                      parallelism=staging.parallelism)
     by_offset = staging.settings.by_offset
     if len({u.partition_index for units in slots for u in units}) < sum(len(units) for units in slots):
         rows = staging.scan_rows(RowLayout.ONE_JOB_BY_KEY, scans, tracker)

@@ -99,9 +99,9 @@ def _spy_fused(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
     real = fused_job.fold_and_rewrite
 
-    def spy(*args: object) -> object:
+    def spy(*args: object, **kwargs: object) -> object:
         seen.append(sum(len(units) for units in args[-1]))  # type: ignore[attr-defined]
-        return real(*args)  # type: ignore[arg-type]
+        return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(fused_job, "fold_and_rewrite", spy)
     return seen
@@ -280,6 +280,37 @@ def test_one_rewrite_task_for_every_partition_writes_the_same_bytes(
     assert {p["stats"]["rewrite_tasks"] for p in shared["partitions"]} == {1}
     assert _logs(one) == _logs(shared_store) == _logs(other)
     assert [p["stats"]["dirty_keys"] for p in shared["partitions"]] == [KEYS] * PARTITIONS
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("strategy", ["offset", "timestamp"])
+def test_fewer_rewrite_slots_than_cores_fold_a_partition_of_one_chunk_in_parts(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: str) -> None:
+    """The three partitions' chunks packed into one rewrite slot on local[2] (as `rewrite_slots` packs a run whose
+    partitions are all small): the fused job still gives every core a task (`fused.spread`), cutting the largest
+    partition's segments into two fold parts, one folded by a task of its own, whose fold the slot merges before it
+    rewrites (no rows shuffled). It writes what the step-by-step path writes, with the same counts and each segment
+    fetched once (the cut partition's segments from the run's cache)."""
+    cut: list[dict[int, int]] = []
+    real = fused_job.spread
+
+    def spy(*args: object) -> dict[int, int]:
+        found = real(*args)  # type: ignore[arg-type]
+        cut.append(found)
+        return found
+
+    monkeypatch.setattr(fused_job, "spread", spy)
+    ran_fused = _spy_fused(monkeypatch)
+    monkeypatch.setattr(pipeline, "rewrite_slots", lambda units, *_a: [list(units)])
+    report, _jobs = _run(spark, store := _store(tmp_path / "one"), strategy)
+    assert ran_fused == [PARTITIONS] and [2] in [list(c.values()) for c in cut]
+    _step_by_step_only(monkeypatch)
+    stepped, _jobs = _run(spark, other := _store(tmp_path / "other"), strategy)
+    assert all(p["committed"] and p["error"] is None for p in report["partitions"] + stepped["partitions"])
+    assert _logs(store) == _logs(other)
+    for a, b in zip(report["partitions"], stepped["partitions"], strict=True):
+        assert a["stats"]["dirty_keys"] == b["stats"]["dirty_keys"] == KEYS
+        assert a["fetch_ratio"] == b["fetch_ratio"] < 1.01
 
 
 @pytest.mark.spark

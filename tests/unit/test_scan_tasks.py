@@ -37,6 +37,7 @@ from compaction.spark.fused import (
     _parts,
     exchange_plan,
     fits,
+    spread,
     units_in_flight,
 )
 from compaction.spark.pipeline import _states_known, rewrite_slots
@@ -254,7 +255,8 @@ def test_the_fused_job_takes_one_chunk_partitions_a_task_can_fold_when_every_cor
 
     scans = segments(0, 3) + segments(1, 3)
     assert fits([[_unit(0, 0, 3)], [_unit(1, 0, 3)]], scans, parallelism=2)
-    assert not fits([[_unit(0, 0, 3), _unit(1, 0, 3)]], scans, parallelism=2)  # one slot: a core would idle
+    assert not fits([[_unit(0, 0, 3), _unit(1, 0, 3)]], scans, parallelism=2)  # one slot: a core would idle (and
+    # the partition `spread` would cut has scans in no unit)
     assert not fits([[_unit(0, 0, 3)], [_unit(0, 1, 3)]], segments(0, 3), parallelism=2)  # scans in no chunk
     big = segments(0, 2, size=SCAN_TASK_BYTES // 2 + 1) + segments(1, 1)
     assert not fits([[_unit(0, 0, 3)], [_unit(1, 0, 3)]], big, parallelism=2)  # over a scan task's bytes
@@ -287,6 +289,41 @@ def test_the_fused_job_takes_a_partition_of_several_chunks_whose_folds_its_tasks
     big = segments(3, size=SCAN_TASK_BYTES // 2 + 1)
     assert not fits([[_chunk(0, 0, big[:2])], [_chunk(0, 1, big[2:])]], big, 2)  # a chunk over a scan task
     assert fits([[_chunk(0, 0, big[:1])], [_chunk(0, 1, big[1:2])], [_chunk(0, 2, big[2:])]], big, 2)
+
+
+@pytest.mark.parametrize("strategy", [CompactionStrategy.OFFSET, CompactionStrategy.HEADER])
+def test_a_partition_of_one_unit_is_folded_by_every_core_when_the_slots_are_fewer(
+        strategy: CompactionStrategy) -> None:
+    """`spread`: with fewer rewrite slots than cores, the largest partitions of one unit are cut into fold parts
+    (at most a part per segment) until every core has a task; `exchange_plan` gives each part after the first a
+    task of its own after the slots', folding that part and sending its fold to the unit's slot, which merges
+    every part and rewrites the unit in the second stage. A partition of one segment cannot be cut; with every
+    core a slot, nothing is; nor is a partition whose segments the run does not cache (its rewrite would fetch
+    them again). The merge's bounds hold as for a partition of several units."""
+    hot = [SegmentScanTask("t", 0, f"h{i}", f"kh{i}", i * 100, size=10, offsets=100, cache=True) for i in range(4)]
+    one = [SegmentScanTask("t", 1, "o0", "ko0", 0, size=50, offsets=100, cache=True)]
+    unit, single = _chunk(0, 0, hot), _chunk(1, 0, one)
+    assert spread([[unit]], [replace(s, cache=False) for s in hot], 2) == {}
+    index_of = {TopicPartition("t", 0): 0, TopicPartition("t", 1): 1}
+    assert spread([[unit, single]], hot + one, 2) == {0: 2}  # the larger partition of one segment is not cut
+    assert spread([[unit, single]], hot + one, 4) == {0: 4}
+    assert spread([[unit, single]], hot + one, 8) == {0: 4}  # a part per segment at most
+    assert spread([[unit], [single]], hot + one, 2) == {} == spread([[single]], one, 2)
+    assert fits([[unit, single]], hot + one, 2) and fits([[unit]], hot, 4)
+    assert not fits([[unit]], hot, 5) and not fits([[single]], one, 2)  # a core would idle
+    many = [SegmentScanTask("t", 0, f"h{i}", f"kh{i}", i * FOLD_RECORDS, size=10, offsets=FOLD_RECORDS // 2 + 1,
+                            cache=True) for i in range(2)]
+    assert not fits([[_chunk(0, 0, many)]], many, 2)  # the merge's keys
+    keys = slot_keys(3)
+    stage_one, merges = exchange_plan([[unit, single]], hot + one, index_of, {0: strategy, 1: strategy}, keys,
+                                      parallelism=3)
+    (f0, f_single), (f1,), (f2,) = stage_one
+    assert (f_single.unit, f_single.send_to) == (single, None)  # folded and rewritten at once
+    assert [[d.segment_id for d in f.segments] for f in (f0, f1, f2)] == [["h0", "h1"], ["h2"], ["h3"]]
+    assert all(f.unit is unit and f.send_to == (keys[0],) and f.offsets_to == () and not f.hold
+               for f in (f0, f1, f2))
+    assert len({f0.chunk, f1.chunk, f2.chunk}) == 3
+    assert [(m.unit, m.chunks) for m in merges[0]] == [(unit, {f0.chunk, f1.chunk, f2.chunk})] and len(merges) == 1
 
 
 def test_under_offset_a_chunk_needs_only_the_parts_reaching_it() -> None:
