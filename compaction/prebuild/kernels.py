@@ -45,7 +45,10 @@ def warm_up(workdir: Path) -> None:
     from compaction.generate.bulk_spec import BulkSpec
     from compaction.generate.topics import TopicSpec
     from compaction.rewrite.group import SegmentInput, rewrite_group
-    from compaction.strategies.winner import segment_best
+    from compaction.spark.fused import _merged as merged_folds
+    from compaction.spark.fused import _pack as pack_fold
+    from compaction.strategies.keyfold import KeyFold
+    from compaction.strategies.winner import fold_segment, segment_best
     from compaction.topic_table.target import table_schema
     from compaction.topic_table.winners import table_changes_of
     from compaction.verify.columnar import carried_tombstones, view_rows
@@ -81,6 +84,10 @@ def warm_up(workdir: Path) -> None:
     for strategy in CompactionStrategy:  # the topic table's fold: one task's records, from one segment or several
         for held in (consumed[:1], consumed):
             table_changes_of(held, 0, 1, strategy, HEADER, table_schema(strategy))
+    for ranked in (False, True):  # the fused job's merge of folds a task received through Spark: read-only columns
+        fold = KeyFold()
+        fold_segment(fold, scan.records, (), CompactionStrategy.OFFSET, True)
+        merged_folds([pa.py_buffer(p.to_pybytes()) for p in pack_fold(fold.result(), ranked)])
 
 
 def buffer_kinds(table: pa.Table) -> list[pa.Table]:
