@@ -237,7 +237,7 @@ class _FusedTask:
     after the other. A unit that is its partition's only one is rewritten at once; the fold of a unit of a
     partition cut into several goes to the slots that merge it. Without such units (`keys` None) the task hands
     back its pickled `UnitOutcome`s; with them, rows of `_EXCHANGED`, each to the slot key it names: the packed
-    pieces of each fold (`_pack`), and the outcomes, which the second stage passes on."""
+    pieces of each fold (`pack_fold`), and the outcomes, which the second stage passes on."""
 
     def __init__(self, settings: ScanSettings, tracker: Accumulator, slots: Broadcast[list[list[FusedUnit]]],
                  keys: Sequence[int] | None) -> None:
@@ -274,7 +274,7 @@ class _FusedTask:
                     rows = fold.result() if fused.send_to else None
                     del fold  # its table freed: what is sent is a copy of its rows, packed a piece at a time
                     strategy = self.settings.partitions[fused.unit.partition_index].strategy
-                    for piece in _pack(rows, strategy is not CompactionStrategy.OFFSET) if rows is not None else ():
+                    for piece in pack_fold(rows, strategy is not CompactionStrategy.OFFSET) if rows is not None else ():
                         yield from _fold_rows(fused, fused.send_to, piece)
                     if winners is not None:
                         yield from _fold_rows(fused, fused.offsets_to, _pack_offsets(winners))
@@ -342,7 +342,7 @@ class _Locked:
             self._accumulator.add(term)
 
 
-def _pack(rows: tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray], ranked: bool
+def pack_fold(rows: tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray], ranked: bool
           ) -> Iterator[pa.Buffer]:
     """A fold's `rows` (`KeyFold.result`) as Arrow IPC streams of key and offset, and, when `ranked` (a strategy
     other than `offset`, whose rank is the offset alone), has_version and version: the rank `KeyFold.add` takes.
@@ -421,13 +421,13 @@ class _MergeTask:
                     needed = frozenset().union(*(m.chunks for m in merged))
                     if not needed <= received.keys():
                         continue
-                    offsets = _merged([p for c in sorted(needed) for p in received[c]])
+                    offsets = merged_folds([p for c in sorted(needed) for p in received[c]])
                     outcomes.extend(run_unit(store, m.unit, slot, offsets) for m in merged)
         yield outcome_batch(outcomes)
 
 
-def _merged(pieces: Sequence[pa.Buffer]) -> np.ndarray:
-    """The winning offset of each key of the packed fold `pieces` (`_pack`), merged as the scan folds; or the
+def merged_folds(pieces: Sequence[pa.Buffer]) -> np.ndarray:
+    """The winning offset of each key of the packed fold `pieces` (`pack_fold`), merged as the scan folds; or the
     offsets of one chunk's fold sent alone (`_pack_offsets`)."""
     from compaction.strategies.keyfold import KeyFold
 
@@ -547,4 +547,4 @@ def fold_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequenc
 
 
 __all__ = ["FOLD_RECORDS", "HELD_BYTES", "FusedUnit", "MergedUnit", "exchange_plan", "fits", "fold_and_rewrite",
-           "spread"]
+           "merged_folds", "pack_fold", "spread"]

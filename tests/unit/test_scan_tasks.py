@@ -30,13 +30,13 @@ from compaction.spark.fused import (
     HELD_IN_FLIGHT_BYTES,
     UNITS_IN_FLIGHT,
     FusedUnit,
-    _merged,
     _needs,
-    _pack,
     _pack_offsets,
     _parts,
     exchange_plan,
     fits,
+    merged_folds,
+    pack_fold,
     spread,
     units_in_flight,
 )
@@ -350,8 +350,8 @@ def test_fold_parts_are_consecutive_runs_of_about_equal_bytes(sizes: list[int], 
 
 
 def test_packed_folds_merge_into_the_winners_of_the_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A chunk's fold travels packed (`_pack`: Arrow IPC pieces of at most `_PIECE_KEYS` keys, one empty piece for
-    an empty fold) and the merge of the pieces of every chunk (`_merged`) gives each key's winner as one fold of
+    """A chunk's fold travels packed (`pack_fold`: Arrow IPC pieces of at most `_PIECE_KEYS` keys, one empty piece for
+    an empty fold) and the merge of the pieces of every chunk (`merged_folds`) gives each key's winner as one fold of
     all the rows would."""
     from compaction.strategies.keyfold import KeyFold
 
@@ -368,26 +368,26 @@ def test_packed_folds_merge_into_the_winners_of_the_whole(monkeypatch: pytest.Mo
     for lo, hi in ((0, 7000), (7000, 7000), (7000, 20_000)):
         fold = KeyFold()
         fold.add(pa.array(keys[lo:hi], pa.binary()), has_version[lo:hi], version[lo:hi], offsets[lo:hi], True)
-        parts.append(list(_pack(fold.result(), ranked=True)))
+        parts.append(list(pack_fold(fold.result(), ranked=True)))
     assert [len(p) for p in parts] == [3, 1, 3]  # 2.7 k keys in the first chunk's fold, none in the second's
     monkeypatch.setattr(fused_job, "_PIECE_KEY_BYTES", 2000)  # and pieces cut by their keys' bytes
     fold = KeyFold()
     fold.add(pa.array(keys, pa.binary()), has_version, version, offsets, True)
-    assert len(cut := list(_pack(fold.result(), ranked=True))) > 3
-    assert sorted(_merged(cut).tolist()) == sorted(whole.offsets().tolist())
+    assert len(cut := list(pack_fold(fold.result(), ranked=True))) > 3
+    assert sorted(merged_folds(cut).tolist()) == sorted(whole.offsets().tolist())
     pieces = [b for p in parts for b in p]
-    assert sorted(_merged(pieces).tolist()) == sorted(whole.offsets().tolist())
+    assert sorted(merged_folds(pieces).tolist()) == sorted(whole.offsets().tolist())
     zeros = np.zeros(20_000, np.int8), np.zeros(20_000, np.int64)  # `offset`'s rank: its folds travel without it
     by_offset = KeyFold()
     by_offset.add(pa.array(keys, pa.binary()), *zeros, offsets, True)
     halves = [KeyFold(), KeyFold()]
     halves[0].add(pa.array(keys[:9000], pa.binary()), zeros[0][:9000], zeros[1][:9000], offsets[:9000], True)
     halves[1].add(pa.array(keys[9000:], pa.binary()), zeros[0][9000:], zeros[1][9000:], offsets[9000:], True)
-    light = [b for h in halves for b in _pack(h.result(), ranked=False)]
+    light = [b for h in halves for b in pack_fold(h.result(), ranked=False)]
     assert pa.ipc.open_stream(light[0]).schema.names == ["key", "offset"]
-    assert sorted(_merged(light).tolist()) == sorted(by_offset.offsets().tolist())
+    assert sorted(merged_folds(light).tolist()) == sorted(by_offset.offsets().tolist())
     alone = _pack_offsets(whole.offsets())  # a chunk that needs no other's fold gets its winners alone
-    assert _merged([alone]).tolist() == whole.offsets().tolist()
+    assert merged_folds([alone]).tolist() == whole.offsets().tolist()
 
 
 @pytest.mark.parametrize("strategy", list(CompactionStrategy))
