@@ -45,8 +45,8 @@ def warm_up(workdir: Path) -> None:
     from compaction.generate.bulk_spec import BulkSpec
     from compaction.generate.topics import TopicSpec
     from compaction.rewrite.group import SegmentInput, rewrite_group
-    from compaction.spark.fused import merged_folds, pack_fold
     from compaction.strategies.keyfold import KeyFold
+    from compaction.strategies.packed_fold import merged_folds, pack_fold
     from compaction.strategies.winner import fold_segment, segment_best
     from compaction.topic_table.target import table_schema
     from compaction.topic_table.winners import table_changes_of

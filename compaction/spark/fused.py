@@ -59,6 +59,7 @@ from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, outcome_batch
 from compaction.spark.scan import CHUNK_SLOT, ScanSettings, ScanTask, SegmentDescriptor, describe, positions
 from compaction.spark.winners import slot_keys
 from compaction.storage.base import ObjectStore, shared_pool
+from compaction.strategies.packed_fold import merged_folds, pack_fold, pack_offsets
 from compaction.tasks import SegmentScanTask
 
 if TYPE_CHECKING:
@@ -97,12 +98,6 @@ def units_in_flight(sizes: Sequence[int], most: int = UNITS_IN_FLIGHT, budget: i
     as many of its largest as `budget` holds (at least one). Pure."""
     return max(1, min(most, len(sizes), budget // max(1, max(sizes, default=1))))
 
-_PIECE_KEYS = 1 << 20
-_PIECE_KEY_BYTES = 1 << 28
-"""Keys, and key bytes, per packed piece of a fold: a binary value of tens of MB, far below the 2 GiB Spark's
-binary column (32-bit offsets) and its rows take."""
-
-_OFFSETS = pa.schema([pa.field("offset", pa.int64(), False)])
 _EXCHANGED = pa.schema([pa.field(CHUNK_SLOT, pa.int64(), False), pa.field("tp", pa.int32()),
                         pa.field("chunk", pa.int32()), pa.field("fold", pa.binary()),
                         pa.field("outcome", pa.binary())])
@@ -277,7 +272,7 @@ class _FusedTask:
                     for piece in pack_fold(rows, strategy is not CompactionStrategy.OFFSET) if rows is not None else ():
                         yield from _fold_rows(fused, fused.send_to, piece)
                     if winners is not None:
-                        yield from _fold_rows(fused, fused.offsets_to, _pack_offsets(winners))
+                        yield from _fold_rows(fused, fused.offsets_to, pack_offsets(winners))
         if self.keys is None:
             yield outcome_batch([o for _slot, o in outcomes])
         elif outcomes:
@@ -342,41 +337,6 @@ class _Locked:
             self._accumulator.add(term)
 
 
-def pack_fold(rows: tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray], ranked: bool
-          ) -> Iterator[pa.Buffer]:
-    """A fold's `rows` (`KeyFold.result`) as Arrow IPC streams of key and offset, and, when `ranked` (a strategy
-    other than `offset`, whose rank is the offset alone), has_version and version: the rank `KeyFold.add` takes.
-    At most `_PIECE_KEYS` rows and about `_PIECE_KEY_BYTES` of keys a piece, one piece at a time; one empty piece
-    for an empty fold, so that its arrival is known."""
-    from compaction.format.scan import binary_buffers
-
-    keys, has_version, version, offset, _dirty = rows
-    columns = {"key": keys, "offset": pa.array(offset, pa.int64())}
-    if ranked:
-        columns |= {"has_version": pa.array(has_version, pa.int8()), "version": pa.array(version, pa.int64())}
-    table = pa.table(columns)
-    starts, _data = binary_buffers(keys)
-    start, n = 0, table.num_rows
-    while True:
-        end = min(n, start + _PIECE_KEYS, int(np.searchsorted(starts, starts[start] + _PIECE_KEY_BYTES, "right")) - 1)
-        end = max(end, min(n, start + 1))
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table.slice(start, end - start))
-        yield sink.getvalue()
-        if end >= n:
-            return
-        start = end
-
-
-def _pack_offsets(offsets: np.ndarray) -> pa.Buffer:
-    """A fold's winning `offsets` alone, as one Arrow IPC stream (8 bytes a key)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, _OFFSETS) as writer:
-        writer.write_batch(pa.record_batch([pa.array(offsets, pa.int64())], schema=_OFFSETS))
-    return sink.getvalue()
-
-
 def _fold_rows(fused: FusedUnit, keys: Sequence[int], piece: pa.Buffer) -> Iterator[pa.RecordBatch]:
     """A row per slot key of `keys` sending it `piece` (of the fold of `fused`'s part), built on the piece's own
     buffer: a binary column built from Python bytes copied a 90 MB fold at ~0.3 s."""
@@ -424,26 +384,6 @@ class _MergeTask:
                     offsets = merged_folds([p for c in sorted(needed) for p in received[c]])
                     outcomes.extend(run_unit(store, m.unit, slot, offsets) for m in merged)
         yield outcome_batch(outcomes)
-
-
-def merged_folds(pieces: Sequence[pa.Buffer]) -> np.ndarray:
-    """The winning offset of each key of the packed fold `pieces` (`pack_fold`), merged as the scan folds; or the
-    offsets of one chunk's fold sent alone (`_pack_offsets`)."""
-    from compaction.strategies.keyfold import KeyFold
-
-    tables = [pa.ipc.open_stream(p).read_all() for p in pieces]
-    if all(t.schema.equals(_OFFSETS) for t in tables):
-        return np.concatenate([t.column(0).to_numpy() for t in tables] or [np.empty(0, np.int64)])
-    fold = KeyFold(sum(t.num_rows for t in tables))
-    for t in tables:
-        for b in t.to_batches():
-            offset = b.column("offset").to_numpy()
-            if "version" in b.schema.names:
-                has_version, version = b.column("has_version").to_numpy(), b.column("version").to_numpy()
-            else:  # `offset`'s rank: the offset alone
-                has_version, version = np.zeros(len(offset), np.int8), np.zeros(len(offset), np.int64)
-            fold.add(b.column("key"), has_version, version, offset, True)
-    return fold.offsets()
 
 
 def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[SegmentScanTask],
@@ -547,4 +487,4 @@ def fold_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequenc
 
 
 __all__ = ["FOLD_RECORDS", "HELD_BYTES", "FusedUnit", "MergedUnit", "exchange_plan", "fits", "fold_and_rewrite",
-           "merged_folds", "pack_fold", "spread"]
+           "spread"]

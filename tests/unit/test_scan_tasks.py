@@ -31,12 +31,9 @@ from compaction.spark.fused import (
     UNITS_IN_FLIGHT,
     FusedUnit,
     _needs,
-    _pack_offsets,
     _parts,
     exchange_plan,
     fits,
-    merged_folds,
-    pack_fold,
     spread,
     units_in_flight,
 )
@@ -54,6 +51,8 @@ from compaction.spark.scan import (
 from compaction.spark.winners import slot_keys, spark_hash_long
 from compaction.storage import open_store
 from compaction.storage.s3_client import S3_PUT_THREADS
+from compaction.strategies import packed_fold
+from compaction.strategies.packed_fold import merged_folds, pack_fold, pack_offsets
 from compaction.strategies.winner import SegmentBest
 from compaction.tasks import GroupTask, InputSegment, PartitionTask, SegmentScanTask
 
@@ -350,12 +349,12 @@ def test_fold_parts_are_consecutive_runs_of_about_equal_bytes(sizes: list[int], 
 
 
 def test_packed_folds_merge_into_the_winners_of_the_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A chunk's fold travels packed (`pack_fold`: Arrow IPC pieces of at most `_PIECE_KEYS` keys, one empty piece for
+    """A chunk's fold travels packed (`pack_fold`: Arrow IPC pieces of at most `PIECE_KEYS` keys, one empty piece for
     an empty fold) and the merge of the pieces of every chunk (`merged_folds`) gives each key's winner as one fold of
     all the rows would."""
     from compaction.strategies.keyfold import KeyFold
 
-    monkeypatch.setattr(fused_job, "_PIECE_KEYS", 1000)
+    monkeypatch.setattr(packed_fold, "PIECE_KEYS", 1000)
 
     rng = np.random.default_rng(5)
     keys = [b"k%d" % k for k in rng.integers(0, 3000, 20_000)]
@@ -370,7 +369,7 @@ def test_packed_folds_merge_into_the_winners_of_the_whole(monkeypatch: pytest.Mo
         fold.add(pa.array(keys[lo:hi], pa.binary()), has_version[lo:hi], version[lo:hi], offsets[lo:hi], True)
         parts.append(list(pack_fold(fold.result(), ranked=True)))
     assert [len(p) for p in parts] == [3, 1, 3]  # 2.7 k keys in the first chunk's fold, none in the second's
-    monkeypatch.setattr(fused_job, "_PIECE_KEY_BYTES", 2000)  # and pieces cut by their keys' bytes
+    monkeypatch.setattr(packed_fold, "PIECE_KEY_BYTES", 2000)  # and pieces cut by their keys' bytes
     fold = KeyFold()
     fold.add(pa.array(keys, pa.binary()), has_version, version, offsets, True)
     assert len(cut := list(pack_fold(fold.result(), ranked=True))) > 3
@@ -386,7 +385,7 @@ def test_packed_folds_merge_into_the_winners_of_the_whole(monkeypatch: pytest.Mo
     light = [b for h in halves for b in pack_fold(h.result(), ranked=False)]
     assert pa.ipc.open_stream(light[0]).schema.names == ["key", "offset"]
     assert sorted(merged_folds(light).tolist()) == sorted(by_offset.offsets().tolist())
-    alone = _pack_offsets(whole.offsets())  # a chunk that needs no other's fold gets its winners alone
+    alone = pack_offsets(whole.offsets())  # a chunk that needs no other's fold gets its winners alone
     assert merged_folds([alone]).tolist() == whole.offsets().tolist()
 
 
