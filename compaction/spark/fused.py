@@ -388,12 +388,12 @@ class _MergeTask:
 
 def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[SegmentScanTask],
                   index_of: Mapping[TopicPartition, int], strategy_of: Mapping[int, CompactionStrategy],
-                  keys: Sequence[int], mapped: bool = False, parallelism: int = 0
+                  keys: Sequence[int], mapped: bool = False, cut: Mapping[int, int] | None = None
                   ) -> tuple[list[list[FusedUnit]], dict[int, list[MergedUnit]]]:
     """What each slot's task does in the fused job's first stage (its units, in order), and the units each slot
     rewrites in the second (empty when no partition is cut into several units or parts: one stage). The first
-    stage has a task more for each part past the first of the partitions `spread` cuts (for `parallelism` cores),
-    after the slots' own: it folds that part and sends the fold to the unit's slot. `strategy_of` gives a
+    stage has a task more for each part past the first of the partitions `cut` names (`spread`'s: partition index
+    -> parts), after the slots' own: it folds that part and sends the fold to the unit's slot. `strategy_of` gives a
     partition index's strategy, `keys` each task's key (`slot_keys`). `mapped`: the store maps its objects (a
     local store, `ObjectStore.view`), so a partition that is one unit is held whatever its size. `fits` must hold.
     Pure."""
@@ -406,7 +406,7 @@ def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[Segmen
             placed.setdefault(u.partition_index, []).append((slot, u))
     planned: dict[int, FusedUnit] = {}  # id(unit) -> how its first stage runs it
     merges: dict[int, list[MergedUnit]] = {}  # slot -> its units merged in the second stage
-    cut = spread(slots, scans, parallelism)
+    cut = cut or {}
     extra: list[list[FusedUnit]] = []  # the first stage's tasks after the slots': a part of a cut partition each
     chunk = 0
     for index, at in placed.items():
@@ -459,15 +459,16 @@ def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[Segmen
 
 def fold_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequence[SegmentScanTask],
                      index_of: Mapping[TopicPartition, int], tracker: Accumulator,
-                     slots: Sequence[Sequence[RewriteUnit]], *, parallelism: int = 0) -> list[UnitOutcome]:
+                     slots: Sequence[Sequence[RewriteUnit]], *, parallelism: int) -> list[UnitOutcome]:
     """The one job of a task per slot, and one per extra fold part (see the module docstring and `exchange_plan`):
     one stage when every partition is one unit, two when some partition is cut into several units or parts; one
-    outcome per unit whose partition scanned cleanly. The scan reports go to `tracker`. `fits` must hold."""
+    outcome per unit whose partition scanned cleanly. The scan reports go to `tracker`. `fits` must hold for
+    `parallelism` cores."""
     strategies = {i: p.strategy for i, p in enumerate(settings.partitions)}
-    tasks = len(slots) + sum(n - 1 for n in spread(slots, scans, parallelism).values())
+    cut = spread(slots, scans, parallelism)
+    tasks = len(slots) + sum(n - 1 for n in cut.values())
     keys = slot_keys(tasks)
-    first, merges = exchange_plan(slots, scans, index_of, strategies, keys, settings.spec.scheme == "file",
-                                  parallelism)
+    first, merges = exchange_plan(slots, scans, index_of, strategies, keys, settings.spec.scheme == "file", cut)
     shipped = spark.sparkContext.broadcast(first)
     plan = spark.sparkContext.broadcast({keys[s]: (s, m) for s, m in merges.items()}) if merges else None
     try:

@@ -315,7 +315,7 @@ def test_a_partition_of_one_unit_is_folded_by_every_core_when_the_slots_are_fewe
     assert not fits([[_chunk(0, 0, many)]], many, 2)  # the merge's keys
     keys = slot_keys(3)
     stage_one, merges = exchange_plan([[unit, single]], hot + one, index_of, {0: strategy, 1: strategy}, keys,
-                                      parallelism=3)
+                                      cut=spread([[unit, single]], hot + one, 3))
     (f0, f_single), (f1,), (f2,) = stage_one
     assert (f_single.unit, f_single.send_to) == (single, None)  # folded and rewritten at once
     assert [[d.segment_id for d in f.segments] for f in (f0, f1, f2)] == [["h0", "h1"], ["h2"], ["h3"]]
