@@ -370,7 +370,10 @@ def rewrite_plain(data: memoryview, fields: np.ndarray, winners: np.ndarray, *, 
     """`_rewrite_plain` over a segment whose batches (`fields`) the caller found plain, each rebuilt batch then
     given its CRC-32C; None when the kernel leaves the segment to the reference path (which raises)."""
     source = np.frombuffer(data, np.uint8)
-    out = np.empty(len(source) + _MAX_GROWTH_PER_RECORD * int(fields[:, 12].sum()), np.uint8)
+    # a batch holds no more records than bytes, whatever its (unchecked, when its scan's CRC check is trusted)
+    # record count says: a count flipped to billions must reach the kernel's error, not a 20 GiB buffer
+    records = int(np.minimum(fields[:, 12], fields[:, 1]).sum())
+    out = np.empty(len(source) + _MAX_GROWTH_PER_RECORD * records, np.uint8)
     counts = np.zeros(N_PLAIN_COUNTS, np.int64)
     framed = np.empty(len(fields), np.int64)
     status, written, rebuilt = _rewrite_plain(source, fields, winners, floor, now_ms, delete_retention_ms, out,

@@ -977,6 +977,22 @@ def test_a_rewrite_from_the_scans_records_is_the_rewrite_that_decodes_them(segme
         assert hashed == expected[9]
 
 
+@pytest.mark.parametrize("count", [b"\x7f\xff\xff\xff", b"\x00\x00\x01\x00", b"\x00\x00\x00\x00"])
+def test_a_record_count_past_its_batch_is_the_per_batch_rewrite_error_not_a_huge_buffer(count: bytes) -> None:
+    """A plain batch whose record count (bytes 57-60, unchecked when its scan's CRC check is trusted) says more
+    records than its bytes hold: the one-call rewrite sized its output by that count (a count of 2^31 asked numpy
+    for ~26 GiB: MemoryError); now it fails as the per-batch path fails, naming the segment."""
+    records = [Record(o, 1_000 + o, b"k%d" % o, b"v" * 10) for o in range(4)]
+    data = bytearray(as_segment(batch(records), 0).data)
+    data[57:61] = count
+    segments = [SegmentInput(bytes(data), 0, "seg-0.log", True)]
+    fast = _rewritten(segments, np.arange(4, dtype=np.int64), 10, {}, NOW)  # upper past it: plain
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(group_module._GroupRewriter, "_plain", lambda _self, _fields: False)
+        assert _rewritten(segments, np.arange(4, dtype=np.int64), 10, {}, NOW) == fast
+    assert isinstance(fast, tuple) and issubclass(fast[0], CorruptInputError) and fast[1] == "seg-0.log", fast
+
+
 @settings(max_examples=300, deadline=None)
 @given(plain_logs(), st.sampled_from([NOW - 10, NOW, NOW + 10]), st.integers(0, 2**16), st.integers(0, 255),
        st.booleans())
