@@ -7,6 +7,11 @@ into its own directory instead of fetching it again. The driver turns the cache 
 would hold plus the chunks being rewritten fit in the disk budget (`cache_fits`); without it, the rewrite
 fetches again (the report's `fetch_ratio` then shows it).
 
+On a local store the cache file is a hard link to the object's own file (`ObjectStore.link_to_file`): no byte is
+copied and both reads map the page cache. A copy wrote every segment into new pages twice, the cache file's and
+the scan's buffer, which on a VM whose memory the host hands back lazily cost more than the scan (BENCHMARKS.md
+P10). Where the link is refused (another file system), the object is copied as from S3.
+
 On one machine (Spark local mode, or a task that lands on the executor that scanned) every cached segment is
 found. On a cluster a rewrite task may run on another node: it then fetches the segment itself. A file is
 written under a temporary name and renamed, so a reader never sees a partial segment; the rewrite deletes
@@ -15,6 +20,7 @@ what it used, and the driver deletes the directory when the run's stage ends.
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import tempfile
@@ -51,6 +57,14 @@ def read_file(path: Path) -> memoryview:
     return view
 
 
+def map_file(path: Path) -> memoryview:
+    """A file's bytes mapped read-only (the page cache's pages; valid after the file is moved or deleted)."""
+    with open(path, "rb", buffering=0) as f:
+        if os.fstat(f.fileno()).st_size == 0:  # mmap cannot map an empty file
+            return memoryview(b"")
+        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+
 class SegmentCache:
     """The `.log` objects of one run, by segment id, in `directory`."""
 
@@ -61,9 +75,14 @@ class SegmentCache:
         return self.directory / f"{segment_id}.log"
 
     def fetch(self, store: ObjectStore, key: str, segment_id: str) -> memoryview:
-        """Download `key` into the cache (one GET) and return its bytes."""
+        """Download `key` into the cache (one GET) and return its bytes. A local store's object is linked into the
+        cache instead (`ObjectStore.link_to_file`) and its bytes mapped: no byte copied, no memory of the task's
+        filled (the page cache's pages, where a copy wrote every byte into new pages twice: the cache file's and
+        the task's buffer)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.path(segment_id)
+        if store.link_to_file(key, path) is not None:
+            return map_file(path)
         store.get_to_file(key, path)
         return read_file(path)
 

@@ -220,8 +220,8 @@ mapping and unmapping the file cost more than reading it."""
 def _inputs(store: ObjectStore, group: GroupTask, tmp: Path, out: PartitionRewrite, cache: SegmentCache | None,
             held: Mapping[str, Held]) -> Iterator[list[SegmentInput]]:
     """The group's inputs: those `held` as they are (counted as cache hits: not fetched again), the others in
-    `tmp` (from the run's cache, else downloaded), memory-mapped (a group of at most `IN_MEMORY_BYTES`: read);
-    gone on exit."""
+    `tmp` (from the run's cache, else linked from a local store or downloaded), memory-mapped (a group of at most
+    `IN_MEMORY_BYTES`: read); gone on exit."""
     files: list[Path] = []
     maps: list[mmap.mmap] = []
     views: list[memoryview] = []
@@ -238,10 +238,12 @@ def _inputs(store: ObjectStore, group: GroupTask, tmp: Path, out: PartitionRewri
             path = tmp / f"{seg.start_offset:020d}-{seg.segment_id}.log"
             files.append(path)
             size = cache.take(seg.segment_id, path) if cache is not None else None
-            if size is None:
-                size = store.get_to_file(key, path)
-            else:
+            if size is not None:
                 out.cache_hits += 1
+            else:  # a local store's file is linked (no byte copied), else downloaded
+                size = store.link_to_file(key, path)
+                if size is None:
+                    size = store.get_to_file(key, path)
             out.peak_temp_bytes = max(out.peak_temp_bytes, _used(tmp))
             data: bytes | memoryview = b""
             if size and group.size <= IN_MEMORY_BYTES:

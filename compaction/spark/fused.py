@@ -313,7 +313,11 @@ class _FusedTask:
         counts: `facts.RecordBits`)."""
         from compaction.strategies.winner import fold_segment
 
-        for d in segments:
+        before = 0
+        for i, d in enumerate(segments):
+            if 2 <= i < len(segments):  # the keys still to come, at the rate the last segment brought new ones
+                fold.reserve(fold.keys + (fold.keys - before) * (len(segments) - i))
+            before = fold.keys
             scanned = scan.fetch(store, d)
             if scanned is None:
                 return None

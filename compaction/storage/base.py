@@ -374,6 +374,13 @@ class ObjectStore(ABC):
         """
         return self.get(key, start)
 
+    def link_to_file(self, key: str, path: str | PathLike[str]) -> int | None:
+        """As `get_to_file`, without copying a byte where the store can: a store of files on this machine links
+        `path` to the object's file (objects are never rewritten in place) and returns its size, counted as
+        `get_to_file` counts; None where it cannot (here: always; a local store on another file system than
+        `path`'s, or refused the link), and then nothing is counted and `path` is untouched."""
+        return None
+
     @abstractmethod
     def get_to_file(self, key: str, path: str | PathLike[str]) -> int:
         """Download object `key` to the local file `path` (replaced atomically); returns the byte count.

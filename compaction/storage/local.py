@@ -236,6 +236,27 @@ class LocalStore(ObjectStore):
         self._count(gets=1, bytes_read=size)
         return size
 
+    def link_to_file(self, key: str, path: str | PathLike[str]) -> int | None:
+        source = self._path(key)
+        try:
+            size = source.stat().st_size
+        except (FileNotFoundError, NotADirectoryError):
+            raise MissingObjectError("object does not exist", obj=self.object_uri(key)) from None
+        dest = Path(path)
+        tmp = dest.parent / f"{TEMP_PREFIX}{uuid.uuid4().hex}"
+        try:
+            os.link(source, tmp)
+        except FileNotFoundError:
+            raise MissingObjectError("object does not exist", obj=self.object_uri(key)) from None
+        except OSError:  # another file system, or links refused (fs.protected_hardlinks): the caller copies
+            return None
+        try:
+            os.replace(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self._count(gets=1, bytes_read=size)
+        return size
+
     def size(self, key: str) -> int:
         self._count(gets=1)
         st = self._stat(key)

@@ -209,6 +209,26 @@ class KeyFold:
             arena[:self._used] = self._arena[:self._used]
             self._arena = arena
 
+    def reserve(self, keys: int) -> None:
+        """Room for `keys` distinct keys in all (and their bytes, at the mean length of those folded so far), made
+        at once: a fold that knows roughly how many keys are coming skips the growths in between, each of which
+        copies the entries and slots every key again into a new table (the largest a table four times the size
+        the fold ends at, filled with empty slots). Nothing when the table holds `keys` already."""
+        n = self.keys
+        if keys <= len(self._entries) or keys <= n:
+            return
+        entries = np.empty((keys, 4), np.int64)
+        entries[:n] = self._entries[:n]
+        self._entries = entries
+        if 2 * keys > len(self._slots):
+            self._slots = np.full(_pow2(2 * keys), _EMPTY, np.int64)
+            _rehash(self._slots, self._entries, self._arena, n)
+        want = -(-self._used * keys // n) if n else 16 * keys
+        if want > len(self._arena):
+            arena = np.empty(want, np.uint8)
+            arena[:self._used] = self._arena[:self._used]
+            self._arena = arena
+
     def offsets(self) -> np.ndarray:
         """Each distinct key's best offset, in first-seen order (`result`'s offsets alone)."""
         return self._entries[:self.keys, _OFFSET].copy()

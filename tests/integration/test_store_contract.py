@@ -7,11 +7,13 @@ If-None-Match, throttling, lost responses, refused access.
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import socket
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -294,6 +296,52 @@ def test_the_run_cache_fetches_an_object_whole(store: ObjectStore, tmp_path: Pat
     got = SegmentCache(str(tmp_path / "cache")).fetch(store, SEGMENT_KEY, "seg")
     assert bytes(got) == data and (tmp_path / "cache" / "seg.log").read_bytes() == data
     assert store.stats.gets == before + 1
+    if isinstance(store, LocalStore):  # linked, not copied: the object's inode, its bytes mapped
+        assert (tmp_path / "cache" / "seg.log").stat().st_ino == (store.root / SEGMENT_KEY).stat().st_ino
+
+
+@pytest.mark.parametrize("size", [0, 1, 2 * TEST_PART_SIZE + 12345])
+def test_link_to_file_links_a_local_object_and_copies_nothing_elsewhere(store: ObjectStore, tmp_path: Path,
+                                                                       size: int) -> None:
+    """A local store links the file (the object's own inode, counted as one GET of its bytes, a stale file
+    replaced, no temporary left); S3 cannot: None, nothing counted, the destination untouched."""
+    data = os.urandom(size)
+    store.put(SEGMENT_KEY, data)
+    dest = tmp_path / "linked.log"
+    dest.write_bytes(b"stale")
+    before = replace(store.stats)
+    got = store.link_to_file(SEGMENT_KEY, dest)
+    if isinstance(store, LocalStore):
+        assert got == size and dest.read_bytes() == data
+        assert dest.stat().st_ino == (store.root / SEGMENT_KEY).stat().st_ino
+        assert (store.stats.gets, store.stats.bytes_read) == (before.gets + 1, before.bytes_read + size)
+        dest.unlink()  # the caller's file goes; the object stays
+        assert store.get(SEGMENT_KEY) == data
+        with pytest.raises(MissingObjectError) as missing:
+            store.link_to_file("absent.log", dest)
+        assert store.object_uri("absent.log") in str(missing.value) and not dest.exists()
+    else:
+        assert got is None and dest.read_bytes() == b"stale" and store.stats == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(TEMP_PREFIX)] == []
+
+
+def test_a_local_store_refused_a_link_leaves_the_copy_to_the_caller(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the kernel refuses the link (another file system: EXDEV; `fs.protected_hardlinks`: EPERM),
+    `link_to_file` is None and counts nothing; the run's cache then copies, as from S3."""
+    store = open_store(f"file://{tmp_path / 'store'}")
+    store.put(SEGMENT_KEY, PAYLOAD)
+
+    def refuse(src: object, dst: object) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", refuse)
+    before = replace(store.stats)
+    assert store.link_to_file(SEGMENT_KEY, tmp_path / "dest") is None and store.stats == before
+    assert not (tmp_path / "dest").exists()
+    got = SegmentCache(str(tmp_path / "cache")).fetch(store, SEGMENT_KEY, "seg")
+    assert bytes(got) == PAYLOAD and (tmp_path / "cache" / "seg.log").stat().st_nlink == 1
+    assert store.stats.gets == before.gets + 1
 
 
 def test_objects_put_under_deferred_sync_are_objects(store: ObjectStore, tmp_path: Path) -> None:

@@ -45,6 +45,28 @@ def test_a_quarter_million_keys_in_random_order_match_arrow_group_by(quadruple_f
     assert folded(fold) == reference(keys, offsets, dirty)
 
 
+@pytest.mark.parametrize("reserves", [(0,), (1,), (5_000,), (300_000,), (40_000, 10, 90_000, 260_000)])
+def test_reserved_room_changes_nothing_but_the_growths(reserves: tuple[int, ...]) -> None:
+    """`reserve` between adds, for fewer keys than held, about as many as come, and more: the same result as
+    growing as the keys come, and no growth when the room reserved was enough."""
+    rng = np.random.default_rng(11)
+    ids = rng.integers(0, 200_000, 400_000)
+    keys = pa.array([b"k%d" % i + b"x" * (i % 9) for i in ids.tolist()], pa.binary())
+    offsets = rng.permutation(len(ids)).astype(np.int64)
+    dirty = rng.random(len(ids)) < 0.01
+    fold, grown = KeyFold(16), KeyFold(16)
+    adds = range(0, len(ids), 400_000 // len(reserves))
+    for at, room in zip(adds, reserves, strict=True):
+        fold.reserve(room)
+        rows = slice(at, at + 400_000 // len(reserves))
+        for f in (fold, grown):
+            f.add(keys[rows], np.zeros(len(ids[rows]), np.int8), np.zeros(len(ids[rows]), np.int64), offsets[rows],
+                  dirty[rows])
+    assert folded(fold) == folded(grown) == reference(keys, offsets, dirty)
+    if reserves == (300_000,):  # room for every key from the start: the table never grew
+        assert len(fold._entries) == 300_000 and len(fold._slots) == 1 << 20
+
+
 def test_empty_and_prefix_keys_are_different_keys() -> None:
     fold = KeyFold()
     keys = pa.array([b"", b"a", b"aa", b"", b"a\x00", b"a"], pa.large_binary())
