@@ -28,11 +28,13 @@ from compaction.spark.fused import (
     FOLD_RECORDS,
     HELD_BYTES,
     HELD_IN_FLIGHT_BYTES,
+    RESERVE_MARGIN,
     UNITS_IN_FLIGHT,
     FusedUnit,
     _needs,
     _parts,
     exchange_plan,
+    expected_keys,
     fits,
     spread,
     units_in_flight,
@@ -497,3 +499,15 @@ def test_the_exchange_plan_indexes_the_runs_segments_once(monkeypatch: pytest.Mo
                                       slot_keys(2))
     assert calls == [300] and merges == {}
     assert [[d.seg for d in f.segments] for f in stage_one[1][:3]] == [[1], [3], [5]]
+
+
+def test_expected_keys_follow_the_falling_rate_of_new_keys_and_never_shrink_the_table() -> None:
+    """Keys drawn again from a fixed set (new keys falling by a ratio a segment), every key new (a linear rate),
+    and the cases with nothing to go by (no keys in the first segment, none new in the second, none left)."""
+    rng = np.random.default_rng(5)
+    draws = rng.integers(0, 300_000, 24 * 50_000)  # 24 segments of 50 k records over 300 k keys
+    seen = [len(np.unique(draws[:(i + 1) * 50_000])) for i in range(24)]
+    got = expected_keys(seen[0], seen[1], 22)
+    assert seen[-1] <= got <= 1.3 * seen[-1] * RESERVE_MARGIN, (seen[-1], got)
+    assert expected_keys(100, 200, 6) == int(800 * RESERVE_MARGIN)  # every key new: 100 more a segment
+    assert expected_keys(0, 500, 6) == 500 and expected_keys(500, 500, 6) == 500 and expected_keys(300, 500, 0) == 500
