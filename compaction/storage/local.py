@@ -237,15 +237,14 @@ class LocalStore(ObjectStore):
         return size
 
     def link_to_file(self, key: str, path: str | PathLike[str]) -> int | None:
-        source = self._path(key)
-        try:
-            size = source.stat().st_size
-        except (FileNotFoundError, NotADirectoryError):
-            raise MissingObjectError("object does not exist", obj=self.object_uri(key)) from None
+        st = self._stat(key)
+        if st is None:
+            raise MissingObjectError("object does not exist", obj=self.object_uri(key))
+        size = st.st_size
         dest = Path(path)
         tmp = dest.parent / f"{TEMP_PREFIX}{uuid.uuid4().hex}"
         try:
-            os.link(source, tmp)
+            os.link(self._path(key), tmp)
         except FileNotFoundError:
             raise MissingObjectError("object does not exist", obj=self.object_uri(key)) from None
         except OSError:  # another file system, or links refused (fs.protected_hardlinks): the caller copies

@@ -197,17 +197,10 @@ class KeyFold:
         quadruple from `_QUADRUPLE_FROM` keys on)."""
         n = self.keys
         factor = 2 if n < _QUADRUPLE_FROM else 4
-        if n == len(self._entries):
-            entries = np.empty((factor * n, 4), np.int64)
-            entries[:n] = self._entries
-            self._entries = entries
-        if 2 * (n + 1) > len(self._slots):
-            self._slots = np.full(factor * len(self._slots), _EMPTY, np.int64)
-            _rehash(self._slots, self._entries, self._arena, n)
-        if self._used + key_length > len(self._arena):
-            arena = np.empty(max(2 * len(self._arena), self._used + key_length), np.uint8)
-            arena[:self._used] = self._arena[:self._used]
-            self._arena = arena
+        self._resize(factor * n if n == len(self._entries) else 0,
+                     factor * len(self._slots) if 2 * (n + 1) > len(self._slots) else 0,
+                     max(2 * len(self._arena), self._used + key_length)
+                     if self._used + key_length > len(self._arena) else 0)
 
     def reserve(self, keys: int) -> None:
         """Room for `keys` distinct keys in all (and their bytes, at the mean length of those folded so far), made
@@ -217,17 +210,23 @@ class KeyFold:
         n = self.keys
         if keys <= len(self._entries) or keys <= n:
             return
-        entries = np.empty((keys, 4), np.int64)
-        entries[:n] = self._entries[:n]
-        self._entries = entries
-        if 2 * keys > len(self._slots):
-            self._slots = np.full(_pow2(2 * keys), _EMPTY, np.int64)
+        self._resize(keys, _pow2(2 * keys), -(-self._used * keys // n) if n else 16 * keys)
+
+    def _resize(self, entries: int, slots: int, arena: int) -> None:
+        """The entries grown to `entries` rows, the slots to `slots` (a power of two; every key slotted again) and
+        the key bytes to `arena`, each only where that is more than it has."""
+        n = self.keys
+        if entries > len(self._entries):
+            grown = np.empty((entries, 4), np.int64)
+            grown[:n] = self._entries[:n]
+            self._entries = grown
+        if slots > len(self._slots):
+            self._slots = np.full(slots, _EMPTY, np.int64)
             _rehash(self._slots, self._entries, self._arena, n)
-        want = -(-self._used * keys // n) if n else 16 * keys
-        if want > len(self._arena):
-            arena = np.empty(want, np.uint8)
-            arena[:self._used] = self._arena[:self._used]
-            self._arena = arena
+        if arena > len(self._arena):
+            grown_arena = np.empty(arena, np.uint8)
+            grown_arena[:self._used] = self._arena[:self._used]
+            self._arena = grown_arena
 
     def offsets(self) -> np.ndarray:
         """Each distinct key's best offset, in first-seen order (`result`'s offsets alone)."""
