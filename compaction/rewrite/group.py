@@ -154,7 +154,7 @@ def rewrite_group(
     aborted: Sequence[AbortedTxn] = (),
     active_producers: Mapping[int, ActiveProducer] | None = None,
     txn_state: TransactionState | None = None,
-    on_written: Callable[[bytes | memoryview, np.ndarray | None], None] | None = None,
+    on_written: Callable[[bytes, np.ndarray | None], None] | None = None,
 ) -> tuple[RewriteOutput, TransactionState]:
     """Clean `inputs` (consecutive segments, in offset order) into one segment.
 
@@ -198,8 +198,7 @@ def rewrite_group(
         written = len(rewriter.parts)
         rewriter.rewrite_segment(segment)
         if on_written is not None and len(rewriter.parts) > written:
-            new = rewriter.parts[written:]  # held once: the log is joined from these
-            added = new[0] if len(new) == 1 else b"".join(new)
+            added = b"".join(rewriter.parts[written:])  # held once: the log is joined from these
             rewriter.parts[written:] = [added]
             kept = rewriter.kept_hashes
             on_written(added, None if kept is None else np.concatenate(kept) if kept else np.empty(0, np.uint64))

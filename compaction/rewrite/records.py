@@ -360,7 +360,7 @@ class PlainRewrite:
     """A segment's plain batches rewritten by `rewrite_plain`: the bytes written, the `PLAIN_*` counts, and the
     offset after its last batch."""
 
-    data: memoryview  # read-only, over the kernel's output buffer: not copied again before the output is joined
+    data: bytes
     counts: np.ndarray
     next_offset: int
 
@@ -385,4 +385,4 @@ def rewrite_plain(data: memoryview, fields: np.ndarray, winners: np.ndarray, *, 
         end = at + 12 + int.from_bytes(view[at + 8 : at + 12], "big")
         struct.pack_into(">I", view, at + CRC_OFFSET, crc32c(view[at + ATTRIBUTES_OFFSET : end]))
     last = fields[-1]
-    return PlainRewrite(view[:written].toreadonly(), counts, int(last[2] + last[6] + 1))
+    return PlainRewrite(view[:written].tobytes(), counts, int(last[2] + last[6] + 1))

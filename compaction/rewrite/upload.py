@@ -296,7 +296,7 @@ class _FilterParts:
         self.pool, self.obj = pool, obj
         self.parts: list[Future[FilterPart]] = []
 
-    def add(self, data: bytes | memoryview, hashes: np.ndarray | None = None) -> None:
+    def add(self, data: bytes, hashes: np.ndarray | None = None) -> None:
         """The piece `data`, given the hashes of its data records' keys if the rewrite knew them (no decoding
         then: only its batch headers are walked)."""
         if hashes is not None:
