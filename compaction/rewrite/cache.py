@@ -43,8 +43,8 @@ def cache_fits(cached_bytes: int, largest_chunk: int, concurrent_chunks: int, bu
 
 
 def read_file(path: Path) -> memoryview:
-    """A file's bytes in a numpy buffer: numpy asks the kernel for huge pages, so filling a 32 MiB segment
-    takes a fraction of the page faults of `Path.read_bytes`."""
+    """A file's bytes in one numpy buffer, read into in place (`Path.read_bytes` builds a bytes object of the
+    size, and a caller that needs a writable or numpy buffer copies it again)."""
     with open(path, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
         view = memoryview(np.empty(size, np.uint8).data)

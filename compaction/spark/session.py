@@ -27,12 +27,15 @@ REQUIRED: dict[str, str] = {
 }
 """What kcompact's data path relies on (Arrow transfers, UTC, reused Python workers), set in every session."""
 
-WORKER_MALLOC = "spark.executorEnv.GLIBC_TUNABLES"
-HUGE_PAGES = "glibc.malloc.hugetlb=1"
-"""The Python workers' malloc asks for transparent huge pages (where the kernel gives them on request, its default
-`madvise` mode): a task's large buffers (a segment's decoded values, Parquet pages) are then faulted in 2 MiB at a
-time instead of 4 KiB, which on a VM costs far less per byte (BENCHMARKS.md P8 has the difference). Where huge
-pages are off (`never`), it changes nothing."""
+WORKER_HUGE_PAGES = "spark.executorEnv.NUMPY_MADVISE_HUGEPAGE"
+NO_HUGE_PAGE_REQUESTS = "0"
+"""The Python workers' numpy does not ask the kernel for transparent huge pages (numpy's default is to `madvise`
+every array of 4 MiB or more). Where the kernel's THP mode is `madvise` (Debian's and Ubuntu's default), each such
+request made every fault of a fresh array take and zero a whole 2 MiB page, and the run's short-lived arrays (a
+segment's decoded columns, a fold's table) were faulted again after each was freed: on a 2-core VM, a compaction of
+one 537 MB partition faulted 7 GB of huge pages and spent more time in the kernel than in its own code; without the
+requests its stage took 16-18 s instead of 29-31 s, the other shapes measured took 15-55% less (BENCHMARKS.md, P10).
+Where the kernel's mode is `always` the kernel still uses huge pages as it decides; only the explicit requests go."""
 
 DAEMON_MODULE = "spark.python.daemon.module"
 """The daemon forking the Python workers: pyspark's, importing pyspark from its installed package rather than from the
@@ -44,7 +47,7 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "2g",
-    WORKER_MALLOC: HUGE_PAGES,
+    WORKER_HUGE_PAGES: NO_HUGE_PAGE_REQUESTS,
     DAEMON_MODULE: "compaction.spark.daemon",
 }
 """A session this module launches itself (local mode, notebooks): sized for one machine. Under spark-submit only

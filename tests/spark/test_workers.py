@@ -8,17 +8,25 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from compaction.spark.session import DAEMON_MODULE, HUGE_PAGES, LOCAL_DEFAULTS, WORKER_MALLOC
+from compaction.spark.session import DAEMON_MODULE, LOCAL_DEFAULTS, NO_HUGE_PAGE_REQUESTS, WORKER_HUGE_PAGES
 
 
-def test_the_workers_malloc_asks_for_huge_pages(spark: SparkSession) -> None:
-    def env(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def test_the_workers_numpy_does_not_ask_for_huge_pages(spark: SparkSession) -> None:
+    """numpy reads its setting when it is imported: each worker's numpy has it off (asked of numpy itself, whose
+    setter returns the setting it replaces), where the driver's own is left as the user's environment has it."""
+
+    def setting(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from numpy._core.multiarray import _set_madvise_hugepage
+
         for _ in batches:
-            yield pa.record_batch([pa.array([os.environ.get("GLIBC_TUNABLES")])], names=["tunables"])
+            asks = _set_madvise_hugepage(False)
+            _set_madvise_hugepage(asks)
+            yield pa.record_batch([pa.array([os.environ.get("NUMPY_MADVISE_HUGEPAGE")]), pa.array([asks])],
+                                  names=["env", "asks"])
 
-    assert LOCAL_DEFAULTS[WORKER_MALLOC] == HUGE_PAGES
-    seen = {r.tunables for r in spark.range(0, 2, 1, 2).mapInArrow(env, "tunables string").collect()}
-    assert seen == {HUGE_PAGES}
+    assert LOCAL_DEFAULTS[WORKER_HUGE_PAGES] == NO_HUGE_PAGE_REQUESTS
+    rows = spark.range(0, 2, 1, 2).mapInArrow(setting, "env string, asks boolean").collect()
+    assert {(r.env, r.asks) for r in rows} == {(NO_HUGE_PAGE_REQUESTS, False)}
 
 
 def test_the_workers_import_pyspark_from_its_installed_package(spark: SparkSession) -> None:
