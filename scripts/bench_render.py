@@ -714,7 +714,7 @@ def _p11(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
                      f"(goal <= 1.5x).")
     worst = max(next(s for s in run["steps"] if s["command"] == "compact")["commits"] for run in runs)
     lines.append(f"- commits per compaction: at most {worst} at any partition count (goal <= 3).")
-    return lines
+    return [*lines, "", note("P11 analysis")]
 
 
 def _p10(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
