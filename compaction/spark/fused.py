@@ -322,6 +322,8 @@ class _FusedTask:
             scanned = scan.fetch(store, d)
             if scanned is None:
                 return None
+            if i == 0:  # at most a key per record
+                fold.reserve(min(scanned.segment.records.num_rows, FIRST_RESERVE))
             if held is not None:
                 held[d.segment_id] = Held(scanned.data, RecordBits.of_scan(scanned.segment.records,
                                                                            scanned.segment.batch_fields))
@@ -330,6 +332,12 @@ class _FusedTask:
                                                d.dirty))
         return fold
 
+
+FIRST_RESERVE = 1 << 20
+"""The most keys the fused fold reserves its table for before its first segment (as many as the segment has
+records, up to this: ~64 MB of table): a fold that started at `KeyFold`'s few thousand keys doubled its table ~8
+times over its first two segments, each growth a new table filled again (P2K's partitions: 0.1 s of a 1.1 s fold
+in a warm process, 0.4 s more in a fresh one, BENCHMARKS.md P10)."""
 
 RESERVE_MARGIN = 1.15
 """How far above `expected_keys`' estimate the fused fold reserves its table: an estimate a little short would

@@ -62,11 +62,30 @@ class UnitOutcome:
     keys: int = 0  # winners received for its chunks
 
 
+def sorted_offsets(offsets: np.ndarray) -> np.ndarray:
+    """`offsets` (distinct, int64) in order. Where they are dense in their span (at least one in `DENSE_SPAN`), one
+    mark per offset of the span and the marked ones read back in order, ~6 times faster than a sort (1 M winners
+    over P2K's 4 M offsets: 13 against 75 ms); else, or if two are equal, a stable sort (timsort: offsets arriving
+    as sorted runs, packed by `chunk_winners`, are merged, about ten times faster than a quicksort). Pure."""
+    if offsets.size == 0:
+        return offsets.copy()
+    low = int(offsets.min())
+    span = int(offsets.max()) - low + 1
+    if span <= DENSE_SPAN * offsets.size:
+        marks = np.zeros(span, np.bool_)
+        marks[offsets - low] = True
+        if np.count_nonzero(marks) == offsets.size:
+            return np.flatnonzero(marks).astype(np.int64) + low
+    return np.sort(offsets, kind="stable")
+
+
+DENSE_SPAN = 8
+"""`sorted_offsets` marks a span of at most this many offsets per offset given (a byte each)."""
+
+
 def split_winners(offsets: np.ndarray, groups: Sequence[GroupTask]) -> dict[int, np.ndarray]:
-    """Sorted winning offsets per group id, from the unsorted offsets of the groups' task. Pure. Offsets arriving
-    as sorted runs (packed by `chunk_winners`) are merged: a stable sort (timsort) finds the runs, about ten
-    times faster than a quicksort."""
-    ordered = np.sort(offsets[offsets >= 0], kind="stable")
+    """Sorted winning offsets per group id, from the unsorted offsets of the groups' task (`sorted_offsets`). Pure."""
+    ordered = sorted_offsets(offsets[offsets >= 0])
     out = {}
     for g in groups:
         low = int(np.searchsorted(ordered, g.start_offset, "left"))

@@ -40,7 +40,7 @@ from compaction.spark.fused import (
     units_in_flight,
 )
 from compaction.spark.pipeline import _states_known, rewrite_slots
-from compaction.spark.rewrite_job import RewriteUnit, split_winners
+from compaction.spark.rewrite_job import RewriteUnit, sorted_offsets, split_winners
 from compaction.spark.scan import (
     SCAN_TASK_BYTES,
     SCAN_TASK_RECORDS,
@@ -125,6 +125,17 @@ def test_winners_are_split_by_group_sorted_and_markers_dropped() -> None:
     got = split_winners(np.array([15, -1, 3, 29, 10, -1, 0], np.int64), groups)
     assert {g: v.tolist() for g, v in got.items()} == {0: [0, 3], 1: [10, 15], 2: [29]}
     assert all(v.dtype == np.int64 for v in got.values())
+
+
+@given(st.lists(st.integers(0, 2**40), max_size=300), st.integers(0, 2**50), st.booleans())
+def test_sorted_offsets_are_a_sort(offsets: list[int], base: int, dense: bool) -> None:
+    """Dense offsets (marked over their span) or sparse ones, equal ones included: the same as numpy's sort."""
+    import numpy as np
+
+    values = np.array([base + (v % 600 if dense else v) for v in offsets], np.int64)
+    got = sorted_offsets(values)
+    assert got.dtype == np.int64
+    assert got.tolist() == sorted(values.tolist())
 
 
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(-1, 70)), max_size=200), st.integers(1, 5),
