@@ -161,19 +161,32 @@ This machine's speed drifts by up to ~1.5x within minutes (a session start of 9-
 run says as much about the moment as about the code."""
 
 
-def compaction_of_copy(pristine: Path, *options: str, runs: int = RUNS) -> tuple[dict[str, Any], float]:
+def _wall(phases: dict[str, float]) -> float:
+    return phases["plan"] + phases["stage"] + phases["commit"]
+
+
+def compaction_of_copy(pristine: Path, *options: str, runs: int = RUNS, again: int = 0
+                       ) -> tuple[dict[str, Any], float]:
     """`compaction` `runs` times, each on a throwaway copy of `pristine` (page cache warm): the figures of the
     run of median wall time (plan + stage + commit), with every run's wall time in `run_walls`, and that wall
-    time."""
-    done = []
+    time. With `again`, each process then compacts `again` more copies in its session (`bench_run.py --again`):
+    their walls, over every process, in `again_walls`, and the median of them in `again_wall`."""
+    done, later = [], []
     for _ in range(runs):
         warm(pristine)  # the copy is hard links: the same pages
-        run = compaction(copy_store(pristine, "run"), *options)
-        shutil.rmtree(pristine.parent / "run", ignore_errors=True)
-        done.append((run["phases"]["plan"] + run["phases"]["stage"] + run["phases"]["commit"], run))
+        extra = [a for i in range(again) for a in ("--again", str(copy_store(pristine, f"run-again-{i}")))]
+        run = compaction(copy_store(pristine, "run"), *options, *extra)
+        for name in ["run", *(f"run-again-{i}" for i in range(again))]:
+            shutil.rmtree(pristine.parent / name, ignore_errors=True)
+        done.append((_wall(run["phases"]), run))
+        later += [_wall(a["phases"]) for a in run.get("again", [])]
     done.sort(key=lambda d: d[0])
     wall, median = done[len(done) // 2]
     median["run_walls"] = [round(w, 2) for w, _r in done]
+    if later:
+        later.sort()
+        median["again_walls"] = [round(w, 2) for w in later]
+        median["again_wall"] = later[len(later) // 2]
     return median, wall
 
 

@@ -717,20 +717,27 @@ def _p11(r: dict[str, Any], saved: dict[str, Any]) -> list[str]:
     return [*lines, "", note("P11 analysis")]
 
 
+def _or_dash(value: float | None, spec: str) -> str:
+    """`value` formatted, or a dash where the saved figures predate it."""
+    return "—" if value is None else format(value, spec)
+
+
 def _p10(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
     lines = [
         "Each shape's log dir cleaned by Kafka 4.2.1's own `Cleaner` (one cleaner thread, the broker's defaults: "
         "128 MiB dedupe buffer, 512 KiB io buffer; its JVM as a broker's, after a warm-up clean of other data) and "
-        "by kcompact (`local[2]`: in session, and as fresh `kcompact compact` processes) on the same bytes: every "
-        "segment but each partition's active one (`scripts/bench_cleaner.py`). Kafka: seconds of its cleaning rounds "
+        "by kcompact (`local[2]`: in session, in a session that has compacted another copy of the same bytes before "
+        "(its second run: as Kafka's clean follows a warm-up one), and as fresh `kcompact compact` processes) on the "
+        "same bytes: every segment but each partition's active one (`scripts/bench_cleaner.py`). Kafka: seconds of "
+        "its cleaning rounds "
         "inside the JVM (the whole process in brackets). kcompact per core = its MB/s / 2. Equal: each partition's "
         "records (offset, timestamp, key, value) after both, compared by digest.",
         "",
         "| shape | MB | Kafka MB/s per thread (process) | rounds | kcompact MB/s per core in session | "
-        "fresh process | ratio session (goal ≥ 2) | ratio fresh (goal ≥ 1) | in session, share of one core's raw "
-        "read + CRC (as P2; goal ≥ 15% on P2K) | peak RSS "
+        "session's second run | fresh process | ratio session (goal ≥ 2) | second run | ratio fresh (goal ≥ 1) | "
+        "in session, share of one core's raw read + CRC (as P2; goal ≥ 15% on P2K) | peak RSS "
         "Kafka / kcompact driver + JVM + workers | equal |",
-        "|---" * 11 + "|",
+        "|---" * 13 + "|",
     ]
     for r in runs:
         k, c = r["kafka"], r["kcompact"]
@@ -738,8 +745,10 @@ def _p10(runs: list[dict[str, Any]], saved: dict[str, Any]) -> list[str]:
         ours = " + ".join(_mb(peak.get(x, 0)) for x in ("driver_python", "jvm", "python_workers"))
         lines.append(
             f"| {r['what']} | {_mb(r['input_bytes'])} | {k['mb_s']:.1f} ({k['process_mb_s']:.1f}) | {k['rounds']} | "
-            f"{c['mb_s_per_core']:.1f} | {c['process_mb_s'] / 2:.1f} (first {c['process_first_mb_s'] / 2:.1f}) | "
-            f"{r['ratio_session']:.2f} | {r['ratio_fresh']:.2f} | {c['mb_s'] / r['raw_mb_s']:.1%} | "
+            f"{c['mb_s_per_core']:.1f} | {_or_dash(c.get('again_mb_s_per_core'), '.1f')} | "
+            f"{c['process_mb_s'] / 2:.1f} (first {c['process_first_mb_s'] / 2:.1f}) | "
+            f"{r['ratio_session']:.2f} | {_or_dash(r.get('ratio_session_again'), '.2f')} | {r['ratio_fresh']:.2f} | "
+            f"{c['mb_s'] / r['raw_mb_s']:.1%} | "
             f"{_mb(k['peak_rss_bytes'])} / {ours} | {'yes' if r['equal'] else '**no**'} |")
     lines.append("")
     lines.extend(f"- {r['shape']}: `{r['command']}`" for r in runs)

@@ -3,7 +3,7 @@
 `scripts/bench.py` tiers a workload into a pristine store once, hard-links a copy per run and calls
 
     python scripts/bench_run.py STORE_DIR --now-ms T [--fpp P] [--min-dirty-ratio R] [--topic-config K=V] [--cores N]
-                                [--shuffle]
+                                [--shuffle] [--again STORE_DIR]...
 
 which plans, stages and commits one run in Spark local mode and prints one JSON object on stdout: the wall
 time of each phase (session start, plan, stage = map + rewrite, commit), executor task time summed over
@@ -11,7 +11,9 @@ tasks (scan, download, rewrite, upload), bytes and records read and written, the
 report's `fetch_ratio` and per-partition counters (rewrite tasks, segments scanned, cache hits, needed bytes),
 and the peak resident memory of the Python driver, of the JVM (driver and executor in local mode) and of the
 Spark Python workers together, sampled from /proc every 0.2 s. Options left out are left unset in the
-config: the run uses kcompact's defaults (Kafka's, and filters sized from the data).
+config: the run uses kcompact's defaults (Kafka's, and filters sized from the data). Each `--again` store (another
+copy of the same pristine store) is then compacted in the same session, as a notebook's or a long-lived driver's
+next run is: the phases and task times of each such run in `again` (the memory peaks cover every run).
 
     python scripts/bench_run.py STORE_DIR --now-ms T --profile-map
     python scripts/bench_run.py STORE_DIR --now-ms T --verify TOPIC:PARTITION --before VERSION
@@ -302,6 +304,8 @@ def main() -> int:
     parser.add_argument("--before", type=int, help="--verify: the metadata version before the run")
     parser.add_argument("--topic-config", action="append", default=[], metavar="NAME=VALUE",
                         help="a Kafka topic config for every topic (repeatable), e.g. segment.bytes=16777216")
+    parser.add_argument("--again", action="append", default=[], type=Path, metavar="STORE_DIR",
+                        help="after the run, compact this store too in the same session (repeatable)")
     parser.add_argument("--shuffle", action="store_true",
                         help="the one job always shuffles its rows (the fused job off: compaction.spark.fused), for "
                              "an A/B of the two")
@@ -345,7 +349,22 @@ def main() -> int:
     outcomes = commit(staged)
     phases["commit"] = time.perf_counter() - t
     figures = run_figures(run_report(staged, outcomes).to_dict(), staged)
-    print(json.dumps({"phases": phases, **figures, "memory_peak_bytes": sampler.stop()}))
+    again = []
+    for other in args.again:
+        store = open_store(str(other))
+        t = time.perf_counter()
+        run = plan(store, config, args.now_ms)
+        planned = time.perf_counter()
+        staged = stage(spark, run)
+        staged_at = time.perf_counter()
+        outcomes = commit(staged)
+        done = time.perf_counter()
+        later = run_figures(run_report(staged, outcomes).to_dict(), staged)
+        if later["errors"] or later["committed"] != later["partitions"]:
+            raise SystemExit(f"compaction of {other} failed: {later['errors']}")
+        again.append({"phases": {"plan": planned - t, "stage": staged_at - planned, "commit": done - staged_at},
+                      "task_seconds": later["task_seconds"], "bytes_read": later["bytes_read"]})
+    print(json.dumps({"phases": phases, **figures, "again": again, "memory_peak_bytes": sampler.stop()}))
     sys.stdout.flush()
     os._exit(0)  # deltalake may abort the interpreter at exit (see compaction.cli)
 
