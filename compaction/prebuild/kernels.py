@@ -37,7 +37,7 @@ HEADER = "version"
 def warm_up(workdir: Path) -> None:
     """Call every kernel once through the code that calls it in a run, on a log dir generated under `workdir`."""
     from compaction.bloom.hashing import key_hashes
-    from compaction.bloom.segment import segment_filter
+    from compaction.bloom.segment import filter_part, segment_filter
     from compaction.config import CompactionStrategy
     from compaction.format.scan import scan_records, scan_segment
     from compaction.generate import WorkloadSpec, generate_logdir
@@ -69,6 +69,7 @@ def warm_up(workdir: Path) -> None:
                 segment_best(records, (), strategy)
             view_rows(data, obj=obj, strategy=strategy, header=HEADER, aborted=(), below=2**62)
         key_filter = segment_filter(scan, 0.01)
+        filter_part(data, obj=obj)  # a rewrite's output piece, its keys read from its records (bytes: read-only)
         for records in buffer_kinds(scan.records):
             for keys in (records["key"], records["key"].chunk(0)):  # a table's column, a batch's (the skip step)
                 hashes = key_hashes(keys)

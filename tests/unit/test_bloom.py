@@ -43,6 +43,7 @@ from compaction.errors import CorruptInputError, MetadataInvariantError
 from compaction.format.batch import Header, Record, build_batch, encode_batch
 from compaction.format.control import ControlType, end_txn_marker
 from compaction.format.scan import scan_segment
+from tests.unit.random_batches import control_batches, data_batches
 from compaction.metadata import ObjectKey, ObjectSuffix, SegmentMetadata
 from compaction.metadata.change_set import AddedObjectKey, ChangeSet, apply_change_set
 from compaction.metadata.snapshot import PartitionSnapshot
@@ -482,3 +483,24 @@ def test_suggested_fpp_keeps_segment_false_reads_near_the_target(dirty_keys: int
     assert observed <= 3 * TARGET_FALSE_READ_RATE, observed  # ~4 expected of 400; binomial slack
     default = reads[0.01] / segments
     assert default == pytest.approx(1 - 0.99**dirty_keys, abs=0.08), default
+
+
+@given(st.lists(st.one_of(data_batches(), control_batches()), min_size=1, max_size=5), st.booleans())
+def test_a_filter_part_read_from_the_records_is_the_scans(batches: list[Any], plain: bool) -> None:
+    """`filter_part` hashes the keys of uncompressed batches straight from their records (`plain_key_hashes`):
+    the same hashes, in order, and facts as from the scan's key column (nulls and control records left out); a
+    compressed data batch leaves it to the scan."""
+    from compaction.bloom.hashing import plain_key_hashes
+    from compaction.bloom.segment import _part, filter_part
+    from compaction.format.batch import CODEC_MASK, CONTROL_FLAG_MASK
+    from compaction.format.scan import batch_fields
+
+    if plain:
+        batches = [replace(b, attributes=b.attributes & ~CODEC_MASK) for b in batches]
+    data = b"".join(encode_batch(b) for b in batches)
+    scanned = _part(scan_segment(data, verify_crc=False))
+    part = filter_part(data)
+    assert part.hashes.tolist() == scanned.hashes.tolist() and part.facts == scanned.facts
+    fields = batch_fields(data, obj="x")
+    compressed = any(int(a) & CODEC_MASK and not int(a) & CONTROL_FLAG_MASK for a in fields[:, 5])
+    assert (plain_key_hashes(data, fields) is None) == compressed
