@@ -43,7 +43,6 @@ from compaction.errors import CorruptInputError, MetadataInvariantError
 from compaction.format.batch import Header, Record, build_batch, encode_batch
 from compaction.format.control import ControlType, end_txn_marker
 from compaction.format.scan import scan_segment
-from tests.unit.random_batches import control_batches, data_batches
 from compaction.metadata import ObjectKey, ObjectSuffix, SegmentMetadata
 from compaction.metadata.change_set import AddedObjectKey, ChangeSet, apply_change_set
 from compaction.metadata.snapshot import PartitionSnapshot
@@ -56,6 +55,7 @@ from compaction.storage.indexes import get_part
 from compaction.storage.layout import Suffix, segment_object_key
 from compaction.tasks import GroupTask, InputSegment, PartitionTask, PartitionWork
 from tests import factories
+from tests.unit.random_batches import control_batches, data_batches
 
 NOW = 1_800_000_000_000
 TOPIC_ID = "MWJ6FHTfRYy67jzwZdeqSQ"
