@@ -67,8 +67,8 @@ def keep_freed_memory(parameters: Sequence[tuple[int, int]] = KEEP_FREED) -> boo
     columns, a fold's table, a rewrite's output): by default each is a fresh mapping, unmapped when freed, so the next
     one faults and zeroes every page again, in the kernel. Kept, the next array reuses the pages already faulted. A
     worker then holds the memory of its largest task until it exits (a reused worker: the session's end). Measured on
-    2 cores (docs/operating.md, BENCHMARKS.md P10): P2K's stage in a session that had compacted before 3.0-4.6 s ->
-    2.0-2.4 s (a pass over one partition's segments faulted 34-39 MB of pages instead of ~290 MB); P10's 12 M-key
+    2 cores (docs/operating.md, BENCHMARKS.md P10): P2K's stage in a session that had compacted before 4.1-4.4 s ->
+    3.2-3.6 s (a pass over one partition's segments faulted 34-39 MB of pages instead of ~290 MB); P10's 12 M-key
     partition 13.0-13.3 s -> 9.3-9.9 s, its workers' peak memory 2.7-3.0 GB -> 3.9-4.0 GB."""
     try:
         mallopt = ctypes.CDLL(None).mallopt  # the symbols of the process itself, its C library's among them
