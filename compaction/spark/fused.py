@@ -336,8 +336,8 @@ class _FusedTask:
 FIRST_RESERVE = 1 << 20
 """The most keys the fused fold reserves its table for before its first segment (as many as the segment has
 records, up to this: ~64 MB of table): a fold that started at `KeyFold`'s few thousand keys doubled its table ~8
-times over its first two segments, each growth a new table filled again (P2K's partitions: 0.1 s of a 1.1 s fold
-in a warm process, 0.4 s more in a fresh one, BENCHMARKS.md P10)."""
+times over its first two segments, each growth a new table filled again (a P2K partition folded in one warm
+process: its table's growths 0.17-0.20 s of a 1.0-1.1 s fold, 0.10-0.14 s with the reserve)."""
 
 RESERVE_MARGIN = 1.15
 """How far above `expected_keys`' estimate the fused fold reserves its table: an estimate a little short would
