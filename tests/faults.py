@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from os import PathLike
 
@@ -90,6 +90,19 @@ class FailingUploadStore(LocalStore):
     def put_file(self, key: str, path: str | PathLike[str]) -> None:
         self._count_upload(key)
         super().put_file(key, path)
+
+    def put_pieces(self, key: str, pieces: Iterable[bytes]) -> int:
+        """Counted as an upload; the failing one fails after its first piece is written (a write cut off midway)."""
+        def counted() -> Iterator[bytes]:
+            taken = 0
+            for piece in pieces:
+                if taken == 1:
+                    self._count_upload(key)
+                taken += 1
+                yield piece
+            if taken < 2:
+                self._count_upload(key)
+        return super().put_pieces(key, counted())
 
 
 def failing_uploads(

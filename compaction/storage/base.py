@@ -5,7 +5,7 @@ The contract, shared by `LocalStore` and `S3Store` and checked by one test suite
 - Keys are `/`-separated relative names (`topic-id/0/00000000000000000000-id.log`): no leading or
   trailing `/`, no empty, `.` or `..` segments, no backslash. A key names one object; there are no
   directories, and `list(prefix)` matches on the plain string prefix, as S3 does.
-- Writes are create-only. `put`, `put_many` and `put_file` never overwrite: if the key exists they raise
+- Writes are create-only. `put`, `put_many`, `put_file` and `put_pieces` never overwrite: if the key exists they raise
   `ObjectExistsError`, and two concurrent writers of one key cannot both succeed. A reader never sees a
   partly written object. This is what lets a rerun after a crash stay safe, and it is the same
   conditional-PUT guarantee delta-rs relies on for its commits (`probe_conditional_put` checks it).
@@ -351,6 +351,16 @@ class ObjectStore(ABC):
     @abstractmethod
     def put_file(self, key: str, path: str | PathLike[str]) -> None:
         """Create the object `key` from the local file `path`, with the same create-only rule as `put`."""
+
+    def put_pieces(self, key: str, pieces: Iterable[bytes]) -> int:
+        """Create the object `key` holding the concatenation of `pieces`, taken as they come: a writer that produces
+        an object piece by piece sends each while it makes the next (a local store writes them into the object's
+        temporary file, S3 sends them as a multipart upload's parts), and the object exists only once the last
+        is in, under the create-only rule of `put`. If iterating `pieces` raises, nothing is created and that error
+        propagates. This default joins them and `put`s. Returns the object's size."""
+        data = b"".join(pieces)
+        self.put(key, data)
+        return len(data)
 
     @abstractmethod
     def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:

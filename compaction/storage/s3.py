@@ -131,6 +131,39 @@ class S3Store(ObjectStore):
         self._put_multipart(key, path, size)
         self._count(bytes_written=size)
 
+    def put_pieces(self, key: str, pieces: Iterable[bytes]) -> int:
+        """One PUT when the pieces come to at most `part_size` bytes; else a multipart upload whose parts of
+        `part_size` bytes are sent as the pieces fill them, and which is aborted if taking a piece raises."""
+        buffer = bytearray()
+        upload: MultipartUpload | None = None
+        uri, full = self.object_uri(key), self._prefix + key
+        size = 0
+        try:
+            for piece in pieces:
+                buffer += piece
+                size += len(piece)
+                while len(buffer) > self.spec.part_size:  # the last part may be short; every other one is full
+                    if upload is None:
+                        self._ensure_conditional_put()
+                        if self.exists(key):  # refuse before uploading parts for nothing
+                            raise ObjectExistsError(self.object_uri(key))
+                        upload = MultipartUpload(self.client, self._bucket, full, self._count)
+                        self._call("PUT", uri, upload.start)
+                    part = bytes(buffer[: self.spec.part_size])
+                    del buffer[: self.spec.part_size]
+                    self._call("PUT", uri, partial(upload.upload_part, part))
+            if upload is None:
+                self.put(key, bytes(buffer))
+                return size
+            self._call("PUT", uri, partial(upload.upload_part, bytes(buffer)))
+            self._create(uri, full, upload.etag, upload.complete)
+        except BaseException:
+            if upload is not None and upload.upload_id:
+                upload.abort()
+            raise
+        self._count(bytes_written=size)
+        return size
+
     def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         check_range(start, end)
         if end == start:

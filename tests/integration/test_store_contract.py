@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
@@ -510,6 +510,41 @@ def test_large_files_round_trip(store: ObjectStore, tmp_path: Path) -> None:
     assert (tmp_path / "copy").read_bytes() == big
     with pytest.raises(ObjectExistsError):
         store.put_file("big.log", source)
+
+
+@pytest.mark.parametrize("sizes", [[], [0], [7, 0, 4000], [TEST_PART_SIZE], [TEST_PART_SIZE, 1],
+                                   [3 * MiB, 3 * MiB, 3 * MiB, 3 * MiB + 17], [2 * TEST_PART_SIZE + 5]])
+def test_put_pieces_creates_the_concatenation(store: ObjectStore, sizes: list[int]) -> None:
+    """Pieces of any sizes, across S3's part size (a multipart upload whose parts are cut from the pieces)."""
+    pieces = [os.urandom(n) for n in sizes]
+    store.put("first", b"")  # S3's conditional-put probe, run by a store's first write, counted apart
+    before = store.stats.puts
+    assert store.put_pieces("streamed.log", iter(pieces)) == sum(sizes)
+    assert store.get("streamed.log") == b"".join(pieces)
+    parts = -(-sum(sizes) // TEST_PART_SIZE)
+    # one PUT, or a multipart upload's start, parts and completion (local: one object)
+    assert store.stats.puts - before == (parts + 2 if isinstance(store, S3Store) and parts > 1 else 1)
+    with pytest.raises(ObjectExistsError):
+        store.put_pieces("streamed.log", iter([b"second"]))
+    assert store.get("streamed.log") == b"".join(pieces)
+
+
+@pytest.mark.parametrize("before_failing", [1, 2 * TEST_PART_SIZE + 1])
+def test_put_pieces_whose_pieces_fail_creates_nothing(store: ObjectStore, before_failing: int) -> None:
+    """The error taking a piece raises propagates, and neither the object nor a temporary file nor an S3 upload
+    is left (after the part sent, in the second case)."""
+    def pieces() -> Any:
+        yield b"\x01" * before_failing
+        raise RuntimeError("the rewrite failed")
+    with pytest.raises(RuntimeError, match="the rewrite failed"):
+        store.put_pieces("streamed.log", pieces())
+    assert not store.exists("streamed.log")
+    assert [o.key for o in store.list()] == []
+    if isinstance(store, S3Store):
+        uploads = store.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])
+        assert [u for u in uploads if u["Key"].startswith(store.uri.split("/", 3)[3])] == []
+    else:
+        assert not [f for f in cast(LocalStore, store).root.rglob("*") if f.is_file()]
 
 
 @pytest.mark.parametrize(

@@ -333,9 +333,14 @@ def test_a_corrupt_input_found_by_the_rewrite_is_reported_as_such(tmp_path: Path
     data = bytearray(path.read_bytes())
     data[-5] ^= 0xFF  # a record byte of the last batch: its CRC no longer matches
     path.write_bytes(bytes(data))
+    before = sorted(o.key for o in store.list())
     with pytest.raises(CorruptInputError, match="CRC"):
         rewrite_groups(store, task, task.groups, winners)
     assert not list((tmp_path / "store").glob("**/kcompact-rewrite-*")), "the chunk's files are gone"
+    # a big chunk's .log, streamed while its rewrite went on (its first input's piece was written): not created
+    assert sorted(o.key for o in store.list()) == before
+    assert sorted(p.name for p in (tmp_path / "store").rglob("*") if p.is_file()) == sorted(
+        k.rsplit("/", 1)[1] for k in before), "no temporary file either"
 
 
 def test_calls_within_shared_scratch_download_into_one_directory_removed_at_its_end(tmp_path: Path) -> None:
@@ -364,24 +369,36 @@ def test_calls_within_shared_scratch_download_into_one_directory_removed_at_its_
 def test_a_small_chunk_puts_its_objects_filter_included_in_one_round(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_memory: int) -> None:
     """A small chunk builds its filter piece by piece at once and puts both its objects in one `put_many`; a big one
-    hands the pieces to the filter thread and puts its `.log` while the filter is built, then the `.indexes` object
-    that holds the filter. The objects are the same."""
+    hands the pieces to the filter thread and writes its `.log` piece by piece as the rewrite makes them
+    (`put_pieces`: one piece per input segment), then puts the `.indexes` object that holds the filter. The objects
+    are the same."""
     monkeypatch.setattr(upload, "IN_MEMORY_BYTES", in_memory)
     task, winners = partition_task(tmp_path / "store", [2000] * 2, budget=None)
     store = open_store(str(tmp_path / "store"))
     rounds: list[list[str]] = []
-    real = store.put_many
+    real, real_pieces = store.put_many, store.put_pieces
+    streamed: list[int] = []
 
     def put_many(objects: Any, copied_from: Any = None) -> None:
         rounds.append(sorted(k.rsplit(".", 1)[1] for k in [*objects, *(copied_from or {})]))
         real(objects, copied_from)
 
+    def put_pieces(key: str, pieces: Any) -> int:
+        def counted() -> Any:
+            for piece in pieces:
+                streamed.append(len(piece))
+                yield piece
+        rounds.append([key.rsplit(".", 1)[1] + " in pieces"])
+        return real_pieces(key, counted())
+
     monkeypatch.setattr(store, "put_many", put_many)
+    monkeypatch.setattr(store, "put_pieces", put_pieces)
     (done,) = rewrite_groups(store, task, task.groups, winners).groups
-    put = [suffix for r in rounds for suffix in r]
+    put = [suffix.split()[0] for r in rounds for suffix in r]
     assert sorted(put) == sorted({k.rsplit(".", 1)[1] for k in done.object_keys.values()}) == ["indexes", "log"]
     assert "indexes" in rounds[-1] and len(put) == 2  # the log; both indexes and the filter in one object
-    assert len(rounds) == (1 if in_memory else 2), rounds
+    assert rounds == ([["indexes", "log"]] if in_memory else [["log in pieces"], ["indexes"]]), rounds
+    assert len(streamed) == (0 if in_memory else 2) and sum(streamed) in (0, done.size)
     f = KeyFilter.from_bytes(get_part(store, done.object_keys["bloom"], Suffix.BLOOM))
     assert f.positives(key_hashes(pa.array([b"k%06d" % i for i in range(40)], pa.binary()))) == 40
 
