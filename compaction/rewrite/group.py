@@ -38,7 +38,8 @@ No pyspark here: this runs on executors.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from functools import cached_property
 
 import numpy as np
 
@@ -53,7 +54,7 @@ from compaction.format.batch import (
     encode_batch,
 )
 from compaction.format.control import ControlType, parse_control_record
-from compaction.format.indexes import DEFAULT_INDEX_INTERVAL_BYTES, AbortedTxn, build_indexes, encode_txn_index
+from compaction.format.indexes import DEFAULT_INDEX_INTERVAL_BYTES, AbortedTxn, build_indexes_of, encode_txn_index
 from compaction.format.scan import batch_fields, check_crcs, headers_of
 from compaction.format.scan_kernels import (
     BATCH_ATTRIBUTES,
@@ -119,17 +120,20 @@ class Held:
     records: RecordBits | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RewriteOutput:
     """The cleaned segment of a group.
 
-    `base_offset` is the first input's base offset (the output segment's name); `next_offset` the input's
-    next offset (after its last batch, or the last input's base offset if later), which compaction never
-    moves. An empty `log` means the group kept no batch at all (`stats.empty_outputs` = 1): Kafka would
-    still swap in an empty segment; the caller may write one or drop the range, offsets may have gaps.
+    `pieces` are its `.log`'s bytes in order: what each input segment added when the rewrite handed them to
+    `on_written` as it went (a caller that wrote them out then need not join them: `log` is joined on first use),
+    else one piece. `base_offset` is the first input's base offset (the output segment's name); `next_offset` the
+    input's next offset (after its last batch, or the last input's base offset if later), which compaction never
+    moves. An empty log means the group kept no batch at all (`stats.empty_outputs` = 1): Kafka would still swap
+    in an empty segment; the caller may write one or drop the range, offsets may have gaps. Two outputs are equal
+    when their logs and every other field are, however their pieces are cut.
     """
 
-    log: bytes
+    pieces: tuple[bytes, ...] = field(repr=False)
     offset_index: bytes
     time_index: bytes
     txn_index: bytes | None
@@ -138,9 +142,26 @@ class RewriteOutput:
     stats: RewriteStats
     transactional: bool = False  # it kept a transactional or control batch (the segment row's `transactional`)
 
+    @cached_property
+    def log(self) -> bytes:
+        """The `.log`: the pieces joined (the piece itself when there is one)."""
+        return self.pieces[0] if len(self.pieces) == 1 else b"".join(self.pieces)
+
+    @property
+    def size(self) -> int:
+        return sum(len(piece) for piece in self.pieces)
+
     @property
     def is_empty(self) -> bool:
-        return not self.log
+        return not self.size
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RewriteOutput):
+            return NotImplemented
+        rest = [f.name for f in fields(self) if f.name != "pieces"]
+        return self.log == other.log and all(getattr(self, n) == getattr(other, n) for n in rest)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking: never a set member or a key
 
 
 def rewrite_group(
@@ -202,7 +223,7 @@ def rewrite_group(
             rewriter.parts[written:] = [added]
             kept = rewriter.kept_hashes
             on_written(added, None if kept is None else np.concatenate(kept) if kept else np.empty(0, np.uint64))
-    return rewriter.finish(inputs, index_interval_bytes), rewriter.txns.state()
+    return rewriter.finish(inputs, index_interval_bytes, whole=on_written is None), rewriter.txns.state()
 
 
 def _state_at_start(txn_state: TransactionState | None, aborted: Sequence[AbortedTxn], base_offset: int
@@ -449,14 +470,17 @@ class _GroupRewriter:
         self.stats.records_written += records
         self.stats.bytes_written += len(batch)
 
-    def finish(self, inputs: Sequence[SegmentInput], index_interval_bytes: int) -> RewriteOutput:
-        log = b"".join(self.parts)
+    def finish(self, inputs: Sequence[SegmentInput], index_interval_bytes: int, *, whole: bool = True
+               ) -> RewriteOutput:
+        """The output; `whole`: as one piece (else the parts as they are: each segment's, joined by
+        `rewrite_group` as it handed them over, so none is a slice of an input that is released after)."""
+        pieces = (b"".join(self.parts),) if whole or not self.parts else tuple(bytes(p) for p in self.parts)
         base_offset = inputs[0].base_offset
-        indexes = build_indexes(log, base_offset, index_interval_bytes, obj=f"cleaned {inputs[0].obj}")
+        indexes = build_indexes_of(pieces, base_offset, index_interval_bytes, obj=f"cleaned {inputs[0].obj}")
         reindexed = self.txns.reindexed
-        self.stats.empty_outputs = 0 if log else 1
+        self.stats.empty_outputs = 0 if any(pieces) else 1
         return RewriteOutput(
-            log=log,
+            pieces=pieces,
             offset_index=indexes.offset_index,
             time_index=indexes.time_index,
             txn_index=encode_txn_index(reindexed) if reindexed else None,

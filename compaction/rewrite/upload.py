@@ -25,8 +25,8 @@ compressed batch: its output is then not decompressed again), else from a scan o
 the rewrite, in threads: the output each input segment adds is scanned for the filter
 while the next input is rewritten (`rewrite_group`'s `on_written`; the numba scan and hashing release the
 interpreter). A chunk above `IN_MEMORY_BYTES` writes its `.log` into the store piece by piece as the rewrite makes
-them (`_LogStream`, `ObjectStore.put_pieces`: a local store's temporary file, S3's multipart parts), a smaller one
-puts it while its filter is finished (a store write waits on I/O). The chunk
+them (`_LogStream`, `ObjectStore.put_pieces`: a local store's temporary file, S3's multipart parts; a store write
+waits on I/O), and never joins them (`RewriteOutput.pieces`); a smaller one puts both its objects at once. The chunk
 holding most winners ends a hot partition's rewrite, and the core its earlier chunks freed takes that work, instead
 of the chunk's rewrite, filter and upload running one after the other.
 """
@@ -57,7 +57,7 @@ from compaction.errors import ConfigError
 from compaction.rewrite.cache import SegmentCache
 from compaction.rewrite.group import Held, SegmentInput, TransactionState, rewrite_group
 from compaction.storage.base import ObjectStore, StoreStats, shared_pool
-from compaction.storage.indexes import get_parts, segment_objects
+from compaction.storage.indexes import get_parts, pack_parts, segment_keys, segment_objects
 from compaction.storage.layout import Suffix, new_segment_id, segment_object_key
 from compaction.tasks import GroupTask, PartitionTask
 
@@ -408,20 +408,14 @@ def _upload(store: ObjectStore, task: PartitionTask, group: GroupTask, segment_i
         filtered = time.monotonic()
         objects, keys = segment_objects(key, output.log, parts)
         upload_seconds = _put_all(store, objects)
-    else:
-        log_key = key(Suffix.LOG)
+    else:  # a large chunk: its .log was written while the rewrite went on (the caller aborts it if this raises)
         if stream is None:
-            uploaded = shared_pool("upload", 1).submit(_put_all, store, {log_key: output.log})  # beside the filter
-        try:
-            bloom = filters.filter(task.bloom_fpp).to_bytes()
-        finally:  # the upload done before anything else happens, as when the pool was this call's own
-            if stream is None:
-                wait([uploaded])
+            raise ValueError("a chunk whose filter is built beside its rewrite streams its .log")
+        bloom = filters.filter(task.bloom_fpp).to_bytes()
         filtered = time.monotonic()
-        # a streamed .log: the seconds its write went on after the filter was built (what the task waited for)
-        upload_seconds = uploaded.result() if stream is None else stream.close()
-        objects, keys = segment_objects(key, output.log, {**parts, Suffix.BLOOM: bloom})
-        upload_seconds += _put_all(store, {k: v for k, v in objects.items() if k != log_key})
+        upload_seconds = stream.close()  # the seconds its write went on after the filter was built
+        keys = segment_keys(key, [*parts, Suffix.BLOOM])  # the .log is written: neither joined nor put again
+        upload_seconds += _put_all(store, {keys[Suffix.INDEXES]: pack_parts({**parts, Suffix.BLOOM: bloom})})
     times = {**times, "rewrite_task_ms": times["rewrite_task_ms"] + round(1000 * (filtered - filtering))}
     stats = output.stats
     return ChunkResult(
@@ -429,7 +423,7 @@ def _upload(store: ObjectStore, task: PartitionTask, group: GroupTask, segment_i
         segment_id=segment_id,
         start_offset=group.start_offset,
         end_offset=group.end_offset,
-        size=len(output.log),
+        size=output.size,
         max_timestamp_ms=stats.max_timestamp,
         first_batch_max_timestamp_ms=stats.first_batch_max_timestamp,
         record_count=stats.records_written,

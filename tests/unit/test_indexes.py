@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from itertools import pairwise
 
 import pytest
 from hypothesis import given
@@ -15,8 +16,10 @@ from compaction.format.control import ControlType
 from compaction.format.indexes import (
     AbortedTxn,
     OffsetIndexEntry,
+    SegmentIndexes,
     TimeIndexEntry,
     build_indexes,
+    build_indexes_of,
     collect_aborted_txns,
     encode_offset_index,
     encode_time_index,
@@ -373,6 +376,40 @@ def test_rebuild_compiled_path_equals_the_reference_path(batches: list[tuple[int
         return got.offset_index, got.time_index, got.txn_index, dict(got.open_txns), got.unresolved_aborts
 
     assert built(None) == built([1] * len(batches))
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 5), st.integers(-1, 10**6), st.integers(0, 3)), min_size=0, max_size=30),
+    st.integers(0, 3000),
+    st.integers(-3, 3),
+    st.lists(st.integers(0, 30), max_size=6),
+    st.booleans(),
+)
+def test_indexes_of_pieces_equal_those_of_the_joined_log(batches: list[tuple[int, int, int]], interval: int,
+                                                         shift: int, cuts: list[int], transactional: bool) -> None:
+    """`build_indexes_of` a log cut into pieces at batch boundaries (empty pieces included) gives what
+    `build_indexes` gives the whole log: the same bytes, or the same error at the same byte of the whole log; a
+    transactional batch (the reference path, on the joined pieces) likewise."""
+    encoded, offset = [], BASE
+    for i, (n, ts, gap) in enumerate(batches):
+        encoded.append(data_batch(offset, ts, n=n, pid=7 if transactional and i == 0 else -1,
+                                  txn=transactional and i == 0))
+        offset += n + gap if gap < 3 else n - 4  # a gap of 3 goes back: offsets the rule may reject
+    bounds = sorted({0, len(encoded), *(min(c, len(encoded)) for c in cuts)})
+    pieces = [b"".join(encoded[a:b]) for a, b in pairwise(bounds)] or [b""]
+    if len(cuts) > 3:
+        pieces.insert(len(pieces) // 2, b"")
+
+    def built(build: Callable[[], SegmentIndexes]) -> object:
+        try:
+            got = build()
+        except CorruptInputError as exc:
+            return type(exc), exc.obj, exc.position, exc.detail
+        return got.offset_index, got.time_index, got.txn_index, dict(got.open_txns), got.unresolved_aborts
+
+    log = b"".join(encoded)
+    assert built(lambda: build_indexes_of(pieces, BASE + shift, interval, obj="seg.log")) == built(
+        lambda: build_indexes(log, BASE + shift, index_interval_bytes=interval, obj="seg.log"))
 
 
 def test_rebuild_of_a_transactional_log_takes_the_reference_path() -> None:

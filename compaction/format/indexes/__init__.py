@@ -16,7 +16,12 @@ from compaction.format.indexes.offset_index import (
     offset_index_lookup,
     read_offset_index,
 )
-from compaction.format.indexes.rebuild import DEFAULT_INDEX_INTERVAL_BYTES, SegmentIndexes, build_indexes
+from compaction.format.indexes.rebuild import (
+    DEFAULT_INDEX_INTERVAL_BYTES,
+    SegmentIndexes,
+    build_indexes,
+    build_indexes_of,
+)
 from compaction.format.indexes.time_index import (
     TIME_ENTRY_SIZE,
     TimeIndexEntry,
@@ -45,6 +50,7 @@ __all__ = [
     "SegmentIndexes",
     "TimeIndexEntry",
     "build_indexes",
+    "build_indexes_of",
     "collect_aborted_txns",
     "encode_offset_index",
     "encode_time_index",

@@ -27,7 +27,7 @@ from compaction.format.indexes.index_kernels import index_entries
 from compaction.format.indexes.offset_index import OffsetIndexEntry, encode_offset_index
 from compaction.format.indexes.time_index import TimeIndexEntry, encode_time_index
 from compaction.format.indexes.txn_index import ABORTED_TXN_CURRENT_VERSION, AbortedTxn, encode_txn_index
-from compaction.format.scan_kernels import BATCH_ATTRIBUTES, walk_batches
+from compaction.format.scan_kernels import BATCH_ATTRIBUTES, BATCH_POS, N_BATCH_FIELDS, walk_batches
 from compaction.format.segment import BatchHeader, iter_batch_headers
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
@@ -92,6 +92,34 @@ def build_indexes(
     )
 
 
+def build_indexes_of(pieces: Sequence[Buffer], base_offset: int,
+                     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, obj: str | None = None
+                     ) -> SegmentIndexes:
+    """`build_indexes` of the log that is the concatenation of `pieces` (each whole batches, one append per batch),
+    without concatenating them where the numba walk applies: each piece is walked where it lies and its batches'
+    positions moved by the bytes before it. A rewrite whose output was written piece by piece (`rewrite_group`'s
+    `on_written`) need not build the whole log in memory again for its indexes: for P6's hot partition, a 236 MiB
+    join of fresh memory took 0.85 s of the chunk that ends the run. Otherwise (a transactional or control batch, a
+    malformed piece) the pieces are joined and `build_indexes` decides, naming any error's byte position in the
+    whole log."""
+    if len(pieces) == 1:
+        return build_indexes(pieces[0], base_offset, index_interval_bytes, obj=obj)
+    walked, start = [], 0
+    for piece in pieces:
+        fields, status, _position = walk_batches(np.frombuffer(piece, np.uint8))
+        if status:
+            break
+        fields[:, BATCH_POS] += start
+        walked.append(fields)
+        start += len(piece)
+    else:
+        fields = np.concatenate(walked) if walked else np.empty((0, N_BATCH_FIELDS), np.int64)
+        fast = _indexed(fields, base_offset, index_interval_bytes, None)
+        if fast is not None:
+            return fast
+    return build_indexes(b"".join(pieces), base_offset, index_interval_bytes, obj=obj)
+
+
 def _compiled(log_bytes: Buffer, base_offset: int, interval: int, carried: Mapping[int, int] | None
               ) -> SegmentIndexes | None:
     """`build_indexes` of a log of one append per batch, none transactional or control (no transaction index to
@@ -99,7 +127,13 @@ def _compiled(log_bytes: Buffer, base_offset: int, interval: int, carried: Mappi
     path then builds the indexes or names the error). Equal to the reference path (tested on generated logs)."""
     data = np.frombuffer(log_bytes, np.uint8)
     fields, status, _position = walk_batches(data)
-    if status or (fields[:, BATCH_ATTRIBUTES] & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)).any():
+    return None if status else _indexed(fields, base_offset, interval, carried)
+
+
+def _indexed(fields: np.ndarray, base_offset: int, interval: int, carried: Mapping[int, int] | None
+             ) -> SegmentIndexes | None:
+    """`_compiled` from the log's batch fields (`walk_batches` rows)."""
+    if (fields[:, BATCH_ATTRIBUTES] & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)).any():
         return None
     status, offsets, times = index_entries(fields, base_offset, interval)
     if status:
