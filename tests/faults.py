@@ -91,9 +91,9 @@ class FailingUploadStore(LocalStore):
         self._count_upload(key)
         super().put_file(key, path)
 
-    def put_pieces(self, key: str, pieces: Iterable[bytes]) -> int:
+    def put_pieces(self, key: str, pieces: Iterable[bytes | memoryview]) -> int:
         """Counted as an upload; the failing one fails after its first piece is written (a write cut off midway)."""
-        def counted() -> Iterator[bytes]:
+        def counted() -> Iterator[bytes | memoryview]:
             taken = 0
             for piece in pieces:
                 if taken == 1:

@@ -81,6 +81,21 @@ def warm_up(workdir: Path) -> None:
         winners = np.unique(scan.records["offset"].to_numpy()).astype(np.int64)
         rewrite_group([SegmentInput(data, base, obj)], winners, upper_bound_offset=2**62, now_ms=0,
                       delete_retention_ms=0)
+    for log in sorted([*(workdir / "log").rglob("*.log"), *(workdir / "bulk").rglob("*.log")]):
+        # as a large chunk's rewrite: each piece filtered as it comes, the indexes built from the pieces (a plain
+        # segment's piece is the rewrite kernel's own buffer: writable, a type of its own to numba)
+        data, obj = log.read_bytes(), str(log)
+        scanned = scan_segment(data, obj=obj).records
+        winners = np.unique(scanned["offset"].to_numpy()).astype(np.int64)
+        outgrown = KeyFold(capacity=4)  # a fold that outgrows its table, then reserves: every key slotted again
+        fold_segment(outgrown, scanned, (), CompactionStrategy.OFFSET, True)
+        outgrown.reserve(4 * outgrown.keys + 64)
+
+        def filtered(piece: bytes | memoryview, _hashes: np.ndarray | None, obj: str = obj) -> None:
+            filter_part(piece, obj=obj)
+
+        rewrite_group([SegmentInput(data, int(log.stem), obj)], winners, upper_bound_offset=2**62, now_ms=0,
+                      delete_retention_ms=0, on_written=filtered)
     for strategy in CompactionStrategy:  # the topic table's fold: one task's records, from one segment or several
         for held in (consumed[:1], consumed):
             table_changes_of(held, 0, 1, strategy, HEADER, table_schema(strategy))

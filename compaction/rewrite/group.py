@@ -133,7 +133,7 @@ class RewriteOutput:
     when their logs and every other field are, however their pieces are cut.
     """
 
-    pieces: tuple[bytes, ...] = field(repr=False)
+    pieces: tuple[bytes | memoryview, ...] = field(repr=False)
     offset_index: bytes
     time_index: bytes
     txn_index: bytes | None
@@ -145,7 +145,8 @@ class RewriteOutput:
     @cached_property
     def log(self) -> bytes:
         """The `.log`: the pieces joined (the piece itself when there is one)."""
-        return self.pieces[0] if len(self.pieces) == 1 else b"".join(self.pieces)
+        only = self.pieces[0] if len(self.pieces) == 1 else None
+        return only if isinstance(only, bytes) else b"".join(self.pieces)
 
     @property
     def size(self) -> int:
@@ -175,7 +176,7 @@ def rewrite_group(
     aborted: Sequence[AbortedTxn] = (),
     active_producers: Mapping[int, ActiveProducer] | None = None,
     txn_state: TransactionState | None = None,
-    on_written: Callable[[bytes, np.ndarray | None], None] | None = None,
+    on_written: Callable[[bytes | memoryview, np.ndarray | None], None] | None = None,
 ) -> tuple[RewriteOutput, TransactionState]:
     """Clean `inputs` (consecutive segments, in offset order) into one segment.
 
@@ -219,7 +220,10 @@ def rewrite_group(
         written = len(rewriter.parts)
         rewriter.rewrite_segment(segment)
         if on_written is not None and len(rewriter.parts) > written:
-            added = b"".join(rewriter.parts[written:])  # held once: the log is joined from these
+            # held once: the log is made of these; a plain segment's one part is the kernel's own buffer, kept as it
+            # is (a copy of its ~input size in fresh memory, else), any other part may be a slice of the input
+            own = len(rewriter.parts) == written + 1 and written in rewriter.owned
+            added = rewriter.parts[written] if own else b"".join(rewriter.parts[written:])
             rewriter.parts[written:] = [added]
             kept = rewriter.kept_hashes
             on_written(added, None if kept is None else np.concatenate(kept) if kept else np.empty(0, np.uint64))
@@ -268,6 +272,9 @@ class _GroupRewriter:
         self.txns = txns
         self.stats = RewriteStats()
         self.parts: list[bytes | memoryview] = []
+        self.owned: set[int] = set()
+        """The indexes of `parts` that are views of a buffer of the rewrite's own (`rewrite_plain`'s), not of an
+        input."""
         self.next_offset: int | None = None
         self.transactional = False  # a transactional or control batch was written
         self.kept_hashes: list[np.ndarray] | None = None
@@ -341,6 +348,7 @@ class _GroupRewriter:
         if done.data:
             if not self.parts:
                 stats.first_batch_max_timestamp = c[PLAIN_FIRST_MAX_TIMESTAMP]
+            self.owned.add(len(self.parts))
             self.parts.append(done.data)
             stats.max_timestamp = max(stats.max_timestamp, c[PLAIN_MAX_TIMESTAMP])
             stats.bytes_written += len(done.data)
@@ -473,8 +481,9 @@ class _GroupRewriter:
     def finish(self, inputs: Sequence[SegmentInput], index_interval_bytes: int, *, whole: bool = True
                ) -> RewriteOutput:
         """The output; `whole`: as one piece (else the parts as they are: each segment's, joined by
-        `rewrite_group` as it handed them over, so none is a slice of an input that is released after)."""
-        pieces = (b"".join(self.parts),) if whole or not self.parts else tuple(bytes(p) for p in self.parts)
+        `rewrite_group` as it handed them over, or a plain segment's kernel output: none is a slice of an input,
+        which is released after)."""
+        pieces = (b"".join(self.parts),) if whole or not self.parts else tuple(self.parts)
         base_offset = inputs[0].base_offset
         indexes = build_indexes_of(pieces, base_offset, index_interval_bytes, obj=f"cleaned {inputs[0].obj}")
         reindexed = self.txns.reindexed

@@ -357,10 +357,10 @@ def _rewrite_plain(data: np.ndarray, fields: np.ndarray, winners: np.ndarray, fl
 
 @dataclass(frozen=True)
 class PlainRewrite:
-    """A segment's plain batches rewritten by `rewrite_plain`: the bytes written, the `PLAIN_*` counts, and the
-    offset after its last batch."""
+    """A segment's plain batches rewritten by `rewrite_plain`: the bytes written (a view of the kernel's own output
+    buffer, never of the input: not copied again), the `PLAIN_*` counts, and the offset after its last batch."""
 
-    data: bytes
+    data: memoryview
     counts: np.ndarray
     next_offset: int
 
@@ -385,4 +385,4 @@ def rewrite_plain(data: memoryview, fields: np.ndarray, winners: np.ndarray, *, 
         end = at + 12 + int.from_bytes(view[at + 8 : at + 12], "big")
         struct.pack_into(">I", view, at + CRC_OFFSET, crc32c(view[at + ATTRIBUTES_OFFSET : end]))
     last = fields[-1]
-    return PlainRewrite(view[:written].tobytes(), counts, int(last[2] + last[6] + 1))
+    return PlainRewrite(view[:written], counts, int(last[2] + last[6] + 1))

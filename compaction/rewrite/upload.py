@@ -305,7 +305,7 @@ class _FilterParts:
         self.pool, self.obj = pool, obj
         self.parts: list[Future[FilterPart]] = []
 
-    def add(self, data: bytes, hashes: np.ndarray | None = None) -> None:
+    def add(self, data: bytes | memoryview, hashes: np.ndarray | None = None) -> None:
         """The piece `data`, given the hashes of its data records' keys if the rewrite knew them (no decoding
         then: only its batch headers are walked)."""
         if hashes is not None:
@@ -330,6 +330,10 @@ class _FilterParts:
         wait(self.parts)
 
 
+Written = Callable[[bytes | memoryview, np.ndarray | None], None]
+"""`rewrite_group`'s `on_written`."""
+
+
 class _LogStream:
     """A large chunk's `.log`, written into the store piece by piece while the rewrite goes on (`put_pieces`, in
     a thread of its own: a store write waits on I/O): each piece the rewrite adds is handed over as it comes
@@ -345,15 +349,15 @@ class _LogStream:
         self._pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._put = shared_pool("log-stream", 2).submit(store.put_pieces, key, self._taken())
 
-    def _taken(self) -> Iterator[bytes]:
+    def _taken(self) -> Iterator[bytes | memoryview]:
         while (piece := self._pieces.get()) is not self._END:
             if piece is self._ABORT:
                 raise _StreamAborted(self.key)
             yield piece
 
-    def then(self, add: Callable[[bytes, np.ndarray | None], None]) -> Callable[[bytes, np.ndarray | None], None]:
+    def then(self, add: Written) -> Written:
         """`rewrite_group`'s `on_written`: the piece handed to the write, then to `add` (the filter's)."""
-        def written(data: bytes, hashes: np.ndarray | None = None) -> None:
+        def written(data: bytes | memoryview, hashes: np.ndarray | None = None) -> None:
             self._pieces.put(data)
             add(data, hashes)
         return written

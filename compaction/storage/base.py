@@ -352,7 +352,7 @@ class ObjectStore(ABC):
     def put_file(self, key: str, path: str | PathLike[str]) -> None:
         """Create the object `key` from the local file `path`, with the same create-only rule as `put`."""
 
-    def put_pieces(self, key: str, pieces: Iterable[bytes]) -> int:
+    def put_pieces(self, key: str, pieces: Iterable[bytes | memoryview]) -> int:
         """Create the object `key` holding the concatenation of `pieces`, taken as they come: a writer that produces
         an object piece by piece sends each while it makes the next (a local store writes them into the object's
         temporary file, S3 sends them as a multipart upload's parts), and the object exists only once the last

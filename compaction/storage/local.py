@@ -202,7 +202,7 @@ class LocalStore(ObjectStore):
             written = self._create(key, lambda out: _copy(src, out))
         self._count(puts=1, bytes_written=written)
 
-    def put_pieces(self, key: str, pieces: Iterable[bytes]) -> int:
+    def put_pieces(self, key: str, pieces: Iterable[bytes | memoryview]) -> int:
         """Each piece written into the object's temporary file as it comes; linked as `key` after the last."""
         written = self._create(key, functools.partial(_write_each, pieces))
         self._count(puts=1, bytes_written=written)
@@ -350,7 +350,7 @@ def _writing(data: bytes) -> Callable[[IO[bytes]], object]:
     return lambda out: out.write(data)
 
 
-def _write_each(pieces: Iterable[bytes], out: IO[bytes]) -> None:
+def _write_each(pieces: Iterable[bytes | memoryview], out: IO[bytes]) -> None:
     for piece in pieces:
         out.write(piece)
 

@@ -131,7 +131,7 @@ class S3Store(ObjectStore):
         self._put_multipart(key, path, size)
         self._count(bytes_written=size)
 
-    def put_pieces(self, key: str, pieces: Iterable[bytes]) -> int:
+    def put_pieces(self, key: str, pieces: Iterable[bytes | memoryview]) -> int:
         """One PUT when the pieces come to at most `part_size` bytes; else a multipart upload whose parts of
         `part_size` bytes are sent as the pieces fill them, and which is aborted if taking a piece raises."""
         buffer = bytearray()
