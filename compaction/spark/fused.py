@@ -12,7 +12,8 @@ A partition cut into several chunks (a hot partition, whose chunks have slots of
 core) is folded by parts: the task of each of its chunks' slots scans and folds one part of its segments (`_parts`:
 runs of segments of about equal bytes, so that the tasks end together; they need not match the chunks, whose bytes
 follow the rewrite's costs), and hands the fold, packed (Arrow IPC, a few binary rows instead of a row per key), to
-the slots whose chunks need it. Those merge the folds they receive into the partition's winners and rewrite their
+the slots whose chunks need it; in Spark local mode as a file in the run's cache directory that a row names
+(`folds_dir`), not through the JVM. Those merge the folds they receive into the partition's winners and rewrite their
 chunk: a job of two stages, every segment fetched and decoded once. Under the `offset` strategy a chunk needs only
 the parts that reach its first offset (a record is beaten by a later one only), and a chunk that needs one part
 alone receives that part's winning offsets, not its fold; under the others, every part's fold. The merge holds a
@@ -42,6 +43,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -59,7 +61,14 @@ from compaction.spark.rewrite_job import RewriteUnit, UnitOutcome, outcome_batch
 from compaction.spark.scan import CHUNK_SLOT, ScanSettings, ScanTask, SegmentDescriptor, describe, positions
 from compaction.spark.winners import slot_keys
 from compaction.storage.base import ObjectStore, shared_pool
-from compaction.strategies.packed_fold import merged_folds, pack_fold, pack_offsets
+from compaction.strategies.packed_fold import (
+    merged_folds,
+    pack_fold,
+    pack_offsets,
+    read_packed,
+    write_fold,
+    write_offsets,
+)
 from compaction.tasks import SegmentScanTask
 
 if TYPE_CHECKING:
@@ -99,7 +108,7 @@ def units_in_flight(sizes: Sequence[int], most: int = UNITS_IN_FLIGHT, budget: i
     return max(1, min(most, len(sizes), budget // max(1, max(sizes, default=1))))
 
 _EXCHANGED = pa.schema([pa.field(CHUNK_SLOT, pa.int64(), False), pa.field("tp", pa.int32()),
-                        pa.field("chunk", pa.int32()), pa.field("fold", pa.binary()),
+                        pa.field("chunk", pa.int32()), pa.field("fold", pa.binary()), pa.field("at", pa.string()),
                         pa.field("outcome", pa.binary())])
 
 
@@ -235,11 +244,12 @@ class _FusedTask:
     pieces of each fold (`pack_fold`), and the outcomes, which the second stage passes on."""
 
     def __init__(self, settings: ScanSettings, tracker: Accumulator, slots: Broadcast[list[list[FusedUnit]]],
-                 keys: Sequence[int] | None) -> None:
+                 keys: Sequence[int] | None, folds_dir: str | None = None) -> None:
         self.settings = settings
         self.tracker = tracker
         self.slots = slots
         self.keys = keys
+        self.folds_dir = folds_dir
         self.in_flight = 1 if settings.spec.scheme == "file" else UNITS_IN_FLIGHT  # decided by the driver
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -269,7 +279,16 @@ class _FusedTask:
                     rows = fold.result() if fused.send_to else None
                     del fold  # its table freed: what is sent is a copy of its rows, packed a piece at a time
                     strategy = self.settings.partitions[fused.unit.partition_index].strategy
-                    for piece in pack_fold(rows, strategy is not CompactionStrategy.OFFSET) if rows is not None else ():
+                    ranked = strategy is not CompactionStrategy.OFFSET
+                    if self.folds_dir is not None:  # written once, however many slots read it; a row names it
+                        if rows is not None:
+                            write_fold(path := _fold_file(self.folds_dir, "fold", fused.chunk), rows, ranked)
+                            yield from _fold_rows(fused, fused.send_to, at=path)
+                        if winners is not None:
+                            write_offsets(path := _fold_file(self.folds_dir, "offsets", fused.chunk), winners)
+                            yield from _fold_rows(fused, fused.offsets_to, at=path)
+                        continue
+                    for piece in pack_fold(rows, ranked) if rows is not None else ():
                         yield from _fold_rows(fused, fused.send_to, piece)
                     if winners is not None:
                         yield from _fold_rows(fused, fused.offsets_to, pack_offsets(winners))
@@ -279,7 +298,8 @@ class _FusedTask:
             n = len(outcomes)
             yield pa.RecordBatch.from_pydict({
                 CHUNK_SLOT: [self.keys[slot] for slot, _o in outcomes], "tp": [None] * n, "chunk": [None] * n,
-                "fold": [None] * n, "outcome": [pickle.dumps(o) for _slot, o in outcomes]}, schema=_EXCHANGED)
+                "fold": [None] * n, "at": [None] * n, "outcome": [pickle.dumps(o) for _slot, o in outcomes]},
+                schema=_EXCHANGED)
 
     def _at_once(self, store: ObjectStore, slot: int, units: Sequence[FusedUnit], at_once: int
                  ) -> list[UnitOutcome | None]:
@@ -369,14 +389,33 @@ class _Locked:
             self._accumulator.add(term)
 
 
-def _fold_rows(fused: FusedUnit, keys: Sequence[int], piece: pa.Buffer) -> Iterator[pa.RecordBatch]:
+def _fold_rows(fused: FusedUnit, keys: Sequence[int], piece: pa.Buffer | None = None, at: Path | None = None
+               ) -> Iterator[pa.RecordBatch]:
     """A row per slot key of `keys` sending it `piece` (of the fold of `fused`'s part), built on the piece's own
-    buffer: a binary column built from Python bytes copied a 90 MB fold at ~0.3 s."""
-    fold = pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(np.array([0, piece.size], np.int32)), piece])
+    buffer (a binary column built from Python bytes copied a 90 MB fold at ~0.3 s), or naming the file `at` that
+    holds the whole fold (`write_fold`, `write_offsets`)."""
+    fold = pa.nulls(1, pa.binary()) if piece is None else pa.Array.from_buffers(
+        pa.binary(), 1, [None, pa.py_buffer(np.array([0, piece.size], np.int32)), piece])
+    path = pa.array([None if at is None else str(at)], pa.string())
     for key in keys:
         yield pa.RecordBatch.from_arrays(
             [pa.array([key], pa.int64()), pa.array([fused.unit.partition_index], pa.int32()),
-             pa.array([fused.chunk], pa.int32()), fold, pa.nulls(1, pa.binary())], schema=_EXCHANGED)
+             pa.array([fused.chunk], pa.int32()), fold, path, pa.nulls(1, pa.binary())], schema=_EXCHANGED)
+
+
+def _fold_file(folds_dir: str, kind: str, chunk: int) -> Path:
+    """The file of part `chunk`'s fold (`kind` "fold") or winning offsets ("offsets") in `folds_dir`: a task of
+    the first stage run again writes the same file again."""
+    return Path(folds_dir) / f"{kind}-{chunk}.arrow"
+
+
+def _read_fold(at: str, chunk: int) -> pa.Buffer:
+    """The fold (or offsets) of part `chunk` a first-stage task wrote to the file `at`, mapped."""
+    try:
+        return read_packed(Path(at))
+    except FileNotFoundError:  # the run's cache directory went away under the job: nothing of it is committed
+        raise RuntimeError(f"the fold of part {chunk} that the fused job's first stage wrote to {at} is gone; the "
+                           "run's cache directory must stay until the job ends") from None
 
 
 class _MergeTask:
@@ -393,13 +432,14 @@ class _MergeTask:
         folds: dict[tuple[int, int], dict[int, list[pa.Buffer]]] = {}  # (slot key, tp) -> chunk -> pieces
         outcomes: list[UnitOutcome] = []
         for batch in batches:
-            key, tp, chunk, fold, outcome = (batch.column(c) for c in _EXCHANGED.names)
+            key, tp, chunk, fold, at, outcome = (batch.column(c) for c in _EXCHANGED.names)
             for i in range(batch.num_rows):
                 if outcome[i].is_valid:
                     outcomes.append(pickle.loads(outcome[i].as_py()))
                 else:
-                    at = folds.setdefault((key[i].as_py(), tp[i].as_py()), {})
-                    at.setdefault(chunk[i].as_py(), []).append(fold[i].as_buffer())
+                    part = chunk[i].as_py()
+                    piece = fold[i].as_buffer() if fold[i].is_valid else _read_fold(at[i].as_py(), part)
+                    folds.setdefault((key[i].as_py(), tp[i].as_py()), {}).setdefault(part, []).append(piece)
         plan = self.plan.value
         store = self.settings.spec.open()
         with store.deferred_sync(), shared_scratch():  # objects durable together before any outcome; one scratch dir
@@ -489,6 +529,18 @@ def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[Segmen
     return [[planned[id(u)] for u in units] for units in slots] + extra, merges
 
 
+def folds_dir(spark: SparkSession, settings: ScanSettings) -> str | None:
+    """Where the fused job's first stage writes the folds it hands on, each once, for the second stage's tasks to
+    map: a directory of the run's cache (`ScanSettings.cache_dir`, removed when the job ends), when every task runs
+    on this machine (Spark local mode). Elsewhere (None) a fold travels as rows through Spark's shuffle: a task of
+    the second stage may run on another node. Through the shuffle, the hot partition of P6 (two chunks) moved its
+    folds (116 MB, two parts' keys and offsets) into the JVM and back in ~1.3 s of the first chunk's second-stage
+    task, which then merged them; mapped from the files, in ~0 s (BENCHMARKS.md, P6)."""
+    if settings.cache_dir is None or not str(spark.sparkContext.master).startswith("local"):
+        return None
+    return str(Path(settings.cache_dir) / "folds")
+
+
 def fold_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequence[SegmentScanTask],
                      index_of: Mapping[TopicPartition, int], tracker: Accumulator,
                      slots: Sequence[Sequence[RewriteUnit]], *, parallelism: int) -> list[UnitOutcome]:
@@ -508,8 +560,8 @@ def fold_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequenc
         if plan is None:
             rows = ids.mapInArrow(_FusedTask(settings, tracker, shipped, None), "outcome binary").collect()
         else:
-            exchanged = ids.mapInArrow(_FusedTask(settings, tracker, shipped, keys),
-                                       f"{CHUNK_SLOT} long, tp int, chunk int, fold binary, outcome binary")
+            exchanged = ids.mapInArrow(_FusedTask(settings, tracker, shipped, keys, folds_dir(spark, settings)),
+                                       f"{CHUNK_SLOT} long, tp int, chunk int, fold binary, at string, outcome binary")
             rows = exchanged.repartition(tasks, CHUNK_SLOT).mapInArrow(
                 _MergeTask(settings, plan), "outcome binary").collect()
     finally:
@@ -520,4 +572,4 @@ def fold_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequenc
 
 
 __all__ = ["FOLD_RECORDS", "HELD_BYTES", "FusedUnit", "MergedUnit", "exchange_plan", "fits", "fold_and_rewrite",
-           "spread"]
+           "folds_dir", "spread"]

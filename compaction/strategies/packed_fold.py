@@ -4,7 +4,10 @@ prebuilt kernels' warm-up (`compaction.prebuild.kernels`) runs the merge in an e
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -27,12 +30,8 @@ def pack_fold(rows: tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarr
     other than `offset`, whose rank is the offset alone), has_version and version: the rank `KeyFold.add` takes.
     At most `PIECE_KEYS` rows and about `PIECE_KEY_BYTES` of keys a piece, one piece at a time; one empty piece
     for an empty fold, so that its arrival is known."""
-    keys, has_version, version, offset, _dirty = rows
-    columns = {"key": keys, "offset": pa.array(offset, pa.int64())}
-    if ranked:
-        columns |= {"has_version": pa.array(has_version, pa.int8()), "version": pa.array(version, pa.int64())}
-    table = pa.table(columns)
-    starts, _data = binary_buffers(keys)
+    table = _fold_table(rows, ranked)
+    starts, _data = binary_buffers(rows[0])
     start, n = 0, table.num_rows
     while True:
         end = min(n, start + PIECE_KEYS, int(np.searchsorted(starts, starts[start] + PIECE_KEY_BYTES, "right")) - 1)
@@ -46,6 +45,44 @@ def pack_fold(rows: tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarr
         start = end
 
 
+def _fold_table(rows: tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray], ranked: bool) -> pa.Table:
+    """A fold's `rows` as the columns `pack_fold` and `write_fold` send. Pure."""
+    keys, has_version, version, offset, _dirty = rows
+    columns = {"key": keys, "offset": pa.array(offset, pa.int64())}
+    if ranked:
+        columns |= {"has_version": pa.array(has_version, pa.int8()), "version": pa.array(version, pa.int64())}
+    return pa.table(columns)
+
+
+def write_fold(path: Path, rows: tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray], ranked: bool
+               ) -> None:
+    """A fold's `rows` written to the file `path` as one Arrow IPC stream of what `pack_fold`'s pieces hold
+    (batches of at most `PIECE_KEYS` keys), under a temporary name renamed into place: a reader never sees part
+    of it. `read_packed` gives it back as one piece for `merged_folds`."""
+    _write_stream(path, _fold_table(rows, ranked))
+
+
+def write_offsets(path: Path, offsets: np.ndarray) -> None:
+    """`pack_offsets`' stream written to the file `path` as `write_fold` writes a fold."""
+    _write_stream(path, pa.table([pa.array(offsets, pa.int64())], schema=OFFSETS))
+
+
+def _write_stream(path: Path, table: pa.Table) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    try:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table, max_chunksize=PIECE_KEYS)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_packed(path: Path) -> pa.Buffer:
+    """The stream `write_fold` or `write_offsets` wrote to `path`, mapped (the page cache's pages, not copied)."""
+    return pa.memory_map(str(path), "r").read_buffer()  # the buffer keeps the mapping
+
+
 def pack_offsets(offsets: np.ndarray) -> pa.Buffer:
     """A fold's winning `offsets` alone, as one Arrow IPC stream (8 bytes a key)."""
     sink = pa.BufferOutputStream()
@@ -55,8 +92,9 @@ def pack_offsets(offsets: np.ndarray) -> pa.Buffer:
 
 
 def merged_folds(pieces: Sequence[pa.Buffer]) -> np.ndarray:
-    """The winning offset of each key of the packed fold `pieces` (`pack_fold`), merged as the scan folds; or the
-    offsets of one chunk's fold sent alone (`pack_offsets`)."""
+    """The winning offset of each key of the packed fold `pieces` (`pack_fold`'s, or a whole stream `write_fold`
+    wrote), merged as the scan folds; or the offsets of one chunk's fold sent alone (`pack_offsets`,
+    `write_offsets`)."""
     tables = [pa.ipc.open_stream(p).read_all() for p in pieces]
     if all(t.schema.equals(OFFSETS) for t in tables):
         return np.concatenate([t.column(0).to_numpy() for t in tables] or [np.empty(0, np.int64)])
@@ -72,4 +110,5 @@ def merged_folds(pieces: Sequence[pa.Buffer]) -> np.ndarray:
     return fold.offsets()
 
 
-__all__ = ["OFFSETS", "PIECE_KEYS", "PIECE_KEY_BYTES", "merged_folds", "pack_fold", "pack_offsets"]
+__all__ = ["OFFSETS", "PIECE_KEYS", "PIECE_KEY_BYTES", "merged_folds", "pack_fold", "pack_offsets", "read_packed",
+           "write_fold", "write_offsets"]

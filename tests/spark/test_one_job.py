@@ -94,6 +94,22 @@ def _shuffle_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fused_job, "fits", lambda *_a: False)
 
 
+def _folds_through(monkeypatch: pytest.MonkeyPatch, path: str) -> list[str | None]:
+    """The fused job hands its folds on as files (Spark local mode's default: path "fused") or, as on a cluster,
+    as rows through Spark's shuffle ("fused-rows"); the directory each fused job of two stages used (None: rows),
+    filled as they start."""
+    used: list[str | None] = []
+    real = fused_job.folds_dir
+
+    def spy(*args: object) -> str | None:
+        found = None if path == "fused-rows" else real(*args)  # type: ignore[arg-type]
+        used.append(found)
+        return found
+
+    monkeypatch.setattr(fused_job, "folds_dir", spy)
+    return used
+
+
 def _spy_fused(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many units each fused job the runs start rewrites, filled as they do."""
     seen: list[int] = []
@@ -154,30 +170,38 @@ def test_one_job_writes_what_the_step_by_step_path_writes(spark: SparkSession, t
 
 @pytest.mark.spark
 @pytest.mark.parametrize(("strategy", "transactions", "cached", "path"), [
-    ("offset", False, True, "fused"), ("offset", False, True, "shuffle"), ("timestamp", False, True, "fused"),
-    ("timestamp", False, True, "shuffle"), ("header", False, True, "fused"), ("offset", True, True, "fused"),
-    ("offset", True, False, "fused")])
+    ("offset", False, True, "fused"), ("offset", False, True, "fused-rows"), ("offset", False, True, "shuffle"),
+    ("timestamp", False, True, "fused"), ("timestamp", False, True, "fused-rows"),
+    ("timestamp", False, True, "shuffle"),
+    ("header", False, True, "fused"), ("offset", True, True, "fused"), ("offset", True, False, "fused")])
 def test_several_chunks_per_partition_write_what_the_step_by_step_path_writes(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: str, transactions: bool,
         cached: bool, path: str) -> None:
     """Several chunks per partition, each in a rewrite slot of its own. Fused: each chunk's task folds its own
     segments and hands its fold, packed, to the chunks that need it (under `offset` the earlier ones), which
-    merge them and rewrite. Else each key goes to the chunk holding its winner (two shuffles, still one job's
-    worth of planning). A later chunk's marker-walk state must be known before the scan: `kcompact tier`
-    recorded in each segment's row whether it holds a transactional or control batch, so partitions 1 and 2 with
-    `transactions` (a committed and an aborted transaction across chunks) are staged step by step from the start,
-    partition 0 in the one job; with or without the run's cache, no partition is staged twice. The outputs' rows
-    say it too."""
+    merge them and rewrite: as files in the run's cache directory (local mode), gone with it when the job ends, or
+    as rows through Spark's shuffle ("fused-rows", a cluster's way). Else each key goes to the chunk holding its
+    winner (two shuffles, still one job's worth of planning). A later chunk's marker-walk state must be known
+    before the scan: `kcompact tier` recorded in each segment's row whether it holds a transactional or control
+    batch, so partitions 1 and 2 with `transactions` (a committed and an aborted transaction across chunks) are
+    staged step by step from the start, partition 0 in the one job; with or without the run's cache, no partition
+    is staged twice. The outputs' rows say it too."""
     if not cached:
         monkeypatch.setattr(pipeline, "cache_fits", lambda *_a: False)
     if path == "shuffle":
         _shuffle_only(monkeypatch)
     ran_fused = _spy_fused(monkeypatch)
+    exchanged = _folds_through(monkeypatch, path)
     stepwise = _spy_step_by_step(monkeypatch)
     fused, fused_jobs = _run(spark, one := _store(tmp_path / "one", transactions), strategy, 40 * 1024)
     assert stepwise == ([1, 2] if transactions else [])
     chunks = sum(p["stats"]["chunks"] for p in fused["partitions"][:1 if transactions else PARTITIONS])
-    assert ran_fused == ([chunks] if path == "fused" else [])
+    assert ran_fused == ([chunks] if path != "shuffle" else [])
+    assert len(exchanged) == len(ran_fused)
+    if path == "fused":  # files, in the run's cache directory: gone with it
+        assert all(d is not None and not Path(d).parent.exists() for d in exchanged)
+    else:
+        assert exchanged == [None] * len(ran_fused)
     _step_by_step_only(monkeypatch)
     stepped, stepped_jobs = _run(spark, other := _store(tmp_path / "other", transactions), strategy, 40 * 1024)
     assert all(p["committed"] and p["error"] is None for p in fused["partitions"] + stepped["partitions"])
@@ -283,9 +307,9 @@ def test_one_rewrite_task_for_every_partition_writes_the_same_bytes(
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("strategy", ["offset", "timestamp"])
+@pytest.mark.parametrize(("strategy", "path"), [("offset", "fused"), ("timestamp", "fused"), ("offset", "fused-rows")])
 def test_fewer_rewrite_slots_than_cores_fold_a_partition_of_one_chunk_in_parts(
-        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: str) -> None:
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: str, path: str) -> None:
     """The three partitions' chunks packed into one rewrite slot on local[2] (as `rewrite_slots` packs a run whose
     partitions are all small): the fused job still gives every core a task (`fused.spread`), cutting the largest
     partition's segments into two fold parts, one folded by a task of its own, whose fold the slot merges before it
@@ -301,9 +325,11 @@ def test_fewer_rewrite_slots_than_cores_fold_a_partition_of_one_chunk_in_parts(
 
     monkeypatch.setattr(fused_job, "spread", spy)
     ran_fused = _spy_fused(monkeypatch)
+    exchanged = _folds_through(monkeypatch, path)
     monkeypatch.setattr(pipeline, "rewrite_slots", lambda units, *_a: [list(units)])
     report, _jobs = _run(spark, store := _store(tmp_path / "one"), strategy)
     assert ran_fused == [PARTITIONS] and [2] in [list(c.values()) for c in cut]
+    assert len(exchanged) == 1 and (exchanged[0] is None) is (path == "fused-rows")
     _step_by_step_only(monkeypatch)
     stepped, _jobs = _run(spark, other := _store(tmp_path / "other"), strategy)
     assert all(p["committed"] and p["error"] is None for p in report["partitions"] + stepped["partitions"])

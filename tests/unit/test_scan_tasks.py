@@ -402,6 +402,43 @@ def test_packed_folds_merge_into_the_winners_of_the_whole(monkeypatch: pytest.Mo
     assert merged_folds([alone]).tolist() == whole.offsets().tolist()
 
 
+def test_folds_written_to_files_merge_as_their_packed_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """In Spark local mode the fused job hands folds on as files (`write_fold`, `write_offsets`: one Arrow IPC
+    stream of batches of at most `PIECE_KEYS` keys each, renamed into place), which the second stage maps
+    (`read_packed`): merged, they give what the same folds' packed pieces give, an empty fold included; nothing but
+    the file is left in its directory."""
+    from compaction.strategies.keyfold import KeyFold
+
+    monkeypatch.setattr(packed_fold, "PIECE_KEYS", 1000)
+    rng = np.random.default_rng(6)
+    keys = [b"k%d" % k for k in rng.integers(0, 3000, 20_000)]
+    version, has_version = rng.integers(0, 50, 20_000), (rng.random(20_000) < 0.8).astype(np.int8)
+    offsets = np.arange(20_000, dtype=np.int64)
+    for ranked in (True, False):
+        rank = (has_version, version) if ranked else (np.zeros(20_000, np.int8), np.zeros(20_000, np.int64))
+        folds = []
+        for lo, hi in ((0, 7000), (7000, 7000), (7000, 20_000)):
+            fold = KeyFold()
+            fold.add(pa.array(keys[lo:hi], pa.binary()), rank[0][lo:hi], rank[1][lo:hi], offsets[lo:hi], True)
+            folds.append(fold)
+        pieces = [b for f in folds for b in pack_fold(f.result(), ranked)]
+        directory = tmp_path / f"folds-{ranked}"
+        for i, f in enumerate(folds):
+            packed_fold.write_fold(directory / f"fold-{i}.arrow", f.result(), ranked)
+        assert sorted(p.name for p in directory.iterdir()) == ["fold-0.arrow", "fold-1.arrow", "fold-2.arrow"]
+        mapped = [packed_fold.read_packed(directory / f"fold-{i}.arrow") for i in range(3)]
+        assert len(pa.ipc.open_stream(mapped[2]).read_all().to_batches()) == 3  # 2.7 k keys, pieces of 1,000
+        assert merged_folds(mapped).tolist() == merged_folds(pieces).tolist()
+        assert merged_folds([mapped[1]]).tolist() == []
+        packed_fold.write_offsets(directory / "offsets-2.arrow", folds[2].offsets())
+        assert merged_folds([packed_fold.read_packed(directory / "offsets-2.arrow")]).tolist() == \
+            folds[2].offsets().tolist()
+    gone = tmp_path / "folds-True" / "fold-7.arrow"  # the run's cache directory removed under the job: a clear error
+    with pytest.raises(RuntimeError, match=f"fold of part 7 .* wrote to {gone} is gone"):
+        fused_job._read_fold(str(gone), 7)
+
+
 @pytest.mark.parametrize("strategy", list(CompactionStrategy))
 def test_the_exchange_sends_each_chunks_fold_where_it_is_needed(strategy: CompactionStrategy) -> None:
     """`exchange_plan` for a hot partition of two chunks (slots 0 and 1) beside a small one (slot 0 too): the small
