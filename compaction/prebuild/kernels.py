@@ -36,6 +36,7 @@ HEADER = "version"
 
 def warm_up(workdir: Path) -> None:
     """Call every kernel once through the code that calls it in a run, on a log dir generated under `workdir`."""
+    from compaction.bloom.filter import _insert_bucketed, _region_shift, filter_shape
     from compaction.bloom.hashing import key_hashes
     from compaction.bloom.segment import filter_part, segment_filter
     from compaction.config import CompactionStrategy
@@ -69,6 +70,9 @@ def warm_up(workdir: Path) -> None:
                 segment_best(records, (), strategy)
             view_rows(data, obj=obj, strategy=strategy, header=HEADER, aborted=(), below=2**62)
         key_filter = segment_filter(scan, 0.01)
+        m, k = filter_shape(4096, 1e-6)  # a large filter's insert, on a small one
+        _insert_bucketed(np.zeros(m // 8, np.uint8), m, k, np.sort(key_hashes(scan.records["key"])),
+                         _region_shift(m), 64, np.empty(64 * k, np.uint64), np.empty(64 * k, np.uint64))
         filter_part(data, obj=obj)  # a rewrite's output piece, its keys read from its records (bytes: read-only)
         for records in buffer_kinds(scan.records):
             for keys in (records["key"], records["key"].chunk(0)):  # a table's column, a batch's (the skip step)

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import compaction.bloom.filter as filter_module
 from compaction.bloom.filter import (
     BITS_OFFSET,
     CRC_OFFSET,
@@ -101,6 +102,31 @@ def test_compiled_filter_has_the_reference_bits_and_no_false_negative(keys: list
     assert built.bits.tobytes() == reference.bits.tobytes()
     assert built.may_contain(key_hashes(binary(keys))).all()
     assert built.positives(key_hashes(binary(keys))) == len(keys)
+
+
+@given(keys_st, st.sampled_from([0.1, 0.0001, 1e-9]), st.integers(1, 9), st.integers(0, 8))
+def test_bucketed_insert_sets_the_reference_bits(keys: list[bytes], fpp: float, batch: int, shift: int) -> None:
+    """A large filter's bits are set a region at a time (`_insert_bucketed`: `batch` keys' probes bucketed into
+    regions of 2^`shift` bits); they are the reference's, whatever the batch and the regions, duplicates
+    included; `KeyFilter.build` takes that path above `BUCKETED_BYTES`."""
+    reference = reference_filter(keys, fpp)
+    hashes = np.sort(key_hashes(binary(keys + keys[:3])))
+    bits = np.zeros(reference.m // 8, np.uint8)
+    bucket = max(1, batch * reference.k)
+    filter_module._insert_bucketed(bits, reference.m, reference.k, hashes, shift, batch,
+                                   np.empty(bucket, np.uint64), np.empty(bucket, np.uint64))
+    assert bits.tobytes() == reference.bits.tobytes()
+
+
+def test_a_filter_above_the_bucketed_size_has_the_reference_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = [b"key-%d" % i for i in range(30_000)]
+    monkeypatch.setattr(filter_module, "BUCKETED_BYTES", 0)
+    monkeypatch.setattr(filter_module, "INSERT_KEYS", 1000)
+    monkeypatch.setattr(filter_module, "MIN_REGION_BITS", 1 << 10)
+    built = KeyFilter.of_keys(binary(keys), 1e-6)
+    assert filter_module._region_shift(built.m) > 10  # several batches, regions of more than the least bits
+    assert built.bits.tobytes() == reference_filter(keys, 1e-6).bits.tobytes()
+    assert [filter_module._region_shift(m) for m in (1 << 10, (1 << 19) - 64, 1 << 19, 1 << 40)] == [10, 10, 11, 32]
 
 
 def test_observed_false_positive_rate_matches_the_configured_one() -> None:
