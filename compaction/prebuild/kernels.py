@@ -36,7 +36,7 @@ HEADER = "version"
 
 def warm_up(workdir: Path) -> None:
     """Call every kernel once through the code that calls it in a run, on a log dir generated under `workdir`."""
-    from compaction.bloom.filter import _insert_bucketed, _region_shift, filter_shape
+    from compaction.bloom.filter import BUCKETED_BYTES, KeyFilter
     from compaction.bloom.hashing import key_hashes
     from compaction.bloom.segment import filter_part, segment_filter
     from compaction.config import CompactionStrategy
@@ -58,6 +58,7 @@ def warm_up(workdir: Path) -> None:
     generate_bulk_logdir(workdir / "bulk", BulkSpec(topics=(TopicSpec("bulk", 1),), records_per_partition=200,
                                                     keys=50))
     consumed: list[pa.Table] = []
+    first_log = min(log.stem for log in (workdir / "log").rglob("*.log"))
     for log in sorted((workdir / "log").rglob("*.log")):
         data, obj = log.read_bytes(), str(log)
         for header in (None, HEADER):
@@ -70,9 +71,9 @@ def warm_up(workdir: Path) -> None:
                 segment_best(records, (), strategy)
             view_rows(data, obj=obj, strategy=strategy, header=HEADER, aborted=(), below=2**62)
         key_filter = segment_filter(scan, 0.01)
-        m, k = filter_shape(4096, 1e-6)  # a large filter's insert, on a small one
-        _insert_bucketed(np.zeros(m // 8, np.uint8), m, k, np.sort(key_hashes(scan.records["key"])),
-                         _region_shift(m), 64, np.empty(64 * k, np.uint64), np.empty(64 * k, np.uint64))
+        if log.stem == first_log:  # once: a filter above BUCKETED_BYTES (its bits set a region at a time)
+            large = KeyFilter.build(np.arange(900_000, dtype=np.uint64), 1e-9)
+            assert large.m // 8 > BUCKETED_BYTES, large.m
         filter_part(data, obj=obj)  # a rewrite's output piece, its keys read from its records (bytes: read-only)
         for records in buffer_kinds(scan.records):
             for keys in (records["key"], records["key"].chunk(0)):  # a table's column, a batch's (the skip step)
