@@ -23,7 +23,8 @@ scan task, keeps the shuffle.
 With fewer slots than cores (one partition of one chunk; small partitions packed into fewer tasks), the largest
 partitions of one unit whose segments the run caches are folded by parts the same way (`spread`): each part after
 the first by a task of its own, added after the slots' tasks, which sends its fold to the unit's slot; that slot
-merges every part's fold and rewrites the unit in the second stage. Without it such a run shuffled its rows and
+merges every part's fold (on two threads, the stage's only task: `merge_threads`) and rewrites the unit in the
+second stage. Without it such a run shuffled its rows and
 aggregated them in Spark in its one slot's task, on one core.
 
 A partition that is one unit and at most `HELD_BYTES` (any size, on a local store: its segments are mapped) is
