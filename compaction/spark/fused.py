@@ -23,8 +23,7 @@ scan task, keeps the shuffle.
 With fewer slots than cores (one partition of one chunk; small partitions packed into fewer tasks), the largest
 partitions of one unit whose segments the run caches are folded by parts the same way (`spread`): each part after
 the first by a task of its own, added after the slots' tasks, which sends its fold to the unit's slot; that slot
-merges every part's fold (on two threads, the stage's only task: `merge_threads`) and rewrites the unit in the
-second stage. Without it such a run shuffled its rows and
+merges every part's fold and rewrites the unit in the second stage. Without it such a run shuffled its rows and
 aggregated them in Spark in its one slot's task, on one core.
 
 A partition that is one unit and at most `HELD_BYTES` (any size, on a local store: its segments are mapped) is
@@ -425,11 +424,9 @@ class _MergeTask:
     its units rewritten from them; the first stage's outcomes passed on. A partition missing a fold it needs
     failed in the first stage (the tracker says why) and is not rewritten."""
 
-    def __init__(self, settings: ScanSettings, plan: Broadcast[dict[int, tuple[int, list[MergedUnit]]]],
-                 threads: int = 1) -> None:
+    def __init__(self, settings: ScanSettings, plan: Broadcast[dict[int, tuple[int, list[MergedUnit]]]]) -> None:
         self.settings = settings
         self.plan = plan
-        self.threads = threads
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         folds: dict[tuple[int, int], dict[int, list[pa.Buffer]]] = {}  # (slot key, tp) -> chunk -> pieces
@@ -456,7 +453,7 @@ class _MergeTask:
                     needed = frozenset().union(*(m.chunks for m in merged))
                     if not needed <= received.keys():
                         continue
-                    offsets = merged_folds([p for c in sorted(needed) for p in received[c]], self.threads)
+                    offsets = merged_folds([p for c in sorted(needed) for p in received[c]])
                     outcomes.extend(run_unit(store, m.unit, slot, offsets) for m in merged)
         yield outcome_batch(outcomes)
 
@@ -532,15 +529,6 @@ def exchange_plan(slots: Sequence[Sequence[RewriteUnit]], scans: Sequence[Segmen
     return [[planned[id(u)] for u in units] for units in slots] + extra, merges
 
 
-def merge_threads(merging: int, parallelism: int) -> int:
-    """Threads each of the second stage's `merging` tasks (those with units to merge and rewrite) may use on
-    `parallelism` cores: 2 for a lone one (a partition of one chunk cut into parts, `spread`: the other cores have
-    no task of the job left), else 1. It merges the parts' folds in two halves of the keys at once
-    (`merged_folds`): P10's overflow shape, one 537 MB partition, merged 9.7 M fold rows in 1.25-1.6 s on one core
-    while the other idled, 0.9 s on both (BENCHMARKS.md, P10). Pure."""
-    return 2 if merging == 1 and parallelism >= 2 else 1
-
-
 def folds_dir(spark: SparkSession, settings: ScanSettings) -> str | None:
     """Where the fused job's first stage writes the folds it hands on, each once, for the second stage's tasks to
     map: a directory of the run's cache (`ScanSettings.cache_dir`, removed when the job ends), when every task runs
@@ -575,7 +563,7 @@ def fold_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequenc
             exchanged = ids.mapInArrow(_FusedTask(settings, tracker, shipped, keys, folds_dir(spark, settings)),
                                        f"{CHUNK_SLOT} long, tp int, chunk int, fold binary, at string, outcome binary")
             rows = exchanged.repartition(tasks, CHUNK_SLOT).mapInArrow(
-                _MergeTask(settings, plan, merge_threads(len(merges), parallelism)), "outcome binary").collect()
+                _MergeTask(settings, plan), "outcome binary").collect()
     finally:
         shipped.unpersist()
         if plan is not None:
@@ -584,4 +572,4 @@ def fold_and_rewrite(spark: SparkSession, settings: ScanSettings, scans: Sequenc
 
 
 __all__ = ["FOLD_RECORDS", "HELD_BYTES", "FusedUnit", "MergedUnit", "exchange_plan", "fits", "fold_and_rewrite",
-           "folds_dir", "merge_threads", "spread"]
+           "folds_dir", "spread"]

@@ -49,8 +49,6 @@ def _hash(data: np.ndarray, start: int, end: int) -> Any:
 # An entry's columns in the table (one row of int64 per distinct key: one cache line holds two entries).
 _START, _META, _VERSION, _OFFSET = range(4)  # _META: key length << 16 | has_version << 8 | dirty
 _TAG_SHIFT = np.uint64(33)  # a slot holds (hash >> 33) << 32 | entry: the tag spares a look at most entries
-_PART_BIT = np.uint64(32)  # the hash bit a fold of half the keys keeps (`KeyFold.add`'s part): in neither the tag
-# nor a slot index (tables of fewer than 2^32 slots)
 
 
 _BATCH = 64
@@ -84,11 +82,10 @@ def _touch(slots: np.ndarray, entries: np.ndarray, arena: np.ndarray, hashes: np
 @kernel(nogil=True)
 def _fold(slots: np.ndarray, entries: np.ndarray, arena: np.ndarray, n: int, used: int,
           key_offsets: np.ndarray, key_data: np.ndarray, has_version: np.ndarray, version: np.ndarray,
-          offset: np.ndarray, dirty: np.ndarray, row: int, part: int) -> Any:
-    """Fold rows `row`.. into the table (only those whose key's hash has bit `_PART_BIT` equal to `part`, when
-    `part` is 0 or 1); stops before a row that would need a new key while the entries, the slots (kept at most
-    half full) or the key buffer are full. Returns (next row, keys, key bytes, and a sum of the loads `_touch`
-    made, which the caller drops: returned, they cannot be optimised away)."""
+          offset: np.ndarray, dirty: np.ndarray, row: int) -> Any:
+    """Fold rows `row`.. into the table; stops before a row that would need a new key while the entries, the
+    slots (kept at most half full) or the key buffer are full. Returns (next row, keys, key bytes, and a sum
+    of the loads `_touch` made, which the caller drops: returned, they cannot be optimised away)."""
     mask = np.uint64(len(slots) - 1)
     rows = len(offset)
     hashes = np.empty(_BATCH, np.uint64)
@@ -106,9 +103,6 @@ def _fold(slots: np.ndarray, entries: np.ndarray, arena: np.ndarray, n: int, use
         b = key_offsets[row + 1]
         length = b - a
         h = hashes[row - batch_start]
-        if part >= 0 and np.int64((h >> _PART_BIT) & np.uint64(1)) != part:
-            row += 1
-            continue
         tag = np.int64(h >> _TAG_SHIFT) << 32
         j = np.int64(h & mask)
         while True:
@@ -182,11 +176,8 @@ class KeyFold:
         self._used = 0
 
     def add(self, keys: pa.Array, has_version: np.ndarray, version: np.ndarray, offset: np.ndarray,
-            dirty: np.ndarray | bool, part: int = -1) -> None:
-        """Fold rows in: `keys` (binary, no nulls) with their rank columns and dirty flags (one for all). With
-        `part` 0 or 1, only the rows of the keys in that half (by a bit of the key's hash): two folds, each given
-        every row and one part, hold the keys of one fold of every row between them, each key in one, and can fill
-        on two threads at once (the kernel releases the interpreter)."""
+            dirty: np.ndarray | bool) -> None:
+        """Fold rows in: `keys` (binary, no nulls) with their rank columns and dirty flags (one for all)."""
         if keys.null_count:
             raise ValueError("a key column to fold holds nulls")
         key_offsets, key_data = binary_buffers(keys)
@@ -197,7 +188,7 @@ class KeyFold:
         row = 0
         while row < rows:
             row, self.keys, self._used, _sink = _fold(self._slots, self._entries, self._arena, self.keys, self._used,
-                                                      key_offsets, key_data, hv, ver, off, flags, row, part)
+                                               key_offsets, key_data, hv, ver, off, flags, row)
             if row < rows:
                 self._grow(int(key_offsets[row + 1] - key_offsets[row]))
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -92,41 +91,23 @@ def pack_offsets(offsets: np.ndarray) -> pa.Buffer:
     return sink.getvalue()
 
 
-def merged_folds(pieces: Sequence[pa.Buffer], threads: int = 1) -> np.ndarray:
+def merged_folds(pieces: Sequence[pa.Buffer]) -> np.ndarray:
     """The winning offset of each key of the packed fold `pieces` (`pack_fold`'s, or a whole stream `write_fold`
     wrote), merged as the scan folds; or the offsets of one chunk's fold sent alone (`pack_offsets`,
-    `write_offsets`). With `threads` 2, two folds fill at once, each with the keys of one half of the key hashes
-    (`KeyFold.add`'s part): the same offsets, in another order. For a task whose core's neighbour has no task
-    (the fused job's lone second-stage task, `compaction.spark.fused`)."""
+    `write_offsets`)."""
     tables = [pa.ipc.open_stream(p).read_all() for p in pieces]
     if all(t.schema.equals(OFFSETS) for t in tables):
         return np.concatenate([t.column(0).to_numpy() for t in tables] or [np.empty(0, np.int64)])
-    rows = sum(t.num_rows for t in tables)
-    batches = [_rank_columns(b) for t in tables for b in t.to_batches()]
-    if threads < 2:
-        fold = KeyFold(rows)
-        for columns in batches:
-            fold.add(*columns, True)
-        return fold.offsets()
-
-    def half(part: int) -> np.ndarray:
-        fold = KeyFold(rows // 2 + rows // 16)
-        for columns in batches:
-            fold.add(*columns, True, part)
-        return fold.offsets()
-
-    with ThreadPoolExecutor(1) as other:
-        second = other.submit(half, 1)
-        first = half(0)
-        return np.concatenate([first, second.result()])
-
-
-def _rank_columns(batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
-    """A packed fold's batch as `KeyFold.add`'s key and rank columns (`offset`'s rank: the offset alone)."""
-    offset = batch.column("offset").to_numpy()
-    if "version" in batch.schema.names:
-        return batch.column("key"), batch.column("has_version").to_numpy(), batch.column("version").to_numpy(), offset
-    return batch.column("key"), np.zeros(len(offset), np.int8), np.zeros(len(offset), np.int64), offset
+    fold = KeyFold(sum(t.num_rows for t in tables))
+    for t in tables:
+        for b in t.to_batches():
+            offset = b.column("offset").to_numpy()
+            if "version" in b.schema.names:
+                has_version, version = b.column("has_version").to_numpy(), b.column("version").to_numpy()
+            else:  # `offset`'s rank: the offset alone
+                has_version, version = np.zeros(len(offset), np.int8), np.zeros(len(offset), np.int64)
+            fold.add(b.column("key"), has_version, version, offset, True)
+    return fold.offsets()
 
 
 __all__ = ["OFFSETS", "PIECE_KEYS", "PIECE_KEY_BYTES", "merged_folds", "pack_fold", "pack_offsets", "read_packed",

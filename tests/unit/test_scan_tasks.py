@@ -389,13 +389,6 @@ def test_packed_folds_merge_into_the_winners_of_the_whole(monkeypatch: pytest.Mo
     assert sorted(merged_folds(cut).tolist()) == sorted(whole.offsets().tolist())
     pieces = [b for p in parts for b in p]
     assert sorted(merged_folds(pieces).tolist()) == sorted(whole.offsets().tolist())
-    both = merged_folds(pieces, threads=2)  # two folds of half the keys each, on two threads
-    assert len(both) == whole.keys and sorted(both.tolist()) == sorted(whole.offsets().tolist())
-    halves = [KeyFold(), KeyFold()]  # each key in one half, the halves about equal
-    for part, fold in enumerate(halves):
-        fold.add(pa.array(keys, pa.binary()), has_version, version, offsets, True, part)
-    assert halves[0].keys + halves[1].keys == whole.keys and min(h.keys for h in halves) > whole.keys // 3
-    assert not set(halves[0].result()[0].to_pylist()) & set(halves[1].result()[0].to_pylist())
     zeros = np.zeros(20_000, np.int8), np.zeros(20_000, np.int64)  # `offset`'s rank: its folds travel without it
     by_offset = KeyFold()
     by_offset.add(pa.array(keys, pa.binary()), *zeros, offsets, True)
@@ -405,15 +398,8 @@ def test_packed_folds_merge_into_the_winners_of_the_whole(monkeypatch: pytest.Mo
     light = [b for h in halves for b in pack_fold(h.result(), ranked=False)]
     assert pa.ipc.open_stream(light[0]).schema.names == ["key", "offset"]
     assert sorted(merged_folds(light).tolist()) == sorted(by_offset.offsets().tolist())
-    assert sorted(merged_folds(light, threads=2).tolist()) == sorted(by_offset.offsets().tolist())
     alone = pack_offsets(whole.offsets())  # a chunk that needs no other's fold gets its winners alone
     assert merged_folds([alone]).tolist() == whole.offsets().tolist()
-
-
-def test_a_lone_second_stage_task_merges_on_two_threads() -> None:
-    """The fused job's second stage: a task with units to merge uses two threads when it is the only one (a
-    partition of one chunk cut into parts), one when others share the cores."""
-    assert [fused_job.merge_threads(m, p) for m, p in ((1, 2), (1, 8), (2, 2), (3, 8), (1, 1))] == [2, 2, 1, 1, 1]
 
 
 def test_folds_written_to_files_merge_as_their_packed_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
