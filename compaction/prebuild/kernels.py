@@ -58,7 +58,8 @@ def warm_up(workdir: Path) -> None:
     generate_bulk_logdir(workdir / "bulk", BulkSpec(topics=(TopicSpec("bulk", 1),), records_per_partition=200,
                                                     keys=50))
     consumed: list[pa.Table] = []
-    first_log = min(log.stem for log in (workdir / "log").rglob("*.log"))
+    large = KeyFilter.build(np.arange(900_000, dtype=np.uint64), 1e-9)  # its bits set a region at a time
+    assert large.m // 8 > BUCKETED_BYTES, large.m
     for log in sorted((workdir / "log").rglob("*.log")):
         data, obj = log.read_bytes(), str(log)
         for header in (None, HEADER):
@@ -71,9 +72,6 @@ def warm_up(workdir: Path) -> None:
                 segment_best(records, (), strategy)
             view_rows(data, obj=obj, strategy=strategy, header=HEADER, aborted=(), below=2**62)
         key_filter = segment_filter(scan, 0.01)
-        if log.stem == first_log:  # once: a filter above BUCKETED_BYTES (its bits set a region at a time)
-            large = KeyFilter.build(np.arange(900_000, dtype=np.uint64), 1e-9)
-            assert large.m // 8 > BUCKETED_BYTES, large.m
         filter_part(data, obj=obj)  # a rewrite's output piece, its keys read from its records (bytes: read-only)
         for records in buffer_kinds(scan.records):
             for keys in (records["key"], records["key"].chunk(0)):  # a table's column, a batch's (the skip step)

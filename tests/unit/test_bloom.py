@@ -114,14 +114,8 @@ def test_bucketed_insert_sets_the_reference_bits(keys: list[bytes], fpp: float, 
     bits = np.zeros(reference.m // 8, np.uint8)
     bucket = max(1, batch * reference.k)
     filter_module._insert_bucketed(bits, reference.m, reference.k, hashes, shift, batch,
-                                   np.empty(bucket, np.uint64), np.empty(bucket, np.uint64), 0, 1 << 40)
+                                   np.empty(bucket, np.uint64), np.empty(bucket, np.uint64))
     assert bits.tobytes() == reference.bits.tobytes()
-    regions = (reference.m >> shift) + 1  # in two calls of half the regions each
-    halves = np.zeros(reference.m // 8, np.uint8)
-    for lo, hi in ((0, regions // 2), (regions // 2, regions)):
-        filter_module._insert_bucketed(halves, reference.m, reference.k, hashes, shift, batch,
-                                       np.empty(bucket, np.uint64), np.empty(bucket, np.uint64), lo, hi)
-    assert halves.tobytes() == reference.bits.tobytes()
 
 
 def test_a_filter_above_the_bucketed_size_has_the_reference_bits(monkeypatch: pytest.MonkeyPatch) -> None:
