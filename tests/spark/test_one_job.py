@@ -340,6 +340,43 @@ def test_fewer_rewrite_slots_than_cores_fold_a_partition_of_one_chunk_in_parts(
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("path", ["fused", "fused-rows"])
+def test_a_later_chunk_within_the_last_fold_part_gets_its_winning_offsets_alone(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """Under `offset`, a chunk whose first offset the last fold part reaches needs that part alone, and is handed
+    its winning offsets, not its fold (as file or as rows): the parts cut here so that the last one holds every
+    segment from the last chunk's on (each earlier part one segment), each chunk in a slot of its own (a slot
+    holding chunks of several parts' needs gets their folds). It writes what the step-by-step path writes."""
+    real_parts = fused_job._parts
+
+    def last_part_large(scans: list, n: int) -> list[list]:
+        ordered = sorted(scans, key=lambda s: s.start_offset)
+        n = min(n, len(ordered))
+        return [[s] for s in ordered[:n - 1]] + [ordered[n - 1:]] if n > 1 else real_parts(scans, n)
+
+    monkeypatch.setattr(fused_job, "_parts", last_part_large)
+    monkeypatch.setattr(pipeline, "rewrite_slots", lambda units, *_a: [[u] for u in units])  # a slot per chunk
+    alone: list[int] = []  # the parts whose winning offsets alone the plan sends (the tasks run elsewhere)
+    real_plan = fused_job.exchange_plan
+
+    def plan(*args: object, **kwargs: object) -> object:
+        first, merges = real_plan(*args, **kwargs)  # type: ignore[arg-type]
+        alone.extend(f.chunk for units in first for f in units if f.offsets_to)
+        return first, merges
+
+    monkeypatch.setattr(fused_job, "exchange_plan", plan)
+    exchanged = _folds_through(monkeypatch, path)
+    ran_fused = _spy_fused(monkeypatch)
+    fused, _jobs = _run(spark, one := _store(tmp_path / "one"), "offset", 40 * 1024)
+    assert len(ran_fused) == 1 and len(alone) == PARTITIONS  # each partition's last part: offsets alone
+    assert (exchanged[0] is None) is (path == "fused-rows")
+    _step_by_step_only(monkeypatch)
+    stepped, _jobs = _run(spark, other := _store(tmp_path / "other"), "offset", 40 * 1024)
+    assert all(p["committed"] and p["error"] is None for p in fused["partitions"] + stepped["partitions"])
+    assert _logs(one) == _logs(other)
+
+
+@pytest.mark.spark
 def test_rows_that_cannot_say_send_a_partition_of_several_chunks_step_by_step(
         spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A segment row whose `transactional` is null (a broker's copy through the plugin: KIP-405's metadata does
